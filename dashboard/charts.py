@@ -1,0 +1,533 @@
+"""Altair chart builders: pure functions from data frames to charts.
+
+No `st.*` calls and no database access here, so each builder is tested by
+calling it and reading `.to_dict()`. Every builder checks the columns it needs
+and raises ValueError naming the missing ones; an empty frame gives a valid,
+empty chart. Colours and styles are fixed (UX.md, Okabe-Ito) so a series looks
+the same on every page; red (#D55E00) means only the wall or a kill.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+import altair as alt
+import pandas as pd
+
+from dashboard.format import GIB
+
+XAxis = Literal["bytes", "percent", "seconds"]
+"""What a memory chart's x axis measures: GiB placed, % of the checkpoint placed, or seconds since start."""
+
+WALL = "#D55E00"
+"""The capacity rule, the danger zone and the kill marker; nothing else is red."""
+POLICY = "#CC79A7"
+"""Policy-decision rules and diamonds."""
+STAGE_GRAYS = ["#e6e6e6", "#cfcfcf", "#dadada", "#c2c2c2", "#e0e0e0", "#c9c9c9"]
+"""Muted grays for stage bands: stages are context, not data."""
+JOB_DASHES = [[1, 0], [8, 4], [4, 3], [1, 3], [8, 3, 1, 3]]
+"""Dash patterns that tell up to five compared jobs apart (solid, long, short, dot, dash-dot)."""
+MAX_COMPARED = len(JOB_DASHES)
+"""The Compare overlay draws at most this many jobs."""
+CHART_HEIGHT = 380
+"""Fixed height of the main memory chart so live refreshes never move the layout."""
+
+
+@dataclass(frozen=True)
+class Series:
+    """One memory curve: where it comes from and how it is always drawn."""
+
+    key: str
+    """Column name in the derived frame (bytes)."""
+    label: str
+    """Legend label."""
+    source: str
+    """Where the number is read, shown in tooltips so gaps between series make sense."""
+    color: str
+    """Fixed Okabe-Ito colour."""
+    dash: tuple[int, ...]
+    """Stroke dash; empty is solid."""
+    width: float
+    """Stroke width in px."""
+
+
+SERIES: tuple[Series, ...] = (
+    Series("system_in_use", "System in use", "/proc/meminfo (MemTotal − MemAvailable)", "#009E73", (), 2.5),
+    Series("vm_rss", "VmRSS", "worker /proc status", "#0072B2", (), 1.8),
+    Series("rss_file", "RssFile", "worker /proc status (part of VmRSS)", "#56B4E9", (6, 4), 1.8),
+    Series("device_allocated", "GPU allocated", "torch allocator", "#E69F00", (), 1.8),
+)
+"""Every memory series, in legend order."""
+
+_BY_LABEL = {s.label: s for s in SERIES}
+
+MEMORY_COLUMNS = ("t", "stage", "bytes_placed", "vm_rss", "rss_file", "mem_available", "device_allocated")
+"""Sample columns the memory chart needs (docs/architecture.md names)."""
+
+
+def _require(frame: pd.DataFrame, columns: Sequence[str], what: str) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{what} needs sample columns {', '.join(missing)}; got {', '.join(map(str, frame.columns)) or 'none'}")
+
+
+def series_color_scale(labels: Sequence[str] | None = None) -> alt.Scale:
+    """The fixed colour scale, restricted to `labels` (all series by default)."""
+    chosen = [_BY_LABEL[label] for label in labels] if labels else list(SERIES)
+    return alt.Scale(domain=[s.label for s in chosen], range=[s.color for s in chosen])
+
+
+def _x_values(frame: pd.DataFrame, x: XAxis, total_bytes: int | None) -> pd.Series:
+    if x == "seconds":
+        return frame["t"].astype(float)
+    if x == "bytes":
+        return frame["bytes_placed"].astype(float) / GIB
+    if x == "percent":
+        if not total_bytes:
+            raise ValueError("x='percent' needs total_bytes (the checkpoint size) to be positive")
+        return frame["bytes_placed"].astype(float) / total_bytes * 100
+    raise ValueError(f"unknown x axis {x!r}; expected bytes, percent or seconds")
+
+
+def _x_title(x: XAxis) -> str:
+    return {"bytes": "GiB placed", "percent": "% of checkpoint placed", "seconds": "seconds since job start"}[x]
+
+
+def _x_domain(x: XAxis, frame: pd.DataFrame, total_bytes: int | None) -> list[float] | None:
+    if x == "percent":
+        return [0, 100]
+    if x == "bytes" and total_bytes:
+        return [0, total_bytes / GIB]
+    return None
+
+
+def present_series(samples: pd.DataFrame, mem_total: int | None) -> list[Series]:
+    """Series worth drawing: GPU allocated only when a device allocated anything,
+    system in use only when the machine's MemTotal is known."""
+    chosen = []
+    for s in SERIES:
+        if s.key == "system_in_use":
+            if mem_total:
+                chosen.append(s)
+        elif s.key == "device_allocated":
+            if len(samples) and samples["device_allocated"].fillna(0).gt(0).any():
+                chosen.append(s)
+        else:
+            chosen.append(s)
+    return chosen
+
+
+def memory_frames(
+    samples: pd.DataFrame, *, x: XAxis, total_bytes: int | None = None, mem_total: int | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame, list[Series]]:
+    """(wide, long, series) frames in GiB: wide has one row per sample (for the
+    all-series-at-cursor tooltip), long one row per sample and series."""
+    _require(samples, MEMORY_COLUMNS, "memory chart")
+    series = present_series(samples, mem_total)
+    wide = pd.DataFrame(
+        {
+            "x": _x_values(samples, x, total_bytes),
+            "t": samples["t"].astype(float),
+            "stage": samples["stage"].fillna("").astype(str),
+            "tensor": samples["tensor_name"].fillna("").astype(str) if "tensor_name" in samples else "",
+            "placed_gib": samples["bytes_placed"].astype(float) / GIB,
+            "headroom_gib": samples["mem_available"].astype(float) / GIB,
+            "rank": samples["rank"].fillna(0).astype(int) if "rank" in samples else 0,
+        }
+    )
+    for s in series:
+        raw = mem_total - samples["mem_available"] if s.key == "system_in_use" else samples[s.key]
+        wide[s.label] = raw.astype(float) / GIB
+    long = wide.melt(id_vars=["x", "rank"], value_vars=[s.label for s in series], var_name="series", value_name="gib")
+    return wide, long, series
+
+
+def stage_spans(samples: pd.DataFrame, x_values: pd.Series) -> pd.DataFrame:
+    """Consecutive runs of one stage as (stage, x0, x1, mid); each span ends where the next starts."""
+    if samples.empty:
+        return pd.DataFrame({"stage": pd.Series(dtype=str), "x0": [], "x1": [], "mid": []})
+    stage = samples["stage"].fillna("").astype(str).reset_index(drop=True)
+    xs = x_values.reset_index(drop=True)
+    run = (stage != stage.shift()).cumsum()
+    spans = pd.DataFrame({"stage": stage, "x": xs, "run": run}).groupby("run", sort=True).agg(
+        stage=("stage", "first"), x0=("x", "min"), x1=("x", "max")
+    )
+    spans["x1"] = spans["x0"].shift(-1).fillna(spans["x1"]).combine(spans["x1"], max)
+    spans["mid"] = (spans["x0"] + spans["x1"]) / 2
+    return spans[spans["stage"] != ""].reset_index(drop=True)
+
+
+def _event_x(events: pd.DataFrame, samples: pd.DataFrame, x: XAxis, total_bytes: int | None) -> pd.Series:
+    """Place events on the chart's x axis: directly in seconds, else at the
+    bytes placed by the last sample taken before the event."""
+    if x == "seconds" or samples.empty:
+        return events["t"].astype(float)
+    ordered = samples.sort_values("t")[["t", "bytes_placed"]]
+    merged = pd.merge_asof(
+        events[["t"]].astype(float).reset_index().sort_values("t"),
+        ordered.astype({"t": float}),
+        on="t",
+        direction="backward",
+    ).sort_values("index")
+    placed = merged["bytes_placed"].fillna(0).astype(float).to_numpy()
+    return pd.Series(placed / GIB if x == "bytes" else placed / total_bytes * 100, index=events.index)
+
+
+def stage_strip(spans: pd.DataFrame, *, x_scale: alt.Scale | None = None, steps: pd.Series | None = None) -> alt.LayerChart:
+    """A 24 px state timeline of stages (gray bands with labels), one tick per denoising step."""
+    order = list(dict.fromkeys(spans["stage"]))
+    scale = x_scale or alt.Scale(zero=True)
+    base = alt.Chart(spans)
+    bands = base.mark_rect(stroke="white", strokeWidth=1).encode(
+        x=alt.X("x0:Q", title=None, axis=None, scale=scale),
+        x2="x1:Q",
+        color=alt.Color(
+            "stage:N", scale=alt.Scale(domain=order or [""], range=STAGE_GRAYS), legend=None
+        ),
+        tooltip=[alt.Tooltip("stage:N", title="stage")],
+    )
+    labels = base.mark_text(fontSize=11, color="#333", clip=True).encode(x=alt.X("mid:Q", scale=scale), text="stage:N")
+    layers = [bands, labels]
+    if steps is not None and len(steps):
+        ticks = alt.Chart(pd.DataFrame({"x": steps.to_numpy()})).mark_tick(
+            color="#555", thickness=1, size=10
+        ).encode(x=alt.X("x:Q", scale=scale))
+        layers.append(ticks)
+    return alt.layer(*layers).properties(height=24)
+
+
+def memory_chart(
+    samples: pd.DataFrame,
+    *,
+    x: XAxis = "bytes",
+    total_bytes: int | None = None,
+    mem_total: int | None = None,
+    capacity: int | None = None,
+    fit: Literal["pool", "data"] = "pool",
+    events: pd.DataFrame | None = None,
+    killed: bool = False,
+    height: int = CHART_HEIGHT,
+) -> alt.VConcatChart:
+    """The Job page's chart: stage strip above memory curves, sharing x.
+
+    samples: rows with MEMORY_COLUMNS (bytes), optionally tensor_name and rank
+    (several ranks draw one panel each). total_bytes fixes the x domain of the
+    bytes/percent views at the checkpoint size so live refreshes never rescale.
+    mem_total adds "System in use"; capacity draws the wall (dashed rule and
+    the >=90% danger zone); fit="pool" scales y to the whole pool. events
+    (columns t, kind, message) adds policy decisions (kind "policy") as pink
+    rules and denoising steps (kind "step") as ticks on the stage strip.
+    killed marks the last sample with the red kill rule and a cross.
+    """
+    wide, long, series = memory_frames(samples, x=x, total_bytes=total_bytes, mem_total=mem_total)
+    if events is not None:
+        _require(events, ("t", "kind", "message"), "memory chart events")
+    x_domain = _x_domain(x, samples, total_bytes)
+    x_scale = alt.Scale(domain=x_domain) if x_domain else alt.Scale(zero=True)
+    y_top = None
+    if fit == "pool" and capacity:
+        peak = float(long["gib"].max()) if len(long) else 0.0
+        y_top = max(capacity / GIB * 1.04, peak * 1.04)
+    y_scale = alt.Scale(domain=[0, y_top]) if y_top else alt.Scale(zero=True)
+
+    spans = stage_spans(samples, wide["x"])
+    event_x = _event_x(events, samples, x, total_bytes) if events is not None and len(events) else None
+    steps = event_x[events["kind"] == "step"] if event_x is not None else None
+    strip = stage_strip(spans, x_scale=x_scale, steps=steps)
+
+    ranks = sorted(wide["rank"].unique()) if len(wide) else [0]
+    panels = [
+        _memory_panel(
+            wide[wide["rank"] == r] if len(wide) else wide,
+            long[long["rank"] == r] if len(long) else long,
+            series,
+            x=x,
+            x_scale=x_scale,
+            x_end=x_domain[1] if x_domain else None,
+            y_scale=y_scale,
+            spans=spans,
+            capacity=capacity,
+            events=events.assign(x=event_x) if event_x is not None else None,
+            killed=killed,
+            height=height if len(ranks) == 1 else max(180, height // len(ranks)),
+            title=f"rank {r}" if len(ranks) > 1 else None,
+            key=f"r{r}",
+        )
+        for r in ranks
+    ]
+    return alt.vconcat(strip, *panels, spacing=4).resolve_scale(x="shared", color="shared")
+
+
+def _memory_panel(
+    wide: pd.DataFrame,
+    long: pd.DataFrame,
+    series: list[Series],
+    *,
+    x: XAxis,
+    x_scale: alt.Scale,
+    x_end: float | None,
+    y_scale: alt.Scale,
+    spans: pd.DataFrame,
+    capacity: int | None,
+    events: pd.DataFrame | None,
+    killed: bool,
+    height: int,
+    title: str | None,
+    key: str,
+) -> alt.LayerChart:
+    labels = [s.label for s in series]
+    x_enc = alt.X("x:Q", title=_x_title(x), scale=x_scale)
+    y_enc = alt.Y("gib:Q", title="GiB", scale=y_scale, axis=alt.Axis(format=".1f"))
+    legend_pick = alt.selection_point(fields=["series"], bind="legend", name=f"mute_{key}")
+    cursor = alt.selection_point(
+        fields=["x"], nearest=True, on="pointerover", empty=False, clear="pointerout", name=f"cursor_{key}"
+    )
+    layers: list[alt.Chart] = []
+
+    if len(spans) > 1:
+        layers.append(
+            alt.Chart(spans.iloc[1:]).mark_rule(color="#999", strokeWidth=1, opacity=0.5).encode(x=alt.X("x0:Q", scale=x_scale))
+        )
+    if capacity:
+        cap = capacity / GIB
+        zone = pd.DataFrame({"y0": [cap * 0.9], "y1": [cap], "label": [f"capacity {cap:.1f} GiB"]})
+        layers.append(alt.Chart(zone).mark_rect(color=WALL, opacity=0.08).encode(y=alt.Y("y0:Q", scale=y_scale), y2="y1:Q"))
+        layers.append(
+            alt.Chart(zone).mark_rule(color=WALL, strokeDash=[6, 4], strokeWidth=1.5).encode(y=alt.Y("y1:Q", scale=y_scale))
+        )
+        layers.append(
+            alt.Chart(zone)
+            .mark_text(color=WALL, align="right", baseline="bottom", dy=-3, fontSize=11)
+            .encode(y=alt.Y("y1:Q", scale=y_scale), x=alt.value("width"), text="label:N")
+        )
+
+    lines = (
+        alt.Chart(long)
+        .mark_line(interpolate="step-after", clip=True)
+        .encode(
+            x=x_enc,
+            y=y_enc,
+            color=alt.Color("series:N", scale=series_color_scale(labels), legend=alt.Legend(title=None, orient="top")),
+            strokeDash=alt.StrokeDash(
+                "series:N",
+                scale=alt.Scale(domain=labels, range=[list(s.dash) or [1, 0] for s in series]),
+                legend=None,
+            ),
+            strokeWidth=alt.StrokeWidth(
+                "series:N", scale=alt.Scale(domain=labels, range=[s.width for s in series]), legend=None
+            ),
+            opacity=alt.when(legend_pick).then(alt.value(1.0)).otherwise(alt.value(0.15)),
+            detail="series:N",
+        )
+        .add_params(legend_pick)
+    )
+    layers.append(lines)
+
+    tooltip = [
+        alt.Tooltip("tensor:N", title="tensor"),
+        alt.Tooltip("stage:N", title="stage"),
+        alt.Tooltip("placed_gib:Q", title="GiB placed", format=".2f"),
+        alt.Tooltip("t:Q", title="seconds", format=".2f"),
+        *[alt.Tooltip(f"{s.label}:Q", title=f"{s.label}, GiB ({s.source})", format=".2f") for s in series],
+        alt.Tooltip("headroom_gib:Q", title="MemAvailable (headroom, GiB)", format=".2f"),
+    ]
+    layers.append(
+        alt.Chart(wide)
+        .mark_rule(color="#666", strokeWidth=1)
+        .encode(
+            x=x_enc,
+            opacity=alt.when(cursor).then(alt.value(0.6)).otherwise(alt.value(0)),
+            tooltip=tooltip,
+        )
+        .add_params(cursor)
+    )
+
+    if events is not None:
+        policy = events[events["kind"] == "policy"]
+        if len(policy):
+            pol = alt.Chart(policy[["x", "t", "message"]])
+            layers.append(pol.mark_rule(color=POLICY, strokeWidth=1).encode(x=alt.X("x:Q", scale=x_scale), tooltip=["message:N"]))
+            layers.append(
+                pol.mark_point(shape="diamond", filled=True, color=POLICY, size=60)
+                .encode(x=alt.X("x:Q", scale=x_scale), y=alt.value(4), tooltip=["message:N", alt.Tooltip("t:Q", format=".2f")])
+            )
+
+    if killed and len(wide):
+        last = wide.iloc[[-1]]
+        top = max(labels, key=lambda label: float(last[label].iloc[0])) if labels else None
+        kill = pd.DataFrame(
+            {
+                "x": last["x"].to_numpy(),
+                "gib": [float(last[top].iloc[0]) if top else 0.0],
+                "label": ["process killed"],
+                "end": [x_end if x_end is not None else float(last["x"].iloc[0])],
+            }
+        )
+        mark = alt.Chart(kill)
+        if kill["end"].iloc[0] > kill["x"].iloc[0]:
+            layers.append(mark.mark_rect(color="#9e9e9e", opacity=0.18).encode(x=alt.X("x:Q", scale=x_scale), x2="end:Q"))
+            layers.append(
+                mark.mark_text(color="#555", align="left", dx=6, baseline="top", dy=6, text="no data — process killed").encode(
+                    x=alt.X("x:Q", scale=x_scale), y=alt.value(0)
+                )
+            )
+        layers.append(mark.mark_rule(color=WALL, strokeWidth=2).encode(x=alt.X("x:Q", scale=x_scale)))
+        layers.append(
+            mark.mark_text(text="✕", color=WALL, fontSize=18, fontWeight="bold").encode(
+                x=alt.X("x:Q", scale=x_scale), y=alt.Y("gib:Q", scale=y_scale), tooltip=["label:N"]
+            )
+        )
+
+    chart = alt.layer(*layers).properties(height=height)
+    return chart.properties(title=title) if title else chart
+
+
+def compare_frame(samples: pd.DataFrame, *, x: Literal["percent", "seconds"], y: Literal["gib", "ratio"], subtract_start: bool) -> pd.DataFrame:
+    """Long frame for the compare overlay: one row per job, sample and series.
+
+    samples: rows of several jobs with columns job, total_bytes (that job's
+    checkpoint size), mem_total (the machine's MemTotal, may be empty) and
+    MEMORY_COLUMNS. y="ratio" divides by each job's checkpoint size;
+    subtract_start removes each job's first value per series.
+    """
+    _require(samples, ("job", "total_bytes", "mem_total", *MEMORY_COLUMNS), "compare chart")
+    rows = []
+    for job, part in samples.groupby("job", sort=False):
+        part = part.sort_values("t")
+        total = float(part["total_bytes"].iloc[0])
+        mem_total = part["mem_total"].iloc[0]
+        xs = part["t"].astype(float) - float(part["t"].min()) if x == "seconds" else part["bytes_placed"].astype(float) / total * 100
+        for s in present_series(part, mem_total if pd.notna(mem_total) else None):
+            raw = (mem_total - part["mem_available"]) if s.key == "system_in_use" else part[s.key]
+            values = raw.astype(float)
+            if subtract_start:
+                values = values - values.iloc[0]
+            values = values / total if y == "ratio" else values / GIB
+            rows.append(pd.DataFrame({"job": job, "series": s.label, "x": xs.to_numpy(), "value": values.to_numpy()}))
+    if not rows:
+        return pd.DataFrame({"job": pd.Series(dtype=str), "series": pd.Series(dtype=str), "x": [], "value": []})
+    return pd.concat(rows, ignore_index=True)
+
+
+def compare_chart(
+    samples: pd.DataFrame,
+    *,
+    x: Literal["percent", "seconds"] = "percent",
+    y: Literal["gib", "ratio"] = "gib",
+    subtract_start: bool = False,
+    capacity: int | None = None,
+    fit: Literal["pool", "data"] = "data",
+) -> alt.FacetChart:
+    """Small multiples, one panel per series (each keeps its colour), jobs told
+    apart by dash pattern and an end-of-line label; at most five jobs.
+
+    y="ratio" adds reference rules at 1.0× and 2.0×. `job` labels should be
+    short and unique (e.g. "#7 drain").
+    """
+    frame = compare_frame(samples, x=x, y=y, subtract_start=subtract_start)
+    jobs = list(dict.fromkeys(frame["job"])) if len(frame) else list(dict.fromkeys(samples.get("job", [])))
+    if len(jobs) > MAX_COMPARED:
+        raise ValueError(f"compare draws at most {MAX_COMPARED} jobs; got {len(jobs)}")
+    labels = [s.label for s in SERIES if s.label in set(frame["series"])] or [SERIES[1].label]
+    frame["end"] = frame.groupby(["job", "series"])["x"].transform("max") == frame["x"]
+    pick = alt.selection_point(fields=["job"], bind="legend", on="pointerover", clear="pointerout", name="job_pick")
+    y_title = "× checkpoint size" if y == "ratio" else "GiB"
+    y_domain = None
+    if y == "gib" and fit == "pool" and capacity:
+        y_domain = [0, max(capacity / GIB, float(frame["value"].max()) if len(frame) else 0) * 1.04]
+    y_scale = alt.Scale(domain=y_domain) if y_domain else alt.Scale(zero=True)
+    x_enc = alt.X(
+        "x:Q",
+        title="% of model placed" if x == "percent" else "seconds since job start",
+        scale=alt.Scale(domain=[0, 100]) if x == "percent" else alt.Scale(zero=True),
+    )
+    base = alt.Chart().encode(x=x_enc)
+    lines = base.mark_line(interpolate="step-after", strokeWidth=2).encode(
+        y=alt.Y("value:Q", title=y_title, scale=y_scale, axis=alt.Axis(format=".2f" if y == "ratio" else ".1f")),
+        color=alt.Color("series:N", scale=series_color_scale(labels), legend=None),
+        strokeDash=alt.StrokeDash(
+            "job:N", scale=alt.Scale(domain=jobs or [""], range=JOB_DASHES[: max(1, len(jobs))]), legend=alt.Legend(title="job", orient="top", symbolStrokeColor="#333")
+        ),
+        opacity=alt.when(pick).then(alt.value(1.0)).otherwise(alt.value(0.35)),
+        detail="job:N",
+        tooltip=[
+            alt.Tooltip("job:N"),
+            alt.Tooltip("series:N"),
+            alt.Tooltip("x:Q", title="% placed" if x == "percent" else "seconds", format=".1f"),
+            alt.Tooltip("value:Q", title=y_title, format=".2f"),
+        ],
+    ).add_params(pick)
+    ends = base.transform_filter(alt.datum.end).mark_text(align="left", dx=4, fontSize=10, color="#333").encode(
+        y=alt.Y("value:Q", scale=y_scale), text="job:N"
+    )
+    layers = [lines, ends]
+    if y == "ratio":
+        references = [alt.Chart().mark_rule(color="#888", strokeDash=[2, 2]).encode(y=alt.datum(r)) for r in (1.0, 2.0)]
+        layers = references + layers
+    elif capacity and fit == "pool":
+        layers.insert(0, alt.Chart().mark_rule(color=WALL, strokeDash=[6, 4]).encode(y=alt.datum(capacity / GIB)))
+    return (
+        alt.layer(*layers, data=frame)
+        .properties(height=220, width=320)
+        .facet(facet=alt.Facet("series:N", sort=labels, title=None), columns=2)
+        .resolve_scale(y="shared")
+    )
+
+
+def fit_forecast(in_use: int, predicted_peak: int, capacity: int) -> alt.LayerChart:
+    """The Run page's "will it fit?" bar: current use plus the predicted peak
+    against the wall; amber from 80% of capacity, red above it."""
+    total = in_use + predicted_peak
+    share = total / capacity if capacity else 0.0
+    color = "#009E73" if share < 0.8 else ("#E69F00" if share <= 1.0 else WALL)
+    bars = pd.DataFrame(
+        {
+            "part": ["in use now", "predicted peak of this job"],
+            "x0": [0.0, in_use / GIB],
+            "x1": [in_use / GIB, total / GIB],
+            "gib": [in_use / GIB, predicted_peak / GIB],
+            "color": ["#9e9e9e", color],
+        }
+    )
+    top = max(capacity, total) / GIB * 1.02
+    scale = alt.Scale(domain=[0, top])
+    bar = alt.Chart(bars).mark_bar(height=22).encode(
+        x=alt.X("x0:Q", scale=scale, title="GiB"),
+        x2="x1:Q",
+        color=alt.Color("color:N", scale=None),
+        tooltip=["part:N", alt.Tooltip("gib:Q", title="GiB", format=".2f")],
+    )
+    wall = alt.Chart(pd.DataFrame({"cap": [capacity / GIB], "label": [f"{capacity / GIB:.1f} GiB"]}))
+    rule = wall.mark_rule(color=WALL, strokeDash=[6, 4], strokeWidth=2).encode(x=alt.X("cap:Q", scale=scale))
+    text = wall.mark_text(color=WALL, align="right", dx=-4, dy=-18, fontSize=11).encode(x=alt.X("cap:Q", scale=scale), text="label:N")
+    return alt.layer(bar, rule, text).properties(height=60)
+
+
+def pool_bar(used: int, cache: int, total: int, *, height: int = 34) -> alt.LayerChart:
+    """nvitop-style bar of the one shared pool: used, page cache, free, with
+    threshold ticks at 80% and 90%."""
+    used_gib, cache_gib, total_gib = used / GIB, cache / GIB, total / GIB
+    free_gib = max(total_gib - used_gib - cache_gib, 0.0)
+    share = used / total if total else 0.0
+    used_color = "#009E73" if share < 0.8 else ("#E69F00" if share < 0.9 else WALL)
+    parts = pd.DataFrame(
+        {
+            "part": ["in use", "page cache", "free"],
+            "x0": [0.0, used_gib, used_gib + cache_gib],
+            "x1": [used_gib, used_gib + cache_gib, total_gib],
+            "gib": [used_gib, cache_gib, free_gib],
+            "color": [used_color, "#b9d7ea", "#f0f0f0"],
+        }
+    )
+    scale = alt.Scale(domain=[0, total_gib])
+    bar = alt.Chart(parts).mark_bar(height=height - 12).encode(
+        x=alt.X("x0:Q", scale=scale, title=None, axis=alt.Axis(format=".0f", labelExpr="datum.label + ' GiB'")),
+        x2="x1:Q",
+        color=alt.Color("color:N", scale=None),
+        tooltip=["part:N", alt.Tooltip("gib:Q", title="GiB", format=".2f")],
+    )
+    marks = alt.Chart(pd.DataFrame({"x": [total_gib * 0.8, total_gib * 0.9]})).mark_tick(
+        color="#555", thickness=2, size=height - 8
+    ).encode(x=alt.X("x:Q", scale=scale))
+    return alt.layer(bar, marks).properties(height=height)

@@ -1,0 +1,112 @@
+"""Every number the dashboard shows goes through here, so units never drift.
+
+Memory is always GiB (2**30 bytes); throughput keeps DESIGN.md's decimal GB/s
+because `throughput_gbps` is defined that way. Ratios read "1.16×", fractions
+"64%". Missing values read "—" rather than 0, which would be a lie.
+"""
+
+from __future__ import annotations
+
+import math
+
+GIB = 2**30
+"""Bytes in one GiB."""
+
+MISSING = "—"
+"""What a value that does not exist (yet) reads as."""
+
+
+def _absent(value: float | None) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def gib(nbytes: float | None, digits: int = 1) -> str:
+    """`63.2 GiB` from a byte count; small values keep enough digits to be non-zero."""
+    if _absent(nbytes):
+        return MISSING
+    value = nbytes / GIB
+    if value != 0 and abs(value) < 10 ** -digits:
+        return f"{nbytes / 2**20:.{digits}f} MiB"
+    return f"{value:.{digits}f} GiB"
+
+
+def ratio(value: float | None, digits: int = 2) -> str:
+    """`1.16×` for a footprint or cost ratio."""
+    if _absent(value):
+        return MISSING
+    return f"{value:.{digits}f}×"
+
+
+def percent(fraction: float | None, digits: int = 0) -> str:
+    """`64%` from a fraction in [0, 1]."""
+    if _absent(fraction):
+        return MISSING
+    return f"{fraction * 100:.{digits}f}%"
+
+
+def duration(seconds: float | None) -> str:
+    """`0.84 s`, `41.2 s`, `6 min 52 s` or `1 h 03 min`: as precise as a human reads it."""
+    if _absent(seconds):
+        return MISSING
+    if seconds < 10:
+        return f"{seconds:.2f} s"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def rate_gbps(value: float | None) -> str:
+    """`4.9 GB/s` (decimal, as DESIGN.md defines `throughput_gbps`)."""
+    if _absent(value):
+        return MISSING
+    return f"{value:.2f} GB/s" if value < 10 else f"{value:.1f} GB/s"
+
+
+METRIC_LABELS: dict[str, str] = {
+    "bytes_placed": "Bytes placed",
+    "footprint_ratio": "Footprint ratio",
+    "host_peak_ratio": "Host peak ratio",
+    "memavailable_cost_ratio": "MemAvailable cost ratio",
+    "load_seconds": "Load time",
+    "throughput_gbps": "Throughput",
+    "raw_read_gbps": "Raw read rate",
+    "read_efficiency": "Read efficiency",
+}
+"""Readable names for DESIGN.md's metric names; others are derived from the name."""
+
+
+def metric_label(name: str) -> str:
+    """A readable label for a metric name (`peak_vm_rss_bytes` -> `Peak vm rss`)."""
+    if name in METRIC_LABELS:
+        return METRIC_LABELS[name]
+    words = name
+    for suffix in ("_bytes", "_seconds", "_gbps"):
+        if words.endswith(suffix):
+            words = words[: -len(suffix)]
+    words = words.replace("_", " ").strip()
+    return words[:1].upper() + words[1:]
+
+
+def metric_value(name: str, value: object) -> str:
+    """Format one metric by what its name says it measures."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return MISSING if value is None else str(value)
+    if _absent(float(value)):
+        return MISSING
+    if name.endswith("_ratio"):
+        return ratio(value)
+    if name.endswith("_efficiency") or name.endswith("_fraction"):
+        return percent(value)
+    if name.endswith("_gbps"):
+        return rate_gbps(value)
+    if name.endswith("_seconds") or name.endswith("_s"):
+        return duration(value)
+    if name.endswith("bytes") or name.endswith("bytes_placed") or name == "bytes_placed":
+        return gib(value, 2)
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return f"{value:,}"

@@ -1,0 +1,215 @@
+"""Chart builders are pure functions: read their Vega-Lite dicts."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from dashboard import charts
+
+GIB = 2**30
+
+
+def _layers(spec: dict) -> list[dict]:
+    """Every unit spec under a (v/h)concat/layer/facet tree."""
+    found = []
+    stack = [spec]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if "mark" in node:
+                found.append(node)
+            for key in ("vconcat", "hconcat", "layer", "concat"):
+                stack.extend(node.get(key, []))
+            if "spec" in node:
+                stack.append(node["spec"])
+    return found
+
+
+def _datasets(spec: dict) -> dict[str, list[dict]]:
+    return spec.get("datasets", {})
+
+
+def _line_layer(spec: dict) -> dict:
+    return next(layer for layer in _layers(spec) if (layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"]) == "line")
+
+
+def test_memory_chart_draws_each_series_in_its_fixed_colour(load_samples):
+    spec = charts.memory_chart(load_samples, mem_total=24 * GIB).to_dict()
+    color = _line_layer(spec)["encoding"]["color"]
+    assert color["field"] == "series"
+    assert color["scale"]["domain"] == ["System in use", "VmRSS", "RssFile"]
+    assert color["scale"]["range"] == ["#009E73", "#0072B2", "#56B4E9"]
+    dash = _line_layer(spec)["encoding"]["strokeDash"]["scale"]
+    assert dash["range"][dash["domain"].index("RssFile")] == [6, 4]
+
+
+def test_gpu_allocated_appears_only_when_a_device_allocated_memory(load_samples, sample_frame):
+    cpu = charts.memory_chart(load_samples).to_dict()
+    gpu = charts.memory_chart(sample_frame(gpu=True)).to_dict()
+    assert "GPU allocated" not in _line_layer(cpu)["encoding"]["color"]["scale"]["domain"]
+    assert _line_layer(gpu)["encoding"]["color"]["scale"]["domain"][-1] == "GPU allocated"
+    assert _line_layer(gpu)["encoding"]["color"]["scale"]["range"][-1] == "#E69F00"
+
+
+def test_bytes_axis_is_fixed_to_the_checkpoint_size_in_gib(load_samples):
+    spec = charts.memory_chart(load_samples, x="bytes", total_bytes=3 * GIB).to_dict()
+    x = _line_layer(spec)["encoding"]["x"]
+    assert x["title"] == "GiB placed"
+    assert x["scale"]["domain"] == [0, 3.0]
+    values = [row["gib"] for row in _datasets(spec)[_line_layer(spec)["data"]["name"]]]
+    # VmRSS ends at 0.25 GiB baseline + 2 GiB placed.
+    assert max(values) == pytest.approx(2.25, abs=0.01)
+
+
+def test_percent_axis_needs_the_checkpoint_size(load_samples):
+    with pytest.raises(ValueError, match="total_bytes"):
+        charts.memory_chart(load_samples, x="percent")
+    spec = charts.memory_chart(load_samples, x="percent", total_bytes=2 * GIB).to_dict()
+    assert _line_layer(spec)["encoding"]["x"]["scale"]["domain"] == [0, 100]
+
+
+def test_system_in_use_is_memtotal_minus_memavailable(load_samples):
+    spec = charts.memory_chart(load_samples, x="seconds", mem_total=24 * GIB).to_dict()
+    rows = _datasets(spec)[_line_layer(spec)["data"]["name"]]
+    first_in_use = next(r["gib"] for r in rows if r["series"] == "System in use")
+    assert first_in_use == pytest.approx(24 - 20 + 2 / 96, abs=1e-6)
+
+
+def test_capacity_draws_a_dashed_red_wall_with_a_label_and_danger_zone(load_samples):
+    spec = charts.memory_chart(load_samples, capacity=24 * GIB).to_dict()
+    layers = _layers(spec)
+    rules = [l for l in layers if l["mark"].get("type") == "rule" and l["mark"].get("color") == charts.WALL]
+    assert rules and rules[0]["mark"]["strokeDash"] == [6, 4]
+    texts = [l for l in layers if l["mark"].get("type") == "text" and l["mark"].get("color") == charts.WALL]
+    assert texts and texts[0]["mark"]["align"] == "right"
+    zone = [l for l in layers if l["mark"].get("type") == "rect" and l["mark"].get("color") == charts.WALL]
+    assert zone and zone[0]["mark"]["opacity"] == pytest.approx(0.08)
+    assert "capacity 24.0 GiB" in json.dumps(spec, ensure_ascii=False)
+
+
+def test_tooltip_names_the_tensor_and_every_series_in_gib_with_two_decimals(load_samples):
+    spec = charts.memory_chart(load_samples, mem_total=24 * GIB).to_dict()
+    rule = next(l for l in _layers(spec) if "tooltip" in l.get("encoding", {}) and l["mark"].get("type") == "rule")
+    titles = [t["title"] for t in rule["encoding"]["tooltip"]]
+    assert titles[0] == "tensor"
+    assert "VmRSS, GiB (worker /proc status)" in titles
+    assert all(t.get("format") == ".2f" for t in rule["encoding"]["tooltip"] if t["type"] == "quantitative")
+
+
+def test_stage_strip_has_one_band_per_stage_run_with_labels(load_samples):
+    spans = charts.stage_spans(load_samples, load_samples["t"])
+    assert list(spans["stage"]) == ["load", "denoising"]
+    assert spans["x1"].iloc[0] == spans["x0"].iloc[1]
+    spec = charts.memory_chart(load_samples, x="seconds").to_dict()
+    strip = spec["vconcat"][0]
+    assert strip["height"] == 24
+    assert {l["mark"]["type"] for l in strip["layer"]} >= {"rect", "text"}
+
+
+def test_denoising_steps_are_ticks_on_the_strip_not_bands(load_samples):
+    events = pd.DataFrame({"t": [10.0, 10.5, 11.0], "kind": ["step"] * 3, "message": ["1/3", "2/3", "3/3"]})
+    spec = charts.memory_chart(load_samples, x="seconds", events=events).to_dict()
+    strip = spec["vconcat"][0]
+    ticks = [l for l in strip["layer"] if l["mark"]["type"] == "tick"]
+    assert len(ticks) == 1
+    assert [r["x"] for r in _datasets(spec)[ticks[0]["data"]["name"]]] == [10.0, 10.5, 11.0]
+
+
+def test_policy_events_land_at_the_bytes_placed_when_they_happened(load_samples):
+    events = pd.DataFrame({"t": [4.8], "kind": ["policy"], "message": ["drain: freed host copy"]})
+    spec = charts.memory_chart(load_samples, x="bytes", events=events).to_dict()
+    diamonds = [l for l in _layers(spec) if l["mark"].get("shape") == "diamond"]
+    assert diamonds and diamonds[0]["mark"]["color"] == charts.POLICY
+    row = _datasets(spec)[diamonds[0]["data"]["name"]][0]
+    placed = load_samples.loc[load_samples["t"] <= 4.8, "bytes_placed"].iloc[-1] / GIB
+    assert row["x"] == pytest.approx(placed)
+
+
+def test_a_killed_job_gets_a_red_rule_and_cross_at_its_last_sample(load_samples):
+    cut = load_samples.iloc[:50]
+    spec = charts.memory_chart(cut, x="bytes", total_bytes=2 * GIB, killed=True).to_dict()
+    crosses = [l for l in _layers(spec) if l["mark"].get("text") == "✕"]
+    assert crosses and crosses[0]["mark"]["color"] == charts.WALL
+    kill_row = _datasets(spec)[crosses[0]["data"]["name"]][0]
+    assert kill_row["x"] == pytest.approx(cut["bytes_placed"].iloc[-1] / GIB)
+    assert "no data — process killed" in json.dumps(spec, ensure_ascii=False)
+
+
+def test_several_ranks_draw_one_panel_each(sample_frame):
+    spec = charts.memory_chart(sample_frame(ranks=2), x="seconds").to_dict()
+    assert len(spec["vconcat"]) == 3
+    assert [p.get("title") for p in spec["vconcat"][1:]] == ["rank 0", "rank 1"]
+
+
+def test_missing_columns_are_named_in_the_error(load_samples):
+    with pytest.raises(ValueError, match="rss_file, mem_available"):
+        charts.memory_chart(load_samples.drop(columns=["rss_file", "mem_available"]))
+    with pytest.raises(ValueError, match="total_bytes"):
+        charts.compare_chart(load_samples.assign(job="a", mem_total=None))
+
+
+def test_empty_frames_give_valid_empty_charts(load_samples):
+    empty = load_samples.iloc[:0]
+    spec = charts.memory_chart(empty, x="bytes", total_bytes=GIB, capacity=8 * GIB, killed=True).to_dict()
+    assert spec["vconcat"]
+    compare = charts.compare_chart(empty.assign(job="a", total_bytes=GIB, mem_total=None)).to_dict()
+    assert compare["facet"]["field"] == "series"
+
+
+@pytest.fixture
+def two_jobs(sample_frame) -> pd.DataFrame:
+    """A retain job and a stream job whose VmRSS is half of retain's, both of a 2 GiB checkpoint."""
+    retain = sample_frame().assign(job="#1 retain", total_bytes=2 * GIB, mem_total=24 * GIB)
+    stream = sample_frame().assign(job="#2 stream", total_bytes=2 * GIB, mem_total=24 * GIB)
+    stream["vm_rss"] = stream["vm_rss"] // 2
+    return pd.concat([retain, stream], ignore_index=True)
+
+
+def test_compare_tells_jobs_apart_by_dash_and_series_by_colour(two_jobs):
+    spec = charts.compare_chart(two_jobs).to_dict()
+    line = _line_layer(spec)
+    assert line["encoding"]["strokeDash"]["scale"]["domain"] == ["#1 retain", "#2 stream"]
+    assert line["encoding"]["strokeDash"]["scale"]["range"] == charts.JOB_DASHES[:2]
+    assert line["encoding"]["color"]["scale"]["range"][:2] == ["#009E73", "#0072B2"]
+    assert spec["facet"]["field"] == "series"
+
+
+def test_compare_x_is_the_fraction_of_each_jobs_model_placed(two_jobs):
+    frame = charts.compare_frame(two_jobs, x="percent", y="gib", subtract_start=False)
+    assert frame["x"].max() == pytest.approx(100)
+
+
+def test_compare_ratio_view_divides_by_checkpoint_size_and_draws_reference_rules(two_jobs):
+    frame = charts.compare_frame(two_jobs, x="percent", y="ratio", subtract_start=True)
+    retain_rss = frame[(frame["job"] == "#1 retain") & (frame["series"] == "VmRSS")]
+    # Placed 2 GiB of a 2 GiB checkpoint with VmRSS growing by exactly that: 1.0x above the start.
+    assert retain_rss["value"].iloc[-1] == pytest.approx(1.0 - 1 / 96, abs=1e-6)
+    spec = charts.compare_chart(two_jobs, y="ratio", subtract_start=True).to_dict()
+    refs = [l["encoding"]["y"]["datum"] for l in _layers(spec) if l["mark"].get("type") == "rule"]
+    assert sorted(refs) == [1.0, 2.0]
+
+
+def test_compare_refuses_more_than_five_jobs(sample_frame):
+    frames = [sample_frame(10).assign(job=f"#{i}", total_bytes=GIB, mem_total=None) for i in range(6)]
+    with pytest.raises(ValueError, match="at most 5 jobs"):
+        charts.compare_chart(pd.concat(frames))
+
+
+def test_fit_forecast_turns_amber_from_80_percent_and_red_past_the_wall():
+    def colour(in_use, peak):
+        spec = charts.fit_forecast(in_use * GIB, peak * GIB, 100 * GIB).to_dict()
+        return [r["color"] for r in _datasets(spec)[spec["layer"][0]["data"]["name"]]][1]
+
+    assert colour(10, 20) == "#009E73"
+    assert colour(50, 35) == "#E69F00"
+    assert colour(50, 60) == charts.WALL
+
+
+def test_pool_bar_shows_used_cache_and_free_against_the_total():
+    spec = charts.pool_bar(10 * GIB, 4 * GIB, 24 * GIB).to_dict()
+    rows = _datasets(spec)[spec["layer"][0]["data"]["name"]]
+    assert [r["part"] for r in rows] == ["in use", "page cache", "free"]
+    assert rows[-1]["gib"] == pytest.approx(10.0)

@@ -1,0 +1,49 @@
+"""Every number the dashboard shows is formatted by dashboard.format."""
+
+import math
+
+from dashboard import format as fmt
+
+
+def test_gib_uses_binary_units_and_one_decimal():
+    assert fmt.gib(121 * 2**30) == "121.0 GiB"
+    assert fmt.gib(int(63.24 * 2**30)) == "63.2 GiB"
+    assert fmt.gib(int(1.5 * 2**30), 2) == "1.50 GiB"
+
+
+def test_gib_switches_to_mib_for_small_sizes_rather_than_showing_zero():
+    assert fmt.gib(5 * 2**20) == "5.0 MiB"
+
+
+def test_missing_values_read_as_a_dash_never_as_zero():
+    for formatter in (fmt.gib, fmt.ratio, fmt.percent, fmt.duration, fmt.rate_gbps):
+        assert formatter(None) == fmt.MISSING
+        assert formatter(math.nan) == fmt.MISSING
+
+
+def test_ratio_and_percent_read_like_the_design_notes():
+    assert fmt.ratio(1.1634) == "1.16×"
+    assert fmt.percent(0.64) == "64%"
+
+
+def test_duration_is_as_precise_as_a_human_reads_it():
+    assert fmt.duration(0.842) == "0.84 s"
+    assert fmt.duration(41.24) == "41.2 s"
+    assert fmt.duration(412) == "6 min 52 s"
+    assert fmt.duration(3780) == "1 h 03 min"
+
+
+def test_design_metric_names_get_readable_labels_and_units():
+    assert fmt.metric_label("footprint_ratio") == "Footprint ratio"
+    assert fmt.metric_label("memavailable_cost_ratio") == "MemAvailable cost ratio"
+    assert fmt.metric_value("footprint_ratio", 1.004) == "1.00×"
+    assert fmt.metric_value("read_efficiency", 0.91) == "91%"
+    assert fmt.metric_value("throughput_gbps", 4.93) == "4.93 GB/s"
+    assert fmt.metric_value("load_seconds", 12.5) == "12.5 s"
+    assert fmt.metric_value("bytes_placed", 2 * 2**30) == "2.00 GiB"
+
+
+def test_unknown_metric_names_are_derived_from_the_name():
+    assert fmt.metric_label("decode_seconds") == "Decode"
+    assert fmt.metric_value("frames", 17) == "17"
+    assert fmt.metric_value("note", "text") == "text"
