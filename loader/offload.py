@@ -1,0 +1,144 @@
+"""Offload policy: decide once, per job, where weights live.
+
+Offload flags move weights to host memory so the device can drop them. On
+unified memory (NVIDIA GB10, other integrated GPUs, Apple MPS, or a CPU target)
+host and device are one pool: the move frees nothing, the copy is pure loss,
+and the peak becomes the sum instead of the max. One flag acts at several sites
+(load-time device choice, FSDP CPU offload, moves around a stage's forward), so
+`resolve_offload` runs once after the job's device is bound and every site reads
+its answer. Sites that take an explicit `cpu_offload=` argument bypass the
+settings and call `guard_cpu_offload` instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from loader.device import DeviceInfo
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OffloadSettings:
+    """The offload settings, named and defaulted as in FastVideo."""
+
+    dit_layerwise_offload: bool = True
+    """Stream the DiT's layers from host memory one at a time during the forward."""
+    dit_cpu_offload: bool = True
+    """Keep the whole DiT in host memory and move it to the device around its forward."""
+    text_encoder_cpu_offload: bool = True
+    """Keep the text encoder in host memory between uses."""
+    image_encoder_cpu_offload: bool = True
+    """Keep the image encoder in host memory between uses."""
+    vae_cpu_offload: bool = True
+    """Keep the VAE in host memory between uses."""
+    use_fsdp_inference: bool = False
+    """Shard the DiT across ranks with FSDP (a decision separate from where weights live)."""
+    pin_cpu_memory: bool = True
+    """Pin host buffers used for host-device copies (never changed by the policy)."""
+
+    def to_dict(self) -> dict[str, bool]:
+        return asdict(self)
+
+
+UNIFIED_MEMORY_OFFLOAD_FLAGS: tuple[str, ...] = (
+    "dit_layerwise_offload",
+    "dit_cpu_offload",
+    "text_encoder_cpu_offload",
+    "image_encoder_cpu_offload",
+    "vae_cpu_offload",
+)
+"""Every flag that moves weights to host; all of them turn off on unified memory.
+A flag missing here would be silent: the run works and quietly pays twice."""
+
+
+@dataclass(frozen=True)
+class OffloadDecision:
+    """One flag the policy changed, and why."""
+
+    flag: str
+    """The OffloadSettings field."""
+    before: bool
+    """Value as requested."""
+    after: bool
+    """Value every site must use."""
+    reason: str
+    """Why, in words a user understands."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.flag}: {_on_off(self.before)} -> {_on_off(self.after)} ({self.reason})"
+
+
+def unified_memory_reason(device: DeviceInfo) -> str:
+    """Why offloading to host is pointless on `device` (which must report unified memory)."""
+    if device.source.startswith("env:"):
+        forced = device.source[len("env:"):]
+        return f"{device.name} is treated as unified memory ({forced}): moving weights to host frees nothing"
+    if device.kind == "cpu":
+        return "the target is the CPU: weights already live in host memory, so offloading them there frees nothing"
+    return f"{device.name} has unified memory: moving weights to host frees nothing"
+
+
+def resolve_offload(
+    settings: OffloadSettings, device: DeviceInfo
+) -> tuple[OffloadSettings, list[OffloadDecision]]:
+    """Return the settings every site must use on `device`, and one decision per changed flag.
+
+    Rules, in order (each sees the result of the previous one):
+    unified memory turns off each of UNIFIED_MEMORY_OFFLOAD_FLAGS that is on;
+    MPS also turns off use_fsdp_inference (sharding is not supported there);
+    layerwise offload, when still on, wins over dit_cpu_offload and use_fsdp_inference.
+    Flags already off produce no decision. Pure: no torch, no logging.
+    """
+    changes: dict[str, str] = {}
+    values = settings.to_dict()
+
+    def turn_off(flag: str, reason: str) -> None:
+        if values[flag]:
+            values[flag] = False
+            changes[flag] = reason
+
+    if device.unified_memory:
+        reason = unified_memory_reason(device)
+        for flag in UNIFIED_MEMORY_OFFLOAD_FLAGS:
+            turn_off(flag, reason)
+    if device.kind == "mps":
+        turn_off("use_fsdp_inference", f"{device.name} does not support FSDP sharding")
+    if values["dit_layerwise_offload"]:
+        turn_off(
+            "dit_cpu_offload",
+            "dit_layerwise_offload is on and already moves the DiT between host and device layer by layer",
+        )
+        turn_off(
+            "use_fsdp_inference",
+            "dit_layerwise_offload is on, and layer-by-layer offload cannot run with FSDP sharding",
+        )
+    decisions = [
+        OffloadDecision(flag, getattr(settings, flag), values[flag], changes[flag])
+        for flag in (f.name for f in fields(OffloadSettings))
+        if flag in changes
+    ]
+    return replace(settings, **values), decisions
+
+
+def guard_cpu_offload(requested: bool, device: DeviceInfo, *, site: str) -> bool:
+    """The `cpu_offload` a call site with an explicit argument must use on `device`.
+
+    Such a site bypasses `resolve_offload`, so it applies the same rule here:
+    on unified memory a request to offload is overridden, and the reason logged
+    naming `site` (e.g. "load_checkpoint").
+    """
+    if requested and device.unified_memory:
+        logger.warning("%s: cpu_offload=True overridden to False: %s", site, unified_memory_reason(device))
+        return False
+    return requested
+
+
+def _on_off(value: bool) -> str:
+    return "on" if value else "off"

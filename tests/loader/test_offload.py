@@ -1,0 +1,179 @@
+"""Offload policy: every rule of resolve_offload, the flag list, and the explicit-argument guard."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import pytest
+
+from loader.device import DeviceInfo
+from loader.offload import (
+    UNIFIED_MEMORY_OFFLOAD_FLAGS,
+    OffloadDecision,
+    OffloadSettings,
+    guard_cpu_offload,
+    resolve_offload,
+)
+
+ALL_OFF = {flag: False for flag in UNIFIED_MEMORY_OFFLOAD_FLAGS}
+
+
+def make_device(kind="cuda", *, unified, name="NVIDIA GB10", source="cuda-driver") -> DeviceInfo:
+    return DeviceInfo(
+        spec=kind, kind=kind, index=0 if kind == "cuda" else None, name=name, unified_memory=unified,
+        total_memory=128 * 2**30, source=source, reason="made up for a test",
+    )
+
+
+@pytest.fixture
+def gb10():
+    """A unified-memory CUDA device as the driver reports a DGX Spark."""
+    return make_device(unified=True)
+
+
+@pytest.fixture
+def h200():
+    """A discrete CUDA device."""
+    return make_device(unified=False, name="NVIDIA H200")
+
+
+@pytest.fixture
+def apple_mps():
+    return make_device("mps", unified=True, name="Apple MPS", source="mps")
+
+
+def changed(decisions: list[OffloadDecision]) -> dict[str, tuple[bool, bool]]:
+    return {d.flag: (d.before, d.after) for d in decisions}
+
+
+def test_defaults_match_fastvideo():
+    assert OffloadSettings().to_dict() == {
+        "dit_layerwise_offload": True,
+        "dit_cpu_offload": True,
+        "text_encoder_cpu_offload": True,
+        "image_encoder_cpu_offload": True,
+        "vae_cpu_offload": True,
+        "use_fsdp_inference": False,
+        "pin_cpu_memory": True,
+    }
+
+
+def test_unified_memory_flags_are_exactly_the_settings_fields_ending_in_offload():
+    offload_fields = {f.name for f in dataclasses.fields(OffloadSettings) if f.name.endswith("_offload")}
+    assert set(UNIFIED_MEMORY_OFFLOAD_FLAGS) == offload_fields
+    assert len(UNIFIED_MEMORY_OFFLOAD_FLAGS) == len(offload_fields) == 5
+
+
+@pytest.mark.parametrize("flag", UNIFIED_MEMORY_OFFLOAD_FLAGS)
+def test_unified_memory_turns_off_each_offload_flag_on_its_own(flag, gb10):
+    settings = OffloadSettings(**{**ALL_OFF, flag: True})
+    resolved, decisions = resolve_offload(settings, gb10)
+    assert getattr(resolved, flag) is False
+    assert decisions == [
+        OffloadDecision(flag, True, False, "NVIDIA GB10 has unified memory: moving weights to host frees nothing")
+    ]
+
+
+def test_unified_memory_turns_off_all_five_and_keeps_fsdp_and_pinning(gb10):
+    settings = OffloadSettings(use_fsdp_inference=True, pin_cpu_memory=True)
+    resolved, decisions = resolve_offload(settings, gb10)
+    assert changed(decisions) == {flag: (True, False) for flag in UNIFIED_MEMORY_OFFLOAD_FLAGS}
+    assert resolved == OffloadSettings(**ALL_OFF, use_fsdp_inference=True, pin_cpu_memory=True)
+
+
+def test_unified_cuda_keeps_use_fsdp_inference_even_with_layerwise_requested(gb10):
+    """Layerwise is turned off by the unified rule first, so its conflict with FSDP never applies."""
+    resolved, decisions = resolve_offload(OffloadSettings(dit_layerwise_offload=True, use_fsdp_inference=True), gb10)
+    assert resolved.use_fsdp_inference is True
+    assert "use_fsdp_inference" not in changed(decisions)
+
+
+@pytest.mark.parametrize("pin", [True, False])
+def test_pin_cpu_memory_is_never_touched(pin, gb10, h200, apple_mps):
+    for device in (gb10, h200, apple_mps):
+        resolved, decisions = resolve_offload(OffloadSettings(pin_cpu_memory=pin), device)
+        assert resolved.pin_cpu_memory is pin
+        assert "pin_cpu_memory" not in changed(decisions)
+
+
+def test_flags_already_off_stay_off_and_produce_no_decision(gb10, apple_mps):
+    settings = OffloadSettings(**ALL_OFF, use_fsdp_inference=False)
+    for device in (gb10, apple_mps):
+        assert resolve_offload(settings, device) == (settings, [])
+
+
+def test_mps_turns_off_the_five_flags_and_fsdp(apple_mps):
+    resolved, decisions = resolve_offload(OffloadSettings(use_fsdp_inference=True), apple_mps)
+    assert resolved == OffloadSettings(**ALL_OFF, use_fsdp_inference=False, pin_cpu_memory=True)
+    assert changed(decisions) == {**{flag: (True, False) for flag in UNIFIED_MEMORY_OFFLOAD_FLAGS},
+                                  "use_fsdp_inference": (True, False)}
+    reasons = {d.flag: d.reason for d in decisions}
+    assert reasons["use_fsdp_inference"] == "Apple MPS does not support FSDP sharding"
+    assert reasons["vae_cpu_offload"] == "Apple MPS has unified memory: moving weights to host frees nothing"
+
+
+def test_mps_turns_off_fsdp_even_when_forced_discrete():
+    forced = make_device("mps", unified=False, name="Apple MPS", source="env:DRAINBOARD_UNIFIED_MEMORY=0")
+    resolved, decisions = resolve_offload(OffloadSettings(dit_layerwise_offload=False, use_fsdp_inference=True), forced)
+    assert changed(decisions) == {"use_fsdp_inference": (True, False)}
+    assert resolved.vae_cpu_offload is True
+
+
+def test_discrete_leaves_flags_alone_when_layerwise_is_off(h200):
+    settings = OffloadSettings(dit_layerwise_offload=False, use_fsdp_inference=True)
+    assert resolve_offload(settings, h200) == (settings, [])
+
+
+def test_discrete_layerwise_wins_over_dit_cpu_offload_and_fsdp(h200):
+    resolved, decisions = resolve_offload(OffloadSettings(use_fsdp_inference=True), h200)
+    assert changed(decisions) == {"dit_cpu_offload": (True, False), "use_fsdp_inference": (True, False)}
+    assert resolved == OffloadSettings(dit_cpu_offload=False, use_fsdp_inference=False)
+    assert all("dit_layerwise_offload is on" in d.reason for d in decisions)
+
+
+def test_a_cpu_target_drops_offload_and_says_host_memory_is_the_target():
+    cpu = make_device("cpu", unified=True, name="Intel Xeon", source="cpu")
+    resolved, decisions = resolve_offload(OffloadSettings(), cpu)
+    assert resolved == OffloadSettings(**ALL_OFF)
+    assert decisions[0].reason.startswith("the target is the CPU")
+
+
+def test_a_forced_answer_names_the_override_in_the_reason():
+    forced = make_device(unified=True, name="NVIDIA H200", source="env:DRAINBOARD_UNIFIED_MEMORY=1")
+    _, decisions = resolve_offload(OffloadSettings(), forced)
+    assert len(decisions) == 5
+    assert decisions[0].reason == (
+        "NVIDIA H200 is treated as unified memory (DRAINBOARD_UNIFIED_MEMORY=1): moving weights to host frees nothing"
+    )
+
+
+def test_decisions_come_in_settings_field_order_and_read_as_a_line(gb10):
+    _, decisions = resolve_offload(OffloadSettings(), gb10)
+    assert [d.flag for d in decisions] == list(UNIFIED_MEMORY_OFFLOAD_FLAGS)
+    assert str(decisions[1]) == (
+        "dit_cpu_offload: on -> off (NVIDIA GB10 has unified memory: moving weights to host frees nothing)"
+    )
+
+
+def test_resolve_offload_does_not_mutate_its_input(gb10):
+    settings = OffloadSettings()
+    resolve_offload(settings, gb10)
+    assert settings == OffloadSettings()
+
+
+def test_guard_overrides_an_explicit_cpu_offload_on_unified_memory_and_logs_why(gb10, caplog):
+    with caplog.at_level(logging.WARNING, logger="loader.offload"):
+        assert guard_cpu_offload(True, gb10, site="load_checkpoint") is False
+    assert caplog.messages == [
+        "load_checkpoint: cpu_offload=True overridden to False: "
+        "NVIDIA GB10 has unified memory: moving weights to host frees nothing"
+    ]
+
+
+@pytest.mark.parametrize("requested, unified", [(False, True), (True, False), (False, False)])
+def test_guard_keeps_the_request_otherwise_and_logs_nothing(requested, unified, caplog):
+    device = make_device(unified=unified)
+    with caplog.at_level(logging.DEBUG, logger="loader.offload"):
+        assert guard_cpu_offload(requested, device, site="load_checkpoint") is requested
+    assert caplog.messages == []
