@@ -1,0 +1,89 @@
+"""Artifact folder per job: `<data_dir>/artifacts/<job_id>/`.
+
+File names are generated here from a fixed role and media type, never taken
+from user input, and a download request is resolved only inside the job's own
+folder.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import sqlite_utils
+
+from loader.errors import DrainboardError
+
+MEDIA_TYPES = {
+    ".mp4": "video/mp4",
+    ".wav": "audio/wav",
+    ".png": "image/png",
+    ".json": "application/json",
+    ".csv": "text/csv",
+    ".log": "text/plain",
+}
+"""Suffixes an artifact may have, with the media type served for each."""
+
+_ROLE = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+class ArtifactError(DrainboardError):
+    """An artifact name or download path is not acceptable."""
+
+
+def job_dir(data_dir: str | Path, job_id: int) -> Path:
+    """The artifact folder of one job (not created)."""
+    if not isinstance(job_id, int) or isinstance(job_id, bool) or job_id < 1:
+        raise ArtifactError(f"job id must be a positive integer, got {job_id!r}")
+    return Path(data_dir).resolve() / "artifacts" / str(job_id)
+
+
+def new_artifact_path(data_dir: str | Path, job_id: int, role: str, suffix: str) -> Path:
+    """A fresh path for a job's output, e.g. role "video", suffix ".mp4" -> `.../7/video.mp4`.
+
+    A second file of the same role gets `video-2.mp4`, and so on. The folder is
+    created. `role` is a short lowercase word chosen by code, not by a user.
+    """
+    if not _ROLE.fullmatch(role):
+        raise ArtifactError(f"artifact role must match {_ROLE.pattern}, got {role!r}")
+    if suffix not in MEDIA_TYPES:
+        raise ArtifactError(f"artifact suffix {suffix!r} is not one of {', '.join(MEDIA_TYPES)}")
+    folder = job_dir(data_dir, job_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    path, n = folder / f"{role}{suffix}", 1
+    while path.exists():
+        n += 1
+        path = folder / f"{role}-{n}{suffix}"
+    return path
+
+
+def record_artifact(db: sqlite_utils.Database, data_dir: str | Path, job_id: int, path: str | Path) -> dict:
+    """Register a finished file in the job's folder; returns its row (name, size, media type)."""
+    path = resolve_artifact(data_dir, job_id, Path(path).name)
+    row = {
+        "job_id": job_id,
+        "name": path.name,
+        "size": path.stat().st_size,
+        "media_type": MEDIA_TYPES[path.suffix],
+        "created_at": time.time(),
+    }
+    db.execute(
+        "INSERT OR REPLACE INTO artifacts (job_id, name, size, media_type, created_at) VALUES (?, ?, ?, ?, ?)",
+        list(row.values()),
+    )
+    return row
+
+
+def resolve_artifact(data_dir: str | Path, job_id: int, name: str) -> Path:
+    """The existing file `name` in the job's folder; anything else (`..`, absolute paths,
+    links leading out, subfolders, unknown suffixes, missing files) is refused."""
+    folder = job_dir(data_dir, job_id)
+    candidate = (folder / name).resolve()
+    if candidate.parent != folder or Path(name).name != name:
+        raise ArtifactError(f"artifact {name!r} is outside job {job_id}'s folder")
+    if candidate.suffix not in MEDIA_TYPES:
+        raise ArtifactError(f"artifact {name!r} has an unknown suffix")
+    if not candidate.is_file():
+        raise ArtifactError(f"job {job_id} has no artifact {name!r}")
+    return candidate

@@ -1,0 +1,180 @@
+"""Read queries the dashboard and the CLI need. Plain functions, database first."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Iterable, Iterator, Sequence
+
+import sqlite_utils
+
+from storage.schema import SAMPLE_COLUMNS
+
+SERIES_COLUMNS = ("vm_rss", "rss_anon", "rss_file", "device_allocated", "mem_available", "cgroup_usage")
+"""Memory columns a downsampled series keeps the peaks (and troughs) of, by default."""
+
+_SIZE_COLUMNS = frozenset(SAMPLE_COLUMNS[8:])
+
+
+def _job_row(row: dict) -> dict:
+    row = dict(row)
+    row["spec"] = json.loads(row["spec"]) if row.get("spec") else None
+    row["metrics"] = json.loads(row["metrics"]) if row.get("metrics") else None
+    row["cancel_requested"] = bool(row.get("cancel_requested"))
+    return row
+
+
+def list_jobs(
+    db: sqlite_utils.Database,
+    *,
+    status: str | Iterable[str] | None = None,
+    kind: str | None = None,
+    search: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> list[dict]:
+    """Jobs, newest first, with `spec` and `metrics` decoded.
+
+    `status` is one status or several; `search` matches a substring of the
+    spec JSON (model path, prompt, mode).
+    """
+    where, args = [], []
+    if status is not None:
+        statuses = [status] if isinstance(status, str) else list(status)
+        where.append(f"status IN ({', '.join('?' * len(statuses))})")
+        args += statuses
+    if kind is not None:
+        where.append("kind = ?")
+        args.append(kind)
+    if search:
+        where.append("instr(lower(spec), lower(?)) > 0")
+        args.append(search)
+    sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
+    sql += " ORDER BY id DESC LIMIT ? OFFSET ?"
+    return [_job_row(r) for r in db.query(sql, args + [limit, offset])]
+
+
+def get_job(db: sqlite_utils.Database, job_id: int) -> dict | None:
+    """One job with `spec` and `metrics` decoded, or None."""
+    rows = list(db.query("SELECT * FROM jobs WHERE id = ?", [job_id]))
+    return _job_row(rows[0]) if rows else None
+
+
+def sample_count(db: sqlite_utils.Database, job_id: int) -> int:
+    return db.execute("SELECT count(*) FROM samples WHERE job_id = ?", [job_id]).fetchone()[0]
+
+
+def last_sample(db: sqlite_utils.Database, job_id: int) -> dict | None:
+    """The most recent sample of a job (any rank), or None."""
+    rows = list(db.query("SELECT * FROM samples WHERE job_id = ? ORDER BY t DESC, seq DESC LIMIT 1", [job_id]))
+    return rows[0] if rows else None
+
+
+def samples_since(
+    db: sqlite_utils.Database, job_id: int, since_seq: int = -1, *, rank: int = 0, limit: int = 10_000
+) -> list[dict]:
+    """Samples with seq > `since_seq`, in order: what a live view appends to what it has."""
+    return list(
+        db.query(
+            "SELECT * FROM samples WHERE job_id = ? AND rank = ? AND seq > ? ORDER BY seq LIMIT ?",
+            [job_id, rank, since_seq, limit],
+        )
+    )
+
+
+def sample_series(
+    db: sqlite_utils.Database,
+    job_id: int,
+    *,
+    max_points: int = 2000,
+    columns: Sequence[str] = SERIES_COLUMNS,
+) -> list[dict]:
+    """One job's samples (every rank), downsampled to at most `max_points` rows that keep the peaks.
+
+    Each rank's samples are cut into equal seq buckets; from each bucket the
+    rows holding the minimum and the maximum of every column in `columns` are
+    kept (real rows, not averages), plus each rank's first and last sample.
+    So the global peak of every column is always there, and a short spike is
+    never smoothed away. Runs in SQL: one grouped scan per column.
+    """
+    unknown = [c for c in columns if c not in _SIZE_COLUMNS]
+    if unknown:
+        raise ValueError(f"unknown sample columns {unknown}; known: {sorted(_SIZE_COLUMNS)}")
+    ranks = db.execute(
+        "SELECT rank, count(*), min(seq), max(seq) FROM samples WHERE job_id = ? GROUP BY rank", [job_id]
+    ).fetchall()
+    total = sum(r[1] for r in ranks)
+    if total <= max_points:
+        return list(db.query("SELECT * FROM samples WHERE job_id = ? ORDER BY rank, seq", [job_id]))
+    rows: list[dict] = []
+    for rank, count, lo, hi in ranks:
+        budget = max(1, max_points * count // total)
+        rows += _rank_series(db, job_id, rank, lo, hi, budget, columns)
+    return rows
+
+
+def _rank_series(
+    db: sqlite_utils.Database, job_id: int, rank: int, lo: int, hi: int, budget: int, columns: Sequence[str]
+) -> list[dict]:
+    # Each bucket keeps at most 2 rows per column, and the first and last rows are
+    # added: size the buckets so the worst case still fits the budget.
+    buckets = max(1, (budget - 2) // (2 * max(1, len(columns))))
+    span = hi - lo + 1
+    picks = []
+    args: list = []
+    for column in columns:
+        for agg in ("min", "max"):
+            # SQLite returns the other columns of the row holding a lone min()/max().
+            picks.append(
+                f"SELECT seq FROM (SELECT seq, {agg}({column}) FROM samples "
+                f"WHERE job_id = ? AND rank = ? AND {column} IS NOT NULL GROUP BY (seq - ?) * ? / ?)"
+            )
+            args += [job_id, rank, lo, buckets, span]
+    picks.append("SELECT ?")
+    picks.append("SELECT ?")
+    args += [lo, hi]
+    sql = (
+        "SELECT * FROM samples WHERE job_id = ? AND rank = ? AND seq IN ("
+        + " UNION ".join(picks)
+        + ") ORDER BY seq"
+    )
+    return list(db.query(sql, [job_id, rank] + args))
+
+
+def samples_csv(db: sqlite_utils.Database, job_id: int, *, chunk: int = 5000) -> Iterator[str]:
+    """Every sample of a job as CSV text, header first, a chunk of lines at a time (for downloads)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(SAMPLE_COLUMNS)
+    cursor = db.execute(
+        f"SELECT {', '.join(SAMPLE_COLUMNS)} FROM samples WHERE job_id = ? ORDER BY rank, seq", [job_id]
+    )
+    while True:
+        batch = cursor.fetchmany(chunk)
+        if not batch:
+            break
+        writer.writerows(batch)
+        yield buffer.getvalue()
+        buffer.seek(0)
+        buffer.truncate()
+    if buffer.tell():
+        yield buffer.getvalue()
+
+
+def events(db: sqlite_utils.Database, job_id: int, *, since_id: int = 0) -> list[dict]:
+    """A job's events in order (stage start/end, policy decisions, warnings), `data` decoded."""
+    rows = list(db.query("SELECT * FROM events WHERE job_id = ? AND id > ? ORDER BY id", [job_id, since_id]))
+    for row in rows:
+        row["data"] = json.loads(row["data"]) if row["data"] else None
+    return rows
+
+
+def artifacts(db: sqlite_utils.Database, job_id: int) -> list[dict]:
+    """Files a job produced (name, size, media type); resolve them with `storage.artifacts.resolve_artifact`."""
+    return list(db.query("SELECT * FROM artifacts WHERE job_id = ? ORDER BY id", [job_id]))
+
+
+def supervisors(db: sqlite_utils.Database) -> list[dict]:
+    """Supervisor heartbeat rows, most recent first (see `jobs.supervisor.supervisor_status`)."""
+    return list(db.query("SELECT * FROM supervisors ORDER BY heartbeat_at DESC"))

@@ -1,0 +1,128 @@
+"""Batched writer of memory samples, used by the job child.
+
+Sampling every placed tensor must cost little, so samples are buffered and
+written in one transaction per batch: when `batch_size` are waiting, when
+`flush_interval` seconds have passed (a background thread checks, so a quiet
+stage still shows up live), and at `close()` or interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from loader.memory import MemorySample
+from storage.connections import connect, transaction
+from storage.schema import SAMPLE_COLUMNS
+
+_INSERT = f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) VALUES ({', '.join('?' * len(SAMPLE_COLUMNS))})"
+
+
+class SampleWriter:
+    """Appends samples of one job (and one rank) to the database at `db_path`.
+
+    `t0` is the job's start on the samples' clock (`MemorySample.t`); stored
+    `t` is seconds since then. Thread-safe: the periodic sampler's thread and
+    the job's thread may both call `add`.
+    """
+
+    def __init__(
+        self,
+        db_path: str | Path,
+        job_id: int,
+        *,
+        t0: float,
+        rank: int = 0,
+        batch_size: int = 256,
+        flush_interval: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.job_id = job_id
+        self.rank = rank
+        self._t0 = t0
+        self._batch_size = batch_size
+        self._flush_interval = flush_interval
+        self._clock = clock
+        self._db = connect(db_path, check_same_thread=False)
+        last = self._db.execute(
+            "SELECT max(seq) FROM samples WHERE job_id = ? AND rank = ?", [job_id, rank]
+        ).fetchone()[0]
+        self._next_seq = 0 if last is None else last + 1
+        self._pending: list[tuple] = []
+        self._lock = threading.Lock()
+        self._last_flush = clock()
+        self._closed = False
+        self.written = 0
+        """Samples committed so far."""
+        self.last: dict | None = None
+        """The most recent sample added, as a row dict (what a crash report quotes)."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._flush_periodically, name="drainboard-sample-flush", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    def add(
+        self,
+        sample: MemorySample,
+        *,
+        stage: str | None = None,
+        tensors_placed: int | None = None,
+        bytes_placed: int | None = None,
+        tensor_name: str | None = None,
+    ) -> None:
+        """Buffer one sample; writes the batch when it is full or old enough."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"sample writer of job {self.job_id} is closed")
+            row = (
+                self.job_id, self._next_seq, self.rank, sample.t - self._t0, stage, tensors_placed, bytes_placed,
+                tensor_name, sample.vm_rss, sample.rss_anon, sample.rss_file, sample.vm_hwm, sample.mem_available,
+                sample.device_allocated, sample.device_reserved, sample.cgroup_usage,
+            )
+            self._next_seq += 1
+            self._pending.append(row)
+            self.last = dict(zip(SAMPLE_COLUMNS, row))
+            if len(self._pending) >= self._batch_size or self._clock() - self._last_flush >= self._flush_interval:
+                self._flush_locked()
+
+    def flush(self) -> None:
+        """Write every buffered sample now."""
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        self._last_flush = self._clock()
+        if not self._pending:
+            return
+        with transaction(self._db) as conn:
+            conn.executemany(_INSERT, self._pending)
+        self.written += len(self._pending)
+        self._pending.clear()
+
+    def _flush_periodically(self) -> None:
+        while not self._stop.wait(self._flush_interval):
+            with self._lock:
+                if not self._closed and self._clock() - self._last_flush >= self._flush_interval:
+                    self._flush_locked()
+
+    def close(self) -> None:
+        """Flush what is left and release the connection; safe to call twice."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+        with self._lock:
+            if self._closed:
+                return
+            self._flush_locked()
+            self._closed = True
+            self._db.conn.close()
+        atexit.unregister(self.close)
+
+    def __enter__(self) -> "SampleWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,132 @@
+"""Table definitions, the schema version and forward migrations.
+
+The version lives in `PRAGMA user_version`. Each migration is a list of SQL
+statements that moves the schema from version i to i+1; `ensure_schema` runs
+the missing ones in one write transaction, so two processes starting at once
+never migrate twice.
+"""
+
+from __future__ import annotations
+
+import sqlite_utils
+
+from loader.errors import DrainboardError
+from storage.connections import transaction
+
+SAMPLE_COLUMNS = (
+    "job_id", "seq", "rank", "t", "stage", "tensors_placed", "bytes_placed", "tensor_name",
+    "vm_rss", "rss_anon", "rss_file", "vm_hwm", "mem_available",
+    "device_allocated", "device_reserved", "cgroup_usage",
+)
+"""Column order of `samples` (docs/architecture.md); every size in bytes."""
+
+JOB_STATUSES = ("queued", "running", "succeeded", "failed", "killed", "cancelled", "interrupted")
+"""Every status a job can have; the last five are final."""
+
+FINAL_STATUSES = frozenset(JOB_STATUSES[2:])
+
+_MIGRATIONS: list[list[str]] = [
+    # 1: the initial schema.
+    [
+        """CREATE TABLE jobs (
+            id INTEGER PRIMARY KEY,
+            kind TEXT NOT NULL,
+            spec TEXT NOT NULL,
+            status TEXT NOT NULL DEFAULT 'queued',
+            created_at REAL NOT NULL,
+            started_at REAL,
+            finished_at REAL,
+            pid INTEGER,
+            supervisor_id TEXT,
+            exit_code INTEGER,
+            signal TEXT,
+            error TEXT,
+            stage TEXT,
+            progress_done INTEGER,
+            progress_total INTEGER,
+            metrics TEXT,
+            retry_of INTEGER REFERENCES jobs(id),
+            cancel_requested INTEGER NOT NULL DEFAULT 0
+        )""",
+        "CREATE INDEX jobs_status ON jobs(status, id)",
+        """CREATE TABLE samples (
+            job_id INTEGER NOT NULL,
+            seq INTEGER NOT NULL,
+            rank INTEGER NOT NULL DEFAULT 0,
+            t REAL NOT NULL,
+            stage TEXT,
+            tensors_placed INTEGER,
+            bytes_placed INTEGER,
+            tensor_name TEXT,
+            vm_rss INTEGER,
+            rss_anon INTEGER,
+            rss_file INTEGER,
+            vm_hwm INTEGER,
+            mem_available INTEGER,
+            device_allocated INTEGER,
+            device_reserved INTEGER,
+            cgroup_usage INTEGER,
+            PRIMARY KEY (job_id, rank, seq)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE events (
+            id INTEGER PRIMARY KEY,
+            job_id INTEGER NOT NULL,
+            t REAL NOT NULL,
+            created_at REAL NOT NULL,
+            kind TEXT NOT NULL,
+            stage TEXT,
+            message TEXT NOT NULL,
+            data TEXT
+        )""",
+        "CREATE INDEX events_job ON events(job_id, id)",
+        """CREATE TABLE artifacts (
+            id INTEGER PRIMARY KEY,
+            job_id INTEGER NOT NULL,
+            name TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            media_type TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            UNIQUE (job_id, name)
+        )""",
+        """CREATE TABLE supervisors (
+            id TEXT PRIMARY KEY,
+            pid INTEGER NOT NULL,
+            host TEXT NOT NULL,
+            started_at REAL NOT NULL,
+            heartbeat_at REAL NOT NULL,
+            current_job INTEGER,
+            stopped_at REAL
+        )""",
+    ],
+]
+
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+
+class SchemaError(DrainboardError):
+    """The database was written by a newer Drainboard than this one."""
+
+
+def schema_version(db: sqlite_utils.Database) -> int:
+    return db.execute("PRAGMA user_version").fetchone()[0]
+
+
+def ensure_schema(db: sqlite_utils.Database) -> int:
+    """Create or migrate the schema to `SCHEMA_VERSION`; safe to call any number of times.
+
+    Returns the version now in place. A database from a newer Drainboard is
+    refused rather than touched.
+    """
+    if schema_version(db) == SCHEMA_VERSION:
+        return SCHEMA_VERSION
+    with transaction(db) as conn:
+        current = schema_version(db)
+        if current > SCHEMA_VERSION:
+            raise SchemaError(
+                f"database schema version {current} is newer than this Drainboard ({SCHEMA_VERSION}); upgrade Drainboard"
+            )
+        for version in range(current, SCHEMA_VERSION):
+            for statement in _MIGRATIONS[version]:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {version + 1}")
+    return SCHEMA_VERSION

@@ -1,0 +1,88 @@
+import csv
+import io
+
+import pytest
+
+from storage.queries import (
+    artifacts, events, get_job, last_sample, list_jobs, sample_series, samples_csv, samples_since,
+)
+from storage.sample_writer import SampleWriter
+
+
+@pytest.fixture
+def db_with_samples(fresh_db, db_path, add_job, memory_sample):
+    """Job 1 with 20,000 samples: rss rising with two one-sample spikes (seq 7,001 up, 13,001 down)."""
+    job = add_job(fresh_db, status="running")
+    with SampleWriter(db_path, job, t0=0.0, batch_size=5000) as writer:
+        for i in range(20_000):
+            rss = 10_000 + i
+            if i == 7001:
+                rss = 10**9
+            if i == 13_001:
+                rss = 5
+            writer.add(memory_sample(i, vm_rss=rss), stage="load", tensors_placed=i)
+    return fresh_db
+
+
+def test_list_jobs_filters_by_status_kind_and_search_newest_first(fresh_db, add_job):
+    a = add_job(fresh_db, "load", '{"model": "/m/alpha"}', "succeeded")
+    b = add_job(fresh_db, "generate", '{"model": "/m/beta", "prompt": "a cat"}', "failed")
+    c = add_job(fresh_db, "load", '{"model": "/m/beta"}', "queued")
+    assert [j["id"] for j in list_jobs(fresh_db)] == [c, b, a]
+    assert [j["id"] for j in list_jobs(fresh_db, status="failed")] == [b]
+    assert [j["id"] for j in list_jobs(fresh_db, status=["queued", "succeeded"])] == [c, a]
+    assert [j["id"] for j in list_jobs(fresh_db, kind="load", search="BETA")] == [c]
+    assert list_jobs(fresh_db, limit=1, offset=1)[0]["spec"] == {"model": "/m/beta", "prompt": "a cat"}
+    assert get_job(fresh_db, a)["spec"]["model"] == "/m/alpha"
+    assert get_job(fresh_db, 999) is None
+
+
+def test_a_short_series_comes_back_whole(fresh_db, db_path, add_job, memory_sample):
+    job = add_job(fresh_db)
+    with SampleWriter(db_path, job, t0=0.0) as writer:
+        for i in range(10):
+            writer.add(memory_sample(i))
+    assert [r["seq"] for r in sample_series(fresh_db, job)] == list(range(10))
+
+
+def test_a_long_series_is_downsampled_but_keeps_spikes_first_and_last(db_with_samples):
+    rows = sample_series(db_with_samples, 1, max_points=1500)
+    seqs = [r["seq"] for r in rows]
+    assert 100 < len(rows) <= 1500
+    assert seqs == sorted(seqs)
+    assert {0, 7001, 13_001, 19_999} <= set(seqs)
+    assert max(r["vm_rss"] for r in rows) == 10**9
+    assert min(r["vm_rss"] for r in rows) == 5
+
+
+def test_series_columns_are_checked(db_with_samples):
+    with pytest.raises(ValueError, match="unknown sample columns \\['tensor_name'\\]"):
+        sample_series(db_with_samples, 1, columns=["tensor_name"])
+
+
+def test_incremental_fetch_returns_only_newer_samples(db_with_samples):
+    rows = samples_since(db_with_samples, 1, 19_997)
+    assert [r["seq"] for r in rows] == [19_998, 19_999]
+    assert last_sample(db_with_samples, 1)["seq"] == 19_999
+
+
+def test_samples_csv_streams_a_header_and_every_row(db_with_samples):
+    chunks = list(samples_csv(db_with_samples, 1, chunk=3000))
+    assert len(chunks) > 1
+    table = list(csv.DictReader(io.StringIO("".join(chunks))))
+    assert len(table) == 20_000
+    assert table[7001]["vm_rss"] == str(10**9)
+
+
+def test_events_and_artifacts_of_a_job_come_back_in_order(fresh_db, add_job):
+    job = add_job(fresh_db)
+    for i, kind in enumerate(["stage_start", "decision"]):
+        fresh_db.execute(
+            "INSERT INTO events (job_id, t, created_at, kind, message, data) VALUES (?, ?, 0, ?, 'm', ?)",
+            [job, float(i), kind, '{"flag": "dit_cpu_offload"}'],
+        )
+    rows = events(fresh_db, job)
+    assert [e["kind"] for e in rows] == ["stage_start", "decision"]
+    assert rows[1]["data"] == {"flag": "dit_cpu_offload"}
+    assert [e["kind"] for e in events(fresh_db, job, since_id=rows[0]["id"])] == ["decision"]
+    assert artifacts(fresh_db, job) == []
