@@ -90,6 +90,7 @@ def probe_device(
     Tests pass a fake of it. `environ` defaults to `os.environ`.
     """
     kind, index = parse_device_spec(spec)
+    spec = spec.strip()
     if kind == "cpu":
         info = DeviceInfo(
             spec, kind, None, _cpu_name(), True, _host_memory(), "cpu",
