@@ -1,0 +1,149 @@
+"""`load_checkpoint`: discover, plan, build the empty model, place every tensor, report.
+
+The steps run in a fixed order so no mode can skip one: validate the
+checkpoint from headers; map names and decide dtypes; build the module on
+the meta device (registered builder, given module, or skeleton from
+metadata); check names and shapes (strict fails here, before any byte is
+read); take the baseline sample; let the placement mode fill the module.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Mapping
+
+import torch
+import torch.nn as nn
+
+from .checkpoint import discover_checkpoint
+from .dtypes import DtypePolicy
+from .device import parse_device_spec
+from .errors import DeviceError, PlacementError
+from .memory import MemoryProbe
+from .model_registry import get_model_builder
+from .naming import EXTRA_STATE_SUFFIX, MergeRules, RenameRules, plan_targets
+from .placement import LoadPlan, Placement, PlacementContext, PlannedTarget, get_placement
+from .report import LoadMeter, LoadReport, TensorPlaced
+from .skeleton import build_skeleton
+
+
+def load_checkpoint(
+    path: str | os.PathLike,
+    *,
+    component: str | None = None,
+    module: nn.Module | None = None,
+    mode: str | Placement = "stream",
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype | None = None,
+    dtype_overrides: Mapping[str, str | torch.dtype] | None = None,
+    rename: RenameRules = None,
+    merges: MergeRules = None,
+    strict: bool = True,
+    on_tensor: Callable[[TensorPlaced], None] | None = None,
+    probe: MemoryProbe | None = None,
+) -> tuple[nn.Module, LoadReport]:
+    """Load one component of the checkpoint at `path` into a module on `device`.
+
+    `module` (built on meta, or any module) receives the tensors; without one
+    the component's registered builder is used, else a skeleton is built from
+    the checkpoint's metadata. `mode` is a placement name or instance.
+    `dtype` (`bf16`/`fp16`/`fp32` or a torch dtype; None keeps the
+    checkpoint's) applies to floating tensors, except names matching a
+    `dtype_overrides` regex or the model's `keep_fp32`. `rename` is
+    regex -> replacement rules applied in order; `merges` maps a target
+    template to source regexes concatenated along dim 0. `on_tensor` is
+    called after each placed tensor.
+
+    Raises CheckpointError (malformed checkpoint), PlacementError (bad
+    option, unknown mode, name/shape mismatch, strict failure) or DeviceError.
+    """
+    placement = mode if isinstance(mode, Placement) else get_placement(mode)
+    target_device = resolve_device(device)
+    index = discover_checkpoint(path)
+    comp = index.component(component)
+    targets, skipped = plan_targets(comp.tensors, rename, merges)
+    keep_fp32: tuple[str, ...] = ()
+    if module is None:
+        builder = get_model_builder(comp.class_name)
+        if builder is not None:
+            keep_fp32 = builder.keep_fp32
+            with torch.device("meta"):
+                module = builder.build(comp.config)
+    policy = DtypePolicy.build(dtype, dtype_overrides, keep_fp32)
+    planned_all = [PlannedTarget(t, policy.target_dtype(t.name, t.sources[0].torch_dtype)) for t in targets]
+    if module is None:
+        module = build_skeleton((p.name, p.target.shape, p.dtype) for p in planned_all)
+
+    expected = _module_tensors(module)
+    names = {p.name for p in planned_all}
+    unexpected = sorted(n for n in names if n not in expected)
+    missing = sorted(n for n in expected if n not in names)
+    mismatched = [
+        f"tensor {p.name!r} from {p.sources[0].file.name} has shape {p.target.shape}; module expects {tuple(expected[p.name].shape)}"
+        for p in planned_all
+        if p.name in expected and tuple(expected[p.name].shape) != p.target.shape
+    ]
+    if mismatched:
+        raise PlacementError("; ".join(sorted(mismatched)))
+    if strict and (missing or unexpected):
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} missing from {comp.path}: {', '.join(missing)}")
+        if unexpected:
+            parts.append(f"{len(unexpected)} unexpected in {comp.path}: {', '.join(unexpected)}")
+        raise PlacementError("strict load failed; " + "; ".join(parts) + " (pass strict=False to load anyway)")
+
+    plan = LoadPlan(
+        targets=[p for p in planned_all if p.name in expected],
+        dropped=list(skipped) + [s for p in planned_all if p.name not in expected for s in p.sources],
+    )
+    report = LoadReport(
+        mode=placement.name,
+        device=str(target_device),
+        tensors_total=len(plan.targets),
+        missing=missing,
+        unexpected=unexpected,
+        skipped=[m.name for m in skipped],
+    )
+    if target_device.type == "cuda":
+        torch.cuda.init()
+        torch.empty(0, device=target_device)
+    own_probe = probe is None
+    probe = probe or MemoryProbe(str(target_device))
+    try:
+        meter = LoadMeter(report, probe, on_tensor)
+        meter.baseline()
+        meter.start()
+        placement.place(plan, PlacementContext(module, target_device, meter))
+        _synchronize(target_device)
+        meter.finish()
+    finally:
+        if own_probe:
+            probe.close()
+    return module, report
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """`cpu`, `cuda`, `cuda:N` or `mps` as a torch device, checked to be present."""
+    kind, index = parse_device_spec(str(device))
+    dev = torch.device(kind, index) if index is not None else torch.device(kind)
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceError(f"device {str(device)!r} requested but this torch sees no CUDA device")
+        if index >= torch.cuda.device_count():
+            raise DeviceError(f"device {str(device)!r} requested but only {torch.cuda.device_count()} CUDA device(s) exist")
+    elif kind == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        raise DeviceError("device 'mps' requested but MPS is not available")
+    return dev
+
+
+def _module_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Parameters and persistent buffers by state-dict name (`*_extra_state` excluded)."""
+    return {k: v for k, v in module.state_dict(keep_vars=True).items() if not k.endswith(EXTRA_STATE_SUFFIX)}
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()

@@ -1,0 +1,156 @@
+"""The placement interface, its registry, and the context every mode writes through.
+
+A mode decides how bytes get from the checkpoint into destination tensors;
+the context allocates each destination once on the target device, installs
+it into the module and accounts for it. Modes never touch the module or the
+metrics directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar
+
+import torch
+import torch.nn as nn
+
+from ..checkpoint import TensorMeta
+from ..errors import PlacementError
+from ..naming import Target
+from ..reading import advise_huge_pages
+from ..report import LoadMeter
+
+
+@dataclass
+class LoadPlan:
+    """Everything a mode needs: what to write where, and what to read but drop."""
+
+    targets: list["PlannedTarget"]
+    """Tensors to place, in read order."""
+    dropped: list[TensorMeta] = field(default_factory=list)
+    """Checkpoint tensors not placed (unexpected names, `*_extra_state`): never read by `stream`,
+    released at once by `drain`."""
+
+    @property
+    def files(self) -> list:
+        """Every shard a mode may open, in order."""
+        seen: dict = {}
+        for t in self.targets:
+            for s in t.sources:
+                seen.setdefault(s.file, None)
+        for s in self.dropped:
+            seen.setdefault(s.file, None)
+        return list(seen)
+
+
+@dataclass(frozen=True)
+class PlannedTarget:
+    """A Target with its destination dtype decided."""
+
+    target: Target
+    """Name, sources, shape."""
+    dtype: torch.dtype
+    """Destination dtype (from the dtype policy)."""
+
+    @property
+    def name(self) -> str:
+        return self.target.name
+
+    @property
+    def sources(self) -> tuple[TensorMeta, ...]:
+        return self.target.sources
+
+    @property
+    def nbytes(self) -> int:
+        n = self.dtype.itemsize
+        for d in self.target.shape:
+            n *= d
+        return n
+
+
+class PlacementContext:
+    """Allocates destinations, installs them into the module, and meters the load."""
+
+    def __init__(self, module: nn.Module, device: torch.device, meter: LoadMeter):
+        self.module = module
+        self.device = device
+        self.meter = meter
+
+    def allocate(self, planned: PlannedTarget) -> torch.Tensor:
+        """The destination, allocated once on the target device (huge pages asked for on CPU)."""
+        tensor = torch.empty(planned.target.shape, dtype=planned.dtype, device=self.device)
+        if self.device.type == "cpu":
+            advise_huge_pages(tensor)
+        return tensor
+
+    def place(self, planned: PlannedTarget, tensor: torch.Tensor) -> None:
+        """Install `tensor` under the target's name, replacing the meta placeholder, and record it."""
+        install(self.module, planned.name, tensor)
+        self.meter.placed(planned.name, planned.nbytes)
+
+
+def install(module: nn.Module, name: str, tensor: torch.Tensor) -> None:
+    """Swap `tensor` in as parameter or buffer `name` (keeps requires_grad of a parameter)."""
+    owner_name, _, leaf = name.rpartition(".")
+    owner = module.get_submodule(owner_name) if owner_name else module
+    if leaf in owner._parameters:
+        old = owner._parameters[leaf]
+        owner._parameters[leaf] = nn.Parameter(tensor, requires_grad=old is not None and old.requires_grad)
+    elif leaf in owner._buffers:
+        owner._buffers[leaf] = tensor
+    else:
+        raise PlacementError(f"module has no parameter or buffer {name!r}")
+
+
+class Placement:
+    """Base of the placement modes: a `name` and one method, `place`.
+
+    Options come as keyword arguments to `__init__`; a mode accepts only the
+    ones it declares in `options`, so nothing is dropped silently.
+    """
+
+    name: ClassVar[str]
+    options: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, **options):
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            accepted = ", ".join(self.options) or "none"
+            raise PlacementError(
+                f"placement mode {self.name!r} does not take option(s) {', '.join(unknown)}; accepted: {accepted}"
+            )
+
+    def place(self, plan: LoadPlan, ctx: PlacementContext) -> None:
+        """Write every planned target through `ctx`, releasing each source before the load ends."""
+        raise NotImplementedError
+
+
+_PLACEMENTS: dict[str, type[Placement]] = {}
+
+
+def register_placement(name: str) -> Callable[[type[Placement]], type[Placement]]:
+    """Class decorator adding a placement mode; a name can be registered once."""
+
+    def decorate(cls: type[Placement]) -> type[Placement]:
+        if not (isinstance(cls, type) and issubclass(cls, Placement)):
+            raise TypeError(f"placement {name!r} must subclass Placement, got {cls!r}")
+        if name in _PLACEMENTS:
+            raise ValueError(f"placement mode {name!r} is already registered by {_PLACEMENTS[name].__name__}")
+        cls.name = name
+        _PLACEMENTS[name] = cls
+        return cls
+
+    return decorate
+
+
+def known_placements() -> list[str]:
+    return sorted(_PLACEMENTS)
+
+
+def get_placement(name: str, **options) -> Placement:
+    """An instance of mode `name`; an unknown name lists the known ones."""
+    try:
+        cls = _PLACEMENTS[name]
+    except KeyError:
+        raise PlacementError(f"unknown placement mode {name!r}; known: {', '.join(known_placements())}") from None
+    return cls(**options)

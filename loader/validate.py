@@ -1,0 +1,67 @@
+"""Checkpoint validation from headers only: every problem, before any tensor byte is read."""
+
+from __future__ import annotations
+
+from .checkpoint import CheckpointIndex, ComponentMeta, ShardMeta
+from .dtypes import SAFETENSORS_DTYPES, itemsize
+
+
+def validate_checkpoint(index: CheckpointIndex) -> list[str]:
+    """Problems of every component, sorted; an empty list means the checkpoint is sound."""
+    problems: list[str] = []
+    for component in index.components.values():
+        problems.extend(validate_component(component))
+    return sorted(problems)
+
+
+def validate_component(component: ComponentMeta) -> list[str]:
+    """Header problems, per-shard data checks, duplicates across shards, index agreement."""
+    problems = list(component.problems)
+    owner: dict[str, str] = {}
+    for shard in component.shards:
+        problems.extend(_validate_shard(shard))
+        for t in shard.tensors:
+            if t.name in owner:
+                problems.append(f"tensor {t.name!r} appears in both {owner[t.name]} and {shard.path.name}")
+            else:
+                owner[t.name] = shard.path.name
+    if component.weight_map is not None and component.index_file is not None:
+        index_name = component.index_file.name
+        read_files = {s.path.name for s in component.shards}
+        for name, file in sorted(component.weight_map.items()):
+            if file in read_files and owner.get(name) != file:
+                actual = f"is in {owner[name]}" if name in owner else "is in no shard header"
+                problems.append(f"{index_name} maps {name!r} to {file}, but the tensor {actual}")
+        for name, file in sorted(owner.items()):
+            if name not in component.weight_map:
+                problems.append(f"{file} holds {name!r}, which {index_name} does not list")
+    return problems
+
+
+def _validate_shard(shard: ShardMeta) -> list[str]:
+    problems = []
+    data_size = shard.size - shard.data_start
+    spans = []
+    for t in shard.tensors:
+        where = f"{shard.path.name}: tensor {t.name!r}"
+        begin, end = t.data_offsets
+        if t.dtype not in SAFETENSORS_DTYPES:
+            problems.append(f"{where} has unknown dtype {t.dtype!r}; known: {', '.join(sorted(SAFETENSORS_DTYPES))}")
+        elif t.numel * itemsize(t.dtype) != end - begin:
+            problems.append(
+                f"{where} has shape {t.shape} x {t.dtype} = {t.numel * itemsize(t.dtype)} bytes,"
+                f" but its data_offsets span {end - begin} bytes"
+            )
+        if end < begin:
+            problems.append(f"{where} has data_offsets [{begin}, {end}] that end before they begin")
+            continue
+        if end > data_size:
+            problems.append(
+                f"{where} has data_offsets [{begin}, {end}] past the end of the {data_size}-byte data area (truncated?)"
+            )
+        spans.append((begin, end, t.name))
+    spans.sort()
+    for (b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:]):
+        if b1 < e0 and e1 > b1:
+            problems.append(f"{shard.path.name}: tensors {n0!r} [{b0}, {e0}] and {n1!r} [{b1}, {e1}] overlap")
+    return problems

@@ -1,0 +1,80 @@
+"""Fixtures shared across packages: small deterministic safetensors checkpoints."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+ShardSpec = dict[str, torch.Tensor]
+
+
+def write_component(folder: Path, shards: list[ShardSpec], *, stem: str = "model") -> Path:
+    """Write `shards` as `{stem}-0000i-of-0000n.safetensors` plus their index.json into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    weight_map = {}
+    for i, tensors in enumerate(shards, 1):
+        file = f"{stem}-{i:05d}-of-{len(shards):05d}.safetensors"
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / file))
+        weight_map.update({name: file for name in tensors})
+    index = {"metadata": {"total_size": sum(t.nbytes for s in shards for t in s.values())}, "weight_map": weight_map}
+    (folder / f"{stem}.safetensors.index.json").write_text(json.dumps(index))
+    return folder
+
+
+@dataclass
+class TinyCheckpoint:
+    """A component folder and the exact tensors written into it."""
+
+    path: Path
+    tensors: dict[str, torch.Tensor]
+    shards: list[ShardSpec]
+
+
+def tiny_shards(seed: int = 0) -> list[ShardSpec]:
+    """Three shards of small random tensors (never zeros, which hide wrong copies):
+    1. q and k projections (bf16) and a norm (fp32);
+    2. the v projection (bf16), an fp16 feed-forward weight and an int64 step table;
+    3. fp32 `proj_in` weight and bias.
+    """
+    g = torch.Generator().manual_seed(seed)
+
+    def rand(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return (torch.randn(*shape, generator=g) + 0.5).to(dtype)
+
+    return [
+        {
+            "blocks.0.attn.to_q.weight": rand(8, 16, dtype=torch.bfloat16),
+            "blocks.0.attn.to_k.weight": rand(8, 16, dtype=torch.bfloat16),
+            "blocks.0.norm.weight": rand(16),
+        },
+        {
+            "blocks.0.attn.to_v.weight": rand(8, 16, dtype=torch.bfloat16),
+            "blocks.1.ff.weight": rand(32, 16, dtype=torch.float16),
+            "steps": torch.randint(1, 1000, (3,), generator=g),
+        },
+        {"proj_in.weight": rand(16, 4), "proj_in.bias": rand(16)},
+    ]
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> TinyCheckpoint:
+    """Component folder `tiny/` with three shards and an index (layout in `tiny_shards`)."""
+    shards = tiny_shards()
+    path = write_component(tmp_path_factory.mktemp("ckpt") / "tiny", shards)
+    return TinyCheckpoint(path, {k: v for s in shards for k, v in s.items()}, shards)
+
+
+@pytest.fixture
+def component_writer(tmp_path: Path) -> Callable[..., Path]:
+    """`write(shards, name="c")` writes a fresh component folder under tmp_path."""
+
+    def write(shards: list[ShardSpec], name: str = "c", **kwargs) -> Path:
+        return write_component(tmp_path / name, shards, **kwargs)
+
+    return write
