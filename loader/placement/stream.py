@@ -71,13 +71,16 @@ class StreamPlacement(Placement):
     def place(self, plan: LoadPlan, ctx: PlacementContext) -> None:
         files = _OpenFiles(plan)
         pool = ThreadPoolExecutor(self.threads, thread_name_prefix="drainboard-read") if self.threads > 1 else None
-        staging = _Staging(self, ctx.device, pool)
+        direct = {
+            p.name: ctx.device.type == "cpu" and all(m.torch_dtype == p.dtype for m in p.sources) for p in plan.targets
+        }
+        largest = max((m.nbytes for p in plan.targets if not direct[p.name] for m in p.sources), default=0)
+        staging = _Staging(self, ctx.device, pool, min(self.staging_bytes, largest))
         pending: deque[tuple[PlannedTarget, torch.Tensor, list[Future]]] = deque()
         try:
             for planned in plan.targets:
                 dest = ctx.allocate(planned)
-                direct = ctx.device.type == "cpu" and all(m.torch_dtype == planned.dtype for m in planned.sources)
-                if direct:
+                if direct[planned.name]:
                     pending.append((planned, dest, self._submit_direct(planned, dest, files, pool)))
                     while len(pending) > 1 and sum(p[0].nbytes for p in pending) > 8 * self.read_bytes:
                         self._finish(pending.popleft(), files, ctx)
@@ -142,8 +145,10 @@ class _Staging:
     overlaps the previous copy.
     """
 
-    def __init__(self, owner: StreamPlacement, device: torch.device, pool: ThreadPoolExecutor | None):
+    def __init__(self, owner: StreamPlacement, device: torch.device, pool: ThreadPoolExecutor | None, size: int):
         self._owner = owner
+        self._size = max(size, 1)
+        """Bytes per buffer: the staging_bytes option, or less when no source needs that much."""
         self._device = device
         self._pool = pool
         self._buffers: list[torch.Tensor] = []
@@ -158,7 +163,7 @@ class _Staging:
     def _ensure(self) -> None:
         if self._buffers:
             return
-        size, count = self._owner.staging_bytes, self._owner.staging_buffers
+        size, count = self._size, self._owner.staging_buffers
         if self._cuda:
             self._stream = torch.cuda.Stream(self._device)
             self._stream.wait_stream(torch.cuda.current_stream(self._device))
@@ -181,7 +186,7 @@ class _Staging:
         """Read `meta` from `fd` and write it, converted to `out`'s dtype, into `out` (1-D)."""
         self._ensure()
         itemsize = meta.torch_dtype.itemsize
-        step = max(self._owner.staging_bytes // itemsize, 1) * itemsize
+        step = max(self._size // itemsize, 1) * itemsize
         name = f"{meta.file.name}: tensor {meta.name!r}"
         for lo in range(0, meta.nbytes, step):
             n = min(step, meta.nbytes - lo)
@@ -204,7 +209,7 @@ class _Staging:
                 part.copy_(source, non_blocking=True)
             else:
                 if self._device_stage is None:
-                    self._device_stage = torch.empty(self._owner.staging_bytes, dtype=torch.uint8, device=self._device)
+                    self._device_stage = torch.empty(self._size, dtype=torch.uint8, device=self._device)
                 stage = self._device_stage[: host.numel()]
                 stage.copy_(host, non_blocking=True)
                 part.copy_(stage.view(source.dtype))

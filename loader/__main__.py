@@ -1,0 +1,7 @@
+"""`python -m loader ...` (see loader.cli)."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

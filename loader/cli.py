@@ -1,0 +1,121 @@
+"""`python -m loader`: inspect a checkpoint, load one (printing the LoadReport), probe a device.
+
+Expected failures (bad path, malformed checkpoint, mismatch, bad device)
+print one line and exit 2; with `--json` stdout holds exactly one JSON
+object either way, and progress goes to stderr only when it is a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from .api import load_checkpoint
+from .checkpoint import discover_checkpoint
+from .errors import DrainboardError
+from .placement import known_placements
+from .report import TensorPlaced
+
+_GiB = 1024**3
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    index = discover_checkpoint(args.path)
+    summary = index.summary()
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"{summary['path']} ({summary['layout']}): {summary['tensors']} tensors, {summary['bytes'] / _GiB:.2f} GiB")
+    for c in summary["components"]:
+        dtypes = ", ".join(f"{k} {v / _GiB:.2f} GiB" for k, v in c["dtypes"].items())
+        print(
+            f"  {c['name']}: {c['tensors']} tensors in {c['shards']} shard(s), {c['bytes'] / _GiB:.2f} GiB"
+            f" [{dtypes}] class={c['class_name'] or '-'}"
+        )
+    return 0
+
+
+class _ProgressBar:
+    """One redrawn line on stderr: placed tensors, GiB and RSS."""
+
+    def __init__(self, stream=sys.stderr):
+        self._stream = stream
+
+    def __call__(self, event: TensorPlaced) -> None:
+        width = 30
+        filled = width * event.index // max(event.total, 1)
+        self._stream.write(
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {event.index}/{event.total}"
+            f" {event.bytes_placed / _GiB:.2f} GiB placed, RSS {event.sample.vm_rss / _GiB:.2f} GiB"
+        )
+        if event.index == event.total:
+            self._stream.write("\n")
+        self._stream.flush()
+
+
+def _load(args: argparse.Namespace) -> int:
+    progress = _ProgressBar() if sys.stderr.isatty() else None
+    _, report = load_checkpoint(
+        args.path, component=args.component, mode=args.mode, device=args.device, dtype=args.dtype, on_tensor=progress
+    )
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+        return 0
+    print(
+        f"{report.mode} on {report.device}: {report.tensors_placed}/{report.tensors_total} tensors,"
+        f" {report.bytes_placed / _GiB:.2f} GiB in {report.load_seconds:.2f} s ({report.throughput_gbps:.2f} GB/s)"
+    )
+    print(
+        f"footprint_ratio {report.footprint_ratio:.3f}  host_peak_ratio {report.host_peak_ratio:.3f}"
+        f"  memavailable_cost_ratio {report.memavailable_cost_ratio:.3f}"
+        f"  peak_device_allocated {report.peak_device_allocated_bytes / _GiB:.2f} GiB"
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m loader", description="Drainboard's frugal checkpoint loader")
+    sub = parser.add_subparsers(dest="command", required=True)
+    inspect = sub.add_parser(
+        "inspect",
+        help="list components, tensor counts, bytes and dtypes (headers only)",
+        epilog="example: python -m loader inspect /models/h3 --json",
+    )
+    inspect.add_argument("path", help="model folder, component folder or .safetensors file")
+    inspect.add_argument("--json", action="store_true", help="print one JSON object")
+    inspect.set_defaults(func=_inspect)
+    load = sub.add_parser(
+        "load",
+        help="load one component and print its LoadReport",
+        epilog="example: python -m loader load /models/h3 --component transformer --mode stream --dtype bf16 --json",
+    )
+    load.add_argument("path", help="model folder, component folder or .safetensors file")
+    load.add_argument("--component", help="component of a model folder (default: the only one, or transformer)")
+    load.add_argument("--mode", default="stream", choices=known_placements(), help="placement mode (default: stream)")
+    load.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
+    load.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], help="target dtype (default: the checkpoint's)")
+    load.add_argument("--json", action="store_true", help="print one JSON object")
+    load.set_defaults(func=_load)
+    try:
+        from . import device_cli
+    except ImportError:
+        device_cli = None
+    if device_cli is not None:
+        device_cli.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except DrainboardError as exc:
+        problems = list(getattr(exc, "problems", None) or [str(exc)])
+        line = "; ".join(problems)
+        if getattr(args, "json", False):
+            print(json.dumps({"ok": False, "error": line, "errors": problems}))
+        else:
+            print(f"error: {line}", file=sys.stderr)
+        return 2
