@@ -1,0 +1,79 @@
+"""Entry point of the process that runs one job: `python -m jobs.child JOB_ID`.
+
+A fresh process per job gives every job the same memory baseline and keeps an
+OOM kill away from the supervisor and the dashboard. Exit codes: 0 done,
+1 the job raised (its message is stored in `jobs.error`), 2 invalid spec.
+SIGTERM (a cancel) raises `JobCancelled` so samples still get flushed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import traceback
+
+from storage.config import load_config
+from storage.connections import connect
+from storage.queries import get_job
+
+EXIT_DONE, EXIT_FAILED, EXIT_INVALID_SPEC = 0, 1, 2
+
+ENV_CGROUP_USAGE = "DRAINBOARD_CGROUP_USAGE_FILE"
+"""Set by the supervisor when the job runs in a memory cgroup: the usage file samples read."""
+
+
+class JobCancelled(BaseException):
+    """Raised in the job's thread when the supervisor asks it to stop (SIGTERM)."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise JobCancelled("cancelled (SIGTERM)")
+
+
+def run_job(job_id: int) -> int:
+    """Run job `job_id` from the configured database; returns the exit code."""
+    from jobs.context import JobContext
+    from jobs.kinds import get_kind
+    from jobs.spec import JobSpec
+    from loader.memory import MemoryProbe
+
+    config = load_config()
+    db = connect(config.db_path)
+    job = get_job(db, job_id)
+    if job is None:
+        print(f"job {job_id} does not exist in {config.db_path}", file=sys.stderr)
+        return EXIT_INVALID_SPEC
+    try:
+        spec = JobSpec.from_dict(job["spec"])
+        run = get_kind(spec.kind)
+    except (TypeError, ValueError, KeyError) as e:
+        db.execute("UPDATE jobs SET error = ? WHERE id = ?", [f"invalid spec: {e}", job_id])
+        return EXIT_INVALID_SPEC
+    db.execute("UPDATE jobs SET pid = ? WHERE id = ?", [os.getpid(), job_id])
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    probe = MemoryProbe(spec.device, cgroup_file=os.environ.get(ENV_CGROUP_USAGE) or None)
+    ctx = JobContext(job_id, db_path=config.db_path, data_dir=config.data_dir, probe=probe,
+                     sample_every=spec.sample_every)
+    try:
+        metrics = run(spec, ctx)
+    except JobCancelled:
+        return EXIT_FAILED
+    except Exception as e:
+        traceback.print_exc()
+        message = f"{type(e).__name__}: {e}" if not str(e).startswith(type(e).__name__) else str(e)
+        db.execute("UPDATE jobs SET error = ? WHERE id = ?", [message, job_id])
+        return EXIT_FAILED
+    finally:
+        ctx.close()
+        probe.close()
+    db.execute("UPDATE jobs SET metrics = ? WHERE id = ?", [json.dumps(metrics or {}), job_id])
+    return EXIT_DONE
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or not sys.argv[1].isdigit():
+        print("usage: python -m jobs.child JOB_ID", file=sys.stderr)
+        sys.exit(EXIT_INVALID_SPEC)
+    sys.exit(run_job(int(sys.argv[1])))

@@ -1,0 +1,131 @@
+"""What a job kind sees of the world: progress, memory samples, events, stages, artifact paths.
+
+Kinds report only through this object and never touch storage directly, so a
+kind is one plain function that tests can run with any context.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from loader.memory import MemoryProbe, MemorySample
+from storage.artifacts import new_artifact_path, record_artifact
+from storage.connections import connect
+from storage.sample_writer import SampleWriter
+
+PROGRESS_INTERVAL = 0.2
+"""Seconds between progress writes; the last step is always written."""
+
+
+class JobContext:
+    """The running job's reporting channel, owned by the job child.
+
+    `probe` is the memory probe of this job (with the cgroup file when the job
+    runs under a limit); pass it to the loader so one probe read per tensor
+    serves both the load metrics and the recorded sample.
+    """
+
+    def __init__(
+        self,
+        job_id: int,
+        *,
+        db_path: str | Path,
+        data_dir: str | Path,
+        probe: MemoryProbe,
+        sample_every: int = 1,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.job_id = job_id
+        self.probe = probe
+        self.data_dir = Path(data_dir)
+        self.sample_every = sample_every
+        """Record one sample every N placed tensors (the spec's `sample_every`)."""
+        self._clock = clock
+        self._t0 = clock()
+        self._db = connect(db_path, check_same_thread=False)
+        self._lock = threading.Lock()
+        self._stage: str | None = None
+        self._last_progress = float("-inf")
+        self.samples = SampleWriter(db_path, job_id, t0=self._t0, clock=clock)
+
+    @property
+    def current_stage(self) -> str | None:
+        return self._stage
+
+    def seconds(self) -> float:
+        """Seconds since the job started (the time axis of samples and events)."""
+        return self._clock() - self._t0
+
+    def event(self, kind: str, message: str, *, data: dict[str, Any] | None = None) -> None:
+        """Record an event (stage_start, stage_end, decision, device, warning, ...) at the current time."""
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO events (job_id, t, created_at, kind, stage, message, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [self.job_id, self.seconds(), time.time(), kind, self._stage, message,
+                 json.dumps(data) if data is not None else None],
+            )
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Mark a stage: events at start and end (with its duration), and the job's current stage."""
+        self._stage = name
+        with self._lock:
+            self._db.execute("UPDATE jobs SET stage = ? WHERE id = ?", [name, self.job_id])
+        self.event("stage_start", f"{name} started")
+        start = self.seconds()
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            took = self.seconds() - start
+            self.event("stage_end", f"{name} {'done' if ok else 'aborted'} after {took:.2f} s",
+                       data={"seconds": took, "ok": ok})
+
+    def progress(self, done: int, total: int | None = None) -> None:
+        """Report `done` of `total` steps (tensors, denoising steps); written at most 5 times a second."""
+        now = self._clock()
+        if now - self._last_progress < PROGRESS_INTERVAL and done != total:
+            return
+        self._last_progress = now
+        with self._lock:
+            self._db.execute(
+                "UPDATE jobs SET progress_done = ?, progress_total = ? WHERE id = ?", [done, total, self.job_id]
+            )
+
+    def record(
+        self,
+        sample: MemorySample | None = None,
+        *,
+        stage: str | None = None,
+        tensors_placed: int | None = None,
+        bytes_placed: int | None = None,
+        tensor_name: str | None = None,
+    ) -> None:
+        """Record a memory sample (a fresh probe read when none is given), tagged with the current stage."""
+        self.samples.add(
+            sample if sample is not None else self.probe.sample(),
+            stage=stage or self._stage,
+            tensors_placed=tensors_placed,
+            bytes_placed=bytes_placed,
+            tensor_name=tensor_name,
+        )
+
+    def artifact_path(self, role: str, suffix: str) -> Path:
+        """A fresh generated path in this job's artifact folder (see storage.artifacts)."""
+        return new_artifact_path(self.data_dir, self.job_id, role, suffix)
+
+    def add_artifact(self, path: str | Path) -> None:
+        """Register a finished file written at a path from `artifact_path`."""
+        with self._lock:
+            record_artifact(self._db, self.data_dir, self.job_id, path)
+
+    def close(self) -> None:
+        """Flush samples and release connections; called by the child however the kind ended."""
+        self.samples.close()
+        self._db.conn.close()

@@ -1,0 +1,39 @@
+"""The `load` job: load one checkpoint with a chosen placement mode and record memory per tensor."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobs.context import JobContext
+from jobs.kinds import job_kind
+from jobs.spec import JobSpec
+
+
+@job_kind("load")
+def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
+    """Probe the device, resolve the offload policy once (decisions become events), load the
+    checkpoint recording a sample every `spec.sample_every` tensors, and return the loader's report."""
+    from loader.api import load_checkpoint
+    from loader.device import probe_device
+    from loader.offload import resolve_offload
+
+    with ctx.stage("probe"):
+        device = probe_device(spec.device)
+        ctx.event("device", device.reason, data=device.to_dict())
+        _, decisions = resolve_offload(spec.offload, device)
+        for decision in decisions:
+            ctx.event("decision", str(decision), data=decision.to_dict())
+        ctx.record()
+
+    def on_tensor(placed) -> None:
+        done = placed.index  # 1-based
+        ctx.progress(done, placed.total)
+        if done % ctx.sample_every == 0 or done == placed.total:
+            ctx.record(placed.sample, tensors_placed=done, bytes_placed=placed.bytes_placed, tensor_name=placed.name)
+
+    with ctx.stage("load"):
+        _, report = load_checkpoint(
+            spec.model, component=spec.component, mode=spec.mode, device=spec.device, dtype=spec.dtype,
+            on_tensor=on_tensor, probe=ctx.probe,
+        )
+    return report.to_dict()

@@ -1,0 +1,106 @@
+"""Queue operations on the `jobs` table: submit, claim, cancel, retry, finish.
+
+Every read-then-write runs in one `BEGIN IMMEDIATE` transaction, so two
+supervisors (or a supervisor and a dashboard) never act on the same row twice.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Mapping
+
+import sqlite_utils
+
+from jobs.spec import JobSpec, build_spec
+from loader.errors import DrainboardError
+from storage.config import Config
+from storage.connections import transaction
+from storage.queries import get_job
+from storage.schema import FINAL_STATUSES
+
+
+class JobStateError(DrainboardError):
+    """The job does not exist or is in a state that does not allow the operation."""
+
+
+def enqueue(db: sqlite_utils.Database, spec: JobSpec, *, retry_of: int | None = None) -> int:
+    """Queue a validated spec; returns the new job's id."""
+    cursor = db.execute(
+        "INSERT INTO jobs (kind, spec, status, created_at, retry_of) VALUES (?, ?, 'queued', ?, ?)",
+        [spec.kind, json.dumps(spec.to_dict()), time.time(), retry_of],
+    )
+    return cursor.lastrowid
+
+
+def submit(db: sqlite_utils.Database, raw: Mapping[str, Any], config: Config) -> int:
+    """Validate user input (raises `JobSpecError`, nothing queued) and queue it; returns the job id."""
+    return enqueue(db, build_spec(raw, config))
+
+
+def claim(db: sqlite_utils.Database, supervisor_id: str) -> dict | None:
+    """Take the oldest queued job for `supervisor_id` and mark it running; None when the queue is empty."""
+    with transaction(db) as conn:
+        row = conn.execute("SELECT id FROM jobs WHERE status = 'queued' ORDER BY id LIMIT 1").fetchone()
+        if row is None:
+            return None
+        conn.execute(
+            "UPDATE jobs SET status = 'running', started_at = ?, supervisor_id = ? WHERE id = ?",
+            [time.time(), supervisor_id, row[0]],
+        )
+    return get_job(db, row[0])
+
+
+def cancel(db: sqlite_utils.Database, job_id: int) -> str:
+    """Cancel a job: a queued one is cancelled at once; a running one is flagged, and its
+    supervisor sends SIGTERM, then SIGKILL after a grace period. Returns the status now."""
+    with transaction(db) as conn:
+        row = conn.execute("SELECT status FROM jobs WHERE id = ?", [job_id]).fetchone()
+        if row is None:
+            raise JobStateError(f"job {job_id} does not exist")
+        status = row[0]
+        if status in FINAL_STATUSES:
+            raise JobStateError(f"job {job_id} is already {status}")
+        if status == "queued":
+            conn.execute(
+                "UPDATE jobs SET status = 'cancelled', finished_at = ?, error = 'cancelled while queued' WHERE id = ?",
+                [time.time(), job_id],
+            )
+            return "cancelled"
+        conn.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ?", [job_id])
+        return "running"
+
+
+def retry(db: sqlite_utils.Database, job_id: int) -> int:
+    """Queue a new job with the same spec as `job_id` (which must have finished); returns its id."""
+    job = get_job(db, job_id)
+    if job is None:
+        raise JobStateError(f"job {job_id} does not exist")
+    if job["status"] not in FINAL_STATUSES:
+        raise JobStateError(f"job {job_id} is still {job['status']}; cancel it before retrying")
+    return enqueue(db, JobSpec.from_dict(job["spec"]), retry_of=job_id)
+
+
+def finish(
+    db: sqlite_utils.Database,
+    job_id: int,
+    status: str,
+    *,
+    error: str | None = None,
+    exit_code: int | None = None,
+    signal: str | None = None,
+    metrics: dict | None = None,
+) -> None:
+    """Record how a job ended. `metrics` given here are merged over those the child stored."""
+    if status not in FINAL_STATUSES:
+        raise ValueError(f"{status!r} is not a final status; expected one of {sorted(FINAL_STATUSES)}")
+    with transaction(db) as conn:
+        stored = conn.execute("SELECT metrics FROM jobs WHERE id = ?", [job_id]).fetchone()
+        merged = json.loads(stored[0]) if stored and stored[0] else None
+        if metrics:
+            merged = {**(merged or {}), **metrics}
+        conn.execute(
+            "UPDATE jobs SET status = ?, finished_at = ?, error = coalesce(?, error), exit_code = ?, signal = ?, "
+            "metrics = ? WHERE id = ?",
+            [status, time.time(), error, exit_code, signal, json.dumps(merged) if merged is not None else None, job_id],
+        )

@@ -1,0 +1,76 @@
+import time
+
+import pytest
+
+from jobs.queue import submit
+from jobs.supervisor import Supervisor
+from storage.config import load_config
+from storage.connections import connect
+from storage.queries import get_job
+from storage.schema import FINAL_STATUSES
+
+
+@pytest.fixture
+def config(tmp_path, monkeypatch):
+    """Config of a fresh data folder whose model root holds `dummy.safetensors`; test kinds enabled."""
+    data = tmp_path / "data"
+    (data / "models").mkdir(parents=True)
+    (data / "models" / "dummy.safetensors").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DRAINBOARD_DATA", str(data))
+    monkeypatch.delenv("DRAINBOARD_MODEL_ROOTS", raising=False)
+    monkeypatch.delenv("DRAINBOARD_CONFIG", raising=False)
+    monkeypatch.setenv("DRAINBOARD_KIND_MODULES", "tests.jobs.kinds_for_tests")
+    return load_config()
+
+
+@pytest.fixture
+def db(config):
+    db = connect(config.db_path)
+    yield db
+    db.conn.close()
+
+
+@pytest.fixture
+def supervisor(config):
+    """A started in-process supervisor (children are real processes); stopped after the test."""
+    sup = Supervisor(config, grace=1.0)
+    sup.start()
+    yield sup
+    sup.stop()
+
+
+@pytest.fixture
+def queue_job(db, config):
+    """Queues a job of `kind` on the dummy model; returns its id."""
+
+    def queue(kind: str = "steps", **fields) -> int:
+        return submit(db, {"kind": kind, "model": str(config.model_roots[0] / "dummy.safetensors"), **fields}, config)
+
+    return queue
+
+
+@pytest.fixture
+def tick_until(supervisor):
+    """Ticks the supervisor until `condition()` holds (fails after `timeout` seconds)."""
+
+    def tick(condition, timeout: float = 60.0) -> None:
+        deadline = time.time() + timeout
+        while not condition():
+            if time.time() > deadline:
+                raise AssertionError("condition not reached in time")
+            supervisor.tick()
+            time.sleep(0.02)
+
+    return tick
+
+
+@pytest.fixture
+def run_to_end(db, tick_until):
+    """Ticks the supervisor until job `job_id` is final; returns the job row."""
+
+    def run(job_id: int, timeout: float = 60.0) -> dict:
+        tick_until(lambda: get_job(db, job_id)["status"] in FINAL_STATUSES, timeout)
+        return get_job(db, job_id)
+
+    return run
