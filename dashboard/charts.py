@@ -29,6 +29,10 @@ STAGE_GRAYS = ["#e6e6e6", "#cfcfcf", "#dadada", "#c2c2c2", "#e0e0e0", "#c9c9c9"]
 JOB_DASHES = [[1, 0], [8, 4], [4, 3], [1, 3], [8, 3, 1, 3]]
 """Dash patterns that tell up to five compared jobs apart (solid, long, short, dot, dash-dot)."""
 MAX_COMPARED = len(JOB_DASHES)
+POLICY_EVENTS = ("decision", "policy")
+"""Event kinds drawn as policy-decision rules."""
+STEP_EVENTS = ("step",)
+"""Event kinds drawn as ticks on the stage strip (one per denoising step)."""
 """The Compare overlay draws at most this many jobs."""
 CHART_HEIGHT = 380
 """Fixed height of the main memory chart so live refreshes never move the layout."""
@@ -216,8 +220,8 @@ def memory_chart(
     bytes/percent views at the checkpoint size so live refreshes never rescale.
     mem_total adds "System in use"; capacity draws the wall (dashed rule and
     the >=90% danger zone); fit="pool" scales y to the whole pool. events
-    (columns t, kind, message) adds policy decisions (kind "policy") as pink
-    rules and denoising steps (kind "step") as ticks on the stage strip.
+    (columns t, kind, message) adds policy decisions (POLICY_EVENTS) as pink
+    rules and denoising steps (STEP_EVENTS) as ticks on the stage strip.
     killed marks the last sample with the red kill rule and a cross.
     """
     wide, long, series = memory_frames(samples, x=x, total_bytes=total_bytes, mem_total=mem_total)
@@ -233,7 +237,7 @@ def memory_chart(
 
     spans = stage_spans(samples, wide["x"])
     event_x = _event_x(events, samples, x, total_bytes) if events is not None and len(events) else None
-    steps = event_x[events["kind"] == "step"] if event_x is not None else None
+    steps = event_x[events["kind"].isin(STEP_EVENTS)] if event_x is not None else None
     strip = stage_strip(spans, x_scale=x_scale, steps=steps)
 
     ranks = sorted(wide["rank"].unique()) if len(wide) else [0]
@@ -344,7 +348,7 @@ def _memory_panel(
     )
 
     if events is not None:
-        policy = events[events["kind"] == "policy"]
+        policy = events[events["kind"].isin(POLICY_EVENTS)]
         if len(policy):
             pol = alt.Chart(policy[["x", "t", "message"]])
             layers.append(pol.mark_rule(color=POLICY, strokeWidth=1).encode(x=alt.X("x:Q", scale=x_scale), tooltip=["message:N"]))
@@ -507,7 +511,8 @@ def fit_forecast(in_use: int, predicted_peak: int, capacity: int) -> alt.LayerCh
 def pool_bar(used: int, cache: int, total: int, *, height: int = 34) -> alt.LayerChart:
     """nvitop-style bar of the one shared pool: used, page cache, free, with
     threshold ticks at 80% and 90%."""
-    used_gib, cache_gib, total_gib = used / GIB, cache / GIB, total / GIB
+    used_gib, total_gib = used / GIB, total / GIB
+    cache_gib = min(cache, max(total - used, 0)) / GIB
     free_gib = max(total_gib - used_gib - cache_gib, 0.0)
     share = used / total if total else 0.0
     used_color = "#009E73" if share < 0.8 else ("#E69F00" if share < 0.9 else WALL)

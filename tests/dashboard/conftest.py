@@ -53,3 +53,76 @@ def sample_frame():
 def load_samples() -> pd.DataFrame:
     """120 samples of one rank loading 2 GiB on CPU, then a denoising stage."""
     return make_samples()
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    """An empty Drainboard data folder (with a models root inside) that the pages read through the environment."""
+    import streamlit as st
+
+    folder = tmp_path / "data"
+    (folder / "models").mkdir(parents=True)
+    monkeypatch.setenv("DRAINBOARD_DATA", str(folder))
+    monkeypatch.setenv("DRAINBOARD_MODEL_ROOTS", str(folder / "models"))
+    monkeypatch.delenv("DRAINBOARD_CONFIG", raising=False)
+    st.cache_data.clear()
+    yield folder
+    st.cache_data.clear()
+
+
+@pytest.fixture
+def fresh_db(data_dir):
+    """A connection to the schema-ready, empty database in `data_dir`."""
+    from storage.connections import connect
+
+    db = connect(data_dir / "drainboard.db")
+    yield db
+    db.conn.close()
+
+
+@pytest.fixture
+def tiny_checkpoint(data_dir):
+    """A one-file checkpoint under the model root: three small random tensors (about 200 KiB, float32)."""
+    import torch
+    from safetensors.torch import save_file
+
+    path = data_dir / "models" / "tiny.safetensors"
+    generator = torch.Generator().manual_seed(0)
+    save_file(
+        {
+            "proj_in.weight": torch.randn(64, 96, generator=generator),
+            "transformer_blocks.0.attn.to_q.weight": torch.randn(128, 128, generator=generator),
+            "transformer_blocks.0.ff.fc_in.weight": torch.randn(256, 128, generator=generator),
+        },
+        str(path),
+    )
+    return path
+
+
+def add_job(db, *, status: str, mode: str = "stream", model: str = "/models/tiny", samples: pd.DataFrame | None = None,
+            metrics: dict | None = None, kind: str = "load", signal: str | None = None, error: str | None = None) -> int:
+    """Insert a job as if it had run: its row, its samples and its final status."""
+    import json
+    import time
+
+    from jobs.spec import JobSpec
+
+    spec = JobSpec(kind=kind, model=model, mode=mode)
+    now = time.time()
+    cursor = db.execute(
+        "INSERT INTO jobs (kind, spec, status, created_at, started_at, finished_at, metrics, signal, error) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [kind, json.dumps(spec.to_dict()), status, now - 30, now - 25 if status != "queued" else None,
+         now - 5 if status not in ("queued", "running") else None, json.dumps(metrics) if metrics else None, signal, error],
+    )
+    job_id = cursor.lastrowid
+    if samples is not None:
+        rows = samples.assign(job_id=job_id).drop(columns=["cgroup_usage"]).to_dict("records")
+        db["samples"].insert_all(rows)
+    return job_id
+
+
+@pytest.fixture
+def job_adder():
+    """The add_job helper: add_job(db, status=..., mode=..., samples=..., metrics=...) -> job id."""
+    return add_job

@@ -1,0 +1,71 @@
+"""First start: the data folder and database, the demo checkpoint, a supervisor.
+
+Kept free of Streamlit: `prepare` reports through a callback, and the frame
+draws that as a status box with a progress bar. A lock file keeps two
+sessions (or two dashboards) from writing the demo checkpoint at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from storage.config import Config
+from storage.connections import connect
+
+DEMO_NAME = "demo"
+"""Folder name of the embedded demo checkpoint under the first model root."""
+
+Progress = Callable[[float, str], None]
+"""on_progress(fraction done in [0, 1], what is happening)."""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What `prepare` found or did."""
+
+    demo_path: Path
+    """Where the demo checkpoint is."""
+    wrote_demo: bool
+    """True when this call wrote it."""
+    supervisor: dict
+    """jobs.supervisor.supervisor_status after the call."""
+
+
+def demo_path(config: Config) -> Path:
+    return config.model_roots[0] / DEMO_NAME
+
+
+def demo_missing(config: Config) -> bool:
+    """True when the demo checkpoint has not been written (completely) yet."""
+    return not (demo_path(config) / "model_index.json").is_file()
+
+
+def prepare(config: Config, on_progress: Progress = lambda fraction, text: None, *, start_worker: bool = True) -> Prepared:
+    """Make the box ready: data folder + schema, demo checkpoint, supervisor (unless `start_worker` is False)."""
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    connect(config.db_path).conn.close()
+    wrote = False
+    if demo_missing(config):
+        with open(config.data_dir / "demo.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if demo_missing(config):
+                write_demo(demo_path(config), on_progress)
+                wrote = True
+    status: dict = {"alive": False}
+    if start_worker:
+        from jobs.supervisor import ensure_supervisor
+
+        on_progress(1.0, "starting the job supervisor")
+        status = ensure_supervisor(config)
+    return Prepared(demo_path(config), wrote, status)
+
+
+def write_demo(path: Path, on_progress: Progress) -> None:
+    """Write the `demo` profile's synthetic checkpoint to `path` (models' writer)."""
+    from models.synth import write_checkpoint
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_checkpoint(path, profile=DEMO_NAME, on_progress=on_progress)

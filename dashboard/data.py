@@ -1,0 +1,173 @@
+"""Cached reads for the pages: everything the dashboard shows comes through here.
+
+Loaders take the database path (a string), never a connection: a SQLite
+connection belongs to the thread that opened it, and Streamlit serves each
+session from its own thread. Each call opens a short-lived connection.
+Live data is keyed by the job's sample count, so a finished job's series is
+built once and a running job's only when new samples arrived.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from loader.checkpoint import discover_checkpoint
+from loader.device import DeviceInfo, probe_device
+from loader.errors import DrainboardError
+from storage import queries
+from storage.artifacts import resolve_artifact
+from storage.config import Config, load_config
+from storage.connections import connect
+from storage.schema import SAMPLE_COLUMNS
+
+MAX_POINTS = 1500
+"""Rows a chart receives at most; storage keeps each bucket's min and max, so peaks survive."""
+
+CHART_COLUMNS = ("vm_rss", "rss_file", "device_allocated", "mem_available")
+"""Columns whose peaks and troughs the downsampling keeps (the charted series)."""
+
+
+@st.cache_data(ttl=30, show_spinner=False)
+def config() -> Config:
+    """The effective configuration (environment over drainboard.toml)."""
+    return load_config()
+
+
+def db_path() -> str:
+    return str(config().db_path)
+
+
+def _db(path: str):
+    return connect(path, ensure=False)
+
+
+@st.cache_data(ttl=1, show_spinner=False)
+def jobs(path: str, *, status: tuple[str, ...] | None = None, limit: int = 500) -> list[dict]:
+    """Jobs newest first (spec and metrics decoded)."""
+    return queries.list_jobs(_db(path), status=status, limit=limit)
+
+
+@st.cache_data(ttl=1, show_spinner=False)
+def job(path: str, job_id: int) -> dict | None:
+    """One job row, or None."""
+    return queries.get_job(_db(path), job_id)
+
+
+@st.cache_data(ttl=1, show_spinner=False)
+def sample_count(path: str, job_id: int) -> int:
+    return queries.sample_count(_db(path), job_id)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def series(path: str, job_id: int, count: int, max_points: int = MAX_POINTS) -> pd.DataFrame:
+    """A job's samples downsampled to at most `max_points` rows keeping peaks.
+
+    `count` (the job's current sample count) is only part of the cache key:
+    new samples make a new entry, a finished job's frame is built once.
+    """
+    rows = queries.sample_series(_db(path), job_id, max_points=max_points, columns=CHART_COLUMNS)
+    frame = pd.DataFrame(rows, columns=list(SAMPLE_COLUMNS))
+    return frame.sort_values(["rank", "t", "seq"], kind="stable").reset_index(drop=True)
+
+
+@st.cache_data(ttl=1, show_spinner=False)
+def last_sample(path: str, job_id: int) -> dict | None:
+    return queries.last_sample(_db(path), job_id)
+
+
+@st.cache_data(ttl=1, show_spinner=False)
+def events(path: str, job_id: int) -> pd.DataFrame:
+    """A job's events (t, kind, stage, message, data) in order."""
+    rows = queries.events(_db(path), job_id)
+    return pd.DataFrame(rows, columns=["id", "job_id", "t", "created_at", "kind", "stage", "message", "data"])
+
+
+@st.cache_data(ttl=2, show_spinner=False)
+def artifacts(path: str, job_id: int) -> list[dict]:
+    return queries.artifacts(_db(path), job_id)
+
+
+def samples_csv(path: str, job_id: int) -> str:
+    """Every sample of a job as CSV text (built only when the download is clicked)."""
+    return "".join(queries.samples_csv(_db(path), job_id))
+
+
+def folder_size(folder: Path) -> int:
+    """Bytes under a folder (0 when it does not exist)."""
+    if not folder.exists():
+        return 0
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+@st.cache_data(ttl=60, show_spinner=False)
+def checkpoint_components(model: str) -> dict[str, int]:
+    """Bytes per component of a checkpoint, from headers only ({} when unreadable)."""
+    try:
+        index = discover_checkpoint(model, validate=False)
+    except DrainboardError:
+        return {}
+    return {name: c.total_bytes for name, c in index.components.items()}
+
+
+def expected_bytes(job: dict) -> int | None:
+    """Bytes the job will place, in checkpoint dtype: its component, or every
+    component for a generate job, or the default component (transformer) of a load."""
+    spec = job.get("spec") or {}
+    sizes = checkpoint_components(spec.get("model", "")) if spec.get("model") else {}
+    if not sizes:
+        return None
+    if spec.get("component"):
+        return sizes.get(spec["component"])
+    if job.get("kind") == "generate" or len(sizes) == 1:
+        return sum(sizes.values())
+    return sizes.get("transformer", sum(sizes.values()))
+
+
+def artifact_path(job_id: int, name: str) -> Path:
+    """A file inside the job's own artifact folder; anything else raises ArtifactError."""
+    return resolve_artifact(config().data_dir, job_id, name)
+
+
+@st.cache_data(ttl=300, show_spinner=False)
+def device_info(spec: str) -> DeviceInfo:
+    """The probed device (no CUDA context is created); cached, the hardware does not change."""
+    return probe_device(spec)
+
+
+@st.cache_data(ttl=300, show_spinner=False)
+def devices() -> list[DeviceInfo]:
+    """The CPU plus every CUDA device the driver answers for (probed without a context)."""
+    found = [probe_device("cpu")]
+    for index in range(16):
+        info = probe_device(f"cuda:{index}")
+        if info.source == "probe-failed":
+            break
+        found.append(info)
+    return found
+
+
+@st.cache_data(ttl=300, show_spinner=False)
+def memory_limit_reason() -> str | None:
+    """None when per-job memory limits work on this machine, else why not."""
+    from jobs.cgroups import memory_limit_support
+
+    return memory_limit_support()
+
+
+@st.cache_data(ttl=10, show_spinner=False)
+def checkpoints(roots: tuple[str, ...]) -> list:
+    """Checkpoints under the model roots (headers only)."""
+    from dashboard.views.run import find_checkpoints
+
+    return find_checkpoints([Path(r) for r in roots])
+
+
+@st.cache_data(ttl=2, show_spinner=False)
+def supervisor(path: str) -> dict:
+    """jobs.supervisor.supervisor_status: alive, id, pid, heartbeat_age, current_job."""
+    from jobs.supervisor import supervisor_status
+
+    return supervisor_status(_db(path))

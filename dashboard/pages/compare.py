@@ -1,0 +1,83 @@
+"""Compare: two to five jobs overlaid on a shared axis, their metrics against a reference, their videos."""
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import charts, data, nav
+from dashboard.host import read_host_memory
+from dashboard.views.history import comparison_table, diff_only, job_summary
+from dashboard.views.spec import job_label, spec_mode
+
+st.title("Compare")
+db = data.db_path()
+mem_total = read_host_memory().total
+all_jobs = data.jobs(db)
+by_id = {j["id"]: j for j in all_jobs}
+
+
+def _from_query() -> list[int]:
+    raw = st.query_params.get("jobs", "")
+    return [int(part) for part in raw.split(",") if part.strip().isdigit() and int(part) in by_id]
+
+
+def _latest_per_mode() -> list[int]:
+    latest: dict[str, int] = {}
+    for job in all_jobs:
+        if job["status"] == "succeeded" and spec_mode(job) and spec_mode(job) not in latest:
+            latest[spec_mode(job)] = job["id"]
+    return sorted(latest.values())
+
+
+chosen = st.multiselect(
+    "Jobs (the first is the baseline)",
+    list(by_id),
+    default=_from_query() or _latest_per_mode()[: charts.MAX_COMPARED],
+    format_func=lambda i: f"{job_label(by_id[i])} · {by_id[i]['status']}",
+    max_selections=charts.MAX_COMPARED,
+)
+st.query_params["jobs"] = ",".join(map(str, chosen))
+if len(chosen) < 2:
+    st.info("Pick at least two jobs to compare (or select rows on the History page). With none chosen, the latest finished job of each mode is suggested.")
+    if not all_jobs and st.button("Go to Run"):
+        nav.goto("run")
+    st.stop()
+
+jobs = [by_id[i] for i in chosen]
+c1, c2, c3, c4 = st.columns(4)
+x_axis = c1.segmented_control("x", ["% placed", "seconds"], default="% placed", key="compare_x") or "% placed"
+y_axis = c2.segmented_control("y", ["GiB", "× checkpoint"], default="GiB", key="compare_y") or "GiB"
+subtract = c3.toggle("Subtract each job's starting use", value=False, key="compare_subtract")
+whole_pool = c4.toggle("Whole pool on y", value=False, key="compare_pool")
+
+frames = []
+summaries = {}
+for job in jobs:
+    samples = data.series(db, job["id"], data.sample_count(db, job["id"]))
+    summaries[job["id"]] = job_summary(samples, mem_total)
+    total = (job.get("metrics") or {}).get("bytes_placed") or data.expected_bytes(job) or int(samples["bytes_placed"].max() or 1)
+    frames.append(samples.assign(job=job_label(job), total_bytes=total, mem_total=mem_total))
+
+chart = charts.compare_chart(
+    pd.concat(frames, ignore_index=True),
+    x="percent" if x_axis == "% placed" else "seconds",
+    y="ratio" if y_axis == "× checkpoint" else "gib",
+    subtract_start=subtract,
+    capacity=mem_total,
+    fit="pool" if whole_pool else "data",
+)
+st.altair_chart(chart, width="stretch")
+
+st.subheader("Metrics")
+reference = st.selectbox("Reference job", chosen, format_func=lambda i: job_label(by_id[i]), key="compare_ref")
+table = comparison_table(jobs, summaries, reference)
+if st.toggle("Diff only", value=False, key="compare_diff"):
+    table = diff_only(table)
+st.dataframe(table, hide_index=True, width="stretch")
+
+videos = [(job, a) for job in jobs for a in data.artifacts(db, job["id"]) if a["name"].endswith(".mp4")]
+if videos:
+    st.subheader("Videos")
+    for column, (job, artifact) in zip(st.columns(min(3, len(videos))), videos[:3]):
+        with column:
+            st.caption(job_label(job))
+            st.video(str(data.artifact_path(job["id"], artifact["name"])), loop=True, muted=True)
