@@ -56,6 +56,10 @@ class _ProgressBar:
 
 
 def _load(args: argparse.Namespace) -> int:
+    if args.nproc > 1:
+        from .sharded_launch import run_sharded_cli
+
+        return run_sharded_cli(args)
     progress = _ProgressBar() if sys.stderr.isatty() else None
     _, report = load_checkpoint(
         args.path, component=args.component, mode=args.mode, device=args.device, dtype=args.dtype, on_tensor=progress
@@ -97,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
     load.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], help="target dtype (default: the checkpoint's)")
     load.add_argument("--json", action="store_true", help="print one JSON object")
+    load.add_argument(
+        "--nproc", type=int, default=1,
+        help="shard over N local ranks via torchrun (device cpu: gloo, cuda: one GPU per rank; see docs/sharded.md)",
+    )
     load.set_defaults(func=_load)
     try:
         from . import device_cli
