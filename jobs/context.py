@@ -72,7 +72,12 @@ class JobContext:
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        """Mark a stage: events at start and end (with its duration), and the job's current stage."""
+        """Mark a stage: events at start and end (with its duration), and the job's current stage.
+
+        Samples are flushed at both ends, so a kill inside a stage still finds
+        everything recorded before it in the database.
+        """
+        self.samples.flush()
         self._stage = name
         with self._lock:
             self._db.execute("UPDATE jobs SET stage = ? WHERE id = ?", [name, self.job_id])
@@ -83,6 +88,7 @@ class JobContext:
             yield
             ok = True
         finally:
+            self.samples.flush()
             took = self.seconds() - start
             self.event("stage_end", f"{name} {'done' if ok else 'aborted'} after {took:.2f} s",
                        data={"seconds": took, "ok": ok})

@@ -1,0 +1,64 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from jobs.cli import build_parser, main
+from jobs.supervisor import REPO_ROOT, supervisor_status
+from storage.queries import list_jobs
+
+
+def test_every_command_has_help_with_an_example():
+    parser = build_parser()
+    for command in (["submit", "load"], ["submit", "generate"], ["list"], ["show"], ["cancel"], ["retry"], ["worker"]):
+        sub = parser
+        for word in command:
+            sub = next(a for a in sub._actions if a.dest in ("command", "kind")).choices[word]
+        assert "example: python -m jobs" in sub.format_help()
+
+
+def test_a_bad_submit_prints_the_json_failure_shape_and_exits_2(db, config, capsys):
+    code = main(["submit", "load", "--model", "/etc/passwd", "--mode", "stram", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 2 and out["ok"] is False
+    assert out["errors"][0].startswith("model:") and out["errors"][1].startswith("mode:")
+    assert list_jobs(db) == []
+
+
+def test_submit_wait_json_starts_a_worker_and_prints_the_finished_job(db, config):
+    model = str(config.model_roots[0] / "dummy.safetensors")
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "jobs", "submit", "load", "--model", model, "--wait", "--json"],
+            cwd=REPO_ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=120,
+        )
+        job = json.loads(result.stdout)
+        assert job["status"] == "failed", result.stderr
+        assert job["id"] == 1 and "dummy.safetensors" in job["error"]
+        assert [a["name"] for a in job["artifacts"]] == ["child.log"]
+        assert os.path.isfile(job["artifacts"][0]["path"])
+        assert supervisor_status(db)["alive"]
+    finally:
+        status = supervisor_status(db)
+        if status["alive"]:
+            os.kill(status["pid"], signal.SIGTERM)
+            deadline = time.time() + 10
+            while supervisor_status(db)["alive"] and time.time() < deadline:
+                time.sleep(0.1)
+    assert not supervisor_status(db)["alive"]
+
+
+def test_show_and_list_print_a_job(db, config, capsys):
+    model = str(config.model_roots[0] / "dummy.safetensors")
+    assert main(["submit", "load", "--model", model, "--json"]) == 0
+    queued = json.loads(capsys.readouterr().out)
+    assert queued["status"] == "queued" and queued["spec"]["model"] == model
+    assert main(["show", str(queued["id"]), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["id"] == queued["id"]
+    assert main(["list"]) == 0
+    assert "queued" in capsys.readouterr().out
+    assert main(["cancel", str(queued["id"]), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "cancelled"
+    assert main(["show", "999", "--json"]) == 2

@@ -1,0 +1,71 @@
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from jobs.cgroups import memory_limit_support
+from storage.queries import events, get_job, sample_count, samples_since
+
+
+def write_component(folder, tensors: dict) -> None:
+    """A one-shard `transformer` component in the diffusers layout."""
+    component = folder / "transformer"
+    component.mkdir(parents=True)
+    (folder / "model_index.json").write_text(json.dumps({"transformer": ["x", "Unknown"]}))
+    (component / "config.json").write_text(json.dumps({"_class_name": "UnknownForTests"}))
+    save_file(tensors, str(component / "model.safetensors"))
+
+
+@pytest.fixture
+def small_checkpoint(config):
+    """12 random float32 tensors of 64 x 64 in data/models/small/transformer."""
+    generator = torch.Generator().manual_seed(0)
+    tensors = {f"blocks.{i}.weight": torch.randn(64, 64, generator=generator) for i in range(12)}
+    write_component(config.model_roots[0] / "small", tensors)
+    return config.model_roots[0] / "small"
+
+
+@pytest.fixture
+def big_checkpoint(config):
+    """384 MiB of float32 in 24 tensors of 16 MiB, in data/models/big/transformer."""
+    tensors = {f"blocks.{i}.weight": torch.full((2048, 2048), float(i + 1)) for i in range(24)}
+    write_component(config.model_roots[0] / "big", tensors)
+    return config.model_roots[0] / "big"
+
+
+def test_kind_load_records_a_sample_every_n_tensors_and_stores_the_report(
+    db, queue_job, run_to_end, small_checkpoint
+):
+    job_id = queue_job("load", model=str(small_checkpoint), component="transformer", sample_every=5, dtype="bf16")
+    job = run_to_end(job_id)
+    assert job["status"] == "succeeded", job["error"]
+    assert job["metrics"]["bytes_placed"] == 12 * 64 * 64 * 2
+    assert {"footprint_ratio", "host_peak_ratio", "load_seconds", "throughput_gbps"} <= set(job["metrics"])
+    load_samples = [s for s in samples_since(db, job_id) if s["stage"] == "load"]
+    assert [s["tensors_placed"] for s in load_samples] == [5, 10, 12]
+    assert load_samples[-1]["bytes_placed"] == job["metrics"]["bytes_placed"]
+    kinds = [e["kind"] for e in events(db, job_id)]
+    assert kinds[:2] == ["stage_start", "device"] and "decision" in kinds
+    assert (job["progress_done"], job["progress_total"]) == (12, 12)
+
+
+needs_cgroup = pytest.mark.skipif(memory_limit_support() is not None, reason=f"{memory_limit_support()}")
+
+
+@needs_cgroup
+def test_a_load_over_its_memory_limit_is_killed_and_the_cgroup_confirms_the_oom(
+    db, queue_job, run_to_end, big_checkpoint
+):
+    limited = queue_job("load", model=str(big_checkpoint), component="transformer", memory_limit="320MiB")
+    job = run_to_end(limited)
+    assert job["status"] == "killed" and job["signal"] == "SIGKILL", job["error"]
+    assert "by the kernel OOM killer in the job's memory cgroup" in job["error"]
+    assert job["metrics"]["cgroup_oom_kills"] >= 1 and job["metrics"]["memory_limit"] == 320 * 2**20
+    last = samples_since(db, limited)[-1]
+    assert last["cgroup_usage"] > 0
+    assert f"last sample at {last['t']:.1f} s: stage {last['stage']}" in job["error"]
+
+    unlimited = run_to_end(queue_job("load", model=str(big_checkpoint), component="transformer"))
+    assert unlimited["status"] == "succeeded", unlimited["error"]
+    assert unlimited["metrics"]["bytes_placed"] == 384 * 2**20
