@@ -86,6 +86,10 @@ class ShardedContext(PlacementContext):
         shape = self._global_shapes.get(planned.name)
         value: torch.Tensor = tensor
         if shape is not None:
+            if self.device.type == "cuda" and tensor.shape[0] < -(-shape[0] // self.mesh.size()):
+                # FSDP re-pads a short shard by copying it on the current stream, while the
+                # stream placement may still be filling it on its side stream: wait for that.
+                torch.cuda.synchronize(self.device)
             stride = torch.empty(shape, device="meta").stride()
             value = DTensor.from_local(tensor, self.mesh, [Shard(0)], run_check=False, shape=shape, stride=stride)
         assign(self.module, planned.name, value)
