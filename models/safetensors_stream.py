@@ -1,0 +1,95 @@
+"""Write safetensors files without holding them in memory.
+
+The header (names, dtypes, shapes, offsets) is computed from specs alone and
+written first; then each tensor's bytes come from a generator of chunks, one
+tensor at a time, so memory stays at one chunk whatever the file size.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import torch
+
+_DTYPE_NAMES = {
+    torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", torch.int64: "I64", torch.uint8: "U8",
+}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor to write."""
+
+    name: str
+    """State-dict name."""
+    shape: tuple[int, ...]
+    """Shape."""
+    dtype: torch.dtype
+    """Stored dtype."""
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+
+def plan_shards(specs: list[TensorSpec], max_bytes: int) -> list[list[TensorSpec]]:
+    """Group specs, in order, into shards of at most `max_bytes` (a larger tensor gets its own shard)."""
+    shards: list[list[TensorSpec]] = [[]]
+    size = 0
+    for spec in specs:
+        if shards[-1] and size + spec.nbytes > max_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(spec)
+        size += spec.nbytes
+    return [s for s in shards if s]
+
+
+def header_bytes(specs: Iterable[TensorSpec], metadata: dict[str, str] | None = None) -> bytes:
+    """The length-prefixed JSON header, padded with spaces to a multiple of 8."""
+    header: dict[str, object] = {"__metadata__": dict(metadata or {"format": "pt"})}
+    offset = 0
+    for spec in specs:
+        header[spec.name] = {
+            "dtype": _DTYPE_NAMES[spec.dtype], "shape": list(spec.shape), "data_offsets": [offset, offset + spec.nbytes],
+        }
+        offset += spec.nbytes
+    body = json.dumps(header, separators=(",", ":")).encode()
+    body += b" " * (-len(body) % 8)
+    return len(body).to_bytes(8, "little") + body
+
+
+def write_safetensors(
+    path: Path,
+    specs: list[TensorSpec],
+    chunks: Callable[[TensorSpec], Iterator[torch.Tensor]],
+    *,
+    metadata: dict[str, str] | None = None,
+    on_bytes: Callable[[int], None] | None = None,
+) -> None:
+    """Write `specs` to `path`; `chunks(spec)` yields contiguous pieces in `spec.dtype`, in order.
+
+    Raises ValueError naming the tensor when its chunks do not add up to its size.
+    """
+    with open(path, "wb") as f:
+        f.write(header_bytes(specs, metadata))
+        for spec in specs:
+            written = 0
+            for chunk in chunks(spec):
+                if chunk.dtype != spec.dtype:
+                    raise ValueError(f"tensor {spec.name!r}: chunk dtype {chunk.dtype}, expected {spec.dtype}")
+                data = chunk.contiguous().view(torch.uint8).numpy()
+                f.write(data.data)
+                written += data.nbytes
+                if on_bytes is not None:
+                    on_bytes(data.nbytes)
+            if written != spec.nbytes:
+                raise ValueError(f"tensor {spec.name!r} in {path.name}: wrote {written} bytes, expected {spec.nbytes}")
