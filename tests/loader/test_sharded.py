@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,9 +27,8 @@ from loader.checkpoint import discover_checkpoint
 from loader.naming import MergeRule, Target
 from loader.placement import PlannedTarget
 from loader.sharded import local_target, shard_rows
-from loader.sharded_launch import launch_sharded
-
-REPO = Path(__file__).resolve().parents[2]
+from loader.cli import main as cli_main
+from loader.sharded_launch import format_sharded, launch_sharded
 
 
 def uneven_shards(seed: int = 0) -> list[dict[str, torch.Tensor]]:
@@ -226,13 +223,9 @@ def test_local_target_of_a_merged_tensor_cuts_rows_from_each_source_it_spans(une
     assert local_target(fused, 2, 3).sources[-1].data_offsets[1] == v.data_offsets[1]
 
 
-def test_cli_load_with_nproc_prints_one_aggregate_with_every_rank(uneven_checkpoint):
-    out = subprocess.run(
-        [sys.executable, "-m", "loader", "load", str(uneven_checkpoint), "--nproc", "2", "--json"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads(out.stdout)
+def test_launcher_aggregates_every_rank_and_follows_their_samples_live(uneven_checkpoint):
+    seen: dict[int, list[str]] = {}
+    result = launch_sharded(uneven_checkpoint, 2, on_tensor=lambda rank, e: seen.setdefault(rank, []).append(e.name))
     aggregate, ranks = result["aggregate"], result["ranks"]
     total = sum(t.nbytes for s in uneven_shards() for t in s.values())
     assert aggregate["world_size"] == 2 and [r["rank"] for r in ranks] == [0, 1]
@@ -243,14 +236,16 @@ def test_cli_load_with_nproc_prints_one_aggregate_with_every_rank(uneven_checkpo
     assert aggregate["load_seconds"] == max(r["load_seconds"] for r in ranks) > 0
     assert aggregate["footprint_ratio"] == max(r["footprint_ratio"] for r in ranks)
     assert aggregate["fsdp_units"] == 3
-
-
-def test_launcher_follows_every_rank_samples_while_loading(uneven_checkpoint):
-    seen: dict[int, list[str]] = {}
-    result = launch_sharded(uneven_checkpoint, 2, on_tensor=lambda rank, e: seen.setdefault(rank, []).append(e.name))
     assert sorted(seen) == [0, 1]
     assert sorted(seen[0]) == sorted(seen[1]) == sorted(k for s in uneven_shards() for k in s)
-    assert result["aggregate"]["tensors_total"] == len(seen[0])
+    lines = format_sharded(result).splitlines()
+    assert lines[0].startswith("sharded over 2 ranks: 8 tensors") and len(lines) == 4
+
+
+def test_cli_load_with_nproc_goes_to_the_sharded_launcher(capsys):
+    assert cli_main(["load", "/nonexistent", "--nproc", "2", "--device", "mps", "--json"]) == 2
+    error = json.loads(capsys.readouterr().out)
+    assert error["ok"] is False and "sharded loads run on device 'cpu' or 'cuda'" in error["error"]
 
 
 def test_launcher_rejects_a_malformed_checkpoint_before_starting_ranks(tmp_path):
@@ -258,14 +253,3 @@ def test_launcher_rejects_a_malformed_checkpoint_before_starting_ranks(tmp_path)
     bad.write_bytes(b"\x05")
     with pytest.raises(CheckpointError, match="bad.safetensors"):
         launch_sharded(bad, 2)
-
-
-def test_cli_with_nproc_on_a_malformed_checkpoint_prints_one_json_error(tmp_path):
-    bad = tmp_path / "bad.safetensors"
-    bad.write_bytes(b"\x05")
-    out = subprocess.run(
-        [sys.executable, "-m", "loader", "load", str(bad), "--nproc", "2", "--json"],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
-    )
-    assert out.returncode == 2
-    assert json.loads(out.stdout)["ok"] is False and "bad.safetensors" in json.loads(out.stdout)["error"]
