@@ -1,0 +1,210 @@
+"""Loader benchmark (not a test): the three placement modes against the usual baselines, warm and cold.
+
+Each case runs in a fresh subprocess so every load starts from the same
+memory baseline. Cases: `stream`, `drain`, `retain` (load_checkpoint),
+`load_file` (safetensors.torch.load_file per shard + load_state_dict into a
+module materialised with to_empty) and `assign` (load_file +
+load_state_dict(assign=True) into the meta module). `raw` reads the same
+files sequentially into one reused buffer in the same cache state, giving
+raw_read_gbps and read_efficiency = throughput_gbps / raw_read_gbps.
+Cold runs drop the page cache (`/proc/sys/vm/drop_caches`, needs root).
+
+    python bench/bench_load.py CHECKPOINT [--device cuda] [--cache warm cold]
+    python bench/bench_load.py --make-checkpoint 16GiB --out /tmp/bench_ckpt --device cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+CASES = ("stream", "drain", "retain", "load_file", "assign")
+_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+
+
+def parse_size(text: str) -> int:
+    match = re.fullmatch(r"\s*([\d.]+)\s*([a-zA-Z]*)\s*", text)
+    if not match or match.group(2).lower() not in _UNITS:
+        raise argparse.ArgumentTypeError(f"size {text!r} is not like 2GiB, 512MiB or 16GB")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def make_checkpoint(out: Path, size: int, shard_size: int) -> Path:
+    """Write a bf16 component folder of about `size` bytes: 7168 x 5376 tensors (H3 attention shape),
+    deterministic, never zeros, in shards of about `shard_size`, with an index and a config.json."""
+    import torch
+
+    from tests.conftest import write_component
+
+    shape = (7168, 5376)
+    per_tensor = shape[0] * shape[1] * 2
+    count = max(1, size // per_tensor)
+    per_shard = max(1, shard_size // per_tensor)
+    base = (torch.randn(shape, generator=torch.Generator().manual_seed(0)) + 3.0).to(torch.bfloat16)
+    shards, names = [], [f"transformer_blocks.{i // 4}.attn.to_{'qkvo'[i % 4]}.weight" for i in range(count)]
+    for start in range(0, count, per_shard):
+        shards.append({name: base * (1 + (start + j) / 64) for j, name in enumerate(names[start : start + per_shard])})
+    folder = write_component(out, shards, stem="diffusion_pytorch_model")
+    (folder / "config.json").write_text(json.dumps({"_class_name": "BenchSynthetic"}))
+    return folder
+
+
+def _files(path: Path) -> list[Path]:
+    from loader import discover_checkpoint
+
+    return [s.path for s in discover_checkpoint(path).component().shards]
+
+
+def _raw_read(path: Path) -> dict:
+    import torch
+
+    buf = torch.empty(64 << 20, dtype=torch.uint8)
+    view = memoryview(buf.numpy())
+    total, start = 0, time.perf_counter()
+    for file in _files(path):
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            while n := os.readv(fd, [view]):
+                total += n
+        finally:
+            os.close(fd)
+    seconds = time.perf_counter() - start
+    return {"bytes_read": total, "load_seconds": seconds, "raw_read_gbps": total / seconds / 1e9}
+
+
+def _baseline_load(path: Path, device: str, assign: bool) -> dict:
+    """load_file per shard into one dict, then load_state_dict; sampled every 5 ms for the peak."""
+    import torch
+    from safetensors.torch import load_file
+
+    from loader import MemoryProbe, discover_checkpoint, resolve_device
+    from loader.memory import PeriodicSampler
+    from loader.skeleton import build_skeleton
+
+    dev = resolve_device(device)
+    component = discover_checkpoint(path).component()
+    module = build_skeleton((t.name, t.shape, t.torch_dtype) for t in component.tensors)
+    if dev.type == "cuda":
+        torch.empty(0, device=dev)
+    samples = []
+    with MemoryProbe(str(dev)) as probe:
+        base = probe.sample()
+        with PeriodicSampler(probe, 0.005, samples.append):
+            start = time.perf_counter()
+            if not assign:
+                module.to_empty(device=dev)
+            state = {}
+            for shard in component.shards:
+                state.update(load_file(shard.path, device=str(dev)))
+            module.load_state_dict(state, assign=assign)
+            del state
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            seconds = time.perf_counter() - start
+        samples.append(probe.sample())
+    placed = sum(p.nbytes for p in module.state_dict().values())
+    read = component.total_bytes
+    return {
+        "bytes_placed": placed,
+        "bytes_read": read,
+        "load_seconds": seconds,
+        "throughput_gbps": read / seconds / 1e9,
+        "footprint_ratio": max((s.vm_rss - base.vm_rss) + (s.device_allocated - base.device_allocated) for s in samples) / placed,
+        "host_peak_ratio": (max(s.vm_rss for s in samples) - base.vm_rss) / placed,
+        "memavailable_cost_ratio": (base.mem_available - min(s.mem_available for s in samples)) / placed,
+    }
+
+
+def run_child(case: str, path: Path, device: str, dtype: str | None) -> dict:
+    if case == "raw":
+        return _raw_read(path)
+    if case in ("load_file", "assign"):
+        return _baseline_load(path, device, assign=case == "assign")
+    from loader import load_checkpoint
+
+    _, report = load_checkpoint(path, mode=case, device=device, dtype=dtype)
+    return {k: v for k, v in report.to_dict().items() if not isinstance(v, list)}
+
+
+def _prepare_cache(path: Path, cache: str) -> None:
+    if cache == "cold":
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    else:
+        _raw_read(path)
+
+
+def _spawn(case: str, path: Path, args: argparse.Namespace) -> dict:
+    cmd = [sys.executable, __file__, str(path), "--child", case, "--device", args.device]
+    if args.dtype:
+        cmd += ["--dtype", args.dtype]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        return {"error": (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]}
+    return json.loads(result.stdout)
+
+
+COLUMNS = ("footprint_ratio", "host_peak_ratio", "memavailable_cost_ratio", "throughput_gbps", "raw_read_gbps", "read_efficiency", "load_seconds")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("path", nargs="?", type=Path, help="checkpoint (component folder, file or model folder)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], help="target dtype for the loader modes")
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
+    parser.add_argument("--cache", nargs="+", default=["warm", "cold"], choices=["warm", "cold"])
+    parser.add_argument("--make-checkpoint", type=parse_size, metavar="SIZE", help="first write a synthetic bf16 checkpoint of SIZE (e.g. 16GiB)")
+    parser.add_argument("--shard-size", type=parse_size, default=parse_size("4GiB"), help="shard size for --make-checkpoint")
+    parser.add_argument("--out", type=Path, help="where --make-checkpoint writes (default: PATH)")
+    parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(run_child(args.child, args.path, args.device, args.dtype)))
+        return 0
+    path = args.path or args.out
+    if path is None:
+        parser.error("give a checkpoint PATH, or --make-checkpoint SIZE with --out")
+    if args.make_checkpoint:
+        if not (path / "config.json").exists():
+            print(f"writing {args.make_checkpoint / 2**30:.1f} GiB to {path} ...", file=sys.stderr)
+            make_checkpoint(path, args.make_checkpoint, args.shard_size)
+    if "cold" in args.cache and not os.access("/proc/sys/vm/drop_caches", os.W_OK):
+        print("cannot drop caches here (not root?); running warm only", file=sys.stderr)
+        args.cache = [c for c in args.cache if c != "cold"]
+    size = sum(f.stat().st_size for f in _files(path))
+    print(f"checkpoint {path}: {size / 2**30:.2f} GiB in {len(_files(path))} shard(s); device {args.device}", file=sys.stderr)
+    rows = []
+    for cache in args.cache:
+        _prepare_cache(path, cache)
+        raw = _spawn("raw", path, args)
+        for case in args.cases:
+            _prepare_cache(path, cache)
+            result = _spawn(case, path, args)
+            if "throughput_gbps" in result:
+                result["raw_read_gbps"] = raw["raw_read_gbps"]
+                result["read_efficiency"] = result["throughput_gbps"] / raw["raw_read_gbps"]
+            rows.append({"case": case, "cache": cache, **result})
+            print(f"  {cache} {case}: " + json.dumps({k: result.get(k) for k in COLUMNS if k in result} or result), file=sys.stderr)
+    header = "| case | cache | " + " | ".join(COLUMNS) + " |"
+    print(header)
+    print("|" + "---|" * (len(COLUMNS) + 2))
+    for row in rows:
+        cells = [row.get("error", "") if "error" in row and c == COLUMNS[0] else (f"{row[c]:.3f}" if c in row else "") for c in COLUMNS]
+        print(f"| {row['case']} | {row['cache']} | " + " | ".join(cells) + " |")
+    if args.json:
+        args.json.write_text(json.dumps({"path": str(path), "device": args.device, "bytes": size, "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
