@@ -34,6 +34,8 @@ POLICY_EVENTS = ("decision", "policy")
 STEP_EVENTS = ("step",)
 """Event kinds drawn as ticks on the stage strip (one per denoising step)."""
 """The Compare overlay draws at most this many jobs."""
+MULTI_RANK_WIDTH = 620
+"""Panel width when several ranks stack (a concat cannot stretch to its column)."""
 CHART_HEIGHT = 380
 """Fixed height of the main memory chart so live refreshes never move the layout."""
 
@@ -143,7 +145,10 @@ def memory_frames(
     for s in series:
         raw = mem_total - samples["mem_available"] if s.key == "system_in_use" else samples[s.key]
         wide[s.label] = raw.astype(float) / GIB
-    long = wide.melt(id_vars=["x", "rank"], value_vars=[s.label for s in series], var_name="series", value_name="gib")
+    # One row per sample and series; each row also carries every series' value
+    # for the all-series-at-cursor tooltip.
+    parts = [wide.assign(series=s.label, gib=wide[s.label]) for s in series]
+    long = pd.concat(parts, ignore_index=True) if parts else wide.assign(series="", gib=0.0)
     return wide, long, series
 
 
@@ -178,27 +183,38 @@ def _event_x(events: pd.DataFrame, samples: pd.DataFrame, x: XAxis, total_bytes:
     return pd.Series(placed / GIB if x == "bytes" else placed / total_bytes * 100, index=events.index)
 
 
+STRIP_PX = (-26, -6)
+"""Pixel rows of the stage strip: just above the plot area, inside the chart's own layer."""
+
+
 def stage_strip(spans: pd.DataFrame, *, x_scale: alt.Scale | None = None, steps: pd.Series | None = None) -> alt.LayerChart:
-    """A 24 px state timeline of stages (gray bands with labels), one tick per denoising step."""
+    """A 20 px state timeline of stages (gray bands with labels) drawn above the plot area, one
+    tick per denoising step. It is a layer of the memory chart, so it shares the x scale and
+    the chart stays one view that stretches to its column."""
     order = list(dict.fromkeys(spans["stage"]))
     scale = x_scale or alt.Scale(zero=True)
-    base = alt.Chart(spans)
+    # Literal fills, not a colour scale: a scale here would merge with the series colours.
+    shaded = spans.assign(fill=spans["stage"].map({stage: STAGE_GRAYS[i % len(STAGE_GRAYS)] for i, stage in enumerate(order)}))
+    base = alt.Chart(shaded)
+    top, bottom = STRIP_PX
     bands = base.mark_rect(stroke="white", strokeWidth=1).encode(
-        x=alt.X("x0:Q", title=None, axis=None, scale=scale),
+        x=alt.X("x0:Q", scale=scale),
         x2="x1:Q",
-        color=alt.Color(
-            "stage:N", scale=alt.Scale(domain=order or [""], range=STAGE_GRAYS), legend=None
-        ),
+        y=alt.value(top),
+        y2=alt.value(bottom),
+        color=alt.Color("fill:N", scale=None),
         tooltip=[alt.Tooltip("stage:N", title="stage")],
     )
-    labels = base.mark_text(fontSize=11, color="#333", clip=True).encode(x=alt.X("mid:Q", scale=scale), text="stage:N")
+    labels = base.mark_text(fontSize=11, color="#333").encode(
+        x=alt.X("mid:Q", scale=scale), y=alt.value((top + bottom) / 2), text="stage:N"
+    )
     layers = [bands, labels]
     if steps is not None and len(steps):
-        ticks = alt.Chart(pd.DataFrame({"x": steps.to_numpy()})).mark_tick(
-            color="#555", thickness=1, size=10
-        ).encode(x=alt.X("x:Q", scale=scale))
+        ticks = alt.Chart(pd.DataFrame({"x": steps.to_numpy()})).mark_rule(color="#555", strokeWidth=1).encode(
+            x=alt.X("x:Q", scale=scale), y=alt.value(bottom - 6), y2=alt.value(bottom)
+        )
         layers.append(ticks)
-    return alt.layer(*layers).properties(height=24)
+    return alt.layer(*layers)
 
 
 def memory_chart(
@@ -212,8 +228,8 @@ def memory_chart(
     events: pd.DataFrame | None = None,
     killed: bool = False,
     height: int = CHART_HEIGHT,
-) -> alt.VConcatChart:
-    """The Job page's chart: stage strip above memory curves, sharing x.
+) -> alt.LayerChart | alt.VConcatChart:
+    """The Job page's chart: stage strip above memory curves, sharing x (one panel per rank).
 
     samples: rows with MEMORY_COLUMNS (bytes), optionally tensor_name and rank
     (several ranks draw one panel each). total_bytes fixes the x domain of the
@@ -230,15 +246,17 @@ def memory_chart(
     x_domain = _x_domain(x, samples, total_bytes)
     x_scale = alt.Scale(domain=x_domain) if x_domain else alt.Scale(zero=True)
     y_top = None
+    peak = float(long["gib"].max()) if len(long) else 0.0
     if fit == "pool" and capacity:
-        peak = float(long["gib"].max()) if len(long) else 0.0
         y_top = max(capacity / GIB * 1.04, peak * 1.04)
+    elif capacity and peak * 1.25 < capacity / GIB:
+        capacity = None  # fitting the data: the wall is far off scale, so leave it out
     y_scale = alt.Scale(domain=[0, y_top]) if y_top else alt.Scale(zero=True)
 
     spans = stage_spans(samples, wide["x"])
     event_x = _event_x(events, samples, x, total_bytes) if events is not None and len(events) else None
     steps = event_x[events["kind"].isin(STEP_EVENTS)] if event_x is not None else None
-    strip = stage_strip(spans, x_scale=x_scale, steps=steps)
+    strip = stage_strip(spans, x_scale=x_scale, steps=steps) if len(spans) else None
 
     ranks = sorted(wide["rank"].unique()) if len(wide) else [0]
     panels = [
@@ -257,10 +275,13 @@ def memory_chart(
             height=height if len(ranks) == 1 else max(180, height // len(ranks)),
             title=f"rank {r}" if len(ranks) > 1 else None,
             key=f"r{r}",
+            strip=strip,
         )
         for r in ranks
     ]
-    return alt.vconcat(strip, *panels, spacing=4).resolve_scale(x="shared", color="shared")
+    if len(panels) == 1:
+        return panels[0]
+    return alt.vconcat(*[p.properties(width=MULTI_RANK_WIDTH) for p in panels], spacing=36).resolve_scale(x="shared")
 
 
 def _memory_panel(
@@ -279,6 +300,7 @@ def _memory_panel(
     height: int,
     title: str | None,
     key: str,
+    strip: alt.LayerChart | None,
 ) -> alt.LayerChart:
     labels = [s.label for s in series]
     x_enc = alt.X("x:Q", title=_x_title(x), scale=x_scale)
@@ -287,7 +309,7 @@ def _memory_panel(
     cursor = alt.selection_point(
         fields=["x"], nearest=True, on="pointerover", empty=False, clear="pointerout", name=f"cursor_{key}"
     )
-    layers: list[alt.Chart] = []
+    layers: list[alt.Chart] = [strip] if strip is not None else []
 
     if len(spans) > 1:
         layers.append(
@@ -306,13 +328,14 @@ def _memory_panel(
             .encode(y=alt.Y("y1:Q", scale=y_scale), x=alt.value("width"), text="label:N")
         )
 
-    lines = (
+    color = alt.Color("series:N", scale=series_color_scale(labels), legend=alt.Legend(title=None, orient="bottom"))
+    layers.append(
         alt.Chart(long)
         .mark_line(interpolate="step-after", clip=True)
         .encode(
             x=x_enc,
             y=y_enc,
-            color=alt.Color("series:N", scale=series_color_scale(labels), legend=alt.Legend(title=None, orient="top")),
+            color=color,
             strokeDash=alt.StrokeDash(
                 "series:N",
                 scale=alt.Scale(domain=labels, range=[list(s.dash) or [1, 0] for s in series]),
@@ -324,10 +347,10 @@ def _memory_panel(
             opacity=alt.when(legend_pick).then(alt.value(1.0)).otherwise(alt.value(0.15)),
             detail="series:N",
         )
-        .add_params(legend_pick)
     )
-    layers.append(lines)
-
+    layers.append(alt.Chart(long).mark_rule(color="#666", strokeWidth=1, opacity=0.6).encode(x=x_enc).transform_filter(cursor))
+    # One layer carries both selections (Altair lifts params of several layers onto every view,
+    # which Vega rejects as duplicate signals); nearest needs point marks, not lines.
     tooltip = [
         alt.Tooltip("tensor:N", title="tensor"),
         alt.Tooltip("stage:N", title="stage"),
@@ -336,15 +359,17 @@ def _memory_panel(
         *[alt.Tooltip(f"{s.label}:Q", title=f"{s.label}, GiB ({s.source})", format=".2f") for s in series],
         alt.Tooltip("headroom_gib:Q", title="MemAvailable (headroom, GiB)", format=".2f"),
     ]
-    layers.append(
-        alt.Chart(wide)
-        .mark_rule(color="#666", strokeWidth=1)
+    points = (
+        alt.Chart(long)
+        .mark_point(filled=True, size=36, clip=True)
         .encode(
             x=x_enc,
-            opacity=alt.when(cursor).then(alt.value(0.6)).otherwise(alt.value(0)),
+            y=y_enc,
+            color=color,
+            opacity=alt.when(cursor).then(alt.value(1.0)).otherwise(alt.value(0.0)),
             tooltip=tooltip,
         )
-        .add_params(cursor)
+        .add_params(legend_pick, cursor)
     )
 
     if events is not None:
@@ -383,7 +408,7 @@ def _memory_panel(
             )
         )
 
-    chart = alt.layer(*layers).properties(height=height)
+    chart = alt.layer(*layers, points).properties(height=height)
     return chart.properties(title=title) if title else chart
 
 
@@ -508,7 +533,7 @@ def fit_forecast(in_use: int, predicted_peak: int, capacity: int) -> alt.LayerCh
     return alt.layer(bar, rule, text).properties(height=60)
 
 
-def pool_bar(used: int, cache: int, total: int, *, height: int = 34) -> alt.LayerChart:
+def pool_bar(used: int, cache: int, total: int, *, height: int = 34, axis: bool = True) -> alt.LayerChart:
     """nvitop-style bar of the one shared pool: used, page cache, free, with
     threshold ticks at 80% and 90%."""
     used_gib, total_gib = used / GIB, total / GIB
@@ -527,7 +552,7 @@ def pool_bar(used: int, cache: int, total: int, *, height: int = 34) -> alt.Laye
     )
     scale = alt.Scale(domain=[0, total_gib])
     bar = alt.Chart(parts).mark_bar(height=height - 12).encode(
-        x=alt.X("x0:Q", scale=scale, title=None, axis=alt.Axis(format=".0f", labelExpr="datum.label + ' GiB'")),
+        x=alt.X("x0:Q", scale=scale, title=None, axis=alt.Axis(format=".0f", labelExpr="datum.label + ' GiB'") if axis else None),
         x2="x1:Q",
         color=alt.Color("color:N", scale=None),
         tooltip=["part:N", alt.Tooltip("gib:Q", title="GiB", format=".2f")],

@@ -105,7 +105,7 @@ def metric_value(name: str, value: object) -> str:
         return rate_gbps(value)
     if name.endswith("_seconds") or name.endswith("_s"):
         return duration(value)
-    if name.endswith("bytes") or name.endswith("bytes_placed") or name == "bytes_placed":
+    if "bytes" in name:
         return gib(value, 2)
     if isinstance(value, float):
         return f"{value:.3g}"

@@ -39,7 +39,7 @@ def draw_frame() -> None:
     chip, bar = st.columns([2, 3], vertical_alignment="center")
     chip.markdown(f"**{queue_chip(data.jobs(data.db_path(), status=('running', 'queued')))}**")
     with bar:
-        st.altair_chart(charts.pool_bar(host.in_use, host.cached, host.total, height=30), width="stretch")
+        st.altair_chart(charts.pool_bar(host.in_use, host.cached, host.total, height=24, axis=False), width="stretch")
         st.caption(
             f"Memory in use {fmt.gib(host.in_use)} of {fmt.gib(host.total)} · page cache {fmt.gib(host.cached)}"
             " · on unified memory GPU and CPU share this pool"

@@ -52,11 +52,13 @@ PAGES: tuple[PageDef, ...] = (
 """Every page, in navigation order."""
 
 _BY_NAME = {p.name: p for p in PAGES}
+DEFAULT_PAGE = "run"
+"""The page at `/` (a default page has no URL path of its own)."""
 
 
 def st_page(page: PageDef) -> st.Page:
     """The st.Page for a page definition (url path = its name, so links read `/job?job=3`)."""
-    return st.Page(str(ROOT / page.path), title=page.title, icon=page.icon, url_path=page.name, default=page.name == "run")
+    return st.Page(str(ROOT / page.path), title=page.title, icon=page.icon, url_path=page.name, default=page.name == DEFAULT_PAGE)
 
 
 def goto(name: str, **query_params: str) -> None:
@@ -72,4 +74,5 @@ def goto(name: str, **query_params: str) -> None:
 def link(name: str, **query_params: str) -> str:
     """A relative URL to a page, for LinkColumn and markdown links."""
     query = "&".join(f"{k}={v}" for k, v in query_params.items())
-    return f"/{name}" + (f"?{query}" if query else "")
+    path = "/" if name == DEFAULT_PAGE else f"/{name}"
+    return path + (f"?{query}" if query else "")

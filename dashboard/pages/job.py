@@ -13,10 +13,8 @@ from jobs.queue import JobStateError, cancel, enqueue
 from jobs.spec import JobSpecError, build_spec
 from storage.connections import connect
 
-LIVE_EVERY = 1.0
-"""Seconds between live refreshes of the charts and cards."""
-LIVE_KEY = "job_live"
-"""Session key holding the id of the job whose live timer runs (cleared once it is final)."""
+LIVE_EVERY = 1.0  # seconds between live refreshes of the charts and cards
+LIVE_KEY = "job_live"  # session key: id of the job whose live timer runs (cleared once it is final)
 X_LABELS = {"GiB placed": "bytes", "% placed": "percent", "seconds": "seconds"}
 
 db = data.db_path()

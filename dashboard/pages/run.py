@@ -18,8 +18,7 @@ from jobs.spec import GenerateParams, JobSpecError, build_spec
 from loader.offload import OffloadSettings
 from storage.connections import connect
 
-ERRORS_KEY = "run_errors"
-"""Session key: field -> messages from the last rejected submit."""
+ERRORS_KEY = "run_errors"  # session key: field -> messages from the last rejected submit
 DEFAULT_PROMPT = "a red fox trotting through fresh snow at dawn, soft light"
 KIND_LABELS = {"load": "load", "generate": "load + generate"}
 DTYPES = ["checkpoint dtype", "bfloat16", "float16", "float32"]
@@ -201,12 +200,14 @@ with side:
         (bool(usable), f"Checkpoints found: {len(usable)}" + (f" (selected {fmt.gib(choice.total_bytes)})" if choice else "")),
         (
             device.total_memory is not None,
-            f"Capacity {fmt.gib(capacity)} on {device.spec} ({'unified: GPU and CPU share one pool, read from /proc/meminfo' if device.unified_memory else 'device memory'})",
+            f"Capacity {fmt.gib(capacity)} on {device.spec} ("
+            + ("host memory, MemTotal" if device.kind == "cpu" else "unified: GPU and CPU share one pool" if device.unified_memory else "device memory")
+            + ")",
         ),
         (disk.free > 2 * fmt.GIB, f"Free disk for outputs: {fmt.gib(disk.free)}"),
     ]
     for ok, text in checks:
-        st.markdown(f"{'✅' if ok else '⚠️'} {text}")
+        st.markdown(f"{':material/check_circle:' if ok else ':material/warning:'} {text}")
 
     st.subheader("Queue")
     waiting = data.jobs(db, status=("running", "queued"))

@@ -14,8 +14,7 @@ from dashboard.views.jobs import describe_supervisor
 from dashboard.views.run import offload_preview
 from loader.offload import OffloadSettings
 
-HISTORY_KEY = "system_history"
-"""Session key: (time, in use, available) readings of this session, last 15 minutes."""
+HISTORY_KEY = "system_history"  # session key: (time, in use, available) readings, last 15 minutes
 HISTORY_SECONDS = 15 * 60
 
 config = data.config()

@@ -17,13 +17,13 @@ FINAL = frozenset({"succeeded", "failed", "killed", "cancelled", "interrupted"})
 """Statuses after which nothing changes (the live timer stops)."""
 
 STATUS_ICONS = {
-    "queued": "⏳",
+    "queued": "○",
     "running": "▶",
-    "succeeded": "✅",
-    "failed": "❌",
-    "killed": "💀",
-    "cancelled": "⏹",
-    "interrupted": "⚠",
+    "succeeded": "✓",
+    "failed": "✗",
+    "killed": "✕",
+    "cancelled": "■",
+    "interrupted": "!",
 }
 """One glyph per status, shared by History and the queue chip."""
 
@@ -159,14 +159,15 @@ def metric_cards(
     card's delta compares against it (lower is better).
     """
     killed = job["status"] in ("killed", "failed", "cancelled", "interrupted")
-    placed = fmt.gib(stats.bytes_placed)
+    rate = f"{stats.throughput / fmt.GIB:.2f} GiB/s" if stats.throughput else None
+    delta = rate
     if total_bytes:
-        placed = f"{fmt.gib(stats.bytes_placed)} / {fmt.gib(total_bytes)} ({fmt.percent(stats.bytes_placed / total_bytes)})"
+        delta = f"{fmt.percent(stats.bytes_placed / total_bytes)} of {fmt.gib(total_bytes)}" + (f" · {rate}" if rate else "")
     cards = [
         Card(
             "Placed",
-            placed,
-            delta=f"{stats.throughput / fmt.GIB:.2f} GiB/s" if stats.throughput else None,
+            fmt.gib(stats.bytes_placed),
+            delta=delta,
             delta_color="off",
             help="bytes_placed: destination bytes written, in the target dtype",
         ),

@@ -78,8 +78,15 @@ def test_system_in_use_is_memtotal_minus_memavailable(load_samples):
     assert first_in_use == pytest.approx(24 - 20 + 2 / 96, abs=1e-6)
 
 
+def test_fitting_the_data_leaves_out_a_wall_far_off_scale(load_samples):
+    far = charts.memory_chart(load_samples, capacity=100 * GIB, fit="data").to_dict()
+    near = charts.memory_chart(load_samples, capacity=int(2.5 * GIB), fit="data").to_dict()
+    assert "capacity 100.0 GiB" not in json.dumps(far)
+    assert "capacity 2.5 GiB" in json.dumps(near)
+
+
 def test_capacity_draws_a_dashed_red_wall_with_a_label_and_danger_zone(load_samples):
-    spec = charts.memory_chart(load_samples, capacity=24 * GIB).to_dict()
+    spec = charts.memory_chart(load_samples, capacity=24 * GIB, fit="pool").to_dict()
     layers = _layers(spec)
     rules = [l for l in layers if l["mark"].get("type") == "rule" and l["mark"].get("color") == charts.WALL]
     assert rules and rules[0]["mark"]["strokeDash"] == [6, 4]
@@ -92,11 +99,19 @@ def test_capacity_draws_a_dashed_red_wall_with_a_label_and_danger_zone(load_samp
 
 def test_tooltip_names_the_tensor_and_every_series_in_gib_with_two_decimals(load_samples):
     spec = charts.memory_chart(load_samples, mem_total=24 * GIB).to_dict()
-    rule = next(l for l in _layers(spec) if "tooltip" in l.get("encoding", {}) and l["mark"].get("type") == "rule")
-    titles = [t["title"] for t in rule["encoding"]["tooltip"]]
+    hover = next(l for l in _layers(spec) if "tooltip" in l.get("encoding", {}) and l["mark"].get("type") == "point")
+    titles = [t["title"] for t in hover["encoding"]["tooltip"]]
     assert titles[0] == "tensor"
     assert "VmRSS, GiB (worker /proc status)" in titles
-    assert all(t.get("format") == ".2f" for t in rule["encoding"]["tooltip"] if t["type"] == "quantitative")
+    assert all(t.get("format") == ".2f" for t in hover["encoding"]["tooltip"] if t["type"] == "quantitative")
+    row = _datasets(spec)[hover["data"]["name"]][0]
+    assert {"VmRSS", "RssFile", "System in use", "tensor"} <= set(row)
+
+
+def test_selections_live_on_one_layer_so_vega_gets_each_signal_once(load_samples):
+    spec = charts.memory_chart(load_samples, mem_total=24 * GIB).to_dict()
+    for param in spec.get("params", []):
+        assert len(param.get("views", [])) == 1, param
 
 
 def test_stage_strip_has_one_band_per_stage_run_with_labels(load_samples):
@@ -104,16 +119,19 @@ def test_stage_strip_has_one_band_per_stage_run_with_labels(load_samples):
     assert list(spans["stage"]) == ["load", "denoising"]
     assert spans["x1"].iloc[0] == spans["x0"].iloc[1]
     spec = charts.memory_chart(load_samples, x="seconds").to_dict()
-    strip = spec["vconcat"][0]
-    assert strip["height"] == 24
-    assert {l["mark"]["type"] for l in strip["layer"]} >= {"rect", "text"}
+    strip = spec["layer"][0]
+    bands = next(l for l in strip["layer"] if l["mark"]["type"] == "rect")
+    assert (bands["encoding"]["y"]["value"], bands["encoding"]["y2"]["value"]) == charts.STRIP_PX
+    data_name = (bands.get("data") or strip["data"])["name"]
+    assert [r["stage"] for r in _datasets(spec)[data_name]] == ["load", "denoising"]
+    assert any(l["mark"]["type"] == "text" for l in strip["layer"])
 
 
 def test_denoising_steps_are_ticks_on_the_strip_not_bands(load_samples):
     events = pd.DataFrame({"t": [10.0, 10.5, 11.0], "kind": ["step"] * 3, "message": ["1/3", "2/3", "3/3"]})
     spec = charts.memory_chart(load_samples, x="seconds", events=events).to_dict()
-    strip = spec["vconcat"][0]
-    ticks = [l for l in strip["layer"] if l["mark"]["type"] == "tick"]
+    strip = spec["layer"][0]
+    ticks = [l for l in strip["layer"] if l["mark"]["type"] == "rule"]
     assert len(ticks) == 1
     assert [r["x"] for r in _datasets(spec)[ticks[0]["data"]["name"]]] == [10.0, 10.5, 11.0]
 
@@ -140,8 +158,7 @@ def test_a_killed_job_gets_a_red_rule_and_cross_at_its_last_sample(load_samples)
 
 def test_several_ranks_draw_one_panel_each(sample_frame):
     spec = charts.memory_chart(sample_frame(ranks=2), x="seconds").to_dict()
-    assert len(spec["vconcat"]) == 3
-    assert [p.get("title") for p in spec["vconcat"][1:]] == ["rank 0", "rank 1"]
+    assert [p.get("title") for p in spec["vconcat"]] == ["rank 0", "rank 1"]
 
 
 def test_missing_columns_are_named_in_the_error(load_samples):
@@ -154,7 +171,7 @@ def test_missing_columns_are_named_in_the_error(load_samples):
 def test_empty_frames_give_valid_empty_charts(load_samples):
     empty = load_samples.iloc[:0]
     spec = charts.memory_chart(empty, x="bytes", total_bytes=GIB, capacity=8 * GIB, killed=True).to_dict()
-    assert spec["vconcat"]
+    assert spec["layer"]
     compare = charts.compare_chart(empty.assign(job="a", total_bytes=GIB, mem_total=None)).to_dict()
     assert compare["facet"]["field"] == "series"
 
