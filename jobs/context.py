@@ -52,6 +52,9 @@ class JobContext:
         self._stage: str | None = None
         self._last_progress = float("-inf")
         self.samples = SampleWriter(db_path, job_id, t0=self._t0, clock=clock)
+        self._db_path = db_path
+        self._rank_samples: dict[int, SampleWriter] = {}
+        """Writers of ranks other than 0 (a sharded load), opened on their first sample."""
 
     @property
     def current_stage(self) -> str | None:
@@ -112,9 +115,20 @@ class JobContext:
         tensors_placed: int | None = None,
         bytes_placed: int | None = None,
         tensor_name: str | None = None,
+        rank: int = 0,
     ) -> None:
-        """Record a memory sample (a fresh probe read when none is given), tagged with the current stage."""
-        self.samples.add(
+        """Record a memory sample (a fresh probe read when none is given), tagged with the current stage.
+
+        `rank` files a sample taken by another process of a sharded load under its own curve.
+        """
+        writer = self.samples
+        if rank != 0:
+            writer = self._rank_samples.get(rank)
+            if writer is None:
+                writer = self._rank_samples[rank] = SampleWriter(
+                    self._db_path, self.job_id, t0=self._t0, rank=rank, clock=self._clock
+                )
+        writer.add(
             sample if sample is not None else self.probe.sample(),
             stage=stage or self._stage,
             tensors_placed=tensors_placed,
@@ -134,4 +148,6 @@ class JobContext:
     def close(self) -> None:
         """Flush samples and release connections; called by the child however the kind ended."""
         self.samples.close()
+        for writer in self._rank_samples.values():
+            writer.close()
         self._db.conn.close()

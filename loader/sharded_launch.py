@@ -22,6 +22,7 @@ from typing import Callable
 import torch
 
 from .checkpoint import discover_checkpoint
+from .dtypes import parse_dtype
 from .errors import DeviceError, DrainboardError, PlacementError
 from .memory import MemorySample
 from .report import TensorPlaced
@@ -74,7 +75,8 @@ def launch_sharded(
 
     `device` is `cpu` (gloo) or `cuda` (NCCL, one GPU per rank). Raises
     CheckpointError before starting anything when the checkpoint is
-    malformed, DeviceError when there are fewer GPUs than ranks, and the
+    malformed, PlacementError for an unknown dtype, DeviceError when there
+    are fewer GPUs than ranks, and the
     ranks' own errors (one line each) when they fail.
     """
     if not isinstance(nproc, int) or nproc < 1:
@@ -83,6 +85,7 @@ def launch_sharded(
         raise DeviceError(f"sharded loads run on device 'cpu' or 'cuda' (one GPU per rank), got {device!r}")
     if device == "cuda" and torch.cuda.device_count() < nproc:
         raise DeviceError(f"{nproc} ranks need {nproc} CUDA devices; this machine has {torch.cuda.device_count()}")
+    parse_dtype(dtype)
     discover_checkpoint(path)
     with tempfile.TemporaryDirectory(prefix="drainboard-sharded-") as tmp:
         out = Path(tmp)

@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, type=Path, help="folder for report.json, errors and samples")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cpu (gloo) or cuda (NCCL)")
     parser.add_argument("--component", help="component of a model folder")
-    parser.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], help="target dtype (default: the checkpoint's)")
+    parser.add_argument("--dtype", help="target dtype, e.g. bf16 (default: the checkpoint's)")
     parser.add_argument("--no-strict", dest="strict", action="store_false", help="allow missing/unexpected tensors")
     parser.add_argument("--no-fsdp", dest="fsdp", action="store_false", help="leave plain DTensor shards, no fully_shard")
     parser.add_argument("--shard-modules", help="regex of module names wrapped as FSDP units")

@@ -31,9 +31,34 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
         if done % ctx.sample_every == 0 or done == placed.total:
             ctx.record(placed.sample, tensors_placed=done, bytes_placed=placed.bytes_placed, tensor_name=placed.name)
 
+    if spec.gpus > 1:
+        return _run_sharded(spec, ctx)
     with ctx.stage("load"):
         _, report = load_checkpoint(
             spec.model, component=spec.component, mode=spec.mode, device=spec.device, dtype=spec.dtype,
             on_tensor=on_tensor, probe=ctx.probe,
         )
     return report.to_dict()
+
+
+def _run_sharded(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
+    """`spec.gpus` ranks, each reading only its slices; every rank's samples recorded under its rank.
+
+    The metrics are the aggregate (DESIGN.md names) plus a `ranks` list of per-rank reports.
+    """
+    from loader.sharded_launch import launch_sharded
+
+    def on_rank_tensor(rank: int, placed) -> None:
+        done = placed.index
+        if rank == 0:
+            ctx.progress(done, placed.total)
+        if done % ctx.sample_every == 0 or done == placed.total:
+            ctx.record(placed.sample, tensors_placed=done, bytes_placed=placed.bytes_placed,
+                       tensor_name=placed.name, rank=rank)
+
+    with ctx.stage("load"):
+        result = launch_sharded(
+            spec.model, spec.gpus, device=spec.device.split(":")[0], component=spec.component, dtype=spec.dtype,
+            on_tensor=on_rank_tensor,
+        )
+    return {**result["aggregate"], "ranks": result["ranks"]}
