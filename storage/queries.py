@@ -9,7 +9,7 @@ from typing import Iterable, Iterator, Sequence
 
 import sqlite_utils
 
-from storage.schema import SAMPLE_COLUMNS
+from storage.schema import EXTREMES_BLOCK, SAMPLE_COLUMNS
 
 SERIES_COLUMNS = ("vm_rss", "rss_anon", "rss_file", "device_allocated", "mem_available", "cgroup_usage")
 """Memory columns a downsampled series keeps the peaks (and troughs) of, by default."""
@@ -96,50 +96,92 @@ def sample_series(
     rows holding the minimum and the maximum of every column in `columns` are
     kept (real rows, not averages), plus each rank's first and last sample.
     So the global peak of every column is always there, and a short spike is
-    never smoothed away. Runs in SQL: one grouped scan per column.
+    never smoothed away. A long series is bucketed from the per-block extremes
+    the sample writer keeps (`sample_extremes`, blocks of `EXTREMES_BLOCK`
+    samples), so the cost grows with blocks, not samples; a short one from the
+    samples themselves.
     """
     unknown = [c for c in columns if c not in _SIZE_COLUMNS]
     if unknown:
         raise ValueError(f"unknown sample columns {unknown}; known: {sorted(_SIZE_COLUMNS)}")
-    ranks = db.execute(
-        "SELECT rank, count(*), min(seq), max(seq) FROM samples WHERE job_id = ? GROUP BY rank", [job_id]
-    ).fetchall()
-    total = sum(r[1] for r in ranks)
+    ranks = _rank_spans(db, job_id)
+    total = sum(hi - lo + 1 for _, lo, hi in ranks)
     if total <= max_points:
         return list(db.query("SELECT * FROM samples WHERE job_id = ? ORDER BY rank, seq", [job_id]))
     rows: list[dict] = []
-    for rank, count, lo, hi in ranks:
-        budget = max(1, max_points * count // total)
-        rows += _rank_series(db, job_id, rank, lo, hi, budget, columns)
+    for rank, lo, hi in ranks:
+        budget = max(1, max_points * (hi - lo + 1) // total)
+        # Each bucket keeps at most 2 rows per column, and the first and last rows are
+        # added: size the buckets so the worst case still fits the budget.
+        buckets = max(1, (budget - 2) // (2 * max(1, len(columns))))
+        blocks = hi // EXTREMES_BLOCK - lo // EXTREMES_BLOCK + 1
+        pick = _pick_from_blocks if blocks >= buckets else _pick_from_samples
+        seqs = pick(db, job_id, rank, lo, hi, buckets, columns) | {lo, hi}
+        rows += db.query(
+            "SELECT * FROM samples WHERE job_id = ? AND rank = ? AND seq IN (SELECT value FROM json_each(?)) "
+            "ORDER BY seq",
+            [job_id, rank, json.dumps(sorted(seqs))],
+        )
     return rows
 
 
-def _rank_series(
-    db: sqlite_utils.Database, job_id: int, rank: int, lo: int, hi: int, budget: int, columns: Sequence[str]
-) -> list[dict]:
-    # Each bucket keeps at most 2 rows per column, and the first and last rows are
-    # added: size the buckets so the worst case still fits the budget.
-    buckets = max(1, (budget - 2) // (2 * max(1, len(columns))))
+def _rank_spans(db: sqlite_utils.Database, job_id: int) -> list[tuple[int, int, int]]:
+    """(rank, first seq, last seq) of each rank of a job, from a few index seeks rather than a scan.
+
+    A rank's seqs are contiguous (a SampleWriter continues the sequence), so the
+    span is also its sample count.
+    """
+    ranks = [r[0] for r in db.execute(
+        "WITH RECURSIVE r(rank) AS (SELECT min(rank) FROM samples WHERE job_id = ?1 UNION ALL "
+        "SELECT (SELECT min(rank) FROM samples WHERE job_id = ?1 AND rank > r.rank) FROM r WHERE r.rank IS NOT NULL) "
+        "SELECT rank FROM r WHERE rank IS NOT NULL",
+        [job_id],
+    )]
+    spans = []
+    for rank in ranks:
+        # A lone min() or max() over the primary key is one seek; both in one SELECT would scan.
+        lo = db.execute("SELECT min(seq) FROM samples WHERE job_id = ? AND rank = ?", [job_id, rank]).fetchone()[0]
+        hi = db.execute("SELECT max(seq) FROM samples WHERE job_id = ? AND rank = ?", [job_id, rank]).fetchone()[0]
+        spans.append((rank, lo, hi))
+    return spans
+
+
+def _pick_from_blocks(
+    db: sqlite_utils.Database, job_id: int, rank: int, lo: int, hi: int, buckets: int, columns: Sequence[str]
+) -> set[int]:
+    """Seqs of the extreme rows per bucket of whole blocks, read from `sample_extremes`."""
+    first = lo // EXTREMES_BLOCK
+    span = hi // EXTREMES_BLOCK - first + 1
+    seqs: set[int] = set()
+    for column in columns:
+        for value, seq, agg in (("lo", "lo_seq", "min"), ("hi", "hi_seq", "max")):
+            # SQLite returns the other columns of the row holding a lone min()/max().
+            seqs.update(
+                r[0] for r in db.execute(
+                    f"SELECT {seq}, {agg}({value}) FROM sample_extremes WHERE job_id = ? AND rank = ? AND col = ? "
+                    f"GROUP BY (block - ?) * ? / ?",
+                    [job_id, rank, column, first, buckets, span],
+                )
+            )
+    return seqs
+
+
+def _pick_from_samples(
+    db: sqlite_utils.Database, job_id: int, rank: int, lo: int, hi: int, buckets: int, columns: Sequence[str]
+) -> set[int]:
+    """Seqs of the extreme rows per bucket of samples: one grouped scan per column and end."""
     span = hi - lo + 1
-    picks = []
-    args: list = []
+    seqs: set[int] = set()
     for column in columns:
         for agg in ("min", "max"):
-            # SQLite returns the other columns of the row holding a lone min()/max().
-            picks.append(
-                f"SELECT seq FROM (SELECT seq, {agg}({column}) FROM samples "
-                f"WHERE job_id = ? AND rank = ? AND {column} IS NOT NULL GROUP BY (seq - ?) * ? / ?)"
+            seqs.update(
+                r[0] for r in db.execute(
+                    f"SELECT seq, {agg}({column}) FROM samples WHERE job_id = ? AND rank = ? "
+                    f"AND {column} IS NOT NULL GROUP BY (seq - ?) * ? / ?",
+                    [job_id, rank, lo, buckets, span],
+                )
             )
-            args += [job_id, rank, lo, buckets, span]
-    picks.append("SELECT ?")
-    picks.append("SELECT ?")
-    args += [lo, hi]
-    sql = (
-        "SELECT * FROM samples WHERE job_id = ? AND rank = ? AND seq IN ("
-        + " UNION ".join(picks)
-        + ") ORDER BY seq"
-    )
-    return list(db.query(sql, [job_id, rank] + args))
+    return seqs
 
 
 def samples_csv(db: sqlite_utils.Database, job_id: int, *, chunk: int = 5000) -> Iterator[str]:

@@ -1,7 +1,8 @@
 """Batched writer of memory samples, used by the job child.
 
 Sampling every placed tensor must cost little, so samples are buffered and
-written in one transaction per batch: when `batch_size` are waiting, when
+written in one transaction per batch (with the per-block extremes that the
+downsampled series reads, see `storage.queries.sample_series`): when `batch_size` are waiting, when
 `flush_interval` seconds have passed (a background thread checks, so a quiet
 stage still shows up live), and at `close()` or interpreter exit.
 """
@@ -16,9 +17,42 @@ from typing import Callable
 
 from loader.memory import MemorySample
 from storage.connections import connect, transaction
-from storage.schema import SAMPLE_COLUMNS
+from storage.schema import EXTREME_COLUMNS, EXTREMES_BLOCK, SAMPLE_COLUMNS
 
 _INSERT = f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) VALUES ({', '.join('?' * len(SAMPLE_COLUMNS))})"
+
+# A block's extremes may come from several batches: keep whichever end is more extreme.
+# (SQLite evaluates every SET expression against the row as it was.)
+_UPSERT_EXTREMES = """INSERT INTO sample_extremes (job_id, rank, col, block, lo, lo_seq, hi, hi_seq)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (job_id, rank, col, block) DO UPDATE SET
+        lo_seq = CASE WHEN excluded.lo < lo THEN excluded.lo_seq ELSE lo_seq END,
+        lo = min(lo, excluded.lo),
+        hi_seq = CASE WHEN excluded.hi > hi THEN excluded.hi_seq ELSE hi_seq END,
+        hi = max(hi, excluded.hi)"""
+
+_EXTREME_INDEXES = tuple((SAMPLE_COLUMNS.index(c), c) for c in EXTREME_COLUMNS)
+_SEQ = SAMPLE_COLUMNS.index("seq")
+
+
+def block_extremes(job_id: int, rank: int, rows: list[tuple]) -> list[tuple]:
+    """`sample_extremes` rows (min and max with their seq, per block and column) of a batch of sample rows."""
+    blocks: dict[tuple[int, str], list] = {}
+    for row in rows:
+        seq = row[_SEQ]
+        block = seq // EXTREMES_BLOCK
+        for index, column in _EXTREME_INDEXES:
+            value = row[index]
+            if value is None:
+                continue
+            ext = blocks.get((block, column))
+            if ext is None:
+                blocks[(block, column)] = [value, seq, value, seq]
+            elif value < ext[0]:
+                ext[0], ext[1] = value, seq
+            elif value > ext[2]:
+                ext[2], ext[3] = value, seq
+    return [(job_id, rank, column, block, *ext) for (block, column), ext in blocks.items()]
 
 
 class SampleWriter:
@@ -97,8 +131,10 @@ class SampleWriter:
         self._last_flush = self._clock()
         if not self._pending:
             return
+        extremes = block_extremes(self.job_id, self.rank, self._pending)
         with transaction(self._db) as conn:
             conn.executemany(_INSERT, self._pending)
+            conn.executemany(_UPSERT_EXTREMES, extremes)
         self.written += len(self._pending)
         self._pending.clear()
 

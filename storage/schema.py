@@ -25,6 +25,33 @@ JOB_STATUSES = ("queued", "running", "succeeded", "failed", "killed", "cancelled
 
 FINAL_STATUSES = frozenset(JOB_STATUSES[2:])
 
+EXTREME_COLUMNS = SAMPLE_COLUMNS[8:]
+"""Size columns whose per-block extremes `sample_extremes` keeps (every size column of a sample)."""
+
+EXTREMES_BLOCK = 32
+"""Samples per block of `sample_extremes`: the finest resolution of a downsampled long series."""
+
+
+def _extremes_backfill() -> list[str]:
+    """Statements that fill `sample_extremes` from samples already stored (migration 2)."""
+    statements = []
+    for column in EXTREME_COLUMNS:
+        block = f"seq / {EXTREMES_BLOCK}"
+        # A lone min()/max() makes SQLite return the seq of the row holding it.
+        statements.append(
+            f"INSERT INTO sample_extremes (job_id, rank, col, block, lo, lo_seq, hi, hi_seq) "
+            f"SELECT job_id, rank, '{column}', {block}, min({column}), seq, NULL, NULL FROM samples "
+            f"WHERE {column} IS NOT NULL GROUP BY job_id, rank, {block}"
+        )
+        statements.append(
+            f"UPDATE sample_extremes SET (hi, hi_seq) = (SELECT max({column}), seq FROM samples s "
+            f"WHERE s.job_id = sample_extremes.job_id AND s.rank = sample_extremes.rank "
+            f"AND s.seq BETWEEN sample_extremes.block * {EXTREMES_BLOCK} AND sample_extremes.block * {EXTREMES_BLOCK} + "
+            f"{EXTREMES_BLOCK - 1} AND {column} IS NOT NULL) WHERE col = '{column}'"
+        )
+    return statements
+
+
 _MIGRATIONS: list[list[str]] = [
     # 1: the initial schema.
     [
@@ -97,6 +124,22 @@ _MIGRATIONS: list[list[str]] = [
             current_job INTEGER,
             stopped_at REAL
         )""",
+    ],
+    # 2: per-block extremes of every size column, kept by the sample writer, so a
+    # long series downsamples from a few thousand block rows instead of every sample.
+    [
+        """CREATE TABLE sample_extremes (
+            job_id INTEGER NOT NULL,
+            rank INTEGER NOT NULL,
+            col TEXT NOT NULL,
+            block INTEGER NOT NULL,
+            lo INTEGER,
+            lo_seq INTEGER,
+            hi INTEGER,
+            hi_seq INTEGER,
+            PRIMARY KEY (job_id, rank, col, block)
+        ) WITHOUT ROWID""",
+        *_extremes_backfill(),
     ],
 ]
 

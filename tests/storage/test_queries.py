@@ -7,6 +7,7 @@ from storage.queries import (
     artifacts, events, get_job, last_sample, list_jobs, sample_series, samples_csv, samples_since,
 )
 from storage.sample_writer import SampleWriter
+from storage.schema import EXTREME_COLUMNS, EXTREMES_BLOCK
 
 
 @pytest.fixture
@@ -86,3 +87,85 @@ def test_events_and_artifacts_of_a_job_come_back_in_order(fresh_db, add_job):
     assert rows[1]["data"] == {"flag": "dit_cpu_offload"}
     assert [e["kind"] for e in events(fresh_db, job, since_id=rows[0]["id"])] == ["decision"]
     assert artifacts(fresh_db, job) == []
+
+
+def _extremes_by_scan(db, job_id: int) -> set[tuple]:
+    """Every (rank, col, block, lo, lo_seq, hi, hi_seq) computed straight from the samples, first row on ties."""
+    rows = list(db.query("SELECT * FROM samples WHERE job_id = ? ORDER BY rank, seq", [job_id]))
+    out: dict[tuple, list] = {}
+    for row in rows:
+        for col in EXTREME_COLUMNS:
+            value = row[col]
+            if value is None:
+                continue
+            key = (row["rank"], col, row["seq"] // EXTREMES_BLOCK)
+            ext = out.setdefault(key, [value, row["seq"], value, row["seq"]])
+            if value < ext[0]:
+                ext[0:2] = [value, row["seq"]]
+            if value > ext[2]:
+                ext[2:4] = [value, row["seq"]]
+    return {(*key, *ext) for key, ext in out.items()}
+
+
+def _stored_extremes(db, job_id: int) -> set[tuple]:
+    return set(db.execute(
+        "SELECT rank, col, block, lo, lo_seq, hi, hi_seq FROM sample_extremes WHERE job_id = ?", [job_id]
+    ).fetchall())
+
+
+def test_block_extremes_stay_exact_when_blocks_span_several_batches(fresh_db, db_path, add_job, memory_sample):
+    job = add_job(fresh_db)
+    values = [(i * 7919) % 1000 for i in range(500)]  # scrambled, so extremes fall mid-block
+    with SampleWriter(db_path, job, t0=0.0, batch_size=7) as writer:
+        for i, value in enumerate(values):
+            writer.add(memory_sample(i, vm_rss=value, device_allocated=None if i % 3 else value))
+    assert _stored_extremes(fresh_db, job) == _extremes_by_scan(fresh_db, job)
+
+
+def test_migrating_an_old_database_backfills_the_block_extremes(db_path):
+    import sqlite3
+
+    from storage.connections import connect
+    from storage.schema import _MIGRATIONS
+
+    conn = sqlite3.connect(db_path)
+    for statement in _MIGRATIONS[0]:
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute("INSERT INTO jobs (kind, spec, created_at) VALUES ('load', '{}', 0)")
+    for seq in range(300):
+        conn.execute(
+            "INSERT INTO samples (job_id, seq, rank, t, vm_rss, mem_available) VALUES (1, ?, ?, 0, ?, ?)",
+            [seq, seq % 2, (seq * 31) % 97, 10**9 - seq],
+        )
+    conn.commit()
+    conn.close()
+    db = connect(db_path)
+    assert _stored_extremes(db, 1) == _extremes_by_scan(db, 1)
+    db.conn.close()
+
+
+def test_a_medium_series_downsampled_from_samples_keeps_spikes(fresh_db, db_path, add_job, memory_sample):
+    """3,000 samples are fewer blocks than buckets: the per-sample path does the bucketing."""
+    job = add_job(fresh_db)
+    with SampleWriter(db_path, job, t0=0.0) as writer:
+        for i in range(3000):
+            writer.add(memory_sample(i, vm_rss=10**9 if i == 1234 else 1000 + i))
+    rows = sample_series(fresh_db, job, max_points=2000, columns=["vm_rss"])
+    assert 500 < len(rows) <= 2000
+    assert {0, 1234, 2999} <= {r["seq"] for r in rows}
+
+
+def test_every_rank_keeps_its_own_peak_within_the_budget(fresh_db, db_path, add_job, memory_sample):
+    job = add_job(fresh_db)
+    for rank, spike in ((0, 4321), (1, 17)):
+        with SampleWriter(db_path, job, t0=0.0, rank=rank, batch_size=1000) as writer:
+            for i in range(8000):
+                writer.add(memory_sample(i, vm_rss=10**9 + rank if i == spike else 1000 + (i % 50)))
+    rows = sample_series(fresh_db, job, max_points=1000, columns=["vm_rss", "mem_available"])
+    assert len(rows) <= 1000
+    peaks = {r["rank"]: r for r in rows if r["vm_rss"] >= 10**9}
+    assert {rank: r["seq"] for rank, r in peaks.items()} == {0: 4321, 1: 17}
+    for rank in (0, 1):
+        seqs = [r["seq"] for r in rows if r["rank"] == rank]
+        assert seqs[0] == 0 and seqs[-1] == 7999 and seqs == sorted(seqs)
