@@ -212,6 +212,10 @@ def _std(cfg: _ComponentConfig, spec: TensorSpec) -> float:
 _GATE_BIAS = 0.25
 """Gate of every joint block's attention and feed-forward updates, for every modality."""
 
+_TEXT_VALUE_GAIN = 16.0
+"""Scale of the text tokens' attention input: per-head q/k norms cancel it in the attention
+weights, so it only makes the few text tokens' values loud enough to colour the clip."""
+
 
 def _structured(cfg: _ComponentConfig, spec: TensorSpec, seed: int) -> torch.Tensor | None:
     """Designed values (norms, modulation biases, decoder kernels), or None for plain random ones."""
@@ -222,6 +226,7 @@ def _structured(cfg: _ComponentConfig, spec: TensorSpec, seed: int) -> torch.Ten
     if name.endswith("adaln_proj.linear.bias"):
         bias = torch.zeros(3, 6, shape[0] // 18)
         bias[:, 2] = bias[:, 5] = _GATE_BIAS
+        bias[0, 1] = _TEXT_VALUE_GAIN - 1.0
         return bias
     if cfg.class_name == "H3VideoVAEDecoder":
         return _video_decoder_tensor(name, shape, g)
@@ -249,7 +254,7 @@ def _video_decoder_tensor(name: str, shape: tuple[int, ...], g: torch.Generator)
         blur = _blur(tuple(kernel))
         return mix[:, :, None, None, None] * (blur / blur.square().sum().sqrt())
     if name.startswith("conv_out"):
-        return (2.2 * mix).reshape(shape)
+        return (0.4 * mix).reshape(shape)
     return mix[:, :, None, None, None] * _blur(tuple(kernel)) * math.sqrt(c_in / max(c_in, c_out)) * 1.4
 
 

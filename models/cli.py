@@ -1,0 +1,150 @@
+"""`python -m models synth|generate`: write a synthetic checkpoint, or generate a clip.
+
+With `--json` exactly one JSON object goes to stdout; progress goes to stderr.
+Bad input exits 2 with `{"ok": false, "error": ..., "errors": [...]}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+import torch
+
+from loader.errors import DrainboardError
+from loader.offload import OffloadSettings
+
+from .config import PROFILES, get_profile
+from .params import GenerateParams, GenerateParamsError
+from .pipeline import PipelineEvent, run_generate
+from .progress import ProgressBar
+from .synth import synth_checkpoint
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def parse_size(text: str) -> int:
+    """`5GB`, `512MB`, `1.5GiB` or plain bytes -> bytes."""
+    units = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+    value = text.strip().upper()
+    number = value.rstrip("KMGIB")
+    unit = value[len(number):]
+    if unit not in units or not number:
+        raise argparse.ArgumentTypeError(f"size {text!r} is not understood; use e.g. 5GB, 512MB, 2GiB")
+    return int(float(number) * units[unit])
+
+
+def _synth(args: argparse.Namespace) -> int:
+    bar = None if args.dry_run else ProgressBar(1, f"synth {args.profile}", unit=" GB", scale=1e9)
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done)
+
+    report = synth_checkpoint(
+        args.out, get_profile(args.profile), dtype=_DTYPES[args.dtype], shard_bytes=args.shard_size,
+        seed=args.seed, dry_run=args.dry_run, on_bytes=None if bar is None else progress,
+    )
+    if bar is not None:
+        bar.close()
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        for c in report.components:
+            print(f"{c.name}: {c.class_name}, {c.tensors} tensors, {c.parameters:,} parameters,"
+                  f" {c.bytes / 2**30:.2f} GiB in {c.shards} shard(s)")
+        print(("would write " if args.dry_run else "wrote ") + args.out)
+    return 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    params = GenerateParams(
+        prompt=args.prompt, negative_prompt=args.negative_prompt, frames=args.frames, height=args.height,
+        width=args.width, steps=args.steps, guidance_scale=args.guidance_scale, seed=args.seed, fps=args.fps,
+        audio=not args.no_audio,
+    )
+    bar = ProgressBar(params.steps, "denoising", unit=" steps")
+
+    def on_event(event: PipelineEvent) -> None:
+        if event.kind == "step":
+            bar.update(event.data["step"])
+        elif event.kind in ("stage_end", "offload_decision", "load") or (event.kind == "move" and args.verbose):
+            print(f"[{event.stage}] {event.message}", file=sys.stderr)
+
+    offload = OffloadSettings(
+        dit_layerwise_offload=args.offload, dit_cpu_offload=args.offload, text_encoder_cpu_offload=args.offload,
+        image_encoder_cpu_offload=args.offload, vae_cpu_offload=args.offload,
+    )
+    result = run_generate(
+        args.model_dir, params, args.out, device=args.device, dtype=_DTYPES[args.dtype] if args.dtype else None,
+        mode=args.mode, offload=offload, on_event=on_event,
+    )
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        total = sum(result.stage_seconds.values())
+        print(f"wrote {result.out_path}: {result.frames} frames {result.width}x{result.height} @ {result.fps} fps"
+              f"{' with audio' if result.audio else ''} in {total:.1f} s")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m models", description="Drainboard's reference H3-family model")
+    sub = parser.add_subparsers(dest="command", required=True)
+    synth = sub.add_parser(
+        "synth", help="write a deterministic synthetic checkpoint in the diffusers layout",
+        epilog="example: python -m models synth /models/h3-demo --profile demo",
+    )
+    synth.add_argument("out", help="model folder to write")
+    synth.add_argument("--profile", default="demo", choices=list(PROFILES), help="model size (default: demo)")
+    synth.add_argument("--dtype", default="bf16", choices=list(_DTYPES), help="stored dtype (default: bf16)")
+    synth.add_argument("--shard-size", type=parse_size, default=parse_size("5GB"), help="max shard size (default: 5GB)")
+    synth.add_argument("--seed", type=int, default=0, help="seed of every value (default: 0)")
+    synth.add_argument("--dry-run", action="store_true", help="only count tensors, parameters and bytes")
+    synth.add_argument("--json", action="store_true", help="print one JSON object")
+    synth.set_defaults(func=_synth)
+
+    defaults = GenerateParams(prompt="")
+    gen = sub.add_parser(
+        "generate", help="generate a clip (MP4 with audio) from a model folder",
+        epilog="example: python -m models generate /models/h3-demo --prompt 'a red fox in the snow' --out clip.mp4",
+    )
+    gen.add_argument("model_dir", help="model folder (model_index.json and component folders)")
+    gen.add_argument("--prompt", required=True)
+    gen.add_argument("--negative-prompt", default=defaults.negative_prompt)
+    gen.add_argument("--out", required=True, help="MP4 to write")
+    gen.add_argument("--frames", type=int, default=defaults.frames)
+    gen.add_argument("--height", type=int, default=defaults.height)
+    gen.add_argument("--width", type=int, default=defaults.width)
+    gen.add_argument("--steps", type=int, default=defaults.steps)
+    gen.add_argument("--guidance-scale", type=float, default=defaults.guidance_scale)
+    gen.add_argument("--seed", type=int, default=defaults.seed)
+    gen.add_argument("--fps", type=int, default=defaults.fps)
+    gen.add_argument("--no-audio", action="store_true", help="leave out the audio track")
+    gen.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
+    gen.add_argument("--dtype", choices=list(_DTYPES), help="compute dtype (default: fp32 on cpu, bf16 otherwise)")
+    gen.add_argument("--mode", default="stream", help="loader placement mode (default: stream)")
+    gen.add_argument("--offload", action=argparse.BooleanOptionalAction, default=True,
+                     help="request the offload flags (the policy still turns them off on unified memory)")
+    gen.add_argument("--verbose", action="store_true", help="print every module move")
+    gen.add_argument("--json", action="store_true", help="print the GenerateResult as one JSON object")
+    gen.set_defaults(func=_generate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except DrainboardError as exc:
+        problems = (
+            [f"{k}: {v}" for k, v in sorted(exc.problems.items())] if isinstance(exc, GenerateParamsError)
+            else list(getattr(exc, "problems", None) or [str(exc)])
+        )
+        if getattr(args, "json", False):
+            print(json.dumps({"ok": False, "error": "; ".join(problems), "errors": problems}))
+        else:
+            print(f"error: {'; '.join(problems)}", file=sys.stderr)
+        return 2
