@@ -26,6 +26,7 @@ from dataclasses import replace
 import torch
 import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, Shard
 
 from .checkpoint import TensorMeta
@@ -116,8 +117,6 @@ def wrap_fully_shard(module: nn.Module, mesh: DeviceMesh, pattern: str = DEFAULT
     (the root as ""). A 0-d parameter cannot be sharded on dim 0, so one
     raises PlacementError naming it instead of FSDP's assertion.
     """
-    from torch.distributed.fsdp import fully_shard
-
     scalars = [n for n, p in module.named_parameters() if p.dim() == 0]
     if scalars:
         raise PlacementError(
@@ -162,6 +161,9 @@ class ShardedPlacement(Placement):
         except re.error as exc:
             raise PlacementError(f"shard_modules {self.shard_modules!r} is not a valid regex: {exc}") from None
         self.stream = StreamPlacement(**{k: v for k, v in options.items() if k in StreamPlacement.options})
+        # The DTensor runtime's first use costs about 27 MiB of host memory per process, a
+        # fixed setup cost like importing torch; pay it here, before the load's baseline sample.
+        DTensor.from_local(torch.empty(0), mesh, [Shard(0)], run_check=False, shape=(0,), stride=(1,))
         self.units: list[str] = []
         """FSDP units wrapped by the last `place` (empty without fsdp)."""
         self.share_bytes = 0

@@ -103,10 +103,13 @@ def launch_sharded(
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         proc = subprocess.Popen(cmd, stdout=2, env=env)
         follower = _RankSampleFollower(out, nproc, on_tensor) if on_tensor is not None else None
-        while proc.poll() is None:
-            if follower is not None:
-                follower.poll()
-            time.sleep(poll_seconds)
+        try:
+            while proc.poll() is None:
+                if follower is not None:
+                    follower.poll()
+                time.sleep(poll_seconds)
+        finally:
+            _stop(proc)
         if follower is not None:
             follower.poll()
         report = out / "report.json"
@@ -116,6 +119,18 @@ def launch_sharded(
         if errors:
             raise DrainboardError("; ".join(sorted({e["error"] for e in errors})))
         raise DrainboardError(f"sharded load of {path} on {nproc} ranks failed (torchrun exit {proc.returncode}); see stderr")
+
+
+def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """End torchrun (which ends its ranks) when the caller is interrupted or cancelled mid-load."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def run_sharded_cli(args: argparse.Namespace) -> int:
