@@ -22,11 +22,11 @@ import torch.nn as nn
 from safetensors.torch import load_file
 from torch.distributed.fsdp._fully_shard._fsdp_common import _chunk_with_empty
 
-from loader import CheckpointError, load_checkpoint
+from loader import CheckpointError, PlacementError, load_checkpoint
 from loader.checkpoint import discover_checkpoint
 from loader.naming import MergeRule, Target
 from loader.placement import PlannedTarget
-from loader.sharded import local_target, shard_rows
+from loader.sharded import ShardedPlacement, local_target, shard_rows, wrap_fully_shard
 from loader.cli import main as cli_main
 from loader.sharded_launch import format_sharded, launch_sharded
 
@@ -253,3 +253,17 @@ def test_launcher_rejects_a_malformed_checkpoint_before_starting_ranks(tmp_path)
     bad.write_bytes(b"\x05")
     with pytest.raises(CheckpointError, match="bad.safetensors"):
         launch_sharded(bad, 2)
+
+
+def test_sharded_placement_names_what_it_needs_when_the_mesh_is_missing():
+    with pytest.raises(PlacementError, match="needs a 1-D DeviceMesh as mesh="):
+        ShardedPlacement(mesh=None)
+    with pytest.raises(PlacementError, match="does not take option.*staging"):
+        ShardedPlacement(mesh=None, staging=1)
+
+
+def test_fully_shard_wrapping_refuses_a_scalar_parameter_by_name():
+    module = nn.Module()
+    module.scale = nn.Parameter(torch.tensor(2.0, device="meta"))
+    with pytest.raises(PlacementError, match="0-d parameter\\(s\\) scale"):
+        wrap_fully_shard(module, mesh=None)
