@@ -16,6 +16,7 @@ from loader.dtypes import parse_dtype
 from loader.errors import DeviceError, DrainboardError, PlacementError
 from loader.placement import known_placements
 from loader.offload import OffloadSettings
+from models.params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
 from storage.config import Config, ModelPathError, resolve_model_path
 
 _SIZE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
@@ -47,36 +48,6 @@ def parse_size(text: str | int) -> int:
     if size <= 0:
         raise ValueError(f"size must be positive, got {text!r}")
     return size
-
-
-@dataclass(frozen=True)
-class GenerateParams:
-    """What to generate; checked against the ranges below before queueing."""
-
-    prompt: str
-    """Text prompt (1-2000 characters)."""
-    negative_prompt: str = ""
-    """What to steer away from."""
-    frames: int = 17
-    """Number of video frames (1-1025)."""
-    height: int = 192
-    """Frame height in pixels, a multiple of 16."""
-    width: int = 320
-    """Frame width in pixels, a multiple of 16."""
-    steps: int = 8
-    """Denoising steps (1-1000)."""
-    guidance_scale: float = 5.0
-    """Classifier-free guidance scale (>= 0; 1 disables the unconditional pass)."""
-    seed: int = 0
-    """Random seed (>= 0); the same seed gives the same video."""
-    fps: int = 16
-    """Frames per second of the MP4 (1-120)."""
-    audio: bool = True
-    """Also decode the audio track and mux it into the MP4."""
-
-
-_GENERATE_RANGES = {"frames": (1, 1025), "height": (16, 4096), "width": (16, 4096), "steps": (1, 1000),
-                    "fps": (1, 120), "seed": (0, 2**63 - 1)}
 
 
 @dataclass(frozen=True)
@@ -203,6 +174,9 @@ def build_spec(raw: Mapping[str, Any], config: Config, *, known_kinds: tuple[str
     generate = None
     if kind == "generate":
         generate = _generate_params(raw.get("generate") or {}, bad)
+        model_ok = model and not any(name == "model" for name, _ in errors)
+        if generate is not None and model_ok:
+            _check_against_model(generate, model, bad)
     elif raw.get("generate"):
         bad("generate", f"generate parameters only apply to generate jobs, not {kind!r}")
 
@@ -226,36 +200,48 @@ def _int_at_least(value: Any, minimum: int, name: str, bad) -> int | None:
 
 
 def _generate_params(raw: Mapping[str, Any], bad) -> GenerateParams | None:
+    """Types only (names, ints, a float, a bool, strings): the ranges are the model's to judge."""
     names = {f.name for f in fields(GenerateParams)}
-    unknown = sorted(set(raw) - names)
-    for name in unknown:
+    for name in sorted(set(raw) - names):
         bad(f"generate.{name}", f"unknown parameter; known: {', '.join(sorted(names))}")
     values = {k: v for k, v in raw.items() if k in names}
-    prompt = values.get("prompt")
-    if not isinstance(prompt, str) or not prompt.strip():
-        bad("generate.prompt", "a non-empty prompt is required")
-    elif len(prompt) > 2000:
-        bad("generate.prompt", f"at most 2000 characters, got {len(prompt)}")
-    for name, (low, high) in _GENERATE_RANGES.items():
-        if name not in values:
-            continue
-        value = _int_at_least(values[name], low, f"generate.{name}", bad)
-        if value is not None and value > high:
-            bad(f"generate.{name}", f"must be at most {high}, got {value}")
-        values[name] = value
-    for name in ("height", "width"):
-        if values.get(name) is not None and values[name] % 16:
-            bad(f"generate.{name}", f"must be a multiple of 16, got {values[name]}")
+    ok = True
+    for name in ("prompt", "negative_prompt"):
+        if name in values and not isinstance(values[name], str):
+            bad(f"generate.{name}", f"must be text, got {values[name]!r}")
+            ok = False
+    if "prompt" not in values:
+        bad("generate.prompt", "a prompt is required")
+        ok = False
+    for name in ("frames", "height", "width", "steps", "seed", "fps"):
+        if name in values:
+            value = values[name]
+            try:
+                if isinstance(value, bool) or isinstance(value, float):
+                    raise ValueError
+                values[name] = int(str(value))
+            except ValueError:
+                bad(f"generate.{name}", f"must be an integer, got {value!r}")
+                ok = False
     if "guidance_scale" in values:
         try:
-            values["guidance_scale"] = float(values["guidance_scale"])
-            if not values["guidance_scale"] >= 0:
+            if isinstance(values["guidance_scale"], bool):
                 raise ValueError
+            values["guidance_scale"] = float(values["guidance_scale"])
         except (TypeError, ValueError):
-            bad("generate.guidance_scale", f"must be a number >= 0, got {values['guidance_scale']!r}")
+            bad("generate.guidance_scale", f"must be a number, got {values['guidance_scale']!r}")
+            ok = False
     if "audio" in values and not isinstance(values["audio"], bool):
         bad("generate.audio", f"must be true or false, got {values['audio']!r}")
+        ok = False
+    return GenerateParams(**values) if ok else None
+
+
+def _check_against_model(params: GenerateParams, model: str, bad) -> None:
+    """The models package's own validation (config.json and index headers only, no weights),
+    each problem filed under `generate.<field>`, or under `model` when the folder is no generate model."""
     try:
-        return GenerateParams(**values)
-    except TypeError:
-        return None
+        validate_params(params, ModelSpec.read(model))
+    except GenerateParamsError as e:
+        for name, message in sorted(e.problems.items()):
+            bad("model" if name == "model" else f"generate.{name}", message)

@@ -16,7 +16,7 @@ from typing import Any, Callable
 KindFunction = Callable[..., dict[str, Any]]
 
 _KINDS: dict[str, KindFunction] = {}
-_BUILTIN_MODULES = ("jobs.kinds.load",)
+_BUILTIN_MODULES = ("jobs.kinds.generate", "jobs.kinds.load")
 
 
 def job_kind(name: str) -> Callable[[KindFunction], KindFunction]:

@@ -74,3 +74,13 @@ def run_to_end(db, tick_until):
         return get_job(db, job_id)
 
     return run
+
+
+@pytest.fixture
+def tiny_model(config):
+    """The `tiny` synthetic H3-family checkpoint (diffusers layout, four components) at data/models/tiny."""
+    from models import get_profile, synth_checkpoint
+
+    path = config.model_roots[0] / "tiny"
+    synth_checkpoint(path, get_profile("tiny"), shard_bytes=100_000, seed=0)
+    return path

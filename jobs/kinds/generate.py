@@ -1,0 +1,98 @@
+"""The `generate` job: run the reference pipeline into an MP4 artifact, recording memory per stage."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import AbstractContextManager
+from typing import Any
+
+from jobs.context import JobContext
+from jobs.kinds import job_kind
+from jobs.spec import JobSpec
+
+SAMPLE_INTERVAL = 0.1
+"""Seconds between timer samples during generate stages."""
+
+_EVENT_KINDS = {"load": "load", "move": "move", "offload_decision": "decision"}
+"""Pipeline event kinds recorded as job events, and the job event kind each becomes."""
+
+
+class _Stages:
+    """Turns the pipeline's stage_start/stage_end events into the context's stages.
+
+    The pipeline reports edges, the context offers a `with` block: the open
+    block is entered on a start and left on the matching end, or left with the
+    exception when the run fails inside it (the stage then ends "aborted").
+    """
+
+    def __init__(self, ctx: JobContext):
+        self._ctx = ctx
+        self._open: AbstractContextManager | None = None
+
+    def start(self, name: str) -> None:
+        self.end()
+        self._open = self._ctx.stage(name)
+        self._open.__enter__()
+
+    def end(self) -> None:
+        if self._open is not None:
+            stage, self._open = self._open, None
+            stage.__exit__(None, None, None)
+
+    def abort(self) -> None:
+        if self._open is not None:
+            stage, self._open = self._open, None
+            stage.__exit__(*sys.exc_info())
+
+
+@job_kind("generate")
+def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
+    """Probe the device and resolve the offload policy once (decisions become events), generate
+    `spec.generate` into the job's `video.mp4`, mirror the pipeline's stages, steps (as progress),
+    loads and module moves into the job, sample memory on a timer tagged with the stage, and return
+    the pipeline's result: stage timings (`stage_seconds`), per-stage peak footprint
+    (`stage_peaks`), the offload settings used and each component's load report."""
+    from loader.device import probe_device
+    from loader.dtypes import parse_dtype
+    from loader.offload import resolve_offload
+    from models.pipeline import PipelineEvent, run_generate
+
+    if spec.generate is None:
+        raise ValueError("a generate job needs generate parameters")
+    with ctx.stage("probe"):
+        device = probe_device(spec.device)
+        ctx.event("device", device.reason, data=device.to_dict())
+        settings, decisions = resolve_offload(spec.offload, device)
+        for decision in decisions:
+            ctx.event("decision", str(decision), data=decision.to_dict())
+        ctx.record()
+
+    stages = _Stages(ctx)
+
+    def on_event(event: PipelineEvent) -> None:
+        if event.kind == "stage_start":
+            stages.start(event.stage)
+        elif event.kind == "stage_end":
+            stages.end()
+        elif event.kind == "step":
+            ctx.progress(event.data["step"], event.data["steps"])
+        elif event.kind in _EVENT_KINDS:
+            ctx.event(_EVENT_KINDS[event.kind], event.message, data=event.data)
+
+    out_path = ctx.artifact_path("video", ".mp4")
+    try:
+        # The settings are already resolved for `device`: the pipeline's own resolve changes nothing.
+        result = run_generate(
+            spec.model, spec.generate, out_path, device=spec.device, dtype=parse_dtype(spec.dtype), mode=spec.mode,
+            offload=settings, device_info=device, on_event=on_event,
+            on_sample=lambda stage, sample: ctx.record(sample, stage=stage), sample_interval=SAMPLE_INTERVAL,
+        )
+    except BaseException:
+        stages.abort()
+        raise
+    stages.end()
+    ctx.add_artifact(out_path)
+    metrics = result.to_dict()
+    metrics["out_path"] = out_path.name
+    metrics["peak_footprint"] = max(result.stage_peaks.values(), default=0)
+    return metrics
