@@ -45,7 +45,7 @@ def _synth(args: argparse.Namespace) -> int:
 
     report = synth_checkpoint(
         args.out, get_profile(args.profile), dtype=_DTYPES[args.dtype], shard_bytes=args.shard_size,
-        seed=args.seed, dry_run=args.dry_run, on_bytes=None if bar is None else progress,
+        seed=args.seed, components=args.components, dry_run=args.dry_run, on_bytes=None if bar is None else progress,
     )
     if bar is not None:
         bar.close()
@@ -102,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--dtype", default="bf16", choices=list(_DTYPES), help="stored dtype (default: bf16)")
     synth.add_argument("--shard-size", type=parse_size, default=parse_size("5GB"), help="max shard size (default: 5GB)")
     synth.add_argument("--seed", type=int, default=0, help="seed of every value (default: 0)")
+    synth.add_argument("--components", nargs="+", metavar="NAME",
+                       help="write only these components (transformer, text_encoder, vae, audio_vae)")
     synth.add_argument("--dry-run", action="store_true", help="only count tensors, parameters and bytes")
     synth.add_argument("--json", action="store_true", help="print one JSON object")
     synth.set_defaults(func=_synth)

@@ -23,12 +23,12 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import torch
 from safetensors import safe_open
 
-from .config import Profile, _ComponentConfig
+from .config import Profile, ProfileError, _ComponentConfig
 from .registry import build_component
 from .safetensors_stream import TensorSpec, plan_shards, write_safetensors
 
@@ -85,12 +85,19 @@ def component_specs(cfg: _ComponentConfig, dtype: torch.dtype) -> list[TensorSpe
     return [TensorSpec(name, tuple(t.shape), dtype) for name, t in module.state_dict().items()]
 
 
-def plan_synth(profile: Profile, dtype: torch.dtype, shard_bytes: int) -> list[tuple[str, _ComponentConfig, list[list[TensorSpec]]]]:
-    """(component, config, shards) for each component of `profile`."""
-    out = []
-    for name, cfg in profile.components().items():
-        out.append((name, cfg, plan_shards(component_specs(cfg, dtype), shard_bytes)))
-    return out
+def plan_synth(
+    profile: Profile, dtype: torch.dtype, shard_bytes: int, components: Sequence[str] | None = None
+) -> list[tuple[str, _ComponentConfig, list[list[TensorSpec]]]]:
+    """(component, config, shards) for each component of `profile` (or only those named)."""
+    known = profile.components()
+    unknown = sorted(set(components or ()) - set(known))
+    if unknown:
+        raise ProfileError(f"unknown component(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    return [
+        (name, cfg, plan_shards(component_specs(cfg, dtype), shard_bytes))
+        for name, cfg in known.items()
+        if components is None or name in components
+    ]
 
 
 def synth_checkpoint(
@@ -100,17 +107,20 @@ def synth_checkpoint(
     dtype: torch.dtype = torch.bfloat16,
     shard_bytes: int = 5 * 10**9,
     seed: int = 0,
+    components: Sequence[str] | None = None,
     dry_run: bool = False,
     workers: int | None = None,
     on_bytes: Callable[[int, int], None] | None = None,
 ) -> SynthReport:
     """Write (or, with `dry_run`, only plan) the checkpoint of `profile` into `out`.
 
+    `components` limits the folders written (e.g. only `transformer`).
+
     `on_bytes(done, total)` follows the bytes written. Each written shard is
     reopened with `safetensors.safe_open` to check its header.
     """
     root = Path(out)
-    plan = plan_synth(profile, dtype, shard_bytes)
+    plan = plan_synth(profile, dtype, shard_bytes, components)
     report = SynthReport(str(root), profile.name, str(dtype).removeprefix("torch."), seed, written=not dry_run)
     for name, cfg, shards in plan:
         specs = [s for shard in shards for s in shard]
@@ -131,7 +141,7 @@ def synth_checkpoint(
 
     root.mkdir(parents=True, exist_ok=True)
     index = {"_class_name": "H3AudioVideoPipeline", "_drainboard_profile": profile.name, "_drainboard_seed": seed}
-    with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool:
+    with ThreadPoolExecutor(max_workers=workers or min(16, os.cpu_count() or 1)) as pool:
         for name, cfg, shards in plan:
             folder = root / name
             folder.mkdir(exist_ok=True)
@@ -205,7 +215,7 @@ def _std(cfg: _ComponentConfig, spec: TensorSpec) -> float:
     if "adaln_proj" in name or "norm_out.linear" in name:
         return 0.1 / math.sqrt(_fan_in(shape))
     if name.startswith("proj_out") or name.startswith("audio_proj_out"):
-        return 0.8 / math.sqrt(_fan_in(shape))
+        return 0.3 / math.sqrt(_fan_in(shape))
     return 1.0 / math.sqrt(_fan_in(shape))
 
 
