@@ -4,7 +4,9 @@ The steps run in a fixed order so no mode can skip one: validate the
 checkpoint from headers; map names and decide dtypes; build the module on
 the meta device (registered builder, given module, or skeleton from
 metadata); check names and shapes (strict fails here, before any byte is
-read); take the baseline sample; let the placement mode fill the module.
+read); let the placement prepare (set-up that reads nothing, e.g.
+wrapping the empty module for FSDP); take the baseline sample and start the
+clock; let the placement mode fill the module.
 """
 
 from __future__ import annotations
@@ -112,9 +114,11 @@ def load_checkpoint(
     probe = probe or MemoryProbe(str(target_device))
     try:
         meter = LoadMeter(report, probe, on_tensor)
+        ctx = PlacementContext(module, target_device, meter)
+        placement.prepare(plan, ctx)
         meter.baseline()
         meter.start()
-        placement.place(plan, PlacementContext(module, target_device, meter))
+        placement.place(plan, ctx)
         _synchronize(target_device)
         meter.finish()
     finally:

@@ -21,6 +21,7 @@ a forward pass; no rank ever holds a whole tensor, nothing is broadcast.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import replace
 
 import torch
@@ -34,6 +35,7 @@ from .errors import PlacementError
 from .naming import Target
 from .placement.base import LoadPlan, Placement, PlacementContext, PlannedTarget
 from .placement.stream import StreamPlacement
+from .sharded_report import ShardedPhases
 
 DEFAULT_SHARD_MODULES = r"(^|\.)\d+$"
 """Modules wrapped as FSDP units by default: every indexed block (`transformer_blocks.7`, `layers.0`)."""
@@ -76,14 +78,32 @@ def local_target(planned: PlannedTarget, rank: int, world: int) -> PlannedTarget
 
 
 class ShardedContext(PlacementContext):
-    """Installs each local slice as a `Shard(0)` DTensor (buffers and 0-d tensors whole, as read)."""
+    """Installs each local slice as a `Shard(0)` DTensor (buffers and 0-d tensors whole, as read).
 
-    def __init__(self, inner: PlacementContext, mesh: DeviceMesh, global_shapes: dict[str, tuple[int, ...]]):
+    Adds the time spent allocating and assigning to `phases`.
+    """
+
+    def __init__(
+        self, inner: PlacementContext, mesh: DeviceMesh, global_shapes: dict[str, tuple[int, ...]], phases: ShardedPhases
+    ):
         super().__init__(inner.module, inner.device, inner.meter)
         self.mesh = mesh
         self._global_shapes = global_shapes
+        self._phases = phases
+
+    def allocate(self, planned: PlannedTarget) -> torch.Tensor:
+        start = time.perf_counter()
+        tensor = super().allocate(planned)
+        self._phases.allocate += time.perf_counter() - start
+        return tensor
 
     def place(self, planned: PlannedTarget, tensor: torch.Tensor) -> None:
+        start = time.perf_counter()
+        self._assign(planned, tensor)
+        self._phases.assign += time.perf_counter() - start
+        self.meter.placed(planned.name, planned.nbytes)
+
+    def _assign(self, planned: PlannedTarget, tensor: torch.Tensor) -> None:
         shape = self._global_shapes.get(planned.name)
         value: torch.Tensor = tensor
         if shape is not None:
@@ -94,7 +114,6 @@ class ShardedContext(PlacementContext):
             stride = torch.empty(shape, device="meta").stride()
             value = DTensor.from_local(tensor, self.mesh, [Shard(0)], run_check=False, shape=shape, stride=stride)
         assign(self.module, planned.name, value)
-        self.meter.placed(planned.name, planned.nbytes)
 
 
 def assign(module: nn.Module, name: str, value: torch.Tensor) -> None:
@@ -161,15 +180,20 @@ class ShardedPlacement(Placement):
         except re.error as exc:
             raise PlacementError(f"shard_modules {self.shard_modules!r} is not a valid regex: {exc}") from None
         self.stream = StreamPlacement(**{k: v for k, v in options.items() if k in StreamPlacement.options})
-        # The DTensor runtime's first use costs about 27 MiB of host memory per process, a
-        # fixed setup cost like importing torch; pay it here, before the load's baseline sample.
+        self.phases = ShardedPhases()
+        """Time by phase of the last load (set-up included)."""
+        start = time.perf_counter()
+        # The DTensor runtime's first use imports torch._dynamo (about 27 MiB of host memory and
+        # most of a second), a fixed setup cost like importing torch; pay it before the load.
         DTensor.from_local(torch.empty(0), mesh, [Shard(0)], run_check=False, shape=(0,), stride=(1,))
+        self._warmup_seconds = time.perf_counter() - start
         self.units: list[str] = []
-        """FSDP units wrapped by the last `place` (empty without fsdp)."""
+        """FSDP units wrapped by the last `prepare` (empty without fsdp)."""
         self.share_bytes = 0
-        """Checkpoint bytes of this rank's slices in the last `place`: what it reads."""
+        """Checkpoint bytes of this rank's slices in the last load: what it reads."""
         self.checkpoint_bytes = 0
-        """Checkpoint bytes of every planned tensor in the last `place`: what one unsharded load reads."""
+        """Checkpoint bytes of every planned tensor in the last load: what one unsharded load reads."""
+        self._local: tuple[LoadPlan, LoadPlan, dict[str, tuple[int, ...]]] | None = None
 
     def local_plan(self, plan: LoadPlan, module: nn.Module) -> tuple[LoadPlan, dict[str, tuple[int, ...]]]:
         """(this rank's plan, global shape of every target placed as a shard).
@@ -187,11 +211,28 @@ class ShardedPlacement(Placement):
                 targets.append(planned)
         return LoadPlan(targets=targets, dropped=plan.dropped), shapes
 
-    def place(self, plan: LoadPlan, ctx: PlacementContext) -> None:
+    def prepare(self, plan: LoadPlan, ctx: PlacementContext) -> None:
+        """This rank's plan and `fully_shard` on the empty module: set-up, before the baseline and the clock."""
+        start = time.perf_counter()
+        self.phases = ShardedPhases()
         local, shapes = self.local_plan(plan, ctx.module)
         self.checkpoint_bytes = sum(p.target.source_bytes for p in plan.targets)
         self.share_bytes = sum(p.target.source_bytes for p in local.targets)
-        if self.fsdp:
-            self.units = wrap_fully_shard(ctx.module, self.mesh, self.shard_modules)
-        self.stream.place(local, ShardedContext(ctx, self.mesh, shapes))
+        self.units = wrap_fully_shard(ctx.module, self.mesh, self.shard_modules) if self.fsdp else []
+        self._local = (plan, local, shapes)
+        self.phases.setup = self._warmup_seconds + time.perf_counter() - start
+        self._warmup_seconds = 0.0
+
+    def place(self, plan: LoadPlan, ctx: PlacementContext) -> None:
+        if self._local is None or self._local[0] is not plan:
+            self.prepare(plan, ctx)
+        _, local, shapes = self._local
+        self._local = None
+        start = time.perf_counter()
+        self.stream.place(local, ShardedContext(ctx, self.mesh, shapes, self.phases))
+        streamed = time.perf_counter()
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize(ctx.device)
+        self.phases.sync = time.perf_counter() - streamed
+        self.phases.read = streamed - start - self.phases.allocate - self.phases.assign
 

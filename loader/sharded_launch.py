@@ -165,4 +165,12 @@ def format_sharded(result: dict) -> str:
             f" in {r['load_seconds']:.2f} s, footprint {r['footprint_ratio']:.3f}, host_peak {r['host_peak_ratio']:.3f},"
             f" device peak {r['peak_device_allocated_bytes'] / gib:.2f} GiB"
         )
+        lines.append("    " + format_phases(r.get("phases", {})))
     return "\n".join(lines)
+
+
+def format_phases(phases: dict) -> str:
+    """One line of a rank's phases: set-up outside the load, then what makes up load_seconds."""
+    before = "  ".join(f"{k} {phases.get(k, 0.0):.3f}" for k in ("group", "setup"))
+    load = "  ".join(f"{k} {phases.get(k, 0.0):.3f}" for k in ("allocate", "read", "assign", "sync"))
+    return f"before the load: {before} s | load: {load} s"

@@ -14,6 +14,31 @@ from .report import LoadReport
 
 
 @dataclass
+class ShardedPhases:
+    """Where one rank's time went, in seconds (host clock; CUDA work is asynchronous until `sync`).
+
+    `group` and `setup` come before the load and are not part of
+    `load_seconds`; `allocate + read + assign + sync` make it up.
+    """
+
+    group: float = 0.0
+    """Process group and device mesh start-up (NCCL or gloo), measured by the worker; 0 when not."""
+    setup: float = 0.0
+    """DTensor runtime warm-up, this rank's plan and `fully_shard` on the empty module."""
+    allocate: float = 0.0
+    """Allocating the destinations (this rank's slices) on the device."""
+    read: float = 0.0
+    """Reading this rank's bytes and issuing their copies to the device, waits for staging buffers included."""
+    assign: float = 0.0
+    """Wrapping each slice as a DTensor and handing it to its owner (FSDP's re-pad of short shards included)."""
+    sync: float = 0.0
+    """Waiting for the device to finish the last copies."""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
 class RankReport:
     """One rank's load."""
 
@@ -25,18 +50,22 @@ class RankReport:
     """Its LoadReport; ratios against this rank's share."""
     share_bytes: int
     """Checkpoint bytes of this rank's slices (what it should read)."""
+    phases: ShardedPhases = field(default_factory=ShardedPhases)
+    """Its time by phase."""
 
     def to_dict(self) -> dict:
-        """Flat: the LoadReport's metrics with rank fields, without the per-tensor name list."""
+        """Flat: the LoadReport's metrics with rank fields and `phases`, without the per-tensor name list."""
         out = {"rank": self.rank, "share_bytes": self.share_bytes, **self.report.to_dict()}
         out.pop("loaded")
         out["device"] = self.device
+        out["phases"] = self.phases.to_dict()
         return out
 
     @classmethod
     def from_dict(cls, data: dict) -> "RankReport":
-        fields_ = {k: v for k, v in data.items() if k not in ("rank", "share_bytes")}
-        return cls(data["rank"], data["device"], LoadReport(**fields_), data["share_bytes"])
+        fields_ = {k: v for k, v in data.items() if k not in ("rank", "share_bytes", "phases")}
+        phases = ShardedPhases(**data.get("phases", {}))
+        return cls(data["rank"], data["device"], LoadReport(**fields_), data["share_bytes"], phases)
 
 
 @dataclass
@@ -69,6 +98,8 @@ class ShardedReport:
     """Largest MemAvailable drop any rank saw / bytes_placed of all ranks (ranks on one host share it)."""
     peak_device_allocated_bytes: int = 0
     """Largest per-rank peak of torch.cuda.memory_allocated."""
+    phases: ShardedPhases = field(default_factory=ShardedPhases)
+    """Each phase's longest time over the ranks."""
     ranks: list[RankReport] = field(default_factory=list)
     """Per-rank reports in rank order."""
 
@@ -88,6 +119,9 @@ class ShardedReport:
         drops = [r.memavailable_cost_ratio * r.bytes_placed for r in reports]
         out.memavailable_cost_ratio = max(drops, default=0.0) / out.bytes_placed if out.bytes_placed else 0.0
         out.peak_device_allocated_bytes = max((r.peak_device_allocated_bytes for r in reports), default=0)
+        out.phases = ShardedPhases(
+            **{k: max((r.phases.to_dict()[k] for r in ranks), default=0.0) for k in ShardedPhases().to_dict()}
+        )
         return out
 
     def to_dict(self) -> dict:

@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -70,7 +71,7 @@ def load_sharded(
         strict=strict,
         on_tensor=on_tensor, probe=probe,
     )
-    return module, RankReport(dist.get_rank(), str(device), report, placement.share_bytes), placement
+    return module, RankReport(dist.get_rank(), str(device), report, placement.share_bytes, placement.phases), placement
 
 
 def gather_report(mine: RankReport, mesh: DeviceMesh, checkpoint_bytes: int, fsdp_units: int) -> ShardedReport | None:
@@ -130,12 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    start = time.perf_counter()
     device = rank_device(args.device)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", device_id=device if device.type == "cuda" else None)
     rank = dist.get_rank()
     log = _SampleLog(args.out / f"rank-{rank}.samples.jsonl", rank) if args.samples else None
     try:
         mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+        group_seconds = time.perf_counter() - start
         try:
             _, mine, placement = load_sharded(
                 args.path, mesh, component=args.component, dtype=args.dtype, strict=args.strict, fsdp=args.fsdp,
@@ -147,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             (args.out / f"rank-{rank}.error.json").write_text(json.dumps(error))
             print(f"rank {rank}: error: {error['error']}", file=sys.stderr)
             return 2
+        mine.phases.group = group_seconds
         aggregate = gather_report(mine, mesh, placement.checkpoint_bytes, len(placement.units))
         if aggregate is not None:
             (args.out / "report.json").write_text(json.dumps(aggregate.to_dict()))

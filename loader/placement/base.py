@@ -120,6 +120,9 @@ class Placement:
                 f"placement mode {self.name!r} does not take option(s) {', '.join(unknown)}; accepted: {accepted}"
             )
 
+    def prepare(self, plan: LoadPlan, ctx: PlacementContext) -> None:
+        """Set-up that reads no checkpoint byte (e.g. wrapping the empty module); runs before the baseline and the clock."""
+
     def place(self, plan: LoadPlan, ctx: PlacementContext) -> None:
         """Write every planned target through `ctx`, releasing each source before the load ends."""
         raise NotImplementedError

@@ -239,7 +239,18 @@ def test_launcher_aggregates_every_rank_and_follows_their_samples_live(uneven_ch
     assert sorted(seen) == [0, 1]
     assert sorted(seen[0]) == sorted(seen[1]) == sorted(k for s in uneven_shards() for k in s)
     lines = format_sharded(result).splitlines()
-    assert lines[0].startswith("sharded over 2 ranks: 8 tensors") and len(lines) == 4
+    assert lines[0].startswith("sharded over 2 ranks: 8 tensors") and len(lines) == 6
+    assert lines[3].startswith("    before the load: group ") and "| load: allocate " in lines[3]
+
+
+def test_load_seconds_is_the_sum_of_the_load_phases_and_leaves_set_up_out(uneven_checkpoint):
+    ranks = launch_sharded(uneven_checkpoint, 2)["ranks"]
+    for r in ranks:
+        phases = r["phases"]
+        assert phases["group"] > 0 and phases["setup"] > 0, phases
+        in_load = phases["allocate"] + phases["read"] + phases["assign"] + phases["sync"]
+        assert min(phases["allocate"], phases["read"], phases["assign"]) > 0, phases
+        assert 0 <= r["load_seconds"] - in_load < 0.05, (r["load_seconds"], phases)
 
 
 def test_cli_load_with_nproc_goes_to_the_sharded_launcher(capsys):
