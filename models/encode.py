@@ -23,6 +23,9 @@ def write_mp4(
 ) -> None:
     """Encode `frames` (F, H, W, 3) uint8 and optional mono `audio` (float in [-1, 1]) to `path`.
 
+    The file is not bit-reproducible: libx264 output varied between identical
+    runs here, so compare the frames' digest (GenerateResult.frames_sha256).
+
     Odd sizes are cropped by one pixel (yuv420p needs even sizes); the moov
     atom goes first (`movflags=+faststart`) so playback starts before the
     download ends.
@@ -39,8 +42,10 @@ def write_mp4(
         if audio is not None:
             sound = container.add_stream("aac", rate=sample_rate)
             sound.layout = "mono"
-        for image in frames:
-            container.mux(video.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")))
+        for i, image in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
+            frame.pts, frame.time_base = i, Fraction(1, fps)
+            container.mux(video.encode(frame))
         container.mux(video.encode())
         if sound is not None:
             samples = np.clip(audio.astype(np.float32), -1.0, 1.0)

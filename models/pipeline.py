@@ -13,6 +13,7 @@ is reported through `on_event`; memory is sampled on a timer during stages.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from contextlib import contextmanager
@@ -74,6 +75,8 @@ class GenerateResult:
     """Pixels."""
     audio: bool
     """Whether the MP4 has an audio track."""
+    frames_sha256: str = ""
+    """SHA-256 of the decoded RGB frames before encoding: equal for equal seeds and inputs."""
     stage_seconds: dict[str, float] = field(default_factory=dict)
     """Wall seconds per stage."""
     stage_peaks: dict[str, int] = field(default_factory=dict)
@@ -196,6 +199,7 @@ def run_generate(
             video, audio = _denoise(run, root, params, video, audio, text, text_mask)
         with run.stage_of("decoding"):
             frames, wave = _decode(run, root, params, model, video, audio)
+        result.frames_sha256 = hashlib.sha256(frames.tobytes()).hexdigest()
         with run.stage_of("encoding"):
             write_mp4(out_path, frames, params.fps, wave, model.audio_vae.sample_rate)
     finally:
@@ -307,7 +311,7 @@ def _decode(run: _Run, root: Path, params: GenerateParams, model: ModelSpec, vid
             run.move(decoder, component, torch.device("cpu"))
         del decoder
     rgb = decoded["vae"][0].permute(1, 2, 3, 0)
-    frames = ((rgb + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).cpu().numpy()
+    frames = ((rgb + 1) * 127.5).round().clamp(0, 255).to(torch.uint8).contiguous().cpu().numpy()
     wave = None
     if params.audio:
         samples = round(params.duration * model.audio_vae.sample_rate)

@@ -65,13 +65,16 @@ def test_generate_reports_every_stage_in_order_with_seconds_peaks_and_samples(sm
 
 def test_same_seed_gives_identical_frames_and_another_seed_or_prompt_differs(tiny_model: Path, small_clip, tmp_path):
     result, _, _ = small_clip
-    first = _frames(Path(result.out_path))
     again = run_generate(tiny_model, SMALL, tmp_path / "again.mp4")
     other_seed = run_generate(tiny_model, replace(SMALL, seed=7), tmp_path / "seed.mp4")
     other_prompt = run_generate(tiny_model, replace(SMALL, prompt="a blue whale in the deep"), tmp_path / "prompt.mp4")
-    assert np.array_equal(first, _frames(Path(again.out_path)))
-    assert np.abs(first.astype(int) - _frames(Path(other_seed.out_path))).mean() > 5
-    assert np.abs(first.astype(int) - _frames(Path(other_prompt.out_path))).mean() > 1
+    assert again.frames_sha256 == result.frames_sha256
+    assert len({result.frames_sha256, other_seed.frames_sha256, other_prompt.frames_sha256}) == 3
+    first = _frames(Path(result.out_path)).astype(int)
+    # The encoder is not bit-reproducible; the same frames still decode within a few levels.
+    assert np.abs(first - _frames(Path(again.out_path))).mean() < 3
+    assert np.abs(first - _frames(Path(other_seed.out_path))).mean() > 20
+    assert np.abs(first - _frames(Path(other_prompt.out_path))).mean() > 5
 
 
 def _moves(events: list[PipelineEvent]) -> list[tuple[str, str, str]]:
