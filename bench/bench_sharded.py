@@ -3,12 +3,16 @@
 Writes an H3-shaped bf16 checkpoint (real block shapes, skeleton-loaded) of
 at least the requested size, then, per cache state, runs in fresh processes:
 `python -m loader load CKPT --device cuda:0` (one GPU, stream) and
-`python -m loader load CKPT --device cuda --nproc N` (sharded). Warm runs read
+`launch_sharded` (what `python -m loader load CKPT --device cuda --nproc N`
+runs, followed per tensor). Warm runs read
 the files once first; cold runs evict them with posix_fadvise(DONTNEED),
 which needs no root. A `verify` pass under torchrun checks every rank's
 shards byte for byte against the file and gathers two FSDP units.
 
-    python bench/bench_sharded.py --out /tmp/sharded-bench --size 16GiB --nproc 2 --json $OUT/sharded.json
+    python bench/bench_sharded.py --out /tmp/sharded-bench --size 16 --nproc 2 --diagnose --verify --json $OUT/sharded.json
+
+Each sharded run also reports every rank's phases (process group, set-up, allocate, read, assign,
+sync) and its per-tensor timeline; `--diagnose` adds a warm load on one rank and one without FSDP.
 """
 
 from __future__ import annotations
@@ -114,6 +118,45 @@ def run_load(path: Path, extra: list[str]) -> dict:
     return result
 
 
+def run_sharded(path: Path, nproc: int, device: str, fsdp: bool = True) -> dict:
+    """A sharded load through the launcher (fresh torchrun ranks), with every rank's per-tensor timeline."""
+    from loader.sharded_launch import launch_sharded
+
+    timeline: dict[int, list[list]] = {}
+
+    def follow(rank: int, event) -> None:
+        s = event.sample
+        timeline.setdefault(rank, []).append([event.name, event.nbytes, s.t, s.vm_rss, s.device_allocated])
+
+    start = time.perf_counter()
+    try:
+        result = launch_sharded(path, nproc, device=device, fsdp=fsdp, on_tensor=follow, poll_seconds=0.05)
+    except Exception as exc:  # the bench records any failure and goes on with the next run
+        return {"error": f"{type(exc).__name__}: {exc}", "wall_seconds": time.perf_counter() - start}
+    result["wall_seconds"] = time.perf_counter() - start
+    result["timeline"] = {str(r): rows for r, rows in sorted(timeline.items())}
+    return result
+
+
+def timeline_figures(rows: list[list], rank: dict, top: int = 3) -> dict:
+    """From one rank's per-tensor samples and its report: time before the first tensor was placed,
+    the largest gaps between tensors, and how far above its baseline host memory stood at the first tensor
+    (the baseline is the largest sample minus the reported host peak)."""
+    if not rows:
+        return {}
+    span = rows[-1][2] - rows[0][2]
+    base_rss = max(r[3] for r in rows) - rank["host_peak_ratio"] * rank["bytes_placed"]
+    gaps = sorted(((b[2] - a[2], b[0], b[1]) for a, b in zip(rows, rows[1:])), reverse=True)[:top]
+    steps = sorted(((b[3] - a[3], b[0]) for a, b in zip(rows, rows[1:])), reverse=True)[:top]
+    return {
+        "before_first_tensor_s": rank["load_seconds"] - span,
+        "first_tensor": rows[0][0],
+        "host_mib_at_first_tensor": (rows[0][3] - base_rss) / (1 << 20),
+        "largest_gaps": [{"seconds": g, "tensor": n, "tensor_mib": nb / (1 << 20)} for g, n, nb in gaps],
+        "largest_host_steps_mib": [{"mib": d / (1 << 20), "tensor": n} for d, n in steps],
+    }
+
+
 def verify_rank(path: Path, device_type: str) -> None:
     """Under torchrun: every local shard equals its file slice; FSDP gathers block 0 and the root exactly."""
     import torch.distributed as dist
@@ -175,6 +218,8 @@ def summarise(one: dict, sharded: dict, model_bytes: int) -> dict:
             "load_seconds": r["load_seconds"],
             "throughput_gbps": r["throughput_gbps"],
             "footprint_ratio": r["footprint_ratio"],
+            "phases": r.get("phases", {}),
+            "timeline": timeline_figures(sharded.get("timeline", {}).get(str(r["rank"]), []), r),
         }
         for r in sharded["ranks"]
     ]
@@ -182,10 +227,41 @@ def summarise(one: dict, sharded: dict, model_bytes: int) -> dict:
         "one_gpu_stream": {k: one[k] for k in ("load_seconds", "throughput_gbps", "footprint_ratio", "host_peak_ratio",
                                                "peak_device_allocated_bytes", "wall_seconds")},
         "sharded": {k: agg[k] for k in ("world_size", "load_seconds", "throughput_gbps", "footprint_ratio",
-                                        "host_peak_ratio", "read_amplification", "fsdp_units")} | {"wall_seconds": sharded["wall_seconds"]},
+                                        "host_peak_ratio", "read_amplification", "fsdp_units", "phases")}
+        | {"wall_seconds": sharded["wall_seconds"]},
         "speedup": agg["throughput_gbps"] / one["throughput_gbps"] if one["throughput_gbps"] else None,
         "ranks": ranks,
     }
+
+
+def save(results: dict, path: Path | None) -> None:
+    """Write what is known so far, so a run cut short by the device's time limit still leaves its figures."""
+    if path is not None:
+        path.write_text(json.dumps(results, indent=2))
+
+
+def phase_table(results: dict) -> str:
+    """One line per run and rank: time, rate, where the time went, host memory above baseline, device peak vs share."""
+    head = (f"{'run':<18} {'rank':>4} {'load s':>7} {'GB/s':>6} | {'group':>6} {'setup':>6} | {'alloc':>6} {'read':>6}"
+            f" {'assign':>6} {'sync':>6} | {'host MiB':>8} {'dev/share':>9} {'before 1st':>10}")
+    lines = ["== phases (seconds; group and setup are outside load_seconds)", head]
+    for label, run in results["runs"].items():
+        summary = run["summary"]
+        if "error" in summary:
+            lines.append(f"{label:<18} error: {summary['error'][:200]}")
+            continue
+        if label in ("warm", "cold"):
+            one = summary["one_gpu_stream"]
+            lines.append(f"{label + ' one-GPU':<18} {'-':>4} {one['load_seconds']:>7.2f} {one['throughput_gbps']:>6.2f}")
+        for r in summary["ranks"]:
+            ph, tl = r["phases"], r["timeline"]
+            lines.append(
+                f"{label:<18} {r['rank']:>4} {r['load_seconds']:>7.2f} {r['throughput_gbps']:>6.2f} |"
+                f" {ph.get('group', 0):>6.2f} {ph.get('setup', 0):>6.2f} | {ph.get('allocate', 0):>6.2f}"
+                f" {ph.get('read', 0):>6.2f} {ph.get('assign', 0):>6.2f} {ph.get('sync', 0):>6.2f} |"
+                f" {r['host_peak_mib']:>8.0f} {r['device_peak_of_share']:>9.3f} {tl.get('before_first_tensor_s', 0):>10.2f}"
+            )
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,8 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", nargs="+", default=["warm", "cold"], choices=["warm", "cold"])
     parser.add_argument("--json", type=Path, help="write all results here")
     parser.add_argument("--verify", action="store_true", help="also run the byte-for-byte verify pass")
+    parser.add_argument("--diagnose", action="store_true",
+                        help="also load warm on 1 rank and on N ranks without FSDP, to tell the phases apart")
     parser.add_argument("--verify-rank", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help=argparse.SUPPRESS)
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: gloo ranks, to try the bench here")
     args = parser.parse_args(argv)
     if args.verify_rank:
         verify_rank(args.verify_rank, args.device)
@@ -209,22 +287,34 @@ def main(argv: list[str] | None = None) -> int:
     component = discover_checkpoint(args.out).component()
     model_bytes = component.total_bytes
     print(f"checkpoint {args.out}: {model_bytes / GiB:.2f} GiB, {component.tensor_count} tensors", file=sys.stderr)
+    one_device = "cuda:0" if args.device == "cuda" else "cpu"
     results: dict = {"checkpoint_bytes": model_bytes, "tensors": component.tensor_count, "nproc": args.nproc, "runs": {}}
     for cache in args.cache:
         set_cache(args.out, cache)
-        one = run_load(args.out, ["--device", "cuda:0"])
+        one = run_load(args.out, ["--device", one_device])
         set_cache(args.out, cache)
-        sharded = run_load(args.out, ["--device", "cuda", "--nproc", str(args.nproc)])
+        sharded = run_sharded(args.out, args.nproc, args.device)
         results["runs"][cache] = {"one_gpu": one, "sharded": sharded, "summary": summarise(one, sharded, model_bytes)}
         print(f"== {cache}\n" + json.dumps(results["runs"][cache]["summary"], indent=2), file=sys.stderr)
+        save(results, args.json)
+    if args.diagnose:
+        # Same code path on one rank (is it the path or two processes at once?), and N ranks without FSDP
+        # (is it the per-tensor hand-over to fully_shard?); warm, each against the warm one-GPU load.
+        for label, nproc, fsdp in (("sharded_1_rank", 1, True), ("sharded_no_fsdp", args.nproc, False)):
+            set_cache(args.out, "warm")
+            run = run_sharded(args.out, nproc, args.device, fsdp=fsdp)
+            one = results["runs"].get("warm", {}).get("one_gpu") or run_load(args.out, ["--device", one_device])
+            results["runs"][label] = {"sharded": run, "summary": summarise(one, run, model_bytes)}
+            print(f"== {label} (warm)\n" + json.dumps(results["runs"][label]["summary"], indent=2), file=sys.stderr)
+            save(results, args.json)
     if args.verify:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
-               __file__, "--verify-rank", str(args.out), "--device", "cuda"]
+               __file__, "--verify-rank", str(args.out), "--device", args.device]
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
         results["verify"] = {"returncode": done.returncode, "output": (done.stdout + done.stderr)[-4000:]}
         print(f"== verify (exit {done.returncode})\n{done.stdout.strip()}", file=sys.stderr)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+    save(results, args.json)
+    print(phase_table(results), file=sys.stderr)
     print(json.dumps({c: r["summary"] for c, r in results["runs"].items()}, indent=2))
     return 0
 

@@ -3,8 +3,10 @@
 #   bash bench/device_sharded.sh
 # Writes a >= 16 GiB H3-shaped bf16 checkpoint, then per cache state (warm, cold)
 # loads it with one-GPU stream and with 2 ranks each reading only its slices,
-# then verifies every rank's shards byte for byte and two FSDP gathers.
-# Results: $OUT/sharded.json (everything), $OUT/sharded.txt (log). About 4-6 minutes.
+# then (--diagnose) loads warm on one rank and on 2 ranks without FSDP, then verifies every
+# rank's shards byte for byte and two FSDP gathers. The log ends with a per-phase table
+# (group, setup | allocate, read, assign, sync; host MiB above baseline; device peak / share).
+# Results: $OUT/sharded.json (everything, written after each run), $OUT/sharded.txt (log). About 4-6 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -20,7 +22,8 @@ echo "== GPUs"; nvidia-smi --query-gpu=name,memory.total --format=csv 2>&1 || tr
 df -h "$(dirname "$CKPT")" | tail -1
 free -g | head -2
 
-time "$PY" bench/bench_sharded.py --out "$CKPT" --size 16 --nproc 2 --cache warm cold --verify --json "$OUT/sharded.json"
+time timeout 400 "$PY" bench/bench_sharded.py --out "$CKPT" --size 16 --nproc 2 --cache warm cold --diagnose --verify \
+  --json "$OUT/sharded.json"
 rc=$?
 rm -rf "$CKPT"
 exit $rc
