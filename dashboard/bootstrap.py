@@ -65,7 +65,11 @@ def prepare(config: Config, on_progress: Progress = lambda fraction, text: None,
 
 def write_demo(path: Path, on_progress: Progress) -> None:
     """Write the `demo` profile's synthetic checkpoint to `path` (models' writer)."""
-    from models.synth import write_checkpoint
+    from models import get_profile, synth_checkpoint
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_checkpoint(path, profile=DEMO_NAME, on_progress=on_progress)
+    synth_checkpoint(
+        path,
+        get_profile(DEMO_NAME),
+        on_bytes=lambda done, total: on_progress(done / total if total else 1.0, f"writing the demo checkpoint: {done / 2**20:.0f} of {total / 2**20:.0f} MiB"),
+    )

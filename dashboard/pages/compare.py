@@ -44,7 +44,9 @@ if len(chosen) < 2:
 
 jobs = [by_id[i] for i in chosen]
 c1, c2, c3, c4 = st.columns(4)
-x_axis = c1.segmented_control("x", ["% placed", "seconds"], default="% placed", key="compare_x") or "% placed"
+# Generate jobs place everything before their stages run, so only time separates their curves.
+default_x = "seconds" if any(j["kind"] != "load" for j in jobs) else "% placed"
+x_axis = c1.segmented_control("x", ["% placed", "seconds"], default=default_x, key="compare_x") or default_x
 y_axis = c2.segmented_control("y", ["GiB", "× checkpoint"], default="GiB", key="compare_y") or "GiB"
 subtract = c3.toggle("Subtract each job's starting use", value=False, key="compare_subtract")
 whole_pool = c4.toggle("Whole pool on y", value=False, key="compare_pool")

@@ -140,7 +140,7 @@ def draw_body(job_id: int, x: str, fit: str) -> None:
         )
         st.altair_chart(chart, width="stretch", key=f"memory_chart_{job_id}")
         st.caption(
-            f"{count:,} samples" + (f", drawn from {len(samples):,} (each bucket's min and max kept)" if count > len(samples) else "")
+            f"{count:,} samples" + (f", drawn as {len(samples):,} points (each bucket's min and max kept)" if count > len(samples) else "")
             + ". Sources: System in use = MemTotal − MemAvailable (/proc/meminfo); VmRSS and RssFile from the worker's /proc status; GPU allocated from the torch allocator."
         )
     with right:

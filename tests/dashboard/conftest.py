@@ -117,9 +117,30 @@ def add_job(db, *, status: str, mode: str = "stream", model: str = "/models/tiny
     )
     job_id = cursor.lastrowid
     if samples is not None:
-        rows = samples.assign(job_id=job_id).drop(columns=["cgroup_usage"]).to_dict("records")
-        db["samples"].insert_all(rows)
+        _write_samples(db, job_id, samples)
     return job_id
+
+
+def _write_samples(db, job_id: int, samples: pd.DataFrame) -> None:
+    """Through the job child's own SampleWriter (it also keeps the extremes the series query reads)."""
+    from pathlib import Path
+
+    from loader.memory import MemorySample
+    from storage.sample_writer import SampleWriter
+
+    db_path = Path(db.execute("PRAGMA database_list").fetchone()[2])
+    for rank, part in samples.groupby("rank"):
+        with SampleWriter(db_path, job_id, t0=0.0, rank=int(rank)) as writer:
+            for row in part.itertuples():
+                writer.add(
+                    MemorySample(
+                        t=row.t, vm_rss=int(row.vm_rss), rss_anon=int(row.rss_anon), rss_file=int(row.rss_file),
+                        vm_hwm=int(row.vm_hwm), mem_available=int(row.mem_available),
+                        device_allocated=int(row.device_allocated), device_reserved=int(row.device_reserved),
+                    ),
+                    stage=row.stage, tensors_placed=int(row.tensors_placed), bytes_placed=int(row.bytes_placed),
+                    tensor_name=row.tensor_name,
+                )
 
 
 @pytest.fixture
