@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -277,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verify-rank", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: gloo ranks, to try the bench here")
     args = parser.parse_args(argv)
+    # `timeout` sends SIGTERM: exit through the launcher's `finally`, which stops torchrun and its ranks.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.verify_rank:
         verify_rank(args.verify_rank, args.device)
         return 0
