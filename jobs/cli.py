@@ -16,7 +16,7 @@ from typing import Any
 
 from jobs.queue import cancel, retry, submit
 from jobs.spec import JobSpecError
-from loader.errors import DrainboardError
+from loader.errors import DrainboardError, report_error
 from storage.artifacts import job_dir
 from storage.config import Config, load_config
 from storage.connections import connect
@@ -207,12 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run_command(args)
     except DrainboardError as e:
-        errors = getattr(e, "errors", None) or [str(e)]
-        if getattr(args, "json", False):
-            print(json.dumps({"ok": False, "error": str(e), "errors": errors}))
-        else:
-            print(f"error: {e}", file=sys.stderr)
-        return 2
+        return report_error(e, as_json=getattr(args, "json", False))
     except Exception as e:
         if getattr(args, "json", False):
             print(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}", "errors": []}))

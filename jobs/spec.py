@@ -34,6 +34,9 @@ class JobSpecError(DrainboardError):
         text = self.errors[0] if len(self.errors) == 1 else f"{len(self.errors)} problems: " + "; ".join(self.errors)
         super().__init__(text)
 
+    def messages(self) -> list[str]:
+        return list(self.errors)
+
 
 def parse_size(text: str | int) -> int:
     """Bytes from '700MB', '4GiB', '512k' or a plain integer; decimal and binary units both work."""

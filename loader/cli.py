@@ -14,7 +14,8 @@ from typing import Sequence
 
 from .api import load_checkpoint
 from .checkpoint import discover_checkpoint
-from .errors import DrainboardError
+from . import device_cli
+from .errors import DrainboardError, report_error
 from .placement import known_placements
 from .report import TensorPlaced
 
@@ -106,12 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="shard over N local ranks via torchrun (device cpu: gloo, cuda: one GPU per rank; see docs/sharded.md)",
     )
     load.set_defaults(func=_load)
-    try:
-        from . import device_cli
-    except ImportError:
-        device_cli = None
-    if device_cli is not None:
-        device_cli.register(sub)
+    device_cli.register(sub)
     return parser
 
 
@@ -120,10 +116,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except DrainboardError as exc:
-        problems = list(getattr(exc, "problems", None) or [str(exc)])
-        line = "; ".join(problems)
-        if getattr(args, "json", False):
-            print(json.dumps({"ok": False, "error": line, "errors": problems}))
-        else:
-            print(f"error: {line}", file=sys.stderr)
-        return 2
+        return report_error(exc, as_json=getattr(args, "json", False))

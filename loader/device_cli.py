@@ -12,7 +12,7 @@ import sys
 from typing import Sequence
 
 from loader.device import probe_device
-from loader.errors import DeviceError
+from loader.errors import DeviceError, report_error
 from loader.offload import OffloadSettings, resolve_offload
 
 _HELP = "probe a device and show the offload decisions the default settings would get on it"
@@ -37,11 +37,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         device = probe_device(args.spec)
     except DeviceError as exc:
-        if args.json:
-            print(json.dumps({"ok": False, "error": str(exc), "errors": [str(exc)]}))
-        else:
-            print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return report_error(exc, as_json=args.json)
     settings, decisions = resolve_offload(OffloadSettings(), device)
     if args.json:
         print(json.dumps({

@@ -3,9 +3,16 @@ and what was expected, so a user can act on one line."""
 
 from __future__ import annotations
 
+import json
+import sys
+
 
 class DrainboardError(Exception):
     """Base of every error Drainboard raises on purpose (bad input, not bugs)."""
+
+    def messages(self) -> list[str]:
+        """Every problem as one line; subclasses that collect several list them all."""
+        return [str(self)]
 
 
 class CheckpointError(DrainboardError):
@@ -21,6 +28,9 @@ class CheckpointError(DrainboardError):
             message = f"{len(self.problems)} problems:\n  " + "\n  ".join(self.problems)
         super().__init__(message)
 
+    def messages(self) -> list[str]:
+        return list(self.problems)
+
 
 class PlacementError(DrainboardError):
     """Tensors could not be placed into the module (missing keys, shape or dtype mismatch)."""
@@ -28,3 +38,18 @@ class PlacementError(DrainboardError):
 
 class DeviceError(DrainboardError):
     """A device spec is malformed or names a device that is not present."""
+
+
+def report_error(exc: DrainboardError, *, as_json: bool) -> int:
+    """Print an expected error the way every CLI does and return exit code 2.
+
+    With `--json`: one object `{"ok": false, "error": ..., "errors": [...]}` on stdout;
+    otherwise one `error: ...` line on stderr. Never a traceback.
+    """
+    problems = exc.messages()
+    line = "; ".join(problems)
+    if as_json:
+        print(json.dumps({"ok": False, "error": line, "errors": problems}))
+    else:
+        print(f"error: {line}", file=sys.stderr)
+    return 2

@@ -13,11 +13,11 @@ from typing import Sequence
 
 import torch
 
-from loader.errors import DrainboardError
+from loader.errors import DrainboardError, report_error
 from loader.offload import OffloadSettings
 
 from .config import PROFILES, get_profile
-from .params import GenerateParams, GenerateParamsError
+from .params import GenerateParams
 from .pipeline import PipelineEvent, run_generate
 from .progress import ProgressBar
 from .synth import synth_checkpoint
@@ -141,12 +141,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except DrainboardError as exc:
-        problems = (
-            [f"{k}: {v}" for k, v in sorted(exc.problems.items())] if isinstance(exc, GenerateParamsError)
-            else list(getattr(exc, "problems", None) or [str(exc)])
-        )
-        if getattr(args, "json", False):
-            print(json.dumps({"ok": False, "error": "; ".join(problems), "errors": problems}))
-        else:
-            print(f"error: {'; '.join(problems)}", file=sys.stderr)
-        return 2
+        return report_error(exc, as_json=getattr(args, "json", False))

@@ -25,7 +25,10 @@ class GenerateParamsError(DrainboardError):
     def __init__(self, problems: dict[str, str]):
         self.problems = problems
         """Field name -> what is wrong with it."""
-        super().__init__("; ".join(f"{k}: {v}" for k, v in sorted(problems.items())))
+        super().__init__("; ".join(self.messages()))
+
+    def messages(self) -> list[str]:
+        return [f"{k}: {v}" for k, v in sorted(self.problems.items())]
 
 
 @dataclass(frozen=True)

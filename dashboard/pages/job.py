@@ -8,7 +8,7 @@ from dashboard import charts, data, nav
 from dashboard import format as fmt
 from dashboard.host import read_host_memory
 from dashboard.views import jobs as jv
-from dashboard.views.spec import job_label, spec_checkpoint_name, spec_of
+from dashboard.views.spec import spec_checkpoint_name, spec_of
 from jobs.queue import JobStateError, cancel, enqueue
 from jobs.spec import JobSpecError, build_spec
 from storage.connections import connect

@@ -5,7 +5,7 @@ import torch
 from safetensors.torch import save_file
 
 from jobs.cgroups import memory_limit_support
-from storage.queries import events, get_job, sample_count, samples_since
+from storage.queries import events, samples_since
 
 
 def write_component(folder, tensors: dict) -> None:
