@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import mmap
 import os
 from concurrent.futures import Executor
 
@@ -19,8 +18,11 @@ from .errors import CheckpointError
 
 _MAX_READ = 0x7FFFF000
 """Linux transfers at most this many bytes per read call."""
-_HUGE_PAGE = 2 * 1024 * 1024
-_MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", 14)
+_PART_ALIGN = 2 * 1024 * 1024
+"""Parallel parts start on 2 MiB boundaries of the destination."""
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_MADV_POPULATE_WRITE = 23
+"""Linux >= 5.14: fault a writable range in with one call."""
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
@@ -59,11 +61,11 @@ def read_parallel(
     """`read_into` split in `parts` contiguous pieces read concurrently on `pool`."""
     view = dest if isinstance(dest, memoryview) else byte_view(dest)
     total = len(view)
-    if pool is None or parts < 2 or total < 2 * _HUGE_PAGE:
+    if pool is None or parts < 2 or total < 2 * _PART_ALIGN:
         read_into(fd, offset, view, name=name)
         return
     step = -(-total // parts)
-    step += -step % _HUGE_PAGE
+    step += -step % _PART_ALIGN
     futures = [
         pool.submit(read_into, fd, offset + start, view[start : start + step], name=name)
         for start in range(0, total, step)
@@ -72,18 +74,22 @@ def read_parallel(
         f.result()
 
 
-def advise_huge_pages(tensor: torch.Tensor) -> bool:
-    """Ask for transparent huge pages under a fresh CPU tensor before it is first touched.
+def read_into_fresh(fd: int, offset: int, dest: memoryview, *, name: str = "") -> int:
+    """`read_into` a destination never touched before, faulting its pages in first with one call.
 
-    Faulting in 4 KiB pages, not the read, is the wall when reading into
-    fresh memory; huge pages make the destination as fast to fill as a
-    reused buffer. Only the 2 MiB-aligned interior can be advised. Returns
-    whether the kernel accepted the advice.
+    Faulting in fresh memory one 4 KiB trap at a time, not the copy, is the
+    wall when reading into new tensors (measured on the 2-core VM: 3.8 GB/s
+    with per-page faults, 4.4-4.6 GB/s, the raw read rate, after
+    MADV_POPULATE_WRITE). Where the kernel lacks it, the read faults as usual.
     """
-    nbytes = tensor.numel() * tensor.element_size()
-    start = tensor.data_ptr()
-    aligned = (start + _HUGE_PAGE - 1) & ~(_HUGE_PAGE - 1)
-    end = (start + nbytes) & ~(_HUGE_PAGE - 1)
-    if tensor.device.type != "cpu" or end <= aligned:
+    populate(dest)
+    return read_into(fd, offset, dest, name=name)
+
+
+def populate(view: memoryview) -> bool:
+    """Fault in the pages under a writable buffer (MADV_POPULATE_WRITE); whether the kernel did."""
+    if len(view) == 0:
         return False
-    return _libc.madvise(aligned, end - aligned, _MADV_HUGEPAGE) == 0
+    address = ctypes.addressof(ctypes.c_char.from_buffer(view))
+    start = address & ~(_PAGE - 1)
+    return _libc.madvise(start, address + len(view) - start, _MADV_POPULATE_WRITE) == 0

@@ -17,7 +17,6 @@ import torch.nn as nn
 from ..checkpoint import TensorMeta
 from ..errors import PlacementError
 from ..naming import Target
-from ..reading import advise_huge_pages
 from ..report import LoadMeter
 
 
@@ -77,11 +76,9 @@ class PlacementContext:
         self.meter = meter
 
     def allocate(self, planned: PlannedTarget) -> torch.Tensor:
-        """The destination, allocated once on the target device (huge pages asked for on CPU)."""
-        tensor = torch.empty(planned.target.shape, dtype=planned.dtype, device=self.device)
-        if self.device.type == "cpu":
-            advise_huge_pages(tensor)
-        return tensor
+        """The destination, allocated once on the target device (ordinary pages: on the development VM
+        transparent huge pages made first touch slower and erratic, see docs/benchmarks.md)."""
+        return torch.empty(planned.target.shape, dtype=planned.dtype, device=self.device)
 
     def place(self, planned: PlannedTarget, tensor: torch.Tensor) -> None:
         """Install `tensor` under the target's name, replacing the meta placeholder, and record it."""

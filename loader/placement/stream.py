@@ -1,8 +1,8 @@
 """`stream` (the default): no dict, no mmap; positioned reads straight into the destination.
 
 On a CPU target in the checkpoint's dtype the bytes are read directly into
-the freshly allocated parameter (huge-page backed), split over a few threads
-so the reads overlap. When the dtype changes, or the target is a device,
+the freshly allocated parameter, each piece's pages faulted in with one call
+before its read, split over a few threads so the reads overlap. When the dtype changes, or the target is a device,
 bytes go through a few small reusable staging buffers: pinned on CUDA, where
 the host-to-device copy of one buffer runs on a side stream while the next
 buffer is read. Each shard's file descriptor is closed once its last tensor
@@ -20,7 +20,7 @@ import torch
 
 from ..checkpoint import TensorMeta
 from ..errors import PlacementError
-from ..reading import advise_huge_pages, byte_view, read_into, read_parallel
+from ..reading import byte_view, read_into_fresh, read_parallel
 from .base import LoadPlan, Placement, PlacementContext, PlannedTarget, register_placement
 
 _MiB = 1024 * 1024
@@ -123,9 +123,9 @@ class StreamPlacement(Placement):
             for lo in range(0, len(view), self.read_bytes):
                 piece = view[lo : lo + self.read_bytes]
                 if pool is None:
-                    read_into(fd, meta.offset + lo, piece, name=name)
+                    read_into_fresh(fd, meta.offset + lo, piece, name=name)
                 else:
-                    futures.append(pool.submit(read_into, fd, meta.offset + lo, piece, name=name))
+                    futures.append(pool.submit(read_into_fresh, fd, meta.offset + lo, piece, name=name))
         return futures
 
     def _finish(self, item: tuple[PlannedTarget, torch.Tensor, list[Future]], files: _OpenFiles, ctx: PlacementContext) -> None:
@@ -180,9 +180,7 @@ class _Staging:
                 return torch.empty(size, dtype=torch.uint8, pin_memory=True)
             except RuntimeError:
                 self.pinned = False
-        buf = torch.empty(size, dtype=torch.uint8)
-        advise_huge_pages(buf)
-        return buf
+        return torch.empty(size, dtype=torch.uint8)
 
     def copy(self, fd: int, meta: TensorMeta, out: torch.Tensor) -> None:
         """Read `meta` from `fd` and write it, converted to `out`'s dtype, into `out` (1-D)."""
