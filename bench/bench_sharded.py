@@ -57,7 +57,7 @@ H3_ROOT = {
 
 def make_checkpoint(out: Path, size: int, shard_bytes: int = 4 * GiB) -> Path:
     """An H3-shaped bf16 component folder of at least `size` bytes (whole blocks), deterministic, never zeros."""
-    from models.safetensors_stream import TensorSpec, plan_shards, write_safetensors
+    from models.safetensors_stream import TensorSpec, plan_shards, write_component
 
     block_bytes = sum(torch.Size(s).numel() * 2 for s in H3_BLOCK.values())
     blocks = -(-size // block_bytes)
@@ -74,15 +74,7 @@ def make_checkpoint(out: Path, size: int, shard_bytes: int = 4 * GiB) -> Path:
             left -= n
             shift = 0
 
-    out.mkdir(parents=True, exist_ok=True)
-    shards = plan_shards(specs, shard_bytes)
-    weight_map = {}
-    for i, shard in enumerate(shards, 1):
-        name = f"diffusion_pytorch_model-{i:05d}-of-{len(shards):05d}.safetensors"
-        write_safetensors(out / name, shard, chunks)
-        weight_map.update({s.name: name for s in shard})
-    index = {"metadata": {"total_size": sum(s.nbytes for s in specs)}, "weight_map": weight_map}
-    (out / "diffusion_pytorch_model.safetensors.index.json").write_text(json.dumps(index))
+    write_component(out, plan_shards(specs, shard_bytes), chunks, stem="diffusion_pytorch_model")
     (out / "config.json").write_text(json.dumps({"_class_name": "BenchShardedH3", "num_layers": blocks}))
     return out
 

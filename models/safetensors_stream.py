@@ -1,8 +1,11 @@
-"""Write safetensors files without holding them in memory.
+"""Write safetensors files and sharded component folders without holding them in memory.
 
 The header (names, dtypes, shapes, offsets) is computed from specs alone and
 written first; then each tensor's bytes come from a generator of chunks, one
 tensor at a time, so memory stays at one chunk whatever the file size.
+`write_component` adds the shard naming and index.json of a diffusers
+component folder; `write_tensors` does the same for tensors already in memory
+(test and benchmark checkpoints).
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 
-_DTYPE_NAMES = {
-    torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", torch.int64: "I64", torch.uint8: "U8",
-}
+from loader.dtypes import SAFETENSORS_DTYPES
+
+_DTYPE_NAMES = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -93,3 +96,30 @@ def write_safetensors(
                     on_bytes(data.nbytes)
             if written != spec.nbytes:
                 raise ValueError(f"tensor {spec.name!r} in {path.name}: wrote {written} bytes, expected {spec.nbytes}")
+
+
+def write_component(
+    folder: Path,
+    shards: list[list[TensorSpec]],
+    chunks: Callable[[TensorSpec], Iterator[torch.Tensor]],
+    *,
+    stem: str = "model",
+) -> Path:
+    """Write `shards` as `{stem}-0000i-of-0000n.safetensors` plus `{stem}.safetensors.index.json` into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    weight_map = {}
+    for i, shard in enumerate(shards, 1):
+        file = f"{stem}-{i:05d}-of-{len(shards):05d}.safetensors"
+        write_safetensors(folder / file, shard, chunks)
+        weight_map.update({spec.name: file for spec in shard})
+    total = sum(spec.nbytes for shard in shards for spec in shard)
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (folder / f"{stem}.safetensors.index.json").write_text(json.dumps(index))
+    return folder
+
+
+def write_tensors(folder: Path, shards: list[dict[str, torch.Tensor]], *, stem: str = "model") -> Path:
+    """`write_component` for tensors already in memory: one dict of name -> tensor per shard."""
+    tensors = {name: t for shard in shards for name, t in shard.items()}
+    specs = [[TensorSpec(name, tuple(t.shape), t.dtype) for name, t in shard.items()] for shard in shards]
+    return write_component(folder, specs, lambda spec: iter([tensors[spec.name].reshape(-1)]), stem=stem)

@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import pytest
 import torch
-from safetensors.torch import save_file
+
+from models.safetensors_stream import write_tensors
 
 ShardSpec = dict[str, torch.Tensor]
-
-
-def write_component(folder: Path, shards: list[ShardSpec], *, stem: str = "model") -> Path:
-    """Write `shards` as `{stem}-0000i-of-0000n.safetensors` plus their index.json into `folder`."""
-    folder.mkdir(parents=True, exist_ok=True)
-    weight_map = {}
-    for i, tensors in enumerate(shards, 1):
-        file = f"{stem}-{i:05d}-of-{len(shards):05d}.safetensors"
-        save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / file))
-        weight_map.update({name: file for name in tensors})
-    index = {"metadata": {"total_size": sum(t.nbytes for s in shards for t in s.values())}, "weight_map": weight_map}
-    (folder / f"{stem}.safetensors.index.json").write_text(json.dumps(index))
-    return folder
 
 
 @dataclass
@@ -66,7 +53,7 @@ def tiny_shards(seed: int = 0) -> list[ShardSpec]:
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> TinyCheckpoint:
     """Component folder `tiny/` with three shards and an index (layout in `tiny_shards`)."""
     shards = tiny_shards()
-    path = write_component(tmp_path_factory.mktemp("ckpt") / "tiny", shards)
+    path = write_tensors(tmp_path_factory.mktemp("ckpt") / "tiny", shards)
     return TinyCheckpoint(path, {k: v for s in shards for k, v in s.items()}, shards)
 
 
@@ -75,6 +62,6 @@ def component_writer(tmp_path: Path) -> Callable[..., Path]:
     """`write(shards, name="c")` writes a fresh component folder under tmp_path."""
 
     def write(shards: list[ShardSpec], name: str = "c", **kwargs) -> Path:
-        return write_component(tmp_path / name, shards, **kwargs)
+        return write_tensors(tmp_path / name, shards, **kwargs)
 
     return write

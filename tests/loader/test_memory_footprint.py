@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import write_component
+from models.safetensors_stream import write_tensors
 
 REPO = Path(__file__).resolve().parents[2]
 SHARDS = 8
@@ -30,7 +30,7 @@ def gib_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
         {f"blocks.{s}.linear{i}.weight": torch.randn(SHAPE, generator=g) for i in range(TENSORS_PER_SHARD)}
         for s in range(SHARDS)
     ]
-    return write_component(tmp_path_factory.mktemp("gib") / "transformer", shards)
+    return write_tensors(tmp_path_factory.mktemp("gib") / "transformer", shards)
 
 
 def _load_in_fresh_process(path: Path, mode: str) -> dict:
