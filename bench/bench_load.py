@@ -11,6 +11,10 @@ Cold runs drop the page cache (`/proc/sys/vm/drop_caches`, needs root).
 
     python bench/bench_load.py CHECKPOINT [--device cuda] [--cache warm cold]
     python bench/bench_load.py --make-checkpoint 16GiB --out /tmp/bench_ckpt --device cuda
+
+With `--repeat N` every case (and its raw read) runs N times, interleaved,
+and the table shows each column's median: on a VM the same case can vary
+by 2x between runs.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -152,6 +157,21 @@ def _spawn(case: str, path: Path, args: argparse.Namespace) -> dict:
     return json.loads(result.stdout)
 
 
+def medians(rows: list[dict]) -> list[dict]:
+    """One row per (case, cache), in first-seen order: each column's median over the repeats (errors kept)."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["case"], row["cache"]), []).append(row)
+    table = []
+    for (case, cache), group in groups.items():
+        ok = [r for r in group if "error" not in r]
+        if not ok:
+            table.append(group[0])
+            continue
+        table.append({"case": case, "cache": cache, **{c: statistics.median(r[c] for r in ok) for c in COLUMNS if c in ok[0]}})
+    return table
+
+
 def _cell(row: dict, column: str, device: str) -> str:
     if "error" in row:
         return row["error"] if column == COLUMNS[0] else ""
@@ -173,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--make-checkpoint", type=parse_size, metavar="SIZE", help="first write a synthetic bf16 checkpoint of SIZE (e.g. 16GiB)")
     parser.add_argument("--shard-size", type=parse_size, default=parse_size("4GiB"), help="shard size for --make-checkpoint")
     parser.add_argument("--out", type=Path, help="where --make-checkpoint writes (default: PATH)")
+    parser.add_argument("--repeat", type=int, default=1, help="run every case N times; the table shows medians")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -192,25 +213,28 @@ def main(argv: list[str] | None = None) -> int:
     size = sum(f.stat().st_size for f in _files(path))
     print(f"checkpoint {path}: {size / 2**30:.2f} GiB in {len(_files(path))} shard(s); device {args.device}", file=sys.stderr)
     rows = []
-    for cache in args.cache:
-        _prepare_cache(path, cache)
-        raw = _spawn("raw", path, args)
-        for case in args.cases:
+    for repeat in range(args.repeat):
+        for cache in args.cache:
             _prepare_cache(path, cache)
-            result = _spawn(case, path, args)
-            if "throughput_gbps" in result:
-                result["raw_read_gbps"] = raw["raw_read_gbps"]
-                result["read_efficiency"] = result["throughput_gbps"] / raw["raw_read_gbps"]
-            rows.append({"case": case, "cache": cache, **result})
-            print(f"  {cache} {case}: " + json.dumps({k: result.get(k) for k in COLUMNS if k in result} or result), file=sys.stderr)
-    header = "| case | cache | " + " | ".join(COLUMNS) + " |"
-    print(header)
+            raw = _spawn("raw", path, args)
+            for case in args.cases:
+                _prepare_cache(path, cache)
+                result = _spawn(case, path, args)
+                if "throughput_gbps" in result:
+                    result["raw_read_gbps"] = raw["raw_read_gbps"]
+                    result["read_efficiency"] = result["throughput_gbps"] / raw["raw_read_gbps"]
+                rows.append({"case": case, "cache": cache, "repeat": repeat, **result})
+                print(f"  {cache} {case}: " + json.dumps({k: result.get(k) for k in COLUMNS if k in result} or result), file=sys.stderr)
+    table = medians(rows)
+    if args.repeat > 1:
+        print(f"medians of {args.repeat} runs")
+    print("| case | cache | " + " | ".join(COLUMNS) + " |")
     print("|" + "---|" * (len(COLUMNS) + 2))
-    for row in rows:
+    for row in table:
         cells = [_cell(row, c, args.device) for c in COLUMNS]
         print(f"| {row['case']} | {row['cache']} | " + " | ".join(cells) + " |")
     if args.json:
-        args.json.write_text(json.dumps({"path": str(path), "device": args.device, "bytes": size, "rows": rows}, indent=2))
+        args.json.write_text(json.dumps({"path": str(path), "device": args.device, "bytes": size, "repeat": args.repeat, "medians": table, "rows": rows}, indent=2))
     return 0
 
 
