@@ -25,7 +25,7 @@ import psutil
 import torch
 import torch.nn as nn
 
-from loader import load_checkpoint
+from .loading import load_component
 from loader.device import DeviceInfo, probe_device
 from loader.memory import MemoryProbe, MemorySample, PeriodicSampler
 from loader.offload import OffloadDecision, OffloadSettings, resolve_offload
@@ -99,14 +99,14 @@ SampleSink = Callable[[str, MemorySample], None]
 class _Run:
     """State shared by the stages of one run: device, settings, reporting."""
 
-    def __init__(self, device: torch.device, dtype: torch.dtype, settings: OffloadSettings, mode: str,
-                 on_event: EventSink | None, on_sample: SampleSink | None, sample_interval: float,
-                 result: GenerateResult):
-        self.device, self.dtype, self.settings, self.mode = device, dtype, settings, mode
+    def __init__(self, device: torch.device, info: DeviceInfo, dtype: torch.dtype, settings: OffloadSettings,
+                 mode: str, on_event: EventSink | None, on_sample: SampleSink | None, sample_interval: float,
+                 result: GenerateResult, probe: MemoryProbe):
+        self.device, self.info, self.dtype, self.settings, self.mode = device, info, dtype, settings, mode
         self.on_event, self.on_sample, self.interval = on_event, on_sample, sample_interval
         self.result = result
         self.stage = STAGES[0]
-        self.probe = MemoryProbe(str(device) if device.type == "cuda" else None)
+        self.probe = probe
 
     def emit(self, kind: str, message: str, **data: Any) -> None:
         if self.on_event is not None:
@@ -135,15 +135,14 @@ class _Run:
                   peak_bytes=self.result.stage_peaks.get(name, 0))
 
     def load(self, model_dir: Path, component: str, on_device: bool) -> nn.Module:
-        target = self.device if on_device else torch.device("cpu")
-        module, report = load_checkpoint(
-            model_dir, component=component, mode=self.mode, device=target, dtype=self.dtype,
+        module, report = load_component(
+            model_dir, component, device=self.device, device_info=self.info, cpu_offload=not on_device,
+            dtype=self.dtype, mode=self.mode, probe=self.probe,
             on_tensor=lambda placed: self._record(placed.sample) if placed.sample is not None else None,
         )
-        module.eval().requires_grad_(False)
         self.result.loads[component] = report.to_dict()
-        self.emit("load", f"loaded {component} on {target} ({self.mode})", component=component,
-                  device=str(target), bytes=report.bytes_placed, seconds=report.load_seconds)
+        self.emit("load", f"loaded {component} on {report.device} ({self.mode})", component=component,
+                  device=report.device, bytes=report.bytes_placed, seconds=report.load_seconds)
         return module
 
     def move(self, module: nn.Module, what: str, target: torch.device) -> None:
@@ -166,12 +165,14 @@ def run_generate(
     on_event: EventSink | None = None,
     on_sample: SampleSink | None = None,
     sample_interval: float = 0.1,
+    probe: MemoryProbe | None = None,
 ) -> GenerateResult:
     """Generate one clip from the model at `model_dir` into the MP4 `out_path`.
 
     `dtype` defaults to float32 on CPU and bfloat16 elsewhere; `mode` is the
     loader's placement mode. `device_info` replaces the device probe (tests,
-    or a job that probed already). Raises GenerateParamsError for parameters
+    or a job that probed already). `probe` is the job's memory probe (with its
+    cgroup file, when it runs under a limit); by default one for `device`. Raises GenerateParamsError for parameters
     the model cannot take, before any weight is read.
     """
     root = Path(model_dir)
@@ -182,7 +183,9 @@ def run_generate(
     result = GenerateResult(str(out_path), params.frames, params.fps, params.duration, params.width,
                             params.height, params.audio, offload=settings.to_dict(),
                             decisions=[d.to_dict() for d in decisions])
-    run = _Run(torch_device, dtype, settings, mode, on_event, on_sample, sample_interval, result)
+    own_probe = probe is None
+    probe = probe or MemoryProbe(str(torch_device) if torch_device.type == "cuda" else None)
+    run = _Run(torch_device, info, dtype, settings, mode, on_event, on_sample, sample_interval, result, probe)
     try:
         with run.stage_of("input preparation"):
             model = ModelSpec.read(root)
@@ -203,7 +206,8 @@ def run_generate(
         with run.stage_of("encoding"):
             write_mp4(out_path, frames, params.fps, wave, model.audio_vae.sample_rate)
     finally:
-        run.probe.close()
+        if own_probe:
+            probe.close()
     return result
 
 

@@ -86,6 +86,7 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
             spec.model, spec.generate, out_path, device=spec.device, dtype=parse_dtype(spec.dtype), mode=spec.mode,
             offload=settings, device_info=device, on_event=on_event,
             on_sample=lambda stage, sample: ctx.record(sample, stage=stage), sample_interval=SAMPLE_INTERVAL,
+            probe=ctx.probe,
         )
     except BaseException:
         stages.abort()

@@ -143,3 +143,16 @@ def test_run_generate_refuses_bad_params_before_reading_weights(tiny_model: Path
     with pytest.raises(GenerateParamsError, match="frames"):
         run_generate(tiny_model, replace(SMALL, frames=8), tmp_path / "c.mp4", on_event=events.append)
     assert not any(e.kind == "load" for e in events) and not (tmp_path / "c.mp4").exists()
+
+
+def test_generate_samples_through_the_callers_probe_so_cgroup_usage_is_recorded(tiny_model: Path, tmp_path: Path):
+    from loader.memory import MemoryProbe
+
+    usage = tmp_path / "memory.usage_in_bytes"  # stands in for the job's cgroup counter
+    usage.write_text("123456789\n")
+    samples = []
+    with MemoryProbe(None, cgroup_file=str(usage)) as probe:
+        run_generate(tiny_model, replace(SMALL, steps=1), tmp_path / "c.mp4", probe=probe,
+                     on_sample=lambda stage, s: samples.append(s))
+        assert probe.sample().cgroup_usage == 123456789  # still open: run_generate leaves the caller's probe alone
+    assert samples and all(s.cgroup_usage == 123456789 for s in samples)
