@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
 
 GIB = 2**30
+
+
+@pytest.fixture(autouse=True)
+def _restore_main_module():
+    """AppTest runs a page as `__main__` and leaves it there; a later test that starts
+    processes with `spawn` would then re-run that page in every child. Put it back."""
+    main = sys.modules["__main__"]
+    yield
+    sys.modules["__main__"] = main
 
 
 def make_samples(n: int = 120, *, ranks: int = 1, gpu: bool = False) -> pd.DataFrame:
