@@ -100,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("out", help="model folder to write")
     synth.add_argument("--profile", default="demo", choices=list(PROFILES), help="model size (default: demo)")
     synth.add_argument("--dtype", default="bf16", choices=list(_DTYPES), help="stored dtype (default: bf16)")
-    synth.add_argument("--shard-size", type=parse_size, default=parse_size("5GB"), help="max shard size (default: 5GB)")
+    synth.add_argument("--shard-size", type=parse_size, default=None,
+                       help="max shard size (default: the profile's, 5GB; 16MiB for demo)")
     synth.add_argument("--seed", type=int, default=0, help="seed of every value (default: 0)")
     synth.add_argument("--components", nargs="+", metavar="NAME",
                        help="write only these components (transformer, text_encoder, vae, audio_vae)")

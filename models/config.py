@@ -162,6 +162,9 @@ class Profile:
     text_encoder: TextEncoderConfig
     vae: VideoVAEConfig
     audio_vae: AudioVAEConfig
+    shard_bytes: int = 5 * 10**9
+    """Default shard size when writing; the demo uses small shards so `drain` (one shard held)
+    and `retain` (everything held) come apart visibly on its small DiT."""
 
     def components(self) -> dict[str, _ComponentConfig]:
         """Component folder name -> config, in the order they are written."""
@@ -209,6 +212,7 @@ PROFILES: dict[str, Profile] = {
             TextEncoderConfig(hidden_size=1024, num_layers=6, num_heads=16, ffn_dim=2816, out_dim=1024, max_tokens=256),
             VideoVAEConfig(latent_channels=24, channels=32, temporal_factor=4, spatial_factor=8),
             AudioVAEConfig(latent_channels=32, channels=128, oscillators=32, sample_rate=24000, latent_rate=25),
+            shard_bytes=16 * 2**20,
         ),
         Profile(
             "h3-pruned-r16", "MiniMax H3's pruned rank-16 DiT shape: 639 tensors, 20.17 B parameters",

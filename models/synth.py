@@ -105,7 +105,7 @@ def synth_checkpoint(
     profile: Profile,
     *,
     dtype: torch.dtype = torch.bfloat16,
-    shard_bytes: int = 5 * 10**9,
+    shard_bytes: int | None = None,
     seed: int = 0,
     components: Sequence[str] | None = None,
     dry_run: bool = False,
@@ -115,12 +115,13 @@ def synth_checkpoint(
     """Write (or, with `dry_run`, only plan) the checkpoint of `profile` into `out`.
 
     `components` limits the folders written (e.g. only `transformer`).
+    `shard_bytes` defaults to the profile's (5 GB; 16 MiB for `demo`).
 
     `on_bytes(done, total)` follows the bytes written. Each written shard is
     reopened with `safetensors.safe_open` to check its header.
     """
     root = Path(out)
-    plan = plan_synth(profile, dtype, shard_bytes, components)
+    plan = plan_synth(profile, dtype, shard_bytes or profile.shard_bytes, components)
     report = SynthReport(str(root), profile.name, str(dtype).removeprefix("torch."), seed, written=not dry_run)
     for name, cfg, shards in plan:
         specs = [s for shard in shards for s in shard]
