@@ -15,10 +15,13 @@ from typing import Literal, Sequence
 import altair as alt
 import pandas as pd
 
+from dashboard import format as fmt
 from dashboard.format import GIB
 
 XAxis = Literal["bytes", "percent", "seconds"]
-"""What a memory chart's x axis measures: GiB placed, % of the checkpoint placed, or seconds since start."""
+"""What a memory chart's x axis measures: bytes placed (GiB, or MiB under 1 GiB), % of the checkpoint placed, or seconds since start."""
+Fit = Literal["pool", "data", "baseline"]
+"""A memory chart's y view: the whole pool, the data's own range, or each series above its first sample."""
 
 WALL = "#D55E00"
 """The capacity rule, the danger zone and the kill marker; nothing else is red."""
@@ -84,11 +87,18 @@ def series_color_scale(labels: Sequence[str] | None = None) -> alt.Scale:
     return alt.Scale(domain=[s.label for s in chosen], range=[s.color for s in chosen])
 
 
-def _x_values(frame: pd.DataFrame, x: XAxis, total_bytes: int | None) -> pd.Series:
+def placed_unit(samples: pd.DataFrame, total_bytes: int | None) -> tuple[str, int]:
+    """The unit bytes placed read in: MiB for a checkpoint under 1 GiB, else GiB."""
+    if total_bytes:
+        return fmt.size_unit(total_bytes)
+    return fmt.size_unit(float(samples["bytes_placed"].max()) if len(samples) else None)
+
+
+def _x_values(frame: pd.DataFrame, x: XAxis, total_bytes: int | None, unit: int = GIB) -> pd.Series:
     if x == "seconds":
         return frame["t"].astype(float)
     if x == "bytes":
-        return frame["bytes_placed"].astype(float) / GIB
+        return frame["bytes_placed"].astype(float) / unit
     if x == "percent":
         if not total_bytes:
             raise ValueError("x='percent' needs total_bytes (the checkpoint size) to be positive")
@@ -96,15 +106,15 @@ def _x_values(frame: pd.DataFrame, x: XAxis, total_bytes: int | None) -> pd.Seri
     raise ValueError(f"unknown x axis {x!r}; expected bytes, percent or seconds")
 
 
-def _x_title(x: XAxis) -> str:
-    return {"bytes": "GiB placed", "percent": "% of checkpoint placed", "seconds": "seconds since job start"}[x]
+def _x_title(x: XAxis, unit_name: str = "GiB") -> str:
+    return {"bytes": f"{unit_name} placed", "percent": "% of checkpoint placed", "seconds": "seconds since job start"}[x]
 
 
-def _x_domain(x: XAxis, frame: pd.DataFrame, total_bytes: int | None) -> list[float] | None:
+def _x_domain(x: XAxis, total_bytes: int | None, unit: int = GIB) -> list[float] | None:
     if x == "percent":
         return [0, 100]
     if x == "bytes" and total_bytes:
-        return [0, total_bytes / GIB]
+        return [0, total_bytes / unit]
     return None
 
 
@@ -124,32 +134,67 @@ def present_series(samples: pd.DataFrame, mem_total: int | None) -> list[Series]
     return chosen
 
 
+@dataclass(frozen=True)
+class MemoryFrames:
+    """What the memory chart draws, in the units its axes read."""
+
+    wide: pd.DataFrame
+    """One row per sample: x, t, stage, tensor, placed, headroom_gib, rank and one column per series (for the tooltip)."""
+    long: pd.DataFrame
+    """One row per sample and series (`series`, `value`), each also carrying the wide columns."""
+    series: list[Series]
+    """The series drawn, in legend order."""
+    placed_unit: tuple[str, int]
+    """(name, bytes) of the unit bytes placed read in (the x axis of the bytes view)."""
+    y_unit: tuple[str, int]
+    """(name, bytes) of the unit the series values read in."""
+    baseline: bool
+    """True when each series is shown minus its first sample (per rank)."""
+
+
 def memory_frames(
-    samples: pd.DataFrame, *, x: XAxis, total_bytes: int | None = None, mem_total: int | None = None
-) -> tuple[pd.DataFrame, pd.DataFrame, list[Series]]:
-    """(wide, long, series) frames in GiB: wide has one row per sample (for the
-    all-series-at-cursor tooltip), long one row per sample and series."""
+    samples: pd.DataFrame,
+    *,
+    x: XAxis,
+    total_bytes: int | None = None,
+    mem_total: int | None = None,
+    baseline: bool = False,
+) -> MemoryFrames:
+    """The memory chart's frames. Absolute values read in GiB (the pool's scale);
+    above the baseline they read in the unit bytes placed reads in when x is
+    bytes (so y = x is the model itself), else in the unit their own size needs."""
     _require(samples, MEMORY_COLUMNS, "memory chart")
     series = present_series(samples, mem_total)
+    placed = placed_unit(samples, total_bytes)
+    rank = samples["rank"].fillna(0).astype(int) if "rank" in samples else pd.Series(0, index=samples.index)
+    raw = {
+        s.label: (mem_total - samples["mem_available"] if s.key == "system_in_use" else samples[s.key]).astype(float)
+        for s in series
+    }
+    if baseline:
+        raw = {label: values - values.groupby(rank).transform("first") for label, values in raw.items()}
+        biggest = max((float(v.abs().max()) for v in raw.values() if len(v)), default=None)
+        y_unit = placed if x == "bytes" else fmt.size_unit(biggest)
+    else:
+        y_unit = ("GiB", GIB)
     wide = pd.DataFrame(
         {
-            "x": _x_values(samples, x, total_bytes),
+            "x": _x_values(samples, x, total_bytes, placed[1]),
             "t": samples["t"].astype(float),
             "stage": samples["stage"].fillna("").astype(str),
             "tensor": samples["tensor_name"].fillna("").astype(str) if "tensor_name" in samples else "",
-            "placed_gib": samples["bytes_placed"].astype(float) / GIB,
+            "placed": samples["bytes_placed"].astype(float) / placed[1],
             "headroom_gib": samples["mem_available"].astype(float) / GIB,
-            "rank": samples["rank"].fillna(0).astype(int) if "rank" in samples else 0,
+            "rank": rank,
         }
     )
-    for s in series:
-        raw = mem_total - samples["mem_available"] if s.key == "system_in_use" else samples[s.key]
-        wide[s.label] = raw.astype(float) / GIB
+    for label, values in raw.items():
+        wide[label] = values / y_unit[1]
     # One row per sample and series; each row also carries every series' value
     # for the all-series-at-cursor tooltip.
-    parts = [wide.assign(series=s.label, gib=wide[s.label]) for s in series]
-    long = pd.concat(parts, ignore_index=True) if parts else wide.assign(series="", gib=0.0)
-    return wide, long, series
+    parts = [wide.assign(series=s.label, value=wide[s.label]) for s in series]
+    long = pd.concat(parts, ignore_index=True) if parts else wide.assign(series="", value=0.0)
+    return MemoryFrames(wide, long, series, placed, y_unit, baseline)
 
 
 def stage_spans(samples: pd.DataFrame, x_values: pd.Series) -> pd.DataFrame:
@@ -167,7 +212,7 @@ def stage_spans(samples: pd.DataFrame, x_values: pd.Series) -> pd.DataFrame:
     return spans[spans["stage"] != ""].reset_index(drop=True)
 
 
-def _event_x(events: pd.DataFrame, samples: pd.DataFrame, x: XAxis, total_bytes: int | None) -> pd.Series:
+def _event_x(events: pd.DataFrame, samples: pd.DataFrame, x: XAxis, total_bytes: int | None, unit: int = GIB) -> pd.Series:
     """Place events on the chart's x axis: directly in seconds, else at the
     bytes placed by the last sample taken before the event."""
     if x == "seconds" or samples.empty:
@@ -180,21 +225,48 @@ def _event_x(events: pd.DataFrame, samples: pd.DataFrame, x: XAxis, total_bytes:
         direction="backward",
     ).sort_values("index")
     placed = merged["bytes_placed"].fillna(0).astype(float).to_numpy()
-    return pd.Series(placed / GIB if x == "bytes" else placed / total_bytes * 100, index=events.index)
+    return pd.Series(placed / unit if x == "bytes" else placed / total_bytes * 100, index=events.index)
 
 
 STRIP_PX = (-26, -6)
 """Pixel rows of the stage strip: just above the plot area, inside the chart's own layer."""
+STRIP_LABEL_PX = 560
+"""Plot width the strip's labels are fitted to: about the Job page's chart column on a laptop."""
+LABEL_CHAR_PX = 6.5
+"""Width of one character of the strip's 11 px labels, rounded up."""
 
 
-def stage_strip(spans: pd.DataFrame, *, x_scale: alt.Scale | None = None, steps: pd.Series | None = None) -> alt.LayerChart:
+def fitting_labels(spans: pd.DataFrame, extent: float | None, *, width_px: float = STRIP_LABEL_PX) -> pd.Series:
+    """Each span's stage where its band, as a share of the x extent, is wide enough
+    for the text at `width_px`; "" where it is not (that band keeps its tooltip)."""
+    if not extent or extent <= 0:
+        return pd.Series("", index=spans.index, dtype=str)
+    band_px = (spans["x1"] - spans["x0"]) / extent * width_px
+    fits = band_px >= spans["stage"].str.len() * LABEL_CHAR_PX + 8
+    return spans["stage"].where(fits, "")
+
+
+def stage_strip(
+    spans: pd.DataFrame,
+    *,
+    x_scale: alt.Scale | None = None,
+    steps: pd.Series | None = None,
+    extent: float | None = None,
+) -> alt.LayerChart:
     """A 20 px state timeline of stages (gray bands with labels) drawn above the plot area, one
     tick per denoising step. It is a layer of the memory chart, so it shares the x scale and
-    the chart stays one view that stretches to its column."""
+    the chart stays one view that stretches to its column. `extent` is the width of the x
+    domain: only bands wide enough for their text get a label (see fitting_labels);
+    without it the spans' own extent is used."""
     order = list(dict.fromkeys(spans["stage"]))
     scale = x_scale or alt.Scale(zero=True)
+    if extent is None and len(spans):
+        extent = float(spans["x1"].max()) - min(0.0, float(spans["x0"].min()))
     # Literal fills, not a colour scale: a scale here would merge with the series colours.
-    shaded = spans.assign(fill=spans["stage"].map({stage: STAGE_GRAYS[i % len(STAGE_GRAYS)] for i, stage in enumerate(order)}))
+    shaded = spans.assign(
+        fill=spans["stage"].map({stage: STAGE_GRAYS[i % len(STAGE_GRAYS)] for i, stage in enumerate(order)}),
+        label=fitting_labels(spans, extent),
+    )
     base = alt.Chart(shaded)
     top, bottom = STRIP_PX
     bands = base.mark_rect(stroke="white", strokeWidth=1).encode(
@@ -205,8 +277,8 @@ def stage_strip(spans: pd.DataFrame, *, x_scale: alt.Scale | None = None, steps:
         color=alt.Color("fill:N", scale=None),
         tooltip=[alt.Tooltip("stage:N", title="stage")],
     )
-    labels = base.mark_text(fontSize=11, color="#333").encode(
-        x=alt.X("mid:Q", scale=scale), y=alt.value((top + bottom) / 2), text="stage:N"
+    labels = alt.Chart(shaded[shaded["label"] != ""]).mark_text(fontSize=11, color="#333").encode(
+        x=alt.X("mid:Q", scale=scale), y=alt.value((top + bottom) / 2), text="label:N"
     )
     layers = [bands, labels]
     if steps is not None and len(steps):
@@ -224,7 +296,7 @@ def memory_chart(
     total_bytes: int | None = None,
     mem_total: int | None = None,
     capacity: int | None = None,
-    fit: Literal["pool", "data"] = "pool",
+    fit: Fit = "pool",
     events: pd.DataFrame | None = None,
     killed: bool = False,
     height: int = CHART_HEIGHT,
@@ -235,39 +307,51 @@ def memory_chart(
     (several ranks draw one panel each). total_bytes fixes the x domain of the
     bytes/percent views at the checkpoint size so live refreshes never rescale.
     mem_total adds "System in use"; capacity draws the wall (dashed rule and
-    the >=90% danger zone); fit="pool" scales y to the whole pool. events
+    the >=90% danger zone); fit="pool" scales y to the whole pool, "data" to
+    the curves, "baseline" shows each series minus its first sample (what the
+    job itself added; no wall) with a faint y = x diagonal, the model itself,
+    when x is bytes placed. Bytes read in MiB under 1 GiB. events
     (columns t, kind, message) adds policy decisions (POLICY_EVENTS) as pink
     rules and denoising steps (STEP_EVENTS) as ticks on the stage strip.
     killed marks the last sample with the red kill rule and a cross.
     """
-    wide, long, series = memory_frames(samples, x=x, total_bytes=total_bytes, mem_total=mem_total)
+    frames = memory_frames(samples, x=x, total_bytes=total_bytes, mem_total=mem_total, baseline=fit == "baseline")
+    wide, long = frames.wide, frames.long
     if events is not None:
         _require(events, ("t", "kind", "message"), "memory chart events")
-    x_domain = _x_domain(x, samples, total_bytes)
+    x_domain = _x_domain(x, total_bytes, frames.placed_unit[1])
     x_scale = alt.Scale(domain=x_domain) if x_domain else alt.Scale(zero=True)
     y_top = None
-    peak = float(long["gib"].max()) if len(long) else 0.0
-    if fit == "pool" and capacity:
+    peak = float(long["value"].max()) if len(long) else 0.0
+    if fit == "baseline":
+        capacity = None  # each series starts at 0 here, so the wall has no place on this axis
+    elif fit == "pool" and capacity:
         y_top = max(capacity / GIB * 1.04, peak * 1.04)
     elif capacity and peak * 1.25 < capacity / GIB:
         capacity = None  # fitting the data: the wall is far off scale, so leave it out
     y_scale = alt.Scale(domain=[0, y_top]) if y_top else alt.Scale(zero=True)
 
     spans = stage_spans(samples, wide["x"])
-    event_x = _event_x(events, samples, x, total_bytes) if events is not None and len(events) else None
+    event_x = _event_x(events, samples, x, total_bytes, frames.placed_unit[1]) if events is not None and len(events) else None
     steps = event_x[events["kind"].isin(STEP_EVENTS)] if event_x is not None else None
-    strip = stage_strip(spans, x_scale=x_scale, steps=steps) if len(spans) else None
+    extent = (x_domain[1] - x_domain[0]) if x_domain else (float(wide["x"].max()) - min(0.0, float(wide["x"].min())) if len(wide) else None)
+    strip = stage_strip(spans, x_scale=x_scale, steps=steps, extent=extent) if len(spans) else None
+    x_end = x_domain[1] if x_domain else None
+    diagonal = None
+    if fit == "baseline" and x == "bytes":
+        diagonal = x_end or (float(wide["x"].max()) if len(wide) else None)
 
     ranks = sorted(wide["rank"].unique()) if len(wide) else [0]
     panels = [
         _memory_panel(
             wide[wide["rank"] == r] if len(wide) else wide,
             long[long["rank"] == r] if len(long) else long,
-            series,
+            frames,
             x=x,
             x_scale=x_scale,
-            x_end=x_domain[1] if x_domain else None,
+            x_end=x_end,
             y_scale=y_scale,
+            diagonal=diagonal,
             spans=spans,
             capacity=capacity,
             events=events.assign(x=event_x) if event_x is not None else None,
@@ -284,15 +368,21 @@ def memory_chart(
     return alt.vconcat(*[p.properties(width=MULTI_RANK_WIDTH) for p in panels], spacing=36).resolve_scale(x="shared")
 
 
+def _unit_format(unit_name: str) -> str:
+    """Axis tick format: one decimal of GiB, whole MiB."""
+    return ".1f" if unit_name == "GiB" else ",.0f"
+
+
 def _memory_panel(
     wide: pd.DataFrame,
     long: pd.DataFrame,
-    series: list[Series],
+    frames: MemoryFrames,
     *,
     x: XAxis,
     x_scale: alt.Scale,
     x_end: float | None,
     y_scale: alt.Scale,
+    diagonal: float | None,
     spans: pd.DataFrame,
     capacity: int | None,
     events: pd.DataFrame | None,
@@ -302,9 +392,13 @@ def _memory_panel(
     key: str,
     strip: alt.LayerChart | None,
 ) -> alt.LayerChart:
+    series = frames.series
     labels = [s.label for s in series]
-    x_enc = alt.X("x:Q", title=_x_title(x), scale=x_scale)
-    y_enc = alt.Y("gib:Q", title="GiB", scale=y_scale, axis=alt.Axis(format=".1f"))
+    placed_name = frames.placed_unit[0]
+    y_name = frames.y_unit[0] + (" above the job's first sample" if frames.baseline else "")
+    x_axis = alt.Axis(format=_unit_format(placed_name)) if x == "bytes" else alt.Axis()
+    x_enc = alt.X("x:Q", title=_x_title(x, placed_name), scale=x_scale, axis=x_axis)
+    y_enc = alt.Y("value:Q", title=y_name, scale=y_scale, axis=alt.Axis(format=_unit_format(frames.y_unit[0])))
     legend_pick = alt.selection_point(fields=["series"], bind="legend", name=f"mute_{key}")
     cursor = alt.selection_point(
         fields=["x"], nearest=True, on="pointerover", empty=False, clear="pointerout", name=f"cursor_{key}"
@@ -326,6 +420,14 @@ def _memory_panel(
             alt.Chart(zone)
             .mark_text(color=WALL, align="right", baseline="bottom", dy=-3, fontSize=11)
             .encode(y=alt.Y("y1:Q", scale=y_scale), x=alt.value("width"), text="label:N")
+        )
+
+    if diagonal:
+        model = pd.DataFrame({"x": [0.0, diagonal], "value": [0.0, diagonal], "label": ["", "the model itself (1.0×)"]})
+        line = alt.Chart(model).encode(x=alt.X("x:Q", scale=x_scale), y=alt.Y("value:Q", scale=y_scale))
+        layers.append(line.mark_line(color="#888", strokeDash=[2, 3], strokeWidth=1.2, opacity=0.7))
+        layers.append(
+            line.mark_text(color="#777", align="right", baseline="top", dx=-4, dy=4, fontSize=11).encode(text="label:N")
         )
 
     color = alt.Color("series:N", scale=series_color_scale(labels), legend=alt.Legend(title=None, orient="bottom"))
@@ -354,9 +456,9 @@ def _memory_panel(
     tooltip = [
         alt.Tooltip("tensor:N", title="tensor"),
         alt.Tooltip("stage:N", title="stage"),
-        alt.Tooltip("placed_gib:Q", title="GiB placed", format=".2f"),
+        alt.Tooltip("placed:Q", title=f"{placed_name} placed", format=".2f"),
         alt.Tooltip("t:Q", title="seconds", format=".2f"),
-        *[alt.Tooltip(f"{s.label}:Q", title=f"{s.label}, GiB ({s.source})", format=".2f") for s in series],
+        *[alt.Tooltip(f"{s.label}:Q", title=f"{s.label}, {y_name} ({s.source})", format=".2f") for s in series],
         alt.Tooltip("headroom_gib:Q", title="MemAvailable (headroom, GiB)", format=".2f"),
     ]
     points = (
@@ -388,7 +490,7 @@ def _memory_panel(
         kill = pd.DataFrame(
             {
                 "x": last["x"].to_numpy(),
-                "gib": [float(last[top].iloc[0]) if top else 0.0],
+                "value": [float(last[top].iloc[0]) if top else 0.0],
                 "label": ["process killed"],
                 "end": [x_end if x_end is not None else float(last["x"].iloc[0])],
             }
@@ -404,7 +506,7 @@ def _memory_panel(
         layers.append(mark.mark_rule(color=WALL, strokeWidth=2).encode(x=alt.X("x:Q", scale=x_scale)))
         layers.append(
             mark.mark_text(text="✕", color=WALL, fontSize=18, fontWeight="bold").encode(
-                x=alt.X("x:Q", scale=x_scale), y=alt.Y("gib:Q", scale=y_scale), tooltip=["label:N"]
+                x=alt.X("x:Q", scale=x_scale), y=alt.Y("value:Q", scale=y_scale), tooltip=["label:N"]
             )
         )
 
@@ -413,7 +515,8 @@ def _memory_panel(
 
 
 def compare_frame(samples: pd.DataFrame, *, x: Literal["percent", "seconds"], y: Literal["gib", "ratio"], subtract_start: bool) -> pd.DataFrame:
-    """Long frame for the compare overlay: one row per job, sample and series.
+    """Long frame for the compare overlay: one row per job, sample and series,
+    with `label` (the end-of-line text: the job, and its peak in the ratio view).
 
     samples: rows of several jobs with columns job, total_bytes (that job's
     checkpoint size), mem_total (the machine's MemTotal, may be empty) and
@@ -433,9 +536,14 @@ def compare_frame(samples: pd.DataFrame, *, x: Literal["percent", "seconds"], y:
             if subtract_start:
                 values = values - values.iloc[0]
             values = values / total if y == "ratio" else values / GIB
-            rows.append(pd.DataFrame({"job": job, "series": s.label, "x": xs.to_numpy(), "value": values.to_numpy()}))
+            label = f"{job} peak {fmt.ratio(values.max())}" if y == "ratio" and len(values) else str(job)
+            rows.append(
+                pd.DataFrame({"job": job, "series": s.label, "x": xs.to_numpy(), "value": values.to_numpy(), "label": label})
+            )
     if not rows:
-        return pd.DataFrame({"job": pd.Series(dtype=str), "series": pd.Series(dtype=str), "x": [], "value": []})
+        return pd.DataFrame(
+            {"job": pd.Series(dtype=str), "series": pd.Series(dtype=str), "x": [], "value": [], "label": pd.Series(dtype=str)}
+        )
     return pd.concat(rows, ignore_index=True)
 
 
@@ -488,7 +596,7 @@ def compare_chart(
         ],
     ).add_params(pick)
     ends = base.transform_filter(alt.datum.end).mark_text(align="left", dx=4, fontSize=10, color="#333").encode(
-        y=alt.Y("value:Q", scale=y_scale), text="job:N"
+        y=alt.Y("value:Q", scale=y_scale), text="label:N"
     )
     layers = [lines, ends]
     if y == "ratio":

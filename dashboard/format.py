@@ -11,6 +11,8 @@ import math
 
 GIB = 2**30
 """Bytes in one GiB."""
+MIB = 2**20
+"""Bytes in one MiB."""
 
 MISSING = "—"
 """What a value that does not exist (yet) reads as."""
@@ -28,6 +30,14 @@ def gib(nbytes: float | None, digits: int = 1) -> str:
     if value != 0 and abs(value) < 10 ** -digits:
         return f"{nbytes / 2**20:.{digits}f} MiB"
     return f"{value:.{digits}f} GiB"
+
+
+def size_unit(nbytes: float | None) -> tuple[str, int]:
+    """("MiB", 2**20) for sizes under 1 GiB, else ("GiB", 2**30): the unit an axis
+    reads in, so a 65 MiB checkpoint's axis says 0..65 rather than 0.00004."""
+    if not _absent(nbytes) and 0 < abs(nbytes) < GIB:
+        return "MiB", MIB
+    return "GiB", GIB
 
 
 def ratio(value: float | None, digits: int = 2) -> str:

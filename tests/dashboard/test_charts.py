@@ -59,7 +59,7 @@ def test_bytes_axis_is_fixed_to_the_checkpoint_size_in_gib(load_samples):
     x = _line_layer(spec)["encoding"]["x"]
     assert x["title"] == "GiB placed"
     assert x["scale"]["domain"] == [0, 3.0]
-    values = [row["gib"] for row in _datasets(spec)[_line_layer(spec)["data"]["name"]]]
+    values = [row["value"] for row in _datasets(spec)[_line_layer(spec)["data"]["name"]]]
     # VmRSS ends at 0.25 GiB baseline + 2 GiB placed.
     assert max(values) == pytest.approx(2.25, abs=0.01)
 
@@ -74,7 +74,7 @@ def test_percent_axis_needs_the_checkpoint_size(load_samples):
 def test_system_in_use_is_memtotal_minus_memavailable(load_samples):
     spec = charts.memory_chart(load_samples, x="seconds", mem_total=24 * GIB).to_dict()
     rows = _datasets(spec)[_line_layer(spec)["data"]["name"]]
-    first_in_use = next(r["gib"] for r in rows if r["series"] == "System in use")
+    first_in_use = next(r["value"] for r in rows if r["series"] == "System in use")
     assert first_in_use == pytest.approx(24 - 20 + 2 / 96, abs=1e-6)
 
 
@@ -230,3 +230,69 @@ def test_pool_bar_shows_used_cache_and_free_against_the_total():
     rows = _datasets(spec)[spec["layer"][0]["data"]["name"]]
     assert [r["part"] for r in rows] == ["in use", "page cache", "free"]
     assert rows[-1]["gib"] == pytest.approx(10.0)
+
+
+def _line_rows(spec: dict) -> list[dict]:
+    return _datasets(spec)[_line_layer(spec)["data"]["name"]]
+
+
+def test_above_baseline_starts_every_series_at_zero_and_draws_the_model_diagonal(load_samples):
+    spec = charts.memory_chart(load_samples, x="bytes", total_bytes=2 * GIB, mem_total=24 * GIB, fit="baseline").to_dict()
+    rows = _line_rows(spec)
+    for label in ("System in use", "VmRSS", "RssFile"):
+        values = [r["value"] for r in rows if r["series"] == label]
+        assert values[0] == 0.0
+    # VmRSS grows by exactly what is placed (2 GiB minus the first sample's share), so it runs along y = x.
+    assert max(r["value"] for r in rows if r["series"] == "VmRSS") == pytest.approx(2 - 2 / 96, abs=1e-6)
+    assert _line_layer(spec)["encoding"]["y"]["title"] == "GiB above the job's first sample"
+    diagonal = next(l for l in _layers(spec) if l["mark"].get("type") == "line" and l["mark"].get("color") == "#888")
+    assert [(r["x"], r["value"]) for r in _datasets(spec)[diagonal["data"]["name"]]] == [(0.0, 0.0), (2.0, 2.0)]
+    assert "the model itself (1.0×)" in json.dumps(spec, ensure_ascii=False)
+    assert "capacity" not in json.dumps(charts.memory_chart(load_samples, capacity=int(2.5 * GIB), fit="baseline").to_dict())
+
+
+def test_the_model_diagonal_appears_only_above_baseline_on_a_bytes_axis(load_samples):
+    for chart in (
+        charts.memory_chart(load_samples, x="bytes", total_bytes=2 * GIB, fit="data"),
+        charts.memory_chart(load_samples, x="seconds", fit="baseline"),
+    ):
+        assert "the model itself" not in json.dumps(chart.to_dict(), ensure_ascii=False)
+
+
+def test_a_checkpoint_under_one_gib_reads_in_mib_on_the_bytes_axis(load_samples):
+    small = load_samples.assign(bytes_placed=load_samples["bytes_placed"] // 32)  # 64 MiB in all
+    spec = charts.memory_chart(small, x="bytes", total_bytes=64 * 2**20, fit="baseline").to_dict()
+    x = _line_layer(spec)["encoding"]["x"]
+    assert x["title"] == "MiB placed"
+    assert x["scale"]["domain"] == [0, 64.0]
+    assert x["axis"]["format"] == ",.0f"
+    assert max(r["x"] for r in _line_rows(spec)) == pytest.approx(64.0)
+    # Above the baseline, y reads in the same unit so the diagonal is y = x.
+    assert _line_layer(spec)["encoding"]["y"]["title"].startswith("MiB")
+    big = charts.memory_chart(load_samples, x="bytes", total_bytes=2 * GIB).to_dict()
+    assert _line_layer(big)["encoding"]["x"]["title"] == "GiB placed"
+
+
+def test_only_stage_bands_wide_enough_for_their_text_are_labelled():
+    spans = pd.DataFrame(
+        {
+            "stage": ["input preparation", "conditioning", "latent preparation", "denoising", "decoding"],
+            "x0": [0.0, 0.01, 1.3, 1.31, 6.6],
+            "x1": [0.01, 1.3, 1.31, 6.6, 6.7],
+        }
+    ).assign(mid=lambda f: (f["x0"] + f["x1"]) / 2)
+    labels = charts.fitting_labels(spans, extent=7.0)
+    assert list(labels) == ["", "conditioning", "", "denoising", ""]
+    spec = charts.stage_strip(spans, extent=7.0).to_dict()
+    bands = next(l for l in spec["layer"] if l["mark"]["type"] == "rect")
+    text = next(l for l in spec["layer"] if l["mark"]["type"] == "text")
+    assert len(_datasets(spec)[bands["data"]["name"]]) == 5  # every band keeps its tooltip
+    assert [r["label"] for r in _datasets(spec)[text["data"]["name"]]] == ["conditioning", "denoising"]
+    assert bands["encoding"]["tooltip"][0]["field"] == "stage"
+
+
+def test_compare_ratio_view_labels_each_line_with_its_peak(two_jobs):
+    frame = charts.compare_frame(two_jobs, x="percent", y="ratio", subtract_start=True)
+    retain = frame[(frame["job"] == "#1 retain") & (frame["series"] == "VmRSS")]
+    assert set(retain["label"]) == {f"#1 retain peak {retain['value'].max():.2f}×"}
+    assert set(charts.compare_frame(two_jobs, x="percent", y="gib", subtract_start=False)["label"]) == {"#1 retain", "#2 stream"}

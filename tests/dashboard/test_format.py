@@ -47,3 +47,10 @@ def test_unknown_metric_names_are_derived_from_the_name():
     assert fmt.metric_label("decode_seconds") == "Decode"
     assert fmt.metric_value("frames", 17) == "17"
     assert fmt.metric_value("note", "text") == "text"
+
+
+def test_size_unit_reads_small_sizes_in_mib_and_the_rest_in_gib():
+    assert fmt.size_unit(65 * 2**20) == ("MiB", 2**20)
+    assert fmt.size_unit(3 * 2**30) == ("GiB", 2**30)
+    assert fmt.size_unit(None) == ("GiB", 2**30)
+    assert fmt.size_unit(0) == ("GiB", 2**30)
