@@ -7,7 +7,7 @@ import streamlit as st
 from dashboard import charts, data
 from dashboard.bootstrap import demo_missing, prepare
 from dashboard import format as fmt
-from dashboard.host import read_host_memory
+from dashboard.host import pool_caption, read_host_memory
 from dashboard.views.jobs import queue_chip
 
 PREPARED_KEY = "_drainboard_prepared"
@@ -42,5 +42,5 @@ def draw_frame() -> None:
         st.altair_chart(charts.pool_bar(host.in_use, host.cached, host.total, height=24, axis=False), width="stretch")
         st.caption(
             f"Memory in use {fmt.gib(host.in_use)} of {fmt.gib(host.total)} · page cache {fmt.gib(host.cached)}"
-            " · on unified memory GPU and CPU share this pool"
+            f" · {pool_caption(data.devices())}"
         )

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
+
+from loader.device import DeviceInfo
 
 
 @dataclass(frozen=True)
@@ -49,3 +52,19 @@ def parse_meminfo(text: str) -> HostMemory:
 
 def read_host_memory(path: Path = Path("/proc/meminfo")) -> HostMemory:
     return parse_meminfo(path.read_text())
+
+
+def memory_kind(device: DeviceInfo) -> str:
+    """What memory a device's jobs use: "host memory" for the CPU, "unified memory"
+    for an integrated GPU or MPS, "discrete memory" for a GPU with its own."""
+    if device.kind == "cpu":
+        return "host memory"
+    return "unified memory" if device.unified_memory else "discrete memory"
+
+
+def pool_caption(devices: Sequence[DeviceInfo]) -> str:
+    """What the frame's memory bar is: the pool GPU and CPU share when a probed GPU
+    (CUDA or MPS) is unified, else just host memory (no GPU, or a discrete one)."""
+    if any(d.kind != "cpu" and d.unified_memory for d in devices):
+        return "unified memory: GPU and CPU share this pool"
+    return "host memory"

@@ -45,10 +45,14 @@ if len(chosen) < 2:
 jobs = [by_id[i] for i in chosen]
 c1, c2, c3, c4 = st.columns(4)
 # Generate jobs place everything before their stages run, so only time separates their curves.
-default_x = "seconds" if any(j["kind"] != "load" for j in jobs) else "% placed"
+all_loads = all(j["kind"] == "load" for j in jobs)
+default_x = "% placed" if all_loads else "seconds"
+# Loads differ by what they add on top of the process and the machine (retain 2.0x, drain 1.2x, stream 1.0x);
+# in absolute GiB that baseline dwarfs a small checkpoint and the curves sit on top of each other.
+default_y = "× checkpoint" if all_loads else "GiB"
 x_axis = c1.segmented_control("x", ["% placed", "seconds"], default=default_x, key="compare_x") or default_x
-y_axis = c2.segmented_control("y", ["GiB", "× checkpoint"], default="GiB", key="compare_y") or "GiB"
-subtract = c3.toggle("Subtract each job's starting use", value=False, key="compare_subtract")
+y_axis = c2.segmented_control("y", ["GiB", "× checkpoint"], default=default_y, key="compare_y") or default_y
+subtract = c3.toggle("Subtract each job's starting use", value=all_loads, key="compare_subtract")
 whole_pool = c4.toggle("Whole pool on y", value=False, key="compare_pool")
 
 frames = []

@@ -6,7 +6,7 @@ import streamlit as st
 
 from dashboard import charts, data, nav
 from dashboard import format as fmt
-from dashboard.host import read_host_memory
+from dashboard.host import memory_kind, read_host_memory
 from dashboard.views import jobs as jv
 from dashboard.views.spec import spec_checkpoint_name, spec_of
 from jobs.queue import JobStateError, cancel, enqueue
@@ -15,7 +15,8 @@ from storage.connections import connect
 
 LIVE_EVERY = 1.0  # seconds between live refreshes of the charts and cards
 LIVE_KEY = "job_live"  # session key: id of the job whose live timer runs (cleared once it is final)
-X_LABELS = {"GiB placed": "bytes", "% placed": "percent", "seconds": "seconds"}
+X_LABELS = {"placed": "bytes", "% placed": "percent", "seconds": "seconds"}
+Y_LABELS = {"Above baseline": "baseline", "Fit data": "data", "Whole pool": "pool"}
 
 db = data.db_path()
 host = read_host_memory()
@@ -57,7 +58,7 @@ st.caption(
             job["kind"],
             spec.get("mode"),
             spec_checkpoint_name(job),
-            f"{spec.get('device')} ({'unified memory' if device.unified_memory else 'discrete'})",
+            f"{spec.get('device')} ({memory_kind(device)})",
             spec.get("dtype") or "checkpoint dtype",
             fmt.gib(total_bytes) + " to place" if total_bytes else None,
         )
@@ -65,11 +66,25 @@ st.caption(
     )
 )
 
-controls = st.columns([2, 2, 1, 1])
+placed_unit = fmt.size_unit(total_bytes)[0]
+controls = st.columns([2, 3, 1, 1])
 x_choice = controls[0].segmented_control(
-    "x axis", list(X_LABELS), default="seconds" if job["kind"] != "load" else "GiB placed", key="job_x"
-) or "GiB placed"
-fit = controls[1].segmented_control("y axis", ["Whole pool", "Fit data"], default="Fit data", key="job_fit") or "Fit data"
+    "x axis",
+    list(X_LABELS),
+    default="seconds" if job["kind"] != "load" else "placed",
+    format_func=lambda label: f"{placed_unit} placed" if label == "placed" else label,
+    key="job_x",
+) or "placed"
+# A load's own cost is small next to the process and the machine at demo scale: show it above the baseline.
+default_fit = "Above baseline" if job["kind"] == "load" else "Fit data"
+fit = controls[1].segmented_control(
+    "y axis",
+    list(Y_LABELS),
+    default=default_fit,
+    key="job_fit",
+    help="Above baseline: each series minus its first sample, so the curves show what this job added "
+    "(on the placed axis the dotted diagonal is the model itself, 1.0×). Fit data and Whole pool show absolute use.",
+) or default_fit
 paused = controls[2].toggle("Pause live updates", value=False, disabled=not live, key="job_pause")
 if live and controls[3].button("Cancel job", type="secondary"):
     try:
@@ -109,7 +124,7 @@ def draw_body(job_id: int, x: str, fit: str) -> None:
         ),
         None,
     )
-    cards = jv.metric_cards(job, stats, total_bytes=total_bytes, capacity=capacity, previous=previous)
+    cards = jv.metric_cards(job, stats, total_bytes=total_bytes, capacity=capacity, previous=previous, events=events)
     spark = (host.total - samples["mem_available"]).iloc[:: max(1, len(samples) // 50)] / fmt.GIB if len(samples) else None
     for column, card in zip(st.columns(len(cards)), cards):
         column.metric(
@@ -134,13 +149,14 @@ def draw_body(job_id: int, x: str, fit: str) -> None:
             total_bytes=total_bytes,
             mem_total=host.total,
             capacity=capacity,
-            fit="pool" if fit == "Whole pool" else "data",
+            fit=Y_LABELS[fit],
             events=events[["t", "kind", "message"]] if len(events) else None,
             killed=job["status"] == "killed",
         )
         st.altair_chart(chart, width="stretch", key=f"memory_chart_{job_id}")
         st.caption(
             f"{count:,} samples" + (f", drawn as {len(samples):,} points (each bucket's min and max kept)" if count > len(samples) else "")
+            + (". Above baseline: each series minus its first sample" if fit == "Above baseline" else "")
             + ". Sources: System in use = MemTotal − MemAvailable (/proc/meminfo); VmRSS and RssFile from the worker's /proc status; GPU allocated from the torch allocator."
         )
     with right:

@@ -9,7 +9,7 @@ import streamlit as st
 
 from dashboard import charts, data
 from dashboard import format as fmt
-from dashboard.host import read_host_memory
+from dashboard.host import memory_kind, pool_caption, read_host_memory
 from dashboard.views.jobs import describe_supervisor
 from dashboard.views.run import offload_preview
 from loader.offload import OffloadSettings
@@ -30,8 +30,8 @@ def live_memory() -> None:
     history.append((now, host.in_use, host.available))
     st.session_state[HISTORY_KEY] = history
 
-    st.subheader("Unified memory")
-    st.caption("GPU and CPU share this pool on unified-memory devices (GB10, MPS); a CPU job uses it directly.")
+    st.subheader("Memory pool")
+    st.caption(f"This machine's {pool_caption(data.devices())}; a CPU job uses it directly.")
     st.altair_chart(charts.pool_bar(host.in_use, host.cached, host.total), width="stretch")
     cards = st.columns(4)
     cards[0].metric("In use (MemTotal − MemAvailable)", fmt.gib(host.in_use), border=True)
@@ -62,7 +62,7 @@ for device in data.devices():
         st.markdown(
             f"**{device.spec}** — {device.name} · "
             + (f"{fmt.gib(device.total_memory)}" if device.total_memory else "memory size unknown")
-            + f" · {'unified memory' if device.unified_memory else 'discrete memory'} (source: {device.source})"
+            + f" · {memory_kind(device)} (source: {device.source})"
         )
         st.caption(device.reason)
         st.dataframe(offload_preview(OffloadSettings(), device), hide_index=True, width="stretch")

@@ -61,6 +61,10 @@ class LiveStats:
     """Max device allocated; None when nothing was allocated on a device."""
     footprint: float | None
     """Max ((VmRSS − first VmRSS) + (device − first device)) / bytes placed: DESIGN's footprint_ratio so far."""
+    peak_resident: int | None = None
+    """Max of VmRSS + device allocated: a generate job's peak footprint so far."""
+    peak_resident_stage: str | None = None
+    """The stage that sample was taken in."""
 
 
 def live_stats(samples: pd.DataFrame, mem_total: int | None) -> LiveStats:
@@ -80,6 +84,8 @@ def live_stats(samples: pd.DataFrame, mem_total: int | None) -> LiveStats:
     with_bytes = placed > 0
     footprint = float((grown[with_bytes] / placed[with_bytes]).max()) if with_bytes.any() else None
     min_available = int(part["mem_available"].min())
+    resident = rss + device
+    at_peak = resident.idxmax()
     return LiveStats(
         samples=len(part),
         bytes_placed=int(placed.iloc[-1]),
@@ -90,6 +96,8 @@ def live_stats(samples: pd.DataFrame, mem_total: int | None) -> LiveStats:
         peak_rss=int(rss.max()),
         peak_device=int(device.max()) if device.max() > 0 else None,
         footprint=footprint,
+        peak_resident=int(resident[at_peak]),
+        peak_resident_stage=str(part.at[at_peak, "stage"]) if pd.notna(part.at[at_peak, "stage"]) else None,
     )
 
 
@@ -101,7 +109,7 @@ def status_label(job: dict, stats: LiveStats, total_bytes: int | None, *, now: f
         where = f"{fmt.percent(stats.bytes_placed / total_bytes)} placed ({fmt.gib(stats.bytes_placed)})"
     else:
         where = f"{fmt.gib(stats.bytes_placed)} placed"
-    at = f"{where} · t = {fmt.duration(stats.elapsed)}"
+    at = f"{where} · t = {fmt.duration(stats.elapsed)}" if job.get("kind", "load") == "load" else f"t = {fmt.duration(stats.elapsed)}"
     if status == "queued":
         return "Queued: waiting for the worker"
     if status == "running":
@@ -152,12 +160,18 @@ def metric_cards(
     total_bytes: int | None,
     capacity: int | None,
     previous: dict | None = None,
+    events: pd.DataFrame | None = None,
 ) -> list[Card]:
-    """The Job page's metric row (at most five cards).
+    """The Job page's metric row (at most five cards): a load's placement and
+    footprint ratio, or a generate job's steps and peak footprint.
 
-    `previous` is the last finished job with the same mode: the footprint
-    card's delta compares against it (lower is better).
+    `previous` is the last finished job with the same mode: a load's footprint
+    card's delta compares against it (lower is better). `events` (t, kind,
+    stage) lets a running generate job's s/step be measured from when
+    denoising started.
     """
+    if job.get("kind", "load") != "load":
+        return _generate_cards(job, stats, capacity=capacity, events=events)
     killed = job["status"] in ("killed", "failed", "cancelled", "interrupted")
     rate = f"{stats.throughput / fmt.GIB:.2f} GiB/s" if stats.throughput else None
     delta = rate
@@ -171,11 +185,7 @@ def metric_cards(
             delta_color="off",
             help="bytes_placed: destination bytes written, in the target dtype",
         ),
-        Card(
-            "Peak system in use",
-            fmt.gib(stats.peak_in_use),
-            help="max of MemTotal − MemAvailable over the job (/proc/meminfo); the whole machine, not just this job",
-        ),
+        _peak_in_use_card(stats),
     ]
     metrics = job.get("metrics") or {}
     footprint = metrics.get("footprint_ratio", stats.footprint)
@@ -195,21 +205,83 @@ def metric_cards(
             help="footprint_ratio: max over samples of (VmRSS growth + device allocated growth) / bytes placed; 1.0× is the model itself",
         )
     )
-    low = capacity is not None and stats.min_available is not None and stats.min_available < 0.1 * capacity
-    cards.append(
-        Card(
-            "Min headroom",
-            fmt.gib(stats.min_available),
-            delta="under 10% of capacity" if low else None,
-            delta_color="inverse" if low else "off",
-            help="lowest MemAvailable seen (/proc/meminfo)",
-        )
-    )
+    cards.append(_headroom_card(stats, capacity))
     if stats.peak_device is not None:
         cards.append(Card("Peak GPU allocated", fmt.gib(stats.peak_device), help="torch.cuda.memory_allocated"))
     else:
-        cards.append(Card("Peak VmRSS", fmt.gib(stats.peak_rss), help="max resident set of the worker (/proc status)"))
+        cards.append(_peak_rss_card(stats))
     return cards
+
+
+def _peak_in_use_card(stats: LiveStats) -> Card:
+    return Card(
+        "Peak system in use",
+        fmt.gib(stats.peak_in_use),
+        help="max of MemTotal − MemAvailable over the job (/proc/meminfo); the whole machine, not just this job",
+    )
+
+
+def _headroom_card(stats: LiveStats, capacity: int | None) -> Card:
+    low = capacity is not None and stats.min_available is not None and stats.min_available < 0.1 * capacity
+    return Card(
+        "Min headroom",
+        fmt.gib(stats.min_available),
+        delta="under 10% of capacity" if low else None,
+        delta_color="inverse" if low else "off",
+        help="lowest MemAvailable seen (/proc/meminfo)",
+    )
+
+
+def _peak_rss_card(stats: LiveStats) -> Card:
+    return Card("Peak VmRSS", fmt.gib(stats.peak_rss), help="max resident set of the worker (/proc status)")
+
+
+def seconds_per_step(job: dict, events: pd.DataFrame | None, elapsed: float) -> float | None:
+    """Seconds per denoising step: the denoising stage's time (finished: from the
+    metrics; running: from its stage_start event to `elapsed`) over the steps done.
+    The stage also loads the DiT, so early steps read a little slow."""
+    done = job.get("progress_done") or 0
+    if not done:
+        return None
+    seconds = ((job.get("metrics") or {}).get("stage_seconds") or {}).get("denoising")
+    if seconds is None and events is not None and len(events):
+        started = events[(events["kind"] == "stage_start") & (events["stage"] == "denoising")]
+        if len(started):
+            seconds = elapsed - float(started["t"].iloc[0])
+    return seconds / done if seconds and seconds > 0 else None
+
+
+def _generate_cards(job: dict, stats: LiveStats, *, capacity: int | None, events: pd.DataFrame | None) -> list[Card]:
+    """Steps k/N with s/step, peak system in use, peak footprint (and the stage it
+    happened in), min headroom and peak VmRSS: bytes placed say little here, since
+    components load and leave stage by stage."""
+    done, total = job.get("progress_done"), job.get("progress_total")
+    per_step = seconds_per_step(job, events, stats.elapsed)
+    metrics = job.get("metrics") or {}
+    stage_peaks = {k: v for k, v in (metrics.get("stage_peaks") or {}).items() if isinstance(v, (int, float))}
+    peak = metrics.get("peak_footprint") or stats.peak_resident
+    peak_stage = max(stage_peaks, key=stage_peaks.get) if stage_peaks else stats.peak_resident_stage
+    by_stage = " · ".join(f"{stage} {fmt.gib(value, 2)}" for stage, value in stage_peaks.items())
+    return [
+        Card(
+            "Denoising steps",
+            f"{done or 0}/{total}" if total else fmt.MISSING,
+            delta=f"{per_step:.2f} s/step" if per_step else None,
+            delta_color="off",
+            help="denoising steps done of the total; s/step is the denoising stage's time (DiT load included) over the steps done",
+        ),
+        _peak_in_use_card(stats),
+        Card(
+            "Peak footprint",
+            fmt.gib(peak, 2),
+            delta=f"in {peak_stage}" if peak_stage else None,
+            delta_color="off",
+            help="peak_footprint: max over the stages of VmRSS + GPU allocated"
+            + (f" (stage_peaks: {by_stage})" if by_stage else " (so far, from the samples)"),
+        ),
+        _headroom_card(stats, capacity),
+        _peak_rss_card(stats),
+    ]
 
 
 def metrics_table(metrics: dict | None) -> pd.DataFrame:

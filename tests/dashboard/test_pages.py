@@ -126,3 +126,53 @@ def test_run_page_previews_the_offload_policy_for_the_chosen_device(fresh_db, ti
     row = preview.set_index("flag").loc["dit_cpu_offload"]
     assert bool(row["requested"]) is True and bool(row["used"]) is False
     assert "CPU" in row["why"]
+
+
+def _chart_specs(at: AppTest) -> list[dict]:
+    import json
+
+    return [json.loads(chart.proto.spec) for chart in at.get("vega_lite_chart")]
+
+
+def test_compare_of_loads_opens_on_footprint_above_each_jobs_start(db_with_jobs):
+    _, ids = db_with_jobs
+    at = page("compare")
+    at.query_params["jobs"] = f"{ids['retain']},{ids['drain']},{ids['stream']}"
+    at.run()
+    assert not at.exception, at.exception
+    assert at.segmented_control(key="compare_y").value == "× checkpoint"
+    assert at.toggle(key="compare_subtract").value is True
+    assert any("× checkpoint size" in str(spec) for spec in _chart_specs(at))
+    # One click back to absolute GiB.
+    at.segmented_control(key="compare_y").set_value("GiB").run()
+    assert not any("× checkpoint size" in str(spec) for spec in _chart_specs(at))
+
+
+def test_job_page_of_a_load_opens_above_baseline_with_the_model_diagonal(db_with_jobs):
+    _, ids = db_with_jobs
+    at = page("job")
+    at.query_params["job"] = str(ids["drain"])
+    at.run()
+    assert not at.exception, at.exception
+    assert at.segmented_control(key="job_fit").value == "Above baseline"
+    diagonal = "'mark': {'type': 'line', 'color': '#888'"
+    assert "above the job's first sample" in str(_chart_specs(at)) and diagonal in str(_chart_specs(at))
+    at.segmented_control(key="job_fit").set_value("Fit data").run()
+    assert "above the job's first sample" not in str(_chart_specs(at)) and diagonal not in str(_chart_specs(at))
+
+
+def test_job_page_of_a_generate_job_shows_steps_and_peak_footprint_not_placement(db_with_jobs, job_adder, load_samples):
+    db, _ = db_with_jobs
+    metrics = {"peak_footprint": 3 * 2**29, "stage_peaks": {"conditioning": 3 * 2**29, "denoising": 2**30},
+               "stage_seconds": {"denoising": 6.0}}
+    job_id = job_adder(db, status="succeeded", kind="generate", samples=load_samples, metrics=metrics)
+    db.execute("UPDATE jobs SET progress_done = 6, progress_total = 6 WHERE id = ?", [job_id])
+    at = page("job")
+    at.query_params["job"] = str(job_id)
+    at.run()
+    assert not at.exception, at.exception
+    cards = {m.label: m for m in at.metric}
+    assert "Placed" not in cards and "Footprint ratio" not in cards
+    assert cards["Denoising steps"].value == "6/6"
+    assert cards["Peak footprint"].value == "1.50 GiB"
+    assert set(cards) == {"Denoising steps", "Peak system in use", "Peak footprint", "Min headroom", "Peak VmRSS"}
