@@ -10,7 +10,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
+from pathlib import Path
 
 import torch
 
@@ -20,6 +21,8 @@ _MAX_READ = 0x7FFFF000
 """Linux transfers at most this many bytes per read call."""
 _PART_ALIGN = 2 * 1024 * 1024
 """Parallel parts start on 2 MiB boundaries of the destination."""
+_ADVICE_MAX = 2 * 1024 * 1024
+_ADVICE_DEFAULT = 256 * 1024
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _MADV_POPULATE_WRITE = 23
 """Linux >= 5.14: fault a writable range in with one call."""
@@ -55,23 +58,55 @@ def read_into(fd: int, offset: int, dest: torch.Tensor | memoryview, *, name: st
     return done
 
 
-def read_parallel(
+def submit_parts(
     fd: int, offset: int, dest: torch.Tensor | memoryview, pool: Executor | None, *, parts: int, name: str = ""
-) -> None:
-    """`read_into` split in `parts` contiguous pieces read concurrently on `pool`."""
+) -> list[Future]:
+    """Queue `read_into` of `dest` split in up to `parts` contiguous pieces on `pool`; returns their futures.
+
+    Without a pool (or for one part) the read happens here and the list is empty,
+    so callers wait on the futures either way without caring which it was.
+    """
     view = dest if isinstance(dest, memoryview) else byte_view(dest)
     total = len(view)
     if pool is None or parts < 2 or total < 2 * _PART_ALIGN:
-        read_into(fd, offset, view, name=name)
-        return
+        if pool is None:
+            read_into(fd, offset, view, name=name)
+            return []
+        return [pool.submit(read_into, fd, offset, view, name=name)]
     step = -(-total // parts)
     step += -step % _PART_ALIGN
-    futures = [
-        pool.submit(read_into, fd, offset + start, view[start : start + step], name=name)
-        for start in range(0, total, step)
-    ]
-    for f in futures:
-        f.result()
+    return [pool.submit(read_into, fd, offset + start, view[start : start + step], name=name) for start in range(0, total, step)]
+
+
+def advise_willneed(fd: int, start: int, end: int, step: int) -> None:
+    """Ask the kernel to start reading [start, end) of `fd` into the page cache, without waiting.
+
+    The kernel honours at most its readahead limit per call (max of the
+    device's max_sectors_kb and the file's readahead window), so the range is
+    asked for in `step`-sized calls; see `advice_step`.
+    """
+    for lo in range(start, end, step):
+        os.posix_fadvise(fd, lo, min(step, end - lo), os.POSIX_FADV_WILLNEED)
+
+
+def advice_step(fd: int) -> int:
+    """Bytes one POSIX_FADV_WILLNEED call on `fd` really schedules, from the block device's queue limits.
+
+    That is max(max_sectors_kb, 2 x read_ahead_kb): the doubling is what
+    POSIX_FADV_SEQUENTIAL gives the file's window. Capped at 2 MiB (the kernel
+    works in 2 MiB pieces anyway); where the device is not a block device
+    with a queue (overlayfs, tmpfs) 256 KiB, the common default's value.
+    """
+    dev = os.fstat(fd).st_dev
+    base = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    for queue in (base / "queue", base / ".." / "queue"):
+        try:
+            sectors = int((queue / "max_sectors_kb").read_text())
+            ahead = int((queue / "read_ahead_kb").read_text())
+        except (OSError, ValueError):
+            continue
+        return max(4096, min(_ADVICE_MAX, max(sectors, 2 * ahead) * 1024))
+    return _ADVICE_DEFAULT
 
 
 def read_into_fresh(fd: int, offset: int, dest: memoryview, *, name: str = "") -> int:
