@@ -128,14 +128,28 @@ def _baseline_load(path: Path, device: str, assign: bool) -> dict:
     }
 
 
-def run_child(case: str, path: Path, device: str, dtype: str | None) -> dict:
+def parse_stream_option(text: str) -> tuple[str, int | bool]:
+    """`KEY=VALUE` for the stream placement: sizes (`staging_bytes=32MiB`) and counts become ints, pin a bool."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"stream option {text!r} is not KEY=VALUE")
+    if key == "pin":
+        if value.lower() not in ("0", "1", "true", "false"):
+            raise argparse.ArgumentTypeError(f"stream option pin={value!r}: expected true or false")
+        return key, value.lower() in ("1", "true")
+    return key, parse_size(value)
+
+
+def run_child(case: str, path: Path, device: str, dtype: str | None, stream_options: dict | None = None) -> dict:
     if case == "raw":
         return _raw_read(path)
     if case in ("load_file", "assign"):
         return _baseline_load(path, device, assign=case == "assign")
     from loader import load_checkpoint
+    from loader.placement import get_placement
 
-    _, report = load_checkpoint(path, mode=case, device=device, dtype=dtype)
+    mode = get_placement(case, **stream_options) if case == "stream" and stream_options else case
+    _, report = load_checkpoint(path, mode=mode, device=device, dtype=dtype)
     return {k: v for k, v in report.to_dict().items() if not isinstance(v, list)}
 
 
@@ -151,6 +165,8 @@ def _spawn(case: str, path: Path, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, __file__, str(path), "--child", case, "--device", args.device]
     if args.dtype:
         cmd += ["--dtype", args.dtype]
+    for key, value in args.stream_option:
+        cmd += ["--stream-option", f"{key}={int(value)}"]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
         return {"error": (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]}
@@ -195,11 +211,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="where --make-checkpoint writes (default: PATH)")
     parser.add_argument("--repeat", type=int, default=1, help="run every case N times; the table shows medians")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    parser.add_argument(
+        "--stream-option", type=parse_stream_option, action="append", default=[], metavar="KEY=VALUE",
+        help="option for the stream placement, repeatable (threads=2, staging_buffers=4, staging_bytes=32MiB, readahead_bytes=0)",
+    )
+    parser.add_argument("--label", help="name for this run's settings in the table and JSON (default: the stream options)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(run_child(args.child, args.path, args.device, args.dtype)))
+        print(json.dumps(run_child(args.child, args.path, args.device, args.dtype, dict(args.stream_option))))
         return 0
+    if args.stream_option:
+        from loader.errors import PlacementError
+        from loader.placement import get_placement
+
+        try:
+            get_placement("stream", **dict(args.stream_option))
+        except PlacementError as exc:
+            parser.error(str(exc))
     path = args.path or args.out
     if path is None:
         parser.error("give a checkpoint PATH, or --make-checkpoint SIZE with --out")
@@ -226,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({"case": case, "cache": cache, "repeat": repeat, **result})
                 print(f"  {cache} {case}: " + json.dumps({k: result.get(k) for k in COLUMNS if k in result} or result), file=sys.stderr)
     table = medians(rows)
+    label = args.label or " ".join(f"{k}={int(v)}" for k, v in args.stream_option) or "default"
+    print(f"stream settings: {label}")
     if args.repeat > 1:
         print(f"medians of {args.repeat} runs")
     print("| case | cache | " + " | ".join(COLUMNS) + " |")
@@ -234,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = [_cell(row, c, args.device) for c in COLUMNS]
         print(f"| {row['case']} | {row['cache']} | " + " | ".join(cells) + " |")
     if args.json:
-        args.json.write_text(json.dumps({"path": str(path), "device": args.device, "bytes": size, "repeat": args.repeat, "medians": table, "rows": rows}, indent=2))
+        args.json.write_text(json.dumps({"path": str(path), "device": args.device, "bytes": size, "repeat": args.repeat, "label": label, "stream_options": dict(args.stream_option), "medians": table, "rows": rows}, indent=2))
     return 0
 
 
