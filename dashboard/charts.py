@@ -238,12 +238,16 @@ LABEL_CHAR_PX = 6.5
 
 def fitting_labels(spans: pd.DataFrame, extent: float | None, *, width_px: float = STRIP_LABEL_PX) -> pd.Series:
     """Each span's stage where its band, as a share of the x extent, is wide enough
-    for the text at `width_px`; "" where it is not (that band keeps its tooltip)."""
+    for the text at `width_px`; cut short with "…" where only part fits (at least
+    four characters), else "" (every band keeps its tooltip)."""
     if not extent or extent <= 0:
         return pd.Series("", index=spans.index, dtype=str)
-    band_px = (spans["x1"] - spans["x0"]) / extent * width_px
-    fits = band_px >= spans["stage"].str.len() * LABEL_CHAR_PX + 8
-    return spans["stage"].where(fits, "")
+    room = ((spans["x1"] - spans["x0"]) / extent * width_px - 8) // LABEL_CHAR_PX
+    return pd.Series(
+        [stage if len(stage) <= n else (stage[: int(n) - 1] + "…" if n >= 5 else "") for stage, n in zip(spans["stage"], room)],
+        index=spans.index,
+        dtype=str,
+    )
 
 
 def stage_strip(
@@ -547,6 +551,27 @@ def compare_frame(samples: pd.DataFrame, *, x: Literal["percent", "seconds"], y:
     return pd.concat(rows, ignore_index=True)
 
 
+LABEL_GAP = 0.07
+"""Least distance between two end-of-line labels in one panel, as a share of the y range (about 15 px of 220)."""
+
+
+def end_label_positions(frame: pd.DataFrame, gap: float = LABEL_GAP) -> pd.Series:
+    """Where each end-of-line label sits: at its line's last value, pushed apart within
+    each panel so that lines ending close together (drain and stream) keep readable labels."""
+    positions = frame["value"].astype(float).copy()
+    ends = frame[frame["end"]] if len(frame) else frame
+    if ends.empty:
+        return positions
+    step = gap * max(float(frame["value"].max() - min(0.0, float(frame["value"].min()))), 1e-9)
+    for _, panel in ends.groupby("series"):
+        previous = None
+        for index, value in panel["value"].sort_values().items():
+            placed = value if previous is None else max(value, previous + step)
+            positions[index] = placed
+            previous = placed
+    return positions
+
+
 def compare_chart(
     samples: pd.DataFrame,
     *,
@@ -567,7 +592,8 @@ def compare_chart(
     if len(jobs) > MAX_COMPARED:
         raise ValueError(f"compare draws at most {MAX_COMPARED} jobs; got {len(jobs)}")
     labels = [s.label for s in SERIES if s.label in set(frame["series"])] or [SERIES[1].label]
-    frame["end"] = frame.groupby(["job", "series"])["x"].transform("max") == frame["x"]
+    frame["end"] = ~frame.duplicated(["job", "series"], keep="last")
+    frame["label_y"] = end_label_positions(frame)
     pick = alt.selection_point(fields=["job"], bind="legend", on="pointerover", clear="pointerout", name="job_pick")
     y_title = "× checkpoint size" if y == "ratio" else "GiB"
     y_domain = None
@@ -596,7 +622,7 @@ def compare_chart(
         ],
     ).add_params(pick)
     ends = base.transform_filter(alt.datum.end).mark_text(align="left", dx=4, fontSize=10, color="#333").encode(
-        y=alt.Y("value:Q", scale=y_scale), text="label:N"
+        y=alt.Y("label_y:Q", scale=y_scale), text="label:N"
     )
     layers = [lines, ends]
     if y == "ratio":

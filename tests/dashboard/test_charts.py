@@ -283,6 +283,8 @@ def test_only_stage_bands_wide_enough_for_their_text_are_labelled():
     ).assign(mid=lambda f: (f["x0"] + f["x1"]) / 2)
     labels = charts.fitting_labels(spans, extent=7.0)
     assert list(labels) == ["", "conditioning", "", "denoising", ""]
+    # Where only part of the name fits, it is cut short rather than run into its neighbours.
+    assert list(charts.fitting_labels(spans, extent=7.0, width_px=300)) == ["", "condit…", "", "denoising", ""]
     spec = charts.stage_strip(spans, extent=7.0).to_dict()
     bands = next(l for l in spec["layer"] if l["mark"]["type"] == "rect")
     text = next(l for l in spec["layer"] if l["mark"]["type"] == "text")
@@ -296,3 +298,16 @@ def test_compare_ratio_view_labels_each_line_with_its_peak(two_jobs):
     retain = frame[(frame["job"] == "#1 retain") & (frame["series"] == "VmRSS")]
     assert set(retain["label"]) == {f"#1 retain peak {retain['value'].max():.2f}×"}
     assert set(charts.compare_frame(two_jobs, x="percent", y="gib", subtract_start=False)["label"]) == {"#1 retain", "#2 stream"}
+
+
+def test_end_labels_of_lines_ending_close_together_are_pushed_apart(two_jobs):
+    close = two_jobs.copy()
+    close.loc[close["job"] == "#2 stream", "vm_rss"] = close.loc[close["job"] == "#1 retain", "vm_rss"].to_numpy()
+    frame = charts.compare_frame(close, x="percent", y="gib", subtract_start=False)
+    frame["end"] = ~frame.duplicated(["job", "series"], keep="last")
+    positions = charts.end_label_positions(frame)[frame["end"] & (frame["series"] == "VmRSS")]
+    span = frame["value"].max() - min(0.0, frame["value"].min())
+    assert abs(positions.iloc[0] - positions.iloc[1]) >= charts.LABEL_GAP * span - 1e-9
+    spec = charts.compare_chart(close).to_dict()
+    ends = next(l for l in _layers(spec) if l["mark"].get("type") == "text")
+    assert ends["encoding"]["y"]["field"] == "label_y"
