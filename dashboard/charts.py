@@ -551,6 +551,8 @@ def compare_frame(samples: pd.DataFrame, *, x: Literal["percent", "seconds"], y:
     return pd.concat(rows, ignore_index=True)
 
 
+RATIO_FIRST = ("VmRSS", "GPU allocated")
+"""Panels the × checkpoint view leads with: the series DESIGN's footprint_ratio is made of."""
 LABEL_GAP = 0.07
 """Least distance between two end-of-line labels in one panel, as a share of the y range (about 15 px of 220)."""
 
@@ -592,6 +594,10 @@ def compare_chart(
     if len(jobs) > MAX_COMPARED:
         raise ValueError(f"compare draws at most {MAX_COMPARED} jobs; got {len(jobs)}")
     labels = [s.label for s in SERIES if s.label in set(frame["series"])] or [SERIES[1].label]
+    if y == "ratio":
+        # The footprint ratio is the process's own growth (VmRSS + GPU allocated): lead with those
+        # panels; System in use is the whole machine, which other processes move too.
+        labels.sort(key=lambda label: label not in RATIO_FIRST)
     frame["end"] = ~frame.duplicated(["job", "series"], keep="last")
     frame["label_y"] = end_label_positions(frame)
     pick = alt.selection_point(fields=["job"], bind="legend", on="pointerover", clear="pointerout", name="job_pick")

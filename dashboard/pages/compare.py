@@ -72,6 +72,12 @@ chart = charts.compare_chart(
     fit="pool" if whole_pool else "data",
 )
 st.altair_chart(chart, width="stretch")
+if y_axis == "× checkpoint":
+    st.caption(
+        "× checkpoint: each series over that job's checkpoint size; 1.0× is the model itself. "
+        "VmRSS (plus GPU allocated) is the job's own cost, what footprint_ratio measures; System in use is the "
+        "whole machine, so with a small checkpoint other processes move it as much as the load does."
+    )
 
 st.subheader("Metrics")
 reference = st.selectbox("Reference job", chosen, format_func=lambda i: job_label(by_id[i]), key="compare_ref")

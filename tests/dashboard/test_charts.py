@@ -311,3 +311,8 @@ def test_end_labels_of_lines_ending_close_together_are_pushed_apart(two_jobs):
     spec = charts.compare_chart(close).to_dict()
     ends = next(l for l in _layers(spec) if l["mark"].get("type") == "text")
     assert ends["encoding"]["y"]["field"] == "label_y"
+
+
+def test_the_ratio_view_leads_with_the_panels_the_footprint_ratio_is_made_of(two_jobs):
+    assert charts.compare_chart(two_jobs).to_dict()["facet"]["sort"][:2] == ["System in use", "VmRSS"]
+    assert charts.compare_chart(two_jobs, y="ratio").to_dict()["facet"]["sort"] == ["VmRSS", "System in use", "RssFile"]
