@@ -15,7 +15,7 @@ from typing import Sequence
 from .api import load_checkpoint
 from .checkpoint import discover_checkpoint
 from . import device_cli
-from .errors import DrainboardError, report_error
+from .errors import run_cli
 from .placement import known_placements
 from .report import TensorPlaced
 
@@ -112,8 +112,4 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except DrainboardError as exc:
-        return report_error(exc, as_json=getattr(args, "json", False))
+    return run_cli(build_parser(), argv)

@@ -3,8 +3,10 @@ and what was expected, so a user can act on one line."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from typing import Sequence
 
 
 class DrainboardError(Exception):
@@ -38,6 +40,15 @@ class PlacementError(DrainboardError):
 
 class DeviceError(DrainboardError):
     """A device spec is malformed or names a device that is not present."""
+
+
+def run_cli(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
+    """Parse `argv`, run the chosen subcommand's `func(args)`, and turn expected errors into exit 2."""
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except DrainboardError as exc:
+        return report_error(exc, as_json=getattr(args, "json", False))
 
 
 def report_error(exc: DrainboardError, *, as_json: bool) -> int:

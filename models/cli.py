@@ -13,7 +13,7 @@ from typing import Sequence
 
 import torch
 
-from loader.errors import DrainboardError, report_error
+from loader.errors import run_cli
 from loader.offload import OffloadSettings
 
 from .config import PROFILES, get_profile
@@ -138,8 +138,4 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except DrainboardError as exc:
-        return report_error(exc, as_json=getattr(args, "json", False))
+    return run_cli(build_parser(), argv)

@@ -8,6 +8,7 @@ from typing import Any
 
 from jobs.context import JobContext
 from jobs.kinds import job_kind
+from jobs.kinds.policy import decide_offload
 from jobs.spec import JobSpec
 
 SAMPLE_INTERVAL = 0.1
@@ -52,20 +53,12 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     loads and module moves into the job, sample memory on a timer tagged with the stage, and return
     the pipeline's result: stage timings (`stage_seconds`), per-stage peak footprint
     (`stage_peaks`), the offload settings used and each component's load report."""
-    from loader.device import probe_device
     from loader.dtypes import parse_dtype
-    from loader.offload import resolve_offload
     from models.pipeline import PipelineEvent, run_generate
 
     if spec.generate is None:
         raise ValueError("a generate job needs generate parameters")
-    with ctx.stage("probe"):
-        device = probe_device(spec.device)
-        ctx.event("device", device.reason, data=device.to_dict())
-        settings, decisions = resolve_offload(spec.offload, device)
-        for decision in decisions:
-            ctx.event("decision", str(decision), data=decision.to_dict())
-        ctx.record()
+    device, settings = decide_offload(spec, ctx)
 
     stages = _Stages(ctx)
 

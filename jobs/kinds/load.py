@@ -6,6 +6,7 @@ from typing import Any
 
 from jobs.context import JobContext
 from jobs.kinds import job_kind
+from jobs.kinds.policy import decide_offload
 from jobs.spec import JobSpec
 
 
@@ -14,16 +15,8 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     """Probe the device, resolve the offload policy once (decisions become events), load the
     checkpoint recording a sample every `spec.sample_every` tensors, and return the loader's report."""
     from loader.api import load_checkpoint
-    from loader.device import probe_device
-    from loader.offload import resolve_offload
 
-    with ctx.stage("probe"):
-        device = probe_device(spec.device)
-        ctx.event("device", device.reason, data=device.to_dict())
-        _, decisions = resolve_offload(spec.offload, device)
-        for decision in decisions:
-            ctx.event("decision", str(decision), data=decision.to_dict())
-        ctx.record()
+    decide_offload(spec, ctx)
 
     def on_tensor(placed) -> None:
         done = placed.index  # 1-based
