@@ -42,6 +42,10 @@ class DeviceError(DrainboardError):
     """A device spec is malformed or names a device that is not present."""
 
 
+class DiskFullError(DrainboardError):
+    """A write would not fit, or ran out of space (ENOSPC): names the file or folder and the bytes."""
+
+
 def run_cli(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
     """Parse `argv`, run the chosen subcommand's `func(args)`, and turn expected errors into exit 2."""
     args = parser.parse_args(argv)

@@ -28,9 +28,12 @@ from typing import Callable, Iterator, Sequence
 import torch
 from safetensors import safe_open
 
+from loader.diskspace import free_bytes, is_disk_full, require_space
+from loader.errors import DiskFullError
+
 from .config import Profile, ProfileError, _ComponentConfig
 from .registry import build_component
-from .safetensors_stream import TensorSpec, plan_shards, write_safetensors
+from .safetensors_stream import TensorSpec, header_bytes, plan_shards, write_safetensors
 
 CHUNK_ELEMENTS = 1 << 24
 """Elements generated per chunk of a large tensor (64 MiB in fp32)."""
@@ -132,6 +135,9 @@ def synth_checkpoint(
     if dry_run:
         return report
     total = sum(c.bytes for c in report.components)
+    headers = sum(len(header_bytes(shard)) for _, _, shards in plan for shard in shards)
+    replaced = sum(path.stat().st_size for path in _shard_paths(root, plan) if path.is_file())
+    require_space(root, total + headers - replaced, f"the {profile.name} checkpoint")
     done = 0
 
     def count(n: int) -> None:
@@ -141,28 +147,66 @@ def synth_checkpoint(
             on_bytes(done, total)
 
     root.mkdir(parents=True, exist_ok=True)
+    touched: list[Path] = []
+    """Files this run opened for writing, in order; the last is the one being written."""
+    try:
+        _write_plan(root, plan, profile, seed, workers, count, touched)
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
+        for path in touched:
+            path.unlink(missing_ok=True)
+        raise DiskFullError(
+            f"disk full while writing {touched[-1] if touched else root}: {done:,} of {total:,} tensor bytes written, "
+            f"{free_bytes(root):,} bytes free; removed the {len(touched)} file(s) this run wrote"
+        ) from e
+    return report
+
+
+def _write_plan(
+    root: Path, plan: list[tuple[str, _ComponentConfig, list[list[TensorSpec]]]], profile: Profile, seed: int,
+    workers: int | None, count: Callable[[int], None], touched: list[Path],
+) -> None:
+    """Write every planned component, then `model_index.json`.
+
+    Indexes are written after what they list and removed before it is replaced, so an
+    index on disk always means complete. Each file is appended to `touched` before it
+    is opened, so a failed run knows exactly what it wrote.
+    """
+    (root / "model_index.json").unlink(missing_ok=True)
     index = {"_class_name": "H3AudioVideoPipeline", "_drainboard_profile": profile.name, "_drainboard_seed": seed}
     with ThreadPoolExecutor(max_workers=workers or min(16, os.cpu_count() or 1)) as pool:
         for name, cfg, shards in plan:
             folder = root / name
             folder.mkdir(exist_ok=True)
-            (folder / "config.json").write_text(json.dumps(cfg.to_json(), indent=2) + "\n")
             stem = _STEMS[name]
+            index_path = folder / f"{stem}.safetensors.index.json"
+            index_path.unlink(missing_ok=True)
+            touched.append(folder / "config.json")
+            touched[-1].write_text(json.dumps(cfg.to_json(), indent=2) + "\n")
             weight_map = {}
             for i, shard in enumerate(shards, 1):
-                file = f"{stem}-{i:05d}-of-{len(shards):05d}.safetensors"
-                write_safetensors(
-                    folder / file, shard, lambda spec: _values(pool, cfg, spec, seed), on_bytes=count,
-                )
-                _check_readable(folder / file, shard)
-                weight_map.update({spec.name: file for spec in shard})
+                touched.append(folder / _shard_name(stem, i, len(shards)))
+                write_safetensors(touched[-1], shard, lambda spec: _values(pool, cfg, spec, seed), on_bytes=count)
+                _check_readable(touched[-1], shard)
+                weight_map.update({spec.name: touched[-1].name for spec in shard})
             size = sum(spec.nbytes for shard in shards for spec in shard)
-            (folder / f"{stem}.safetensors.index.json").write_text(
-                json.dumps({"metadata": {"total_size": size}, "weight_map": weight_map}, indent=2) + "\n"
-            )
+            touched.append(index_path)
+            index_path.write_text(json.dumps({"metadata": {"total_size": size}, "weight_map": weight_map}, indent=2) + "\n")
             index[name] = ["drainboard.models", cfg.class_name]
-    (root / "model_index.json").write_text(json.dumps(index, indent=2) + "\n")
-    return report
+    touched.append(root / "model_index.json")
+    touched[-1].write_text(json.dumps(index, indent=2) + "\n")
+
+
+def _shard_name(stem: str, i: int, n: int) -> str:
+    return f"{stem}-{i:05d}-of-{n:05d}.safetensors"
+
+
+def _shard_paths(root: Path, plan: list[tuple[str, _ComponentConfig, list[list[TensorSpec]]]]) -> Iterator[Path]:
+    """Every shard file the plan writes (an existing one is replaced, so its space counts as free)."""
+    for name, _, shards in plan:
+        for i in range(1, len(shards) + 1):
+            yield root / name / _shard_name(_STEMS[name], i, len(shards))
 
 
 def _check_readable(path: Path, shard: list[TensorSpec]) -> None:

@@ -1,10 +1,11 @@
-"""Fixtures shared across packages: small deterministic safetensors checkpoints."""
+"""Fixtures shared across packages: small deterministic safetensors checkpoints, small filesystems."""
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 import torch
@@ -65,3 +66,29 @@ def component_writer(tmp_path: Path) -> Callable[..., Path]:
         return write_tensors(tmp_path / name, shards, **kwargs)
 
     return write
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
+    """`mount(size_bytes, name="small")` mounts a fresh tmpfs of that size at tmp_path/name
+    (a disk that really fills up, ENOSPC and all); unmounted after the test.
+
+    Needs root (CI and the dev box run as root): a refused mount fails the test, it does not skip it.
+    """
+    mounted: list[Path] = []
+
+    def mount(size_bytes: int, name: str = "small") -> Path:
+        point = tmp_path / name
+        point.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(point)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.fail(f"cannot mount a {size_bytes}-byte tmpfs at {point} (the disk-full tests need root): "
+                        f"{done.stderr.strip()}")
+        mounted.append(point)
+        return point
+
+    yield mount
+    for point in reversed(mounted):
+        if subprocess.run(["umount", str(point)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(point)], capture_output=True)

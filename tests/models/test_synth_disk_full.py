@@ -1,0 +1,81 @@
+"""A synthetic checkpoint on a disk too small for it: refused up front, or cleaned up when the disk fills mid-write."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from loader.errors import DiskFullError
+from models import get_profile, synth_checkpoint
+from models.cli import main
+
+TINY_SHARD_BYTES = 100_000
+
+
+def tiny_bytes() -> int:
+    report = synth_checkpoint("unused", get_profile("tiny"), shard_bytes=TINY_SHARD_BYTES, dry_run=True)
+    return sum(c.bytes for c in report.components)
+
+
+def fill(folder: Path) -> None:
+    """Take every free byte of `folder`'s filesystem, the way another writer would."""
+    with open(folder / "filler", "wb") as f:
+        f.write(b"\0" * shutil.disk_usage(folder).free)
+
+
+def filler_after(disk: Path, fraction: float):
+    """An `on_bytes` callback that fills `disk` once `fraction` of the checkpoint is written."""
+
+    def on_bytes(done: int, total: int) -> None:
+        if done > total * fraction and not (disk / "filler").exists():
+            fill(disk)
+
+    return on_bytes
+
+
+def test_synth_refuses_before_writing_when_the_disk_is_too_small_naming_folder_need_and_free(small_tmpfs, capsys):
+    disk = small_tmpfs(256 * 1024)
+    out = disk / "tiny"
+    code = main(["synth", str(out), "--profile", "tiny", "--shard-size", str(TINY_SHARD_BYTES), "--json"])
+    body = json.loads(capsys.readouterr().out)
+    assert code == 2 and body["ok"] is False
+    [line] = body["errors"]
+    assert line.startswith(f"not enough disk space in {out}: the tiny checkpoint needs ")
+    needed = int(line.split(" needs ")[1].split(" bytes")[0].replace(",", ""))
+    assert needed > tiny_bytes()
+    assert line.endswith(f", {256 * 1024:,} bytes free")
+    assert not out.exists()
+
+
+def test_synth_hit_by_a_full_disk_mid_write_removes_its_files_and_names_the_shard(small_tmpfs):
+    disk = small_tmpfs(2 * tiny_bytes())
+    out = disk / "tiny"
+    with pytest.raises(DiskFullError) as caught:
+        synth_checkpoint(out, get_profile("tiny"), shard_bytes=TINY_SHARD_BYTES, on_bytes=filler_after(disk, 1 / 3))
+    message = str(caught.value)
+    assert message.startswith(f"disk full while writing {out / 'transformer'}/diffusion_pytorch_model-0000")
+    assert ".safetensors: " in message and "removed the " in message and "\n" not in message
+    assert (disk / "filler").exists()
+    assert list(out.rglob("*.safetensors")) == [] and list(out.rglob("*.json")) == []
+
+
+def test_a_rewrite_that_fails_on_a_full_disk_does_not_leave_the_old_folder_looking_complete(small_tmpfs):
+    disk = small_tmpfs(int(1.5 * tiny_bytes()))
+    out = disk / "tiny"
+    synth_checkpoint(out, get_profile("tiny"), shard_bytes=TINY_SHARD_BYTES)
+    assert (out / "model_index.json").is_file()
+    with pytest.raises(DiskFullError, match=r"^disk full while writing .*tiny/transformer/diffusion_pytorch_model-"):
+        synth_checkpoint(out, get_profile("tiny"), shard_bytes=TINY_SHARD_BYTES, on_bytes=filler_after(disk, 0.1))
+    assert not (out / "model_index.json").exists()
+    assert not (out / "transformer" / "diffusion_pytorch_model.safetensors.index.json").exists()
+
+
+def test_rewriting_a_checkpoint_in_place_counts_the_files_it_replaces_as_free(small_tmpfs):
+    disk = small_tmpfs(int(1.5 * tiny_bytes()))
+    out = disk / "tiny"
+    synth_checkpoint(out, get_profile("tiny"), shard_bytes=TINY_SHARD_BYTES)
+    synth_checkpoint(out, get_profile("tiny"), shard_bytes=TINY_SHARD_BYTES, seed=1)
+    assert json.loads((out / "model_index.json").read_text())["_drainboard_seed"] == 1
