@@ -2,7 +2,8 @@
 
 A fresh process per job gives every job the same memory baseline and keeps an
 OOM kill away from the supervisor and the dashboard. Exit codes: 0 done,
-1 the job raised (its message is stored in `jobs.error`), 2 invalid spec.
+1 the job raised (its message is stored in `jobs.error`), 2 invalid spec,
+3 the disk was full (the message is stored if the database still takes it).
 SIGTERM (a cancel) raises `JobCancelled` so samples still get flushed.
 """
 
@@ -11,14 +12,17 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import sys
 import traceback
 
-from storage.config import load_config
-from storage.connections import connect
+from loader.diskspace import free_bytes, is_disk_full
+from loader.errors import DiskFullError
+from storage.config import Config, load_config
+from storage.connections import connect, is_database_full
 from storage.queries import get_job
 
-EXIT_DONE, EXIT_FAILED, EXIT_INVALID_SPEC = 0, 1, 2
+EXIT_DONE, EXIT_FAILED, EXIT_INVALID_SPEC, EXIT_DISK_FULL = 0, 1, 2, 3
 
 ENV_CGROUP_USAGE = "DRAINBOARD_CGROUP_USAGE_FILE"
 """Set by the supervisor when the job runs in a memory cgroup: the usage file samples read."""
@@ -58,22 +62,57 @@ def run_job(job_id: int) -> int:
                      sample_every=spec.sample_every)
     try:
         metrics = run(spec, ctx)
+        ctx.close()  # the last samples land before the job counts as done
+        db.execute("UPDATE jobs SET metrics = ? WHERE id = ?", [json.dumps(metrics or {}), job_id])
+        return EXIT_DONE
     except JobCancelled:
         return EXIT_FAILED
     except Exception as e:
-        traceback.print_exc()
-        message = f"{type(e).__name__}: {e}" if not str(e).startswith(type(e).__name__) else str(e)
-        db.execute("UPDATE jobs SET error = ? WHERE id = ?", [message, job_id])
-        return EXIT_FAILED
+        return _fail(db, job_id, e, config)
     finally:
-        ctx.close()
+        _close_quietly_if_full(ctx)
         probe.close()
-    db.execute("UPDATE jobs SET metrics = ? WHERE id = ?", [json.dumps(metrics or {}), job_id])
-    return EXIT_DONE
 
+
+def _disk_full(e: BaseException) -> bool:
+    return isinstance(e, DiskFullError) or is_disk_full(e) or is_database_full(e)
+
+
+def _fail(db, job_id: int, e: Exception, config: Config) -> int:
+    """Store the error (first: on a full disk the log may refuse the traceback) and pick the exit code."""
+    if is_database_full(e):
+        message = (f"disk full: cannot write to the database {config.db_path} "
+                   f"({free_bytes(config.db_path):,} bytes free): {e}")
+    else:
+        message = f"{type(e).__name__}: {e}" if not str(e).startswith(type(e).__name__) else str(e)
+    try:
+        db.execute("UPDATE jobs SET error = ? WHERE id = ?", [message, job_id])
+    except sqlite3.Error as store_error:
+        if not is_database_full(store_error):
+            raise
+    try:
+        traceback.print_exc()
+        sys.stderr.flush()
+    except OSError:
+        pass
+    return EXIT_DISK_FULL if _disk_full(e) else EXIT_FAILED
+
+
+def _close_quietly_if_full(ctx) -> None:
+    """Close the context; samples that a full disk refuses are lost, and the job already says why."""
+    try:
+        ctx.close()
+    except Exception as e:
+        if not _disk_full(e):
+            raise
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or not sys.argv[1].isdigit():
         print("usage: python -m jobs.child JOB_ID", file=sys.stderr)
         sys.exit(EXIT_INVALID_SPEC)
-    sys.exit(run_job(int(sys.argv[1])))
+    try:
+        sys.exit(run_job(int(sys.argv[1])))
+    except Exception as e:  # the database refused even the job's first writes
+        if not _disk_full(e):
+            raise
+        sys.exit(EXIT_DISK_FULL)

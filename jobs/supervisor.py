@@ -23,12 +23,13 @@ from pathlib import Path
 import sqlite_utils
 
 from jobs.cgroups import CgroupError, JobCgroup, create_job_cgroup
-from jobs.child import ENV_CGROUP_USAGE, EXIT_DONE, EXIT_INVALID_SPEC
+from jobs.child import ENV_CGROUP_USAGE, EXIT_DISK_FULL, EXIT_DONE, EXIT_INVALID_SPEC
 from jobs.queue import claim, finish
 from jobs.spec import JobSpec
+from loader.diskspace import free_bytes, is_disk_full
 from storage.artifacts import new_artifact_path, record_artifact
 from storage.config import Config
-from storage.connections import connect
+from storage.connections import connect, is_database_full
 from storage.queries import get_job, last_sample, supervisors
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -107,6 +108,8 @@ class Supervisor:
         """Ids of jobs this supervisor saw to the end, in order."""
         self._running: _Running | None = None
         self._last_heartbeat = float("-inf")
+        self._disk_full: str | None = None
+        """The disk-full error last reported (said once, not every tick)."""
 
     def start(self, now: float | None = None) -> list[int]:
         """Register the heartbeat row and mark jobs of dead supervisors interrupted; returns those ids."""
@@ -133,9 +136,24 @@ class Supervisor:
     def tick(self, now: float | None = None) -> bool:
         """One pass: heartbeat, watch the running child (cancel, exit) or start the next job.
 
-        Returns True while there is work in hand, False when idle.
+        Returns True while there is work in hand, False when idle. A full disk
+        does not stop the supervisor: the write is retried on the next tick (a
+        finished child stays in hand until its end is recorded).
         """
-        now = time.time() if now is None else now
+        try:
+            busy = self._tick(time.time() if now is None else now)
+        except Exception as e:
+            if not (is_database_full(e) or is_disk_full(e)):
+                raise
+            if str(e) != self._disk_full:
+                self._disk_full = str(e)
+                _say(f"supervisor {self.id}: disk full, retrying every tick: {e} "
+                     f"({free_bytes(self.config.db_path):,} bytes free for {self.config.db_path})")
+            return True
+        self._disk_full = None
+        return busy
+
+    def _tick(self, now: float) -> bool:
         if now - self._last_heartbeat >= HEARTBEAT_INTERVAL:
             self._heartbeat(now)
         if self._running is not None:
@@ -163,7 +181,16 @@ class Supervisor:
                 finish(self.db, job["id"], "failed", error=f"memory limit could not be applied: {e}")
                 self.finished.append(job["id"])
                 return
-        log_path = new_artifact_path(self.config.data_dir, job["id"], "child", ".log")
+        try:
+            log_path = new_artifact_path(self.config.data_dir, job["id"], "child", ".log")
+            log_path.touch()
+        except OSError as e:
+            if not is_disk_full(e):
+                raise
+            finish(self.db, job["id"], "failed", error=f"disk full: cannot create the job's log in "
+                                                       f"{self.config.artifacts_dir}: {e}")
+            self.finished.append(job["id"])
+            return
         env = dict(os.environ)
         env.update(
             DRAINBOARD_DATA=str(self.config.data_dir),
@@ -179,8 +206,8 @@ class Supervisor:
                 cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 preexec_fn=_child_setup(cgroup),
             )
-        self.db.execute("UPDATE jobs SET pid = ? WHERE id = ?", [process.pid, job["id"]])
         self._running = _Running(job["id"], process, log_path, cgroup)
+        self.db.execute("UPDATE jobs SET pid = ? WHERE id = ?", [process.pid, job["id"]])
         self._heartbeat(time.time())
 
     def _watch(self, now: float) -> None:
@@ -215,7 +242,10 @@ class Supervisor:
         elif code == EXIT_DONE:
             finish(self.db, job["id"], "succeeded", exit_code=code, metrics=metrics)
         elif code > 0:
-            error = job["error"] or _log_tail(running.log_path) or f"the job process exited with code {code}"
+            error = job["error"] or (
+                f"disk full: the job could not record its error in {self.config.db_path} "
+                f"({free_bytes(self.config.db_path):,} bytes free)" if code == EXIT_DISK_FULL else None
+            ) or _log_tail(running.log_path) or f"the job process exited with code {code}"
             if code == EXIT_INVALID_SPEC and not error.startswith("invalid spec"):
                 error = f"invalid spec: {error}"
             finish(self.db, job["id"], "failed", error=error, exit_code=code, metrics=metrics)
@@ -232,16 +262,24 @@ class Supervisor:
                    metrics=metrics)
 
     def stop(self) -> None:
-        """Stop the running child (its job becomes interrupted) and sign off."""
-        if self._running is not None:
-            self._running.process.kill()
-            self._running.process.wait()
-            if self._running.cgroup:
-                self._running.cgroup.remove()
-            finish(self.db, self._running.job_id, "interrupted", error="interrupted: the supervisor was stopped")
-            self._running = None
-        self.db.execute("UPDATE supervisors SET stopped_at = ?, current_job = NULL WHERE id = ?",
-                        [time.time(), self.id])
+        """Stop the running child (its job becomes interrupted) and sign off.
+
+        On a full disk the job cannot be marked here; the next supervisor's start marks it interrupted.
+        """
+        try:
+            if self._running is not None:
+                self._running.process.kill()
+                self._running.process.wait()
+                if self._running.cgroup:
+                    self._running.cgroup.remove()
+                running, self._running = self._running, None
+                finish(self.db, running.job_id, "interrupted", error="interrupted: the supervisor was stopped")
+            self.db.execute("UPDATE supervisors SET stopped_at = ?, current_job = NULL WHERE id = ?",
+                            [time.time(), self.id])
+        except Exception as e:
+            if not (is_database_full(e) or is_disk_full(e)):
+                raise
+            _say(f"supervisor {self.id}: disk full while stopping, the next start records what is left: {e}")
 
     def run(self, *, once: bool = False, poll: float = 0.2) -> None:
         """Loop until stopped (SIGTERM, Ctrl-C); with `once`, run at most one job (none if none is queued)."""
@@ -287,6 +325,14 @@ def _child_setup(cgroup: JobCgroup | None):
             pass
 
     return setup
+
+
+def _say(line: str) -> None:
+    """One line to stderr (the worker log), which a full disk may refuse too."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 def _log_tail(path: Path) -> str | None:

@@ -8,6 +8,9 @@ from fractions import Fraction
 import av
 import numpy as np
 
+from loader.diskspace import free_bytes, is_disk_full
+from loader.errors import DiskFullError
+
 AAC_FRAME = 1024
 """Samples per AAC frame."""
 
@@ -28,8 +31,23 @@ def write_mp4(
 
     Odd sizes are cropped by one pixel (yuv420p needs even sizes); the moov
     atom goes first (`movflags=+faststart`) so playback starts before the
-    download ends.
+    download ends. On a full disk the partial file is removed and a
+    DiskFullError names it.
     """
+    try:
+        _encode(path, frames, fps, audio, sample_rate, crf)
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
+        removed = os.path.isfile(path)  # never a device such as /dev/full
+        if removed:
+            os.unlink(path)
+        raise DiskFullError(f"disk full while writing {path}: {free_bytes(path):,} bytes free"
+                            + ("; removed the partial file" if removed else "")) from e
+
+
+def _encode(path: str | os.PathLike, frames: np.ndarray, fps: int, audio: np.ndarray | None, sample_rate: int,
+            crf: int) -> None:
     if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
         raise ValueError(f"frames must be (F, H, W, 3) uint8, got {frames.shape} {frames.dtype}")
     height, width = frames.shape[1] // 2 * 2, frames.shape[2] // 2 * 2

@@ -50,7 +50,13 @@ def transaction(db: sqlite_utils.Database) -> Iterator[sqlite3.Connection]:
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn
+        conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:  # a COMMIT that failed (disk full) may leave it open
+            conn.execute("ROLLBACK")
         raise
-    conn.execute("COMMIT")
+
+
+def is_database_full(exc: BaseException) -> bool:
+    """True for SQLite's "database or disk is full" (SQLITE_FULL), however the statement was run."""
+    return isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL

@@ -145,17 +145,22 @@ class SampleWriter:
                     self._flush_locked()
 
     def close(self) -> None:
-        """Flush what is left and release the connection; safe to call twice."""
+        """Flush what is left and release the connection; safe to call twice.
+
+        A flush that fails (a full disk) still closes the writer, then raises.
+        """
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
+        atexit.unregister(self.close)
         with self._lock:
             if self._closed:
                 return
-            self._flush_locked()
             self._closed = True
-            self._db.conn.close()
-        atexit.unregister(self.close)
+            try:
+                self._flush_locked()
+            finally:
+                self._db.conn.close()
 
     def __enter__(self) -> "SampleWriter":
         return self

@@ -1,4 +1,4 @@
-"""A synthetic checkpoint on a disk too small for it: refused up front, or cleaned up when the disk fills mid-write."""
+"""Writers on a full disk: synth refuses up front or cleans up when the disk fills mid-write; the MP4 writer names its file."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from loader.errors import DiskFullError
 from models import get_profile, synth_checkpoint
 from models.cli import main
+from models.encode import write_mp4
 
 TINY_SHARD_BYTES = 100_000
 
@@ -79,3 +81,17 @@ def test_rewriting_a_checkpoint_in_place_counts_the_files_it_replaces_as_free(sm
     synth_checkpoint(out, get_profile("tiny"), shard_bytes=TINY_SHARD_BYTES)
     synth_checkpoint(out, get_profile("tiny"), shard_bytes=TINY_SHARD_BYTES, seed=1)
     assert json.loads((out / "model_index.json").read_text())["_drainboard_seed"] == 1
+
+
+def test_an_mp4_written_to_a_full_device_raises_disk_full_naming_it_and_leaves_the_device_alone():
+    with pytest.raises(DiskFullError, match=r"^disk full while writing /dev/full: [\d,]+ bytes free$"):
+        write_mp4("/dev/full", np.zeros((5, 16, 16, 3), np.uint8), 8, np.zeros(2400, np.float32))
+    assert Path("/dev/full").exists()
+
+
+def test_an_mp4_that_fills_the_disk_is_removed(small_tmpfs):
+    disk = small_tmpfs(16 * 1024)
+    noise = np.random.default_rng(0).integers(0, 256, (9, 64, 64, 3), dtype=np.uint8)
+    with pytest.raises(DiskFullError, match=rf"^disk full while writing {disk / 'clip.mp4'}: .*; removed the partial file$"):
+        write_mp4(disk / "clip.mp4", noise, 8)
+    assert list(disk.iterdir()) == []
