@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from loader.errors import DrainboardError
 from storage.config import Config
 from storage.connections import connect
 
@@ -32,6 +33,8 @@ class Prepared:
     """True when this call wrote it."""
     supervisor: dict
     """jobs.supervisor.supervisor_status after the call."""
+    demo_error: str | None = None
+    """Why the demo checkpoint could not be written (e.g. the disk is too small); None when it was or is there."""
 
 
 def demo_path(config: Config) -> Path:
@@ -47,20 +50,23 @@ def prepare(config: Config, on_progress: Progress = lambda fraction, text: None,
     """Make the box ready: data folder + schema, demo checkpoint, supervisor (unless `start_worker` is False)."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
     connect(config.db_path).conn.close()
-    wrote = False
+    wrote, demo_error = False, None
     if demo_missing(config):
         with open(config.data_dir / "demo.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if demo_missing(config):
-                write_demo(demo_path(config), on_progress)
-                wrote = True
+                try:
+                    write_demo(demo_path(config), on_progress)
+                    wrote = True
+                except DrainboardError as e:  # the supervisor still starts: other checkpoints can be loaded
+                    demo_error = str(e)
     status: dict = {"alive": False}
     if start_worker:
         from jobs.supervisor import ensure_supervisor
 
         on_progress(1.0, "starting the job supervisor")
         status = ensure_supervisor(config)
-    return Prepared(demo_path(config), wrote, status)
+    return Prepared(demo_path(config), wrote, status, demo_error)
 
 
 def write_demo(path: Path, on_progress: Progress) -> None:

@@ -24,6 +24,10 @@ def prepare_once() -> None:
         with st.status("First start: writing the demo checkpoint…", expanded=True) as box:
             bar = st.progress(0.0)
             prepared = prepare(config, lambda fraction, text: bar.progress(min(1.0, max(0.0, fraction)), text=text))
+            if prepared.demo_error:
+                box.update(label="First start: the demo checkpoint could not be written", state="error")
+                st.error(prepared.demo_error)
+                return  # tried again on the next run, once space is freed
             box.update(label=f"Ready: demo checkpoint written to {prepared.demo_path}", state="complete", expanded=False)
     else:
         prepare(config)
