@@ -106,13 +106,11 @@ class MemoryProbe:
         )
 
     def close(self) -> None:
+        """Close the descriptors once; a second call must not close numbers the process reused."""
         for fd in (self._status_fd, self._meminfo_fd, self._cgroup_fd):
             if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self._cgroup_fd = None
+                os.close(fd)
+        self._status_fd = self._meminfo_fd = self._cgroup_fd = None
 
     def __enter__(self) -> "MemoryProbe":
         return self

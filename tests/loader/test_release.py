@@ -143,3 +143,16 @@ def test_a_strict_failure_reads_nothing_and_leaves_nothing_open(tiny_checkpoint)
     with pytest.raises(PlacementError):
         load_checkpoint(tiny_checkpoint.path, module=_module_without_proj_in(tiny_checkpoint))
     assert _mapped_or_open(tiny_checkpoint.path) == []
+
+
+def test_closing_a_memory_probe_twice_leaves_other_descriptors_open(tmp_path):
+    from loader.memory import MemoryProbe
+
+    probe = MemoryProbe()
+    probe.close()
+    other = os.open(tmp_path / "reuses-a-freed-number", os.O_CREAT | os.O_RDWR)
+    try:
+        probe.close()
+        os.fstat(other)  # raises if the second close took it
+    finally:
+        os.close(other)
