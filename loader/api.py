@@ -1,23 +1,24 @@
 """`load_checkpoint`: discover, plan, build the empty model, place every tensor, report.
 
-The steps run in a fixed order so no mode can skip one: validate the
-checkpoint from headers; map names and decide dtypes; build the module on
-the meta device (registered builder, given module, or skeleton from
-metadata); check names and shapes (strict fails here, before any byte is
-read); let the placement prepare (set-up that reads nothing, e.g.
-wrapping the empty module for FSDP); take the baseline sample and start the
-clock; let the placement mode fill the module.
+The steps run in a fixed order so no mode can skip one: discover and validate
+the checkpoint from headers (every file under a model root); set aside the
+excluded source tensors; map names and decide dtypes; build the module on the
+meta device (registered builder, given module, or skeleton from metadata);
+check names and shapes (strict fails here, before any byte is read); let the
+placement prepare (set-up that reads nothing, e.g. wrapping the empty module
+for FSDP); take the baseline sample and start the clock; let the placement
+mode fill the module.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import torch
 import torch.nn as nn
 
-from .checkpoint import discover_checkpoint
+from .checkpoint import ComponentMeta, TensorMeta, discover_checkpoint
 from .dtypes import DtypePolicy
 from .device import parse_device_spec
 from .errors import DeviceError, PlacementError
@@ -26,6 +27,7 @@ from .model_registry import get_model_builder
 from .naming import EXTRA_STATE_SUFFIX, MergeRules, RenameRules, plan_targets
 from .placement import LoadPlan, Placement, PlacementContext, PlannedTarget, get_placement
 from .report import LoadMeter, LoadReport, TensorPlaced
+from .roots import RootsArg
 from .skeleton import build_skeleton
 
 
@@ -41,6 +43,8 @@ def load_checkpoint(
     rename: RenameRules = None,
     merges: MergeRules = None,
     strict: bool = True,
+    exclude: Callable[[str], bool] | None = None,
+    roots: RootsArg = None,
     on_tensor: Callable[[TensorPlaced], None] | None = None,
     probe: MemoryProbe | None = None,
 ) -> tuple[nn.Module, LoadReport]:
@@ -53,52 +57,28 @@ def load_checkpoint(
     checkpoint's) applies to floating tensors, except names matching a
     `dtype_overrides` regex or the model's `keep_fp32`. `rename` is
     regex -> replacement rules applied in order; `merges` maps a target
-    template to source regexes concatenated along dim 0. `on_tensor` is
-    called after each placed tensor.
+    template to source regexes concatenated along dim 0. `exclude(name)`
+    true for a checkpoint tensor name means that tensor is never read and is
+    not "unexpected" (the report lists it under `excluded`); a module tensor
+    it would have filled stays missing, so build the module without it.
+    `roots`: folders every file opened must resolve under (default: the
+    checkpoint's own root). `on_tensor` is called after each placed tensor.
 
-    Raises CheckpointError (malformed checkpoint), PlacementError (bad
-    option, unknown mode, name/shape mismatch, strict failure) or DeviceError.
+    Raises CheckpointError (malformed checkpoint, a file outside the roots),
+    PlacementError (bad option, unknown mode, name/shape mismatch, strict
+    failure) or DeviceError.
     """
     placement = mode if isinstance(mode, Placement) else get_placement(mode)
     target_device = resolve_device(device)
-    index = discover_checkpoint(path)
-    comp = index.component(component)
-    targets, skipped = plan_targets(comp.tensors, rename, merges)
-    keep_fp32: tuple[str, ...] = ()
-    if module is None:
-        builder = get_model_builder(comp.class_name)
-        if builder is not None:
-            keep_fp32 = builder.keep_fp32
-            with torch.device("meta"):
-                module = builder.build(comp.config)
+    comp = discover_checkpoint(path, roots=roots).component(component)
+    sources, excluded = _split_excluded(comp.tensors, exclude)
+    targets, skipped = plan_targets(sources, rename, merges)
+    module, keep_fp32 = _registered_module(comp, module)
     policy = DtypePolicy.build(dtype, dtype_overrides, keep_fp32)
-    planned_all = [PlannedTarget(t, policy.target_dtype(t.name, t.sources[0].torch_dtype)) for t in targets]
+    planned = [PlannedTarget(t, policy.target_dtype(t.name, t.sources[0].torch_dtype)) for t in targets]
     if module is None:
-        module = build_skeleton((p.name, p.target.shape, p.dtype) for p in planned_all)
-
-    expected = _module_tensors(module)
-    names = {p.name for p in planned_all}
-    unexpected = sorted(n for n in names if n not in expected)
-    missing = sorted(n for n in expected if n not in names)
-    mismatched = [
-        f"tensor {p.name!r} from {p.sources[0].file.name} has shape {p.target.shape}; module expects {tuple(expected[p.name].shape)}"
-        for p in planned_all
-        if p.name in expected and tuple(expected[p.name].shape) != p.target.shape
-    ]
-    if mismatched:
-        raise PlacementError("; ".join(sorted(mismatched)))
-    if strict and (missing or unexpected):
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} missing from {comp.path}: {', '.join(missing)}")
-        if unexpected:
-            parts.append(f"{len(unexpected)} unexpected in {comp.path}: {', '.join(unexpected)}")
-        raise PlacementError("strict load failed; " + "; ".join(parts) + " (pass strict=False to load anyway)")
-
-    plan = LoadPlan(
-        targets=[p for p in planned_all if p.name in expected],
-        dropped=list(skipped) + [s for p in planned_all if p.name not in expected for s in p.sources],
-    )
+        module = build_skeleton((p.name, p.target.shape, p.dtype) for p in planned)
+    plan, missing, unexpected = _match_module(module, planned, skipped, comp, strict)
     report = LoadReport(
         mode=placement.name,
         device=str(target_device),
@@ -106,24 +86,11 @@ def load_checkpoint(
         missing=missing,
         unexpected=unexpected,
         skipped=[m.name for m in skipped],
+        excluded=[m.name for m in excluded],
+        excluded_tensors=len(excluded),
+        excluded_bytes=sum(m.nbytes for m in excluded),
     )
-    if target_device.type == "cuda":
-        torch.cuda.init()
-        torch.empty(0, device=target_device)
-    own_probe = probe is None
-    probe = probe or MemoryProbe(str(target_device))
-    try:
-        meter = LoadMeter(report, probe, on_tensor)
-        ctx = PlacementContext(module, target_device, meter)
-        placement.prepare(plan, ctx)
-        meter.baseline()
-        meter.start()
-        placement.place(plan, ctx)
-        _synchronize(target_device)
-        meter.finish()
-    finally:
-        if own_probe:
-            probe.close()
+    _fill(placement, plan, module, target_device, report, probe, on_tensor)
     return module, report
 
 
@@ -139,6 +106,88 @@ def resolve_device(device: str | torch.device) -> torch.device:
     elif kind == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
         raise DeviceError("device 'mps' requested but MPS is not available")
     return dev
+
+
+def _split_excluded(
+    tensors: Sequence[TensorMeta], exclude: Callable[[str], bool] | None
+) -> tuple[list[TensorMeta], list[TensorMeta]]:
+    """(tensors to plan, tensors set aside unread) by checkpoint name."""
+    if exclude is None:
+        return list(tensors), []
+    kept, excluded = [], []
+    for meta in tensors:
+        (excluded if exclude(meta.name) else kept).append(meta)
+    return kept, excluded
+
+
+def _registered_module(comp: ComponentMeta, module: nn.Module | None) -> tuple[nn.Module | None, tuple[str, ...]]:
+    """The given module, else the registered builder's (built on meta), with its keep-fp32 patterns."""
+    if module is not None:
+        return module, ()
+    builder = get_model_builder(comp.class_name)
+    if builder is None:
+        return None, ()
+    with torch.device("meta"):
+        return builder.build(comp.config), builder.keep_fp32
+
+
+def _match_module(
+    module: nn.Module, planned: list[PlannedTarget], skipped: list[TensorMeta], comp: ComponentMeta, strict: bool
+) -> tuple[LoadPlan, list[str], list[str]]:
+    """(plan, missing, unexpected) after checking names and shapes against the module; raises on a
+    shape mismatch, and on missing or unexpected names when `strict`."""
+    expected = _module_tensors(module)
+    names = {p.name for p in planned}
+    unexpected = sorted(n for n in names if n not in expected)
+    missing = sorted(n for n in expected if n not in names)
+    mismatched = [
+        f"tensor {p.name!r} from {p.sources[0].file.name} has shape {p.target.shape}; module expects {tuple(expected[p.name].shape)}"
+        for p in planned
+        if p.name in expected and tuple(expected[p.name].shape) != p.target.shape
+    ]
+    if mismatched:
+        raise PlacementError("; ".join(sorted(mismatched)))
+    if strict and (missing or unexpected):
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} missing from {comp.path}: {', '.join(missing)}")
+        if unexpected:
+            parts.append(f"{len(unexpected)} unexpected in {comp.path}: {', '.join(unexpected)}")
+        raise PlacementError("strict load failed; " + "; ".join(parts) + " (pass strict=False to load anyway)")
+    plan = LoadPlan(
+        targets=[p for p in planned if p.name in expected],
+        dropped=list(skipped) + [s for p in planned if p.name not in expected for s in p.sources],
+    )
+    return plan, missing, unexpected
+
+
+def _fill(
+    placement: Placement,
+    plan: LoadPlan,
+    module: nn.Module,
+    device: torch.device,
+    report: LoadReport,
+    probe: MemoryProbe | None,
+    on_tensor: Callable[[TensorPlaced], None] | None,
+) -> None:
+    """Prepare, baseline, place and synchronise, metering every tensor into `report`."""
+    if device.type == "cuda":
+        torch.cuda.init()
+        torch.empty(0, device=device)
+    own_probe = probe is None
+    probe = probe or MemoryProbe(str(device))
+    try:
+        meter = LoadMeter(report, probe, on_tensor)
+        ctx = PlacementContext(module, device, meter)
+        placement.prepare(plan, ctx)
+        meter.baseline()
+        meter.start()
+        placement.place(plan, ctx)
+        _synchronize(device)
+        meter.finish()
+    finally:
+        if own_probe:
+            probe.close()
 
 
 def _module_tensors(module: nn.Module) -> dict[str, torch.Tensor]:

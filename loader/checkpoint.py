@@ -1,17 +1,28 @@
 """Checkpoint discovery: find the components and shards of a checkpoint and
 describe every tensor from the safetensors headers alone.
 
-Accepted layouts: a model folder (`model_index.json` + one folder per
-component), a component folder (sharded `*.safetensors` with a
-`*.safetensors.index.json`, or one file), or one `.safetensors` file.
-Nothing here reads a tensor byte; `validate.validate_checkpoint` checks what
-was found, and `discover_checkpoint` raises one CheckpointError listing every
-problem.
+Accepted layouts:
+
+- a model folder: `modular_model_index.json` (diffusers' modular pipelines,
+  entries `[library, class, {"subfolder": ..., "type_hint": ...}]`) or
+  `model_index.json` (entries `[library, class]`), one folder per entry.
+  Folders with safetensors files are weight components (diffusers'
+  `diffusion_pytorch_model*.safetensors`, transformers'
+  `model-0000i-of-0000n.safetensors`, each with its index); the others
+  (tokenizer, processor, scheduler, ...) are listed as non-weight folders;
+- a component folder (sharded `*.safetensors` with a `*.safetensors.index.json`,
+  or one or more files);
+- one `.safetensors` file.
+
+Every file opened (index files, configs, shards, component folders) must
+resolve under a model root first (`roots.ModelRoots`), and every JSON is
+parsed with bounds (`jsonfile`). Nothing here reads a tensor byte;
+`validate.validate_checkpoint` checks what was found, and
+`discover_checkpoint` raises one CheckpointError listing every problem.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 from dataclasses import dataclass, field
@@ -21,6 +32,8 @@ import torch
 
 from .dtypes import SAFETENSORS_DTYPES
 from .errors import CheckpointError
+from .jsonfile import JSONProblem, parse_json, read_json_file
+from .roots import ModelRoots, RootsArg
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 """Largest header accepted (safetensors' own limit); a larger length means a corrupt file."""
@@ -100,11 +113,23 @@ class ComponentMeta:
     """Parsed `config.json` next to the shards ({} when absent)."""
     problems: list[str] = field(default_factory=list)
     """Problems found while reading headers and the index (validation adds more)."""
+    library: str | None = None
+    """Library the model index names for it (`diffusers`, `transformers`), when it has one."""
+    declared_class: str | None = None
+    """Class the model index names for it, when it has one."""
 
     @property
     def class_name(self) -> str | None:
-        """`_class_name` from config.json, which selects a registered model builder."""
-        return self.config.get("_class_name")
+        """The model index's class, else config.json's `_class_name` (diffusers) or first
+        `architectures` entry (transformers); it selects a registered model builder."""
+        if self.declared_class:
+            return self.declared_class
+        if isinstance(self.config.get("_class_name"), str):
+            return self.config["_class_name"]
+        architectures = self.config.get("architectures")
+        if isinstance(architectures, list) and architectures and isinstance(architectures[0], str):
+            return architectures[0]
+        return None
 
     @property
     def tensors(self) -> list[TensorMeta]:
@@ -133,12 +158,33 @@ class ComponentMeta:
             "name": self.name,
             "path": str(self.path),
             "class_name": self.class_name,
+            "library": self.library,
             "shards": len(self.shards),
             "tensors": self.tensor_count,
             "bytes": self.total_bytes,
             "largest_shard_bytes": max((s.size for s in self.shards), default=0),
             "dtypes": self.dtype_bytes(),
         }
+
+
+@dataclass(frozen=True)
+class AuxFolder:
+    """A model-index entry without weights (tokenizer, processor, scheduler, ...): listed, never loaded."""
+
+    name: str
+    """Entry name in the model index."""
+    path: Path
+    """Its folder."""
+    library: str | None
+    """Library the index names (`transformers`, `diffusers`), if any."""
+    class_name: str | None
+    """Class the index names, if any."""
+    files: tuple[str, ...]
+    """File names in the folder (not read)."""
+
+    def summary(self) -> dict:
+        return {"name": self.name, "path": str(self.path), "library": self.library,
+                "class_name": self.class_name, "files": list(self.files)}
 
 
 @dataclass
@@ -148,9 +194,17 @@ class CheckpointIndex:
     path: Path
     """The path given."""
     layout: str
-    """`model` (model_index.json folder), `component` (one folder) or `file`."""
+    """`model` (a model-index folder), `component` (one folder) or `file`."""
     components: dict[str, ComponentMeta]
-    """Components by name, in name order."""
+    """Weight components by name, in name order."""
+    index_file: Path | None = None
+    """`modular_model_index.json` or `model_index.json` of a model folder."""
+    pipeline_class: str | None = None
+    """The model index's `_class_name` (e.g. `MiniMaxH3ModularPipeline`)."""
+    aux: dict[str, AuxFolder] = field(default_factory=dict)
+    """Entries with a folder but no weights (tokenizer, processor, schedulers), by name."""
+    absent: list[str] = field(default_factory=list)
+    """Model-index entries with no folder here."""
 
     def component(self, name: str | None = None) -> ComponentMeta:
         """The named component; with no name, the only one (or `transformer` in a model folder)."""
@@ -174,14 +228,26 @@ class CheckpointIndex:
         return {
             "path": str(self.path),
             "layout": self.layout,
+            "index_file": self.index_file.name if self.index_file else None,
+            "pipeline_class": self.pipeline_class,
             "components": [c.summary() for c in self.components.values()],
+            "non_weight": [a.summary() for a in self.aux.values()],
+            "absent": list(self.absent),
             "tensors": sum(c.tensor_count for c in self.components.values()),
             "bytes": sum(c.total_bytes for c in self.components.values()),
         }
 
 
+MODEL_INDEX_FILES = ("modular_model_index.json", "model_index.json")
+"""Model-index file names, in the order diffusers looks for them."""
+
+
 def read_shard_header(path: Path) -> tuple[ShardMeta | None, list[str]]:
-    """Parse one shard's header: (shard, problems). Reads 8 + header-length bytes only."""
+    """Parse one shard's header: (shard, problems). Reads 8 + header-length bytes only.
+
+    Messages name the file and what was wrong, never the bytes read (a file
+    that is not safetensors must not leak its start as a "length").
+    """
     name = path.name
     try:
         size = path.stat().st_size
@@ -191,16 +257,16 @@ def read_shard_header(path: Path) -> tuple[ShardMeta | None, list[str]]:
                 return None, [f"{name}: file is {size} bytes, too short for a safetensors header length"]
             (length,) = struct.unpack("<Q", prefix)
             if length > MAX_HEADER_BYTES:
-                return None, [f"{name}: header length {length} exceeds the {MAX_HEADER_BYTES}-byte limit (corrupt file?)"]
+                return None, [f"{name}: header length exceeds the {MAX_HEADER_BYTES}-byte limit (not safetensors, or corrupt)"]
             if 8 + length > size:
-                return None, [f"{name}: header length {length} runs past the end of the {size}-byte file (truncated?)"]
+                return None, [f"{name}: header length runs past the end of the {size}-byte file (truncated?)"]
             raw = f.read(length)
     except OSError as exc:
         return None, [f"{name}: cannot read: {exc.strerror}"]
     try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return None, [f"{name}: header is not valid JSON: {exc}"]
+        header = parse_json(raw)
+    except JSONProblem as exc:
+        return None, [f"{name}: header is {exc}"]
     if not isinstance(header, dict):
         return None, [f"{name}: header is a JSON {type(header).__name__}, expected an object"]
     shard = ShardMeta(path=path, size=size, data_start=8 + length)
@@ -238,20 +304,27 @@ def _parse_entry(shard: ShardMeta, tname: str, entry: object) -> tuple[TensorMet
 
 
 def _read_json(path: Path, problems: list[str]) -> object | None:
+    """The parsed file, or None with a problem naming it (never its contents)."""
     try:
-        return json.loads(path.read_text())
+        return read_json_file(path)
     except OSError as exc:
         problems.append(f"{path.name}: cannot read: {exc.strerror}")
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        problems.append(f"{path.name}: not valid JSON: {exc}")
+    except JSONProblem as exc:
+        problems.append(f"{path.name}: {exc}")
     return None
 
 
-def _discover_component(name: str, folder: Path) -> ComponentMeta:
+def _has_weights(folder: Path) -> bool:
+    return any(folder.glob("*.safetensors")) or any(folder.glob("*.safetensors.index.json"))
+
+
+def _discover_component(name: str, folder: Path, roots: ModelRoots) -> ComponentMeta:
+    """Config, index and shard headers of one folder; every file checked against `roots` before it is opened."""
+    roots.check(folder, f"component {name!r} folder {folder}")
     component = ComponentMeta(name=name, path=folder)
     config_path = folder / "config.json"
-    if config_path.is_file():
-        config = _read_json(config_path, component.problems)
+    if config_path.is_file() or config_path.is_symlink():
+        config = _read_json(roots.check(config_path, f"{name}/config.json"), component.problems)
         component.config = config if isinstance(config, dict) else {}
     indexes = sorted(folder.glob("*.safetensors.index.json"))
     if len(indexes) > 1:
@@ -260,29 +333,9 @@ def _discover_component(name: str, folder: Path) -> ComponentMeta:
         )
         return component
     if indexes:
-        component.index_file = indexes[0]
-        index = _read_json(indexes[0], component.problems)
-        weight_map = index.get("weight_map") if isinstance(index, dict) else None
-        if index is not None and not (
-            isinstance(weight_map, dict) and all(isinstance(v, str) for v in weight_map.values())
-        ):
-            component.problems.append(f"{indexes[0].name}: expected an object with a weight_map of name -> file")
-            return component
-        if weight_map is None:
-            return component
-        component.weight_map = dict(weight_map)
-        files = sorted(set(weight_map.values()))
-        for file in files:
-            if not (folder / file).is_file():
-                tensors = sorted(k for k, v in weight_map.items() if v == file)
-                component.problems.append(
-                    f"{indexes[0].name} maps {tensors[0]!r}"
-                    + (f" (and {len(tensors) - 1} more)" if len(tensors) > 1 else "")
-                    + f" to {file!r}, which is not in {folder}"
-                )
-        shard_paths = [folder / f for f in files if (folder / f).is_file()]
+        shard_paths = _index_shards(component, roots.check(indexes[0], f"{name}/{indexes[0].name}"), roots)
     else:
-        shard_paths = sorted(folder.glob("*.safetensors"))
+        shard_paths = [roots.check(p, f"{name}/{p.name}") for p in sorted(folder.glob("*.safetensors"))]
         if not shard_paths:
             component.problems.append(f"{folder}: no *.safetensors files")
     for path in shard_paths:
@@ -293,15 +346,106 @@ def _discover_component(name: str, folder: Path) -> ComponentMeta:
     return component
 
 
-def discover_checkpoint(path: str | os.PathLike, *, validate: bool = True) -> CheckpointIndex:
+def _index_shards(component: ComponentMeta, index_path: Path, roots: ModelRoots) -> list[Path]:
+    """Read the index's weight_map into `component`; the shard files it names (checked against `roots`)."""
+    folder = component.path
+    component.index_file = index_path
+    index = _read_json(index_path, component.problems)
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if index is not None and not (
+        isinstance(weight_map, dict) and all(isinstance(v, str) for v in weight_map.values())
+    ):
+        component.problems.append(f"{index_path.name}: expected an object with a weight_map of name -> file")
+        return []
+    if weight_map is None:
+        return []
+    component.weight_map = dict(weight_map)
+    shard_paths = []
+    for file in sorted(set(weight_map.values())):
+        tensors = sorted(k for k, v in weight_map.items() if v == file)
+        named = f"{tensors[0]!r}" + (f" (and {len(tensors) - 1} more)" if len(tensors) > 1 else "")
+        path = roots.check(folder / file, f"{component.name}/{index_path.name} maps {named} to {file!r}, which")
+        if path.is_file():
+            shard_paths.append(path)
+        else:
+            component.problems.append(f"{index_path.name} maps {named} to {file!r}, which is not in {folder}")
+    return shard_paths
+
+
+def _index_entry(name: str, value: object) -> tuple[str, str | None, str | None] | None:
+    """(subfolder, library, class) of one model-index entry, or None for a config value.
+
+    `model_index.json` entries are `[library, class]`; `modular_model_index.json`
+    entries are `[library, class, spec]` where `spec` may name a `subfolder` and a
+    `type_hint` `[library, class]` (used when the first two are null).
+    """
+    if not isinstance(value, list) or len(value) not in (2, 3):
+        return None
+    library, class_name = (v if isinstance(v, str) else None for v in value[:2])
+    subfolder = name
+    if len(value) == 3:
+        spec = value[2]
+        if not isinstance(spec, dict):
+            return None
+        hint = spec.get("type_hint")
+        if (library is None or class_name is None) and isinstance(hint, list) and len(hint) == 2:
+            library = library or (hint[0] if isinstance(hint[0], str) else None)
+            class_name = class_name or (hint[1] if isinstance(hint[1], str) else None)
+        if isinstance(spec.get("subfolder"), str) and spec["subfolder"]:
+            subfolder = spec["subfolder"]
+    return subfolder, library, class_name
+
+
+def _discover_model(root: Path, index_path: Path, roots: ModelRoots) -> CheckpointIndex:
+    """A model folder: every entry of its model index, as a weight component or a non-weight folder."""
+    problems: list[str] = []
+    model_index = _read_json(roots.check(index_path, index_path.name), problems)
+    if problems:
+        raise CheckpointError(problems)
+    if not isinstance(model_index, dict):
+        raise CheckpointError(f"{index_path}: expected a JSON object")
+    pipeline_class = model_index.get("_class_name")
+    index = CheckpointIndex(
+        root, "model", {}, index_file=index_path,
+        pipeline_class=pipeline_class if isinstance(pipeline_class, str) else None,
+    )
+    for name in sorted(model_index):
+        entry = _index_entry(name, model_index[name]) if not name.startswith("_") else None
+        if entry is None:
+            continue
+        subfolder, library, class_name = entry
+        where = f"{index_path.name} entry {name!r}" + (f" (subfolder {subfolder!r})" if subfolder != name else "")
+        folder = roots.check(root / subfolder, where)
+        if not folder.is_dir():
+            index.absent.append(name)
+        elif _has_weights(folder):
+            component = _discover_component(name, folder, roots)
+            component.library, component.declared_class = library, class_name
+            index.components[name] = component
+        else:
+            files = tuple(sorted(p.name for p in folder.iterdir()))
+            index.aux[name] = AuxFolder(name, folder, library, class_name, files)
+    if not index.components:
+        raise CheckpointError(f"{root}: {index_path.name} lists no component folder with *.safetensors files")
+    return index
+
+
+def discover_checkpoint(
+    path: str | os.PathLike, *, validate: bool = True, roots: RootsArg = None
+) -> CheckpointIndex:
     """Describe the checkpoint at `path` from headers only.
 
-    With `validate` (the default) every problem found by reading and by
-    `validate_checkpoint` is raised as one CheckpointError.
+    `roots`: folders every file opened must resolve under, links resolved
+    (default: the checkpoint's own root, i.e. `path` itself, or a lone file's
+    folder); an escape raises CheckpointError naming the entry whatever
+    `validate` says. With `validate` (the default) every problem found by
+    reading and by `validate_checkpoint` is raised as one CheckpointError.
     """
     root = Path(path)
     if not root.exists():
         raise CheckpointError(f"{root}: no such file or directory")
+    confined = ModelRoots.for_checkpoint(root, roots)
+    confined.check(root, str(root))
     if root.is_file():
         if not root.name.endswith(".safetensors"):
             raise CheckpointError(f"{root}: expected a .safetensors file, a component folder or a model folder")
@@ -311,25 +455,12 @@ def discover_checkpoint(path: str | os.PathLike, *, validate: bool = True) -> Ch
         if shard is not None:
             component.shards.append(shard)
         index = CheckpointIndex(root, "file", {component.name: component})
-    elif (root / "model_index.json").is_file():
-        problems: list[str] = []
-        model_index = _read_json(root / "model_index.json", problems)
-        if problems:
-            raise CheckpointError(problems)
-        if not isinstance(model_index, dict):
-            raise CheckpointError(f"{root / 'model_index.json'}: expected a JSON object")
-        components = {}
-        for name in sorted(model_index):
-            folder = root / name
-            if name.startswith("_") or not folder.is_dir():
-                continue
-            if any(folder.glob("*.safetensors")) or any(folder.glob("*.safetensors.index.json")):
-                components[name] = _discover_component(name, folder)
-        if not components:
-            raise CheckpointError(f"{root}: model_index.json lists no component folder with *.safetensors files")
-        index = CheckpointIndex(root, "model", components)
     else:
-        index = CheckpointIndex(root, "component", {root.name: _discover_component(root.name, root)})
+        index_path = next((root / n for n in MODEL_INDEX_FILES if (root / n).is_file()), None)
+        if index_path is not None:
+            index = _discover_model(root, index_path, confined)
+        else:
+            index = CheckpointIndex(root, "component", {root.name: _discover_component(root.name, root, confined)})
     if validate:
         from .validate import validate_checkpoint
 

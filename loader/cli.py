@@ -23,18 +23,26 @@ _GiB = 1024**3
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    index = discover_checkpoint(args.path)
+    index = discover_checkpoint(args.path, roots=args.root)
     summary = index.summary()
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
-    print(f"{summary['path']} ({summary['layout']}): {summary['tensors']} tensors, {summary['bytes'] / _GiB:.2f} GiB")
+    pipeline = f", {summary['pipeline_class']}" if summary["pipeline_class"] else ""
+    print(
+        f"{summary['path']} ({summary['layout']}{pipeline}): {summary['tensors']} tensors,"
+        f" {summary['bytes'] / _GiB:.2f} GiB"
+    )
     for c in summary["components"]:
         dtypes = ", ".join(f"{k} {v / _GiB:.2f} GiB" for k, v in c["dtypes"].items())
         print(
             f"  {c['name']}: {c['tensors']} tensors in {c['shards']} shard(s), {c['bytes'] / _GiB:.2f} GiB"
             f" [{dtypes}] class={c['class_name'] or '-'}"
         )
+    for a in summary["non_weight"]:
+        print(f"  {a['name']}: no weights ({len(a['files'])} file(s)) class={a['class_name'] or '-'}")
+    for name in summary["absent"]:
+        print(f"  {name}: listed in {summary['index_file']}, no folder here")
     return 0
 
 
@@ -63,7 +71,8 @@ def _load(args: argparse.Namespace) -> int:
         return run_sharded_cli(args)
     progress = _ProgressBar() if sys.stderr.isatty() else None
     _, report = load_checkpoint(
-        args.path, component=args.component, mode=args.mode, device=args.device, dtype=args.dtype, on_tensor=progress
+        args.path, component=args.component, mode=args.mode, device=args.device, dtype=args.dtype,
+        roots=args.root, on_tensor=progress,
     )
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
@@ -90,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument("path", help="model folder, component folder or .safetensors file")
     inspect.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_root_option(inspect)
     inspect.set_defaults(func=_inspect)
     load = sub.add_parser(
         "load",
@@ -106,9 +116,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--nproc", type=int, default=1,
         help="shard over N local ranks via torchrun (device cpu: gloo, cuda: one GPU per rank; see docs/sharded.md)",
     )
+    _add_root_option(load)
     load.set_defaults(func=_load)
     device_cli.register(sub)
     return parser
+
+
+def _add_root_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--root", action="append", metavar="FOLDER",
+        help="a model root every checkpoint file must resolve under, links resolved (repeatable;"
+        " default: the checkpoint's own folder)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

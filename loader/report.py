@@ -65,6 +65,12 @@ class LoadReport:
     """Target names the module has no tensor for (not read)."""
     skipped: list[str] = field(default_factory=list)
     """Checkpoint `*_extra_state` entries ignored on purpose."""
+    excluded: list[str] = field(default_factory=list)
+    """Checkpoint tensors the caller's `exclude` set aside: never read."""
+    excluded_tensors: int = 0
+    """How many tensors `excluded` names (a field, so `LoadReport(**to_dict())` round-trips)."""
+    excluded_bytes: int = 0
+    """Bytes on disk of the excluded tensors."""
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -1,0 +1,61 @@
+"""Bounded JSON: every JSON the loader parses (headers, index files, configs) has a size and a
+nesting limit, so a crafted file ends in one CheckpointError naming it, never a RecursionError."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+MAX_JSON_BYTES = 64 * 1024 * 1024
+"""Largest side file (index, config, model index) read; real ones are a few MB at most."""
+MAX_JSON_DEPTH = 64
+"""Deepest nesting accepted; checkpoint JSON is a handful of levels deep."""
+
+
+class JSONProblem(ValueError):
+    """Why a JSON text was refused; the message never quotes the text."""
+
+
+def parse_json(raw: bytes | str) -> object:
+    """Parse `raw`, refusing invalid UTF-8, invalid JSON and nesting deeper than MAX_JSON_DEPTH."""
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError as exc:
+        raise JSONProblem(f"not valid UTF-8 (byte {exc.start})") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise JSONProblem(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:
+        raise JSONProblem(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise JSONProblem(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    return value
+
+
+def read_json_file(path: Path) -> object:
+    """Parse the file at `path` (at most MAX_JSON_BYTES); OSError passes through."""
+    with open(path, "rb") as f:
+        raw = f.read(MAX_JSON_BYTES + 1)
+    if len(raw) > MAX_JSON_BYTES:
+        raise JSONProblem(f"larger than the {MAX_JSON_BYTES}-byte limit for a JSON file")
+    return parse_json(raw)
+
+
+def _depth(value: object) -> int:
+    """Nesting depth of a parsed value, iteratively (a deep value must not recurse here either)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        if deepest > MAX_JSON_DEPTH:
+            return deepest
+        stack.extend((child, level + 1) for child in children)
+    return deepest
