@@ -13,8 +13,10 @@ from jobs.spec import JobSpec
 @job_kind("load")
 def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     """Probe the device, resolve the offload policy once (decisions become events), load the
-    checkpoint recording a sample every `spec.sample_every` tensors, and return the loader's report."""
+    checkpoint recording a sample every `spec.sample_every` tensors, and return the loader's report.
+    Every file the checkpoint names must resolve under the configured model roots."""
     from loader.api import load_checkpoint
+    from storage.config import load_config
 
     decide_offload(spec, ctx)
 
@@ -29,7 +31,7 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     with ctx.stage("load"):
         _, report = load_checkpoint(
             spec.model, component=spec.component, mode=spec.mode, device=spec.device, dtype=spec.dtype,
-            on_tensor=on_tensor, probe=ctx.probe,
+            roots=load_config().model_roots, on_tensor=on_tensor, probe=ctx.probe,
         )
     return report.to_dict()
 
