@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -31,15 +30,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from loader.command_line import size_type  # noqa: E402 (after the path line)
+from loader.sizes import parse_size  # noqa: E402
+
 CASES = ("stream", "drain", "retain", "load_file", "assign")
-_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
-
-
-def parse_size(text: str) -> int:
-    match = re.fullmatch(r"\s*([\d.]+)\s*([a-zA-Z]*)\s*", text)
-    if not match or match.group(2).lower() not in _UNITS:
-        raise argparse.ArgumentTypeError(f"size {text!r} is not like 2GiB, 512MiB or 16GB")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
 def make_checkpoint(out: Path, size: int, shard_size: int) -> Path:
@@ -137,7 +131,10 @@ def parse_stream_option(text: str) -> tuple[str, int | bool]:
         if value.lower() not in ("0", "1", "true", "false"):
             raise argparse.ArgumentTypeError(f"stream option pin={value!r}: expected true or false")
         return key, value.lower() in ("1", "true")
-    return key, parse_size(value)
+    try:
+        return key, parse_size(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"stream option {key}: {exc}") from None
 
 
 def run_child(case: str, path: Path, device: str, dtype: str | None, stream_options: dict | None = None) -> dict:
@@ -206,8 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], help="target dtype for the loader modes")
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
     parser.add_argument("--cache", nargs="+", default=["warm", "cold"], choices=["warm", "cold"])
-    parser.add_argument("--make-checkpoint", type=parse_size, metavar="SIZE", help="first write a synthetic bf16 checkpoint of SIZE (e.g. 16GiB)")
-    parser.add_argument("--shard-size", type=parse_size, default=parse_size("4GiB"), help="shard size for --make-checkpoint")
+    parser.add_argument("--make-checkpoint", type=size_type(), metavar="SIZE", help="first write a synthetic bf16 checkpoint of SIZE (e.g. 16GiB)")
+    parser.add_argument("--shard-size", type=size_type(), default=parse_size("4GiB"), help="shard size for --make-checkpoint")
     parser.add_argument("--out", type=Path, help="where --make-checkpoint writes (default: PATH)")
     parser.add_argument("--repeat", type=int, default=1, help="run every case N times; the table shows medians")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")

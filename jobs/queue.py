@@ -71,14 +71,18 @@ def cancel(db: sqlite_utils.Database, job_id: int) -> str:
         return "running"
 
 
-def retry(db: sqlite_utils.Database, job_id: int) -> int:
-    """Queue a new job with the same spec as `job_id` (which must have finished); returns its id."""
+def retry(db: sqlite_utils.Database, job_id: int, config: Config, *, changes: Mapping[str, Any] | None = None) -> int:
+    """Queue a new job with the spec of `job_id` (which must have finished), `changes` applied; returns its id.
+
+    The spec is validated again (`build_spec`, raising `JobSpecError`): the model may have moved, a
+    device gone, or a limit no longer apply since the first run.
+    """
     job = get_job(db, job_id)
     if job is None:
         raise JobStateError(f"job {job_id} does not exist")
     if job["status"] not in FINAL_STATUSES:
         raise JobStateError(f"job {job_id} is still {job['status']}; cancel it before retrying")
-    return enqueue(db, JobSpec.from_dict(job["spec"]), retry_of=job_id)
+    return enqueue(db, build_spec({**job["spec"], **(changes or {})}, config), retry_of=job_id)
 
 
 def finish(

@@ -1,27 +1,30 @@
 """Job specs and their validation, done in the submitting process before anything is queued.
 
-`build_spec(raw, config)` turns user input (CLI flags, dashboard form) into a
-`JobSpec` or raises `JobSpecError` naming every bad field; a stored spec is
-read back with `JobSpec.from_dict`.
+`build_spec(raw, config)` turns user input (CLI flags, dashboard form, a stored
+spec being retried) into a `JobSpec` or raises `JobSpecError` naming every bad
+field; a stored spec is read back with `JobSpec.from_dict`.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from loader.device import parse_device_spec
+from loader.checkpoint import discover_checkpoint
+from loader.device import DeviceInfo, parse_device_spec, probe_device
 from loader.dtypes import parse_dtype
-from loader.errors import DeviceError, DrainboardError, PlacementError
-from loader.placement import known_placements
+from loader.errors import CheckpointError, DeviceError, DrainboardError, PlacementError
 from loader.offload import OffloadSettings
+from loader.placement import known_placements
+from loader.sizes import parse_size
 from models.params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
 from storage.config import Config, ModelPathError, resolve_model_path
 
-_SIZE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
-          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+MIN_MEMORY_SIZE = 2**20
+"""The smallest memory limit, budget or floor accepted (1 MiB): below it a job cannot even start Python."""
+
+__all__ = ["JobSpec", "JobSpecError", "MIN_MEMORY_SIZE", "build_spec", "parse_size"]
 
 
 class JobSpecError(DrainboardError):
@@ -36,21 +39,6 @@ class JobSpecError(DrainboardError):
 
     def messages(self) -> list[str]:
         return list(self.errors)
-
-
-def parse_size(text: str | int) -> int:
-    """Bytes from '700MB', '4GiB', '512k' or a plain integer; decimal and binary units both work."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        size = text
-    else:
-        match = _SIZE.match(str(text))
-        if match is None:
-            raise ValueError(f"{text!r} is not a size; expected a number with an optional unit such as 700MB or 4GiB")
-        unit = (match.group(2) or "").lower().removesuffix("b")
-        size = int(float(match.group(1)) * _UNITS[unit])
-    if size <= 0:
-        raise ValueError(f"size must be positive, got {text!r}")
-    return size
 
 
 @dataclass(frozen=True)
@@ -77,6 +65,14 @@ class JobSpec:
     """Memory cgroup limit for the job's process, in bytes; None for no limit."""
     gpus: int = 1
     """Number of GPUs (ranks) the job uses."""
+    memory_budget: int | None = None
+    """Bytes the job may use before the memory guard stops it (below any `memory_limit`); None for no budget."""
+    memory_floor: int | None = None
+    """MemAvailable, in bytes, the memory guard keeps free for the rest of the machine; None for no floor."""
+    drop_page_cache: bool | None = None
+    """Drop each shard's pages from the page cache once placed; None leaves it to the policy's default."""
+    sequential_components: bool | None = None
+    """Generate: load, run and free one component at a time; None leaves it to the policy's default."""
     generate: GenerateParams | None = None
     """Generate parameters; set exactly when kind is `generate`."""
 
@@ -93,128 +89,241 @@ class JobSpec:
         return cls(**values)
 
 
-def build_spec(raw: Mapping[str, Any], config: Config, *, known_kinds: tuple[str, ...] | None = None) -> JobSpec:
+class _Problems:
+    """Every problem found in one spec, in the order the fields are checked."""
+
+    def __init__(self) -> None:
+        self.found: list[tuple[str, str]] = []
+
+    def add(self, name: str, message: str) -> None:
+        self.found.append((name, message))
+
+    def raise_any(self) -> None:
+        if self.found:
+            name, message = self.found[0]
+            raise JobSpecError(name, message, [f"{n}: {m}" for n, m in self.found])
+
+
+Probe = Callable[[str], DeviceInfo]
+
+
+def build_spec(raw: Mapping[str, Any], config: Config, *, known_kinds: tuple[str, ...] | None = None,
+               probe: Probe = probe_device) -> JobSpec:
     """Validate user input and return the spec to queue, or raise `JobSpecError` listing every bad field.
 
     `raw` has JobSpec's field names; `generate` and `offload` are mappings;
-    `memory_limit` may be a size string. The model path must exist under one
-    of `config.model_roots`. `known_kinds` defaults to the registered kinds.
+    sizes may be size strings (`loader.sizes`). The model path must exist under
+    one of `config.model_roots`. `known_kinds` defaults to the registered kinds;
+    `probe` (loader's device probe, which creates no CUDA context) checks that a
+    CUDA device asked for is there.
     """
     from jobs.kinds import kind_names
-    from jobs.cgroups import memory_limit_support
 
-    errors: list[tuple[str, str]] = []
+    problems = _Problems()
+    _check_field_names(raw, problems)
+    kind = _kind(raw.get("kind"), known_kinds if known_kinds is not None else kind_names(), problems)
+    model = _model(raw.get("model"), config, problems)
+    device = _device(raw.get("device", "cpu"), problems)
+    gpus = _int_at_least(raw.get("gpus", 1), 1, "gpus", problems)
+    values: dict[str, Any] = {
+        "kind": kind,
+        "model": model,
+        "component": _component(raw.get("component") or None, model, problems),
+        "mode": _choice(raw.get("mode", "stream"), known_placements(), "mode", "placement mode", problems),
+        "device": device,
+        "dtype": _dtype(raw.get("dtype") or None, problems),
+        "offload": _offload(raw.get("offload") or {}, problems),
+        "sample_every": _int_at_least(raw.get("sample_every", 1), 1, "sample_every", problems),
+        "gpus": gpus,
+        **_memory_sizes(raw, problems),
+        "drop_page_cache": _optional_bool(raw.get("drop_page_cache"), "drop_page_cache", problems),
+        "sequential_components": _optional_bool(raw.get("sequential_components"), "sequential_components", problems),
+        "generate": _generate(kind, raw.get("generate"), model, problems),
+    }
+    if device is not None and gpus is not None:
+        if gpus > 1 and not device.startswith("cuda"):
+            problems.add("gpus", f"{gpus} GPUs need a cuda device, got {device!r}")
+        else:
+            _check_device_present(device, gpus, probe, problems)
+    if values["sequential_components"] is not None and kind != "generate":
+        problems.add("sequential_components", f"only applies to generate jobs, not {kind!r}")
+    problems.raise_any()
+    return JobSpec(**values)
 
-    def bad(name: str, message: str) -> None:
-        errors.append((name, message))
 
+def _check_field_names(raw: Mapping[str, Any], problems: _Problems) -> None:
     spec_fields = {f.name for f in fields(JobSpec)}
     for name in sorted(set(raw) - spec_fields):
-        bad(name, f"unknown field; known: {', '.join(sorted(spec_fields))}")
-    kinds = known_kinds if known_kinds is not None else kind_names()
-    kind = raw.get("kind")
+        problems.add(name, f"unknown field; known: {', '.join(sorted(spec_fields))}")
+
+
+def _kind(kind: Any, kinds: tuple[str, ...], problems: _Problems) -> Any:
     if kind not in kinds:
-        bad("kind", f"unknown job kind {kind!r}; known: {', '.join(kinds)}")
+        problems.add("kind", f"unknown job kind {kind!r}; known: {', '.join(kinds)}")
+    return kind
 
-    model = raw.get("model")
+
+def _choice(value: Any, known: list[str] | tuple[str, ...], name: str, what: str, problems: _Problems) -> Any:
+    if value not in known:
+        problems.add(name, f"unknown {what} {value!r}; known: {', '.join(known)}")
+    return value
+
+
+def _model(model: Any, config: Config, problems: _Problems) -> str | None:
+    """The resolved checkpoint path, refused unless it lies under a model root."""
     if not model:
-        bad("model", "a checkpoint path is required")
-    else:
+        problems.add("model", "a checkpoint path is required")
+        return None
+    try:
+        return str(resolve_model_path(model, config.model_roots))
+    except ModelPathError as e:
+        problems.add("model", str(e))
+        return None
+
+
+def _component(component: Any, model: str | None, problems: _Problems) -> str | None:
+    """A folder name the checkpoint's discovery knows; a checkpoint that cannot be read is left to the job to report."""
+    if component is None:
+        return None
+    if not isinstance(component, str) or not re.fullmatch(r"[\w.-]+", component) or component in (".", ".."):
+        problems.add("component", f"must be a folder name such as transformer, got {component!r}")
+        return component
+    if model is not None:
         try:
-            model = str(resolve_model_path(model, config.model_roots))
-        except ModelPathError as e:
-            bad("model", str(e))
+            index = discover_checkpoint(model, validate=False)
+        except CheckpointError:
+            return component  # the job fails naming the file; a wrong component would be one more guess
+        try:
+            index.component(component)
+        except CheckpointError as e:
+            problems.add("component", str(e))
+    return component
 
-    component = raw.get("component") or None
-    if component is not None and (not isinstance(component, str) or not re.fullmatch(r"[\w.-]+", component)
-                                  or component in (".", "..")):
-        bad("component", f"must be a folder name such as transformer, got {component!r}")
 
-    mode = raw.get("mode", "stream")
-    if mode not in known_placements():
-        bad("mode", f"unknown placement mode {mode!r}; known: {', '.join(known_placements())}")
-
-    device = raw.get("device", "cpu")
+def _device(device: Any, problems: _Problems) -> str | None:
     try:
         parse_device_spec(device)
     except DeviceError as e:
-        bad("device", str(e))
+        problems.add("device", str(e))
+        return None
+    return device.strip()
 
-    dtype = raw.get("dtype") or None
-    if dtype is not None:
-        try:
-            dtype = str(parse_dtype(str(dtype))).removeprefix("torch.")
-        except PlacementError as e:
-            bad("dtype", str(e))
 
-    offload = OffloadSettings()
-    offload_raw = raw.get("offload") or {}
-    flag_names = {f.name for f in fields(OffloadSettings)}
-    unknown_flags = sorted(set(offload_raw) - flag_names)
-    if unknown_flags:
-        bad("offload", f"unknown flags {', '.join(unknown_flags)}; known: {', '.join(sorted(flag_names))}")
-    elif any(not isinstance(v, bool) for v in offload_raw.values()):
-        bad("offload", "every flag must be true or false")
+def _check_device_present(device: str, gpus: int, probe: Probe, problems: _Problems) -> None:
+    """Refuse a device this machine lacks now, not in the child: torch's build first, then the CUDA driver
+    (for every ordinal `gpus` ranks use; the probe asks the driver and creates no context)."""
+    import torch
+
+    kind, index = parse_device_spec(device)
+    if kind == "mps" and not torch.backends.mps.is_available():
+        problems.add("device", f"{device!r} is not available here: torch reports no MPS device")
+    if kind != "cuda":
+        return
+    if not torch.backends.cuda.is_built():
+        problems.add("device", f"{device!r} is not available here: this torch ({torch.__version__}) is built without CUDA")
+        return
+    for ordinal in range(index, index + gpus):
+        info = probe(f"cuda:{ordinal}")
+        if info.source == "probe-failed":
+            name = "device" if ordinal == index else "gpus"
+            reason = info.reason.partition("; treating")[0]  # the probe's fallback note does not apply to a refusal
+            problems.add(name, f"cuda:{ordinal} is not available here: {reason}")
+            return
+
+
+def _dtype(dtype: Any, problems: _Problems) -> str | None:
+    if dtype is None:
+        return None
+    try:
+        return str(parse_dtype(str(dtype))).removeprefix("torch.")
+    except PlacementError as e:
+        problems.add("dtype", str(e))
+        return None
+
+
+def _offload(flags: Mapping[str, Any], problems: _Problems) -> OffloadSettings:
+    names = {f.name for f in fields(OffloadSettings)}
+    unknown = sorted(set(flags) - names)
+    if unknown:
+        problems.add("offload", f"unknown flags {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+    elif any(not isinstance(v, bool) for v in flags.values()):
+        problems.add("offload", "every flag must be true or false")
     else:
-        offload = OffloadSettings(**offload_raw)
+        return OffloadSettings(**flags)
+    return OffloadSettings()
 
-    sample_every = _int_at_least(raw.get("sample_every", 1), 1, "sample_every", bad)
-    gpus = _int_at_least(raw.get("gpus", 1), 1, "gpus", bad)
-    if gpus is not None and gpus > 1 and not str(device).startswith("cuda"):
-        bad("gpus", f"{gpus} GPUs need a cuda device, got {device!r}")
 
-    memory_limit = None
-    if raw.get("memory_limit") not in (None, ""):
+def _memory_sizes(raw: Mapping[str, Any], problems: _Problems) -> dict[str, int | None]:
+    """`memory_limit` (checked to be applicable here), `memory_budget` (within the limit) and `memory_floor`."""
+    from jobs.cgroups import memory_limit_support
+
+    sizes: dict[str, int | None] = {}
+    for name in ("memory_limit", "memory_budget", "memory_floor"):
+        sizes[name] = None
+        if raw.get(name) in (None, ""):
+            continue
         try:
-            memory_limit = parse_size(raw["memory_limit"])
+            sizes[name] = parse_size(raw[name], minimum=MIN_MEMORY_SIZE)
         except ValueError as e:
-            bad("memory_limit", str(e))
-        else:
-            reason = memory_limit_support()
-            if reason is not None:
-                bad("memory_limit", f"per-job memory limits are not available here: {reason}")
-
-    generate = None
-    if kind == "generate":
-        generate = _generate_params(raw.get("generate") or {}, bad)
-        model_ok = model and not any(name == "model" for name, _ in errors)
-        if generate is not None and model_ok:
-            _check_against_model(generate, model, bad)
-    elif raw.get("generate"):
-        bad("generate", f"generate parameters only apply to generate jobs, not {kind!r}")
-
-    if errors:
-        raise JobSpecError(errors[0][0], errors[0][1], [f"{name}: {message}" for name, message in errors])
-    return JobSpec(kind=kind, model=model, component=component, mode=mode, device=device.strip(), dtype=dtype,
-                   offload=offload, sample_every=sample_every, memory_limit=memory_limit, gpus=gpus, generate=generate)
+            problems.add(name, str(e))
+    if sizes["memory_limit"] is not None:
+        reason = memory_limit_support()
+        if reason is not None:
+            problems.add("memory_limit", f"per-job memory limits are not available here: {reason}")
+    limit, budget = sizes["memory_limit"], sizes["memory_budget"]
+    if limit is not None and budget is not None and budget > limit:
+        problems.add("memory_budget", f"{budget:,} bytes is above memory_limit ({limit:,} bytes): "
+                                      "the cgroup would kill the job before the budget stops it")
+    return sizes
 
 
-def _int_at_least(value: Any, minimum: int, name: str, bad) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        try:
-            value = int(str(value))
-        except ValueError:
-            bad(name, f"must be an integer, got {value!r}")
-            return None
-    if value < minimum:
-        bad(name, f"must be at least {minimum}, got {value}")
+def _optional_bool(value: Any, name: str, problems: _Problems) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        problems.add(name, f"must be true, false or unset (the policy default), got {value!r}")
         return None
     return value
 
 
-def _generate_params(raw: Mapping[str, Any], bad) -> GenerateParams | None:
+def _generate(kind: Any, raw: Any, model: str | None, problems: _Problems) -> GenerateParams | None:
+    """Generate parameters: types here, ranges by the model's own rules (set exactly for generate jobs)."""
+    if kind != "generate":
+        if raw:
+            problems.add("generate", f"generate parameters only apply to generate jobs, not {kind!r}")
+        return None
+    params = _generate_params(raw or {}, problems)
+    if params is not None and model is not None:
+        _check_against_model(params, model, problems)
+    return params
+
+
+def _int_at_least(value: Any, minimum: int, name: str, problems: _Problems) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            value = int(str(value))
+        except ValueError:
+            problems.add(name, f"must be an integer, got {value!r}")
+            return None
+    if value < minimum:
+        problems.add(name, f"must be at least {minimum}, got {value}")
+        return None
+    return value
+
+
+def _generate_params(raw: Mapping[str, Any], problems: _Problems) -> GenerateParams | None:
     """Types only (names, ints, a float, a bool, strings): the ranges are the model's to judge."""
     names = {f.name for f in fields(GenerateParams)}
     for name in sorted(set(raw) - names):
-        bad(f"generate.{name}", f"unknown parameter; known: {', '.join(sorted(names))}")
+        problems.add(f"generate.{name}", f"unknown parameter; known: {', '.join(sorted(names))}")
     values = {k: v for k, v in raw.items() if k in names}
     ok = True
     for name in ("prompt", "negative_prompt"):
-        if name in values and not isinstance(values[name], str):
-            bad(f"generate.{name}", f"must be text, got {values[name]!r}")
-            ok = False
+        if name in values:
+            problem = _text_problem(values[name])
+            if problem is not None:
+                problems.add(f"generate.{name}", problem)
+                ok = False
     if "prompt" not in values:
-        bad("generate.prompt", "a prompt is required")
+        problems.add("generate.prompt", "a prompt is required")
         ok = False
     for name in ("frames", "height", "width", "steps", "seed", "fps"):
         if name in values:
@@ -224,7 +333,7 @@ def _generate_params(raw: Mapping[str, Any], bad) -> GenerateParams | None:
                     raise ValueError
                 values[name] = int(str(value))
             except ValueError:
-                bad(f"generate.{name}", f"must be an integer, got {value!r}")
+                problems.add(f"generate.{name}", f"must be an integer, got {value!r}")
                 ok = False
     if "guidance_scale" in values:
         try:
@@ -232,19 +341,33 @@ def _generate_params(raw: Mapping[str, Any], bad) -> GenerateParams | None:
                 raise ValueError
             values["guidance_scale"] = float(values["guidance_scale"])
         except (TypeError, ValueError):
-            bad("generate.guidance_scale", f"must be a number, got {values['guidance_scale']!r}")
+            problems.add("generate.guidance_scale", f"must be a number, got {values['guidance_scale']!r}")
             ok = False
     if "audio" in values and not isinstance(values["audio"], bool):
-        bad("generate.audio", f"must be true or false, got {values['audio']!r}")
+        problems.add("generate.audio", f"must be true or false, got {values['audio']!r}")
         ok = False
     return GenerateParams(**values) if ok else None
 
 
-def _check_against_model(params: GenerateParams, model: str, bad) -> None:
+def _check_against_model(params: GenerateParams, model: str, problems: _Problems) -> None:
     """The models package's own validation (config.json and index headers only, no weights),
     each problem filed under `generate.<field>`, or under `model` when the folder is no generate model."""
     try:
         validate_params(params, ModelSpec.read(model))
     except GenerateParamsError as e:
         for name, message in sorted(e.problems.items()):
-            bad("model" if name == "model" else f"generate.{name}", message)
+            problems.add("model" if name == "model" else f"generate.{name}", message)
+
+
+def _text_problem(value: Any) -> str | None:
+    """Why `value` is not storable text: not a string, or not valid UTF-8 (a command line's stray byte
+    arrives as a lone surrogate, U+DC80..U+DCFF, which neither SQLite nor the tokenizer can encode)."""
+    if not isinstance(value, str):
+        return f"must be text, got {value!r}"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        char = ord(value[e.start])
+        what = f"byte 0x{char - 0xDC00:02x}" if 0xDC80 <= char <= 0xDCFF else f"character U+{char:04X}"
+        return f"is not valid UTF-8 text: {what} at position {e.start}"
+    return None

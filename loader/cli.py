@@ -15,7 +15,7 @@ from typing import Sequence
 from .api import load_checkpoint
 from .checkpoint import discover_checkpoint
 from . import device_cli
-from .errors import run_cli
+from .command_line import CliParser, run_cli
 from .placement import known_placements
 from .report import TensorPlaced
 
@@ -90,7 +90,7 @@ def _load(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m loader", description="Drainboard's frugal checkpoint loader")
+    parser = CliParser(prog="python -m loader", description="Drainboard's frugal checkpoint loader")
     sub = parser.add_subparsers(dest="command", required=True)
     inspect = sub.add_parser(
         "inspect",

@@ -12,7 +12,7 @@ import sys
 from typing import Sequence
 
 from loader.device import probe_device
-from loader.errors import DeviceError, report_error
+from loader.command_line import CliParser, run_cli
 from loader.offload import OffloadSettings, resolve_offload
 
 _HELP = "probe a device and show the offload decisions the default settings would get on it"
@@ -33,11 +33,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the probe and the decisions; exit code 0, or 2 for a bad spec or override value."""
-    try:
-        device = probe_device(args.spec)
-    except DeviceError as exc:
-        return report_error(exc, as_json=args.json)
+    """Print the probe and the decisions; exit code 0 (a bad spec or override value raises DeviceError: exit 2)."""
+    device = probe_device(args.spec)
     settings, decisions = resolve_offload(OffloadSettings(), device)
     if args.json:
         print(json.dumps({
@@ -62,10 +59,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loader.device_cli", description=_HELP, epilog=_EPILOG)
+    parser = CliParser(prog="python -m loader.device_cli", description=_HELP, epilog=_EPILOG)
     _add_arguments(parser)
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return run_cli(parser, argv)
 
 
 if __name__ == "__main__":

@@ -3,11 +3,6 @@ and what was expected, so a user can act on one line."""
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from typing import Sequence
-
 
 class DrainboardError(Exception):
     """Base of every error Drainboard raises on purpose (bad input, not bugs)."""
@@ -44,27 +39,3 @@ class DeviceError(DrainboardError):
 
 class DiskFullError(DrainboardError):
     """A write would not fit, or ran out of space (ENOSPC): names the file or folder and the bytes."""
-
-
-def run_cli(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
-    """Parse `argv`, run the chosen subcommand's `func(args)`, and turn expected errors into exit 2."""
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except DrainboardError as exc:
-        return report_error(exc, as_json=getattr(args, "json", False))
-
-
-def report_error(exc: DrainboardError, *, as_json: bool) -> int:
-    """Print an expected error the way every CLI does and return exit code 2.
-
-    With `--json`: one object `{"ok": false, "error": ..., "errors": [...]}` on stdout;
-    otherwise one `error: ...` line on stderr. Never a traceback.
-    """
-    problems = exc.messages()
-    line = "; ".join(problems)
-    if as_json:
-        print(json.dumps({"ok": False, "error": line, "errors": problems}))
-    else:
-        print(f"error: {line}", file=sys.stderr)
-    return 2

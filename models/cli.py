@@ -13,8 +13,9 @@ from typing import Sequence
 
 import torch
 
-from loader.errors import run_cli
+from loader.command_line import CliParser, run_cli, size_type
 from loader.offload import OffloadSettings
+from loader.placement import known_placements
 
 from .config import PROFILES, get_profile
 from .params import GenerateParams
@@ -23,17 +24,6 @@ from .progress import ProgressBar
 from .synth import synth_checkpoint
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-
-
-def parse_size(text: str) -> int:
-    """`5GB`, `512MB`, `1.5GiB` or plain bytes -> bytes."""
-    units = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
-    value = text.strip().upper()
-    number = value.rstrip("KMGIB")
-    unit = value[len(number):]
-    if unit not in units or not number:
-        raise argparse.ArgumentTypeError(f"size {text!r} is not understood; use e.g. 5GB, 512MB, 2GiB")
-    return int(float(number) * units[unit])
 
 
 def _synth(args: argparse.Namespace) -> int:
@@ -91,7 +81,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m models", description="Drainboard's reference H3-family model")
+    parser = CliParser(prog="python -m models", description="Drainboard's reference H3-family model")
     sub = parser.add_subparsers(dest="command", required=True)
     synth = sub.add_parser(
         "synth", help="write a deterministic synthetic checkpoint in the diffusers layout",
@@ -100,8 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("out", help="model folder to write")
     synth.add_argument("--profile", default="demo", choices=list(PROFILES), help="model size (default: demo)")
     synth.add_argument("--dtype", default="bf16", choices=list(_DTYPES), help="stored dtype (default: bf16)")
-    synth.add_argument("--shard-size", type=parse_size, default=None,
-                       help="max shard size (default: the profile's, 5GB; 16MiB for demo)")
+    synth.add_argument("--shard-size", type=size_type(), default=None, metavar="SIZE",
+                       help="max shard size, such as 5GB or 0.5GiB (default: the profile's, 5GB; 16MiB for demo)")
     synth.add_argument("--seed", type=int, default=0, help="seed of every value (default: 0)")
     synth.add_argument("--components", nargs="+", metavar="NAME",
                        help="write only these components (transformer, text_encoder, vae, audio_vae)")
@@ -128,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--no-audio", action="store_true", help="leave out the audio track")
     gen.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
     gen.add_argument("--dtype", choices=list(_DTYPES), help="compute dtype (default: fp32 on cpu, bf16 otherwise)")
-    gen.add_argument("--mode", default="stream", help="loader placement mode (default: stream)")
+    gen.add_argument("--mode", default="stream", choices=known_placements(), help="loader placement mode (default: stream)")
     gen.add_argument("--offload", action=argparse.BooleanOptionalAction, default=True,
                      help="request the offload flags (the policy still turns them off on unified memory)")
     gen.add_argument("--verbose", action="store_true", help="print every module move")

@@ -1,23 +1,13 @@
 import threading
 
 import pytest
+import torch
 
 from jobs.queue import claim, enqueue, retry, submit
-from jobs.spec import JobSpec, JobSpecError, build_spec, parse_size
+from jobs.spec import JobSpec, JobSpecError, build_spec
+from loader.device import DeviceInfo
 from storage.connections import connect
 from storage.queries import get_job, list_jobs
-
-
-@pytest.mark.parametrize("text, size", [("700MB", 700 * 10**6), ("4GiB", 4 * 2**30), ("512k", 512_000),
-                                        ("1.5 GB", 1_500_000_000), ("123", 123), (2048, 2048)])
-def test_sizes_take_decimal_and_binary_units(text, size):
-    assert parse_size(text) == size
-
-
-@pytest.mark.parametrize("text", ["-5MB", "0", "lots", "4 XB"])
-def test_nonsense_and_non_positive_sizes_are_refused(text):
-    with pytest.raises(ValueError):
-        parse_size(text)
 
 
 def model(config, name="dummy.safetensors"):
@@ -33,7 +23,14 @@ def model(config, name="dummy.safetensors"):
         ({"device": "gpu0"}, "device", "not understood"),
         ({"dtype": "int3"}, "dtype", "unknown dtype 'int3'"),
         ({"sample_every": -1}, "sample_every", "must be at least 1, got -1"),
-        ({"memory_limit": "-700MB"}, "memory_limit", "size must be positive"),
+        ({"memory_limit": "-700MB"}, "memory_limit", "'-700MB' is negative"),
+        ({"memory_limit": "1e30"}, "memory_limit", "'1e30' is not a size"),
+        ({"memory_limit": "0.5"}, "memory_limit", "'0.5' is too small; the minimum is 1.0 MiB"),
+        ({"memory_budget": "lots"}, "memory_budget", "'lots' is not a size"),
+        ({"memory_floor": "512KiB"}, "memory_floor", "the minimum is 1.0 MiB"),
+        ({"drop_page_cache": "yes"}, "drop_page_cache", "must be true, false or unset"),
+        ({"sequential_components": True}, "sequential_components", "only applies to generate jobs, not 'load'"),
+        ({"device": "cuda"}, "device", "'cuda' is not available here"),
         ({"gpus": 2}, "gpus", "need a cuda device"),
         ({"offload": {"dit_cpu_ofload": False}}, "offload", "unknown flags dit_cpu_ofload"),
         ({"kind": "train"}, "kind", "unknown job kind 'train'"),
@@ -51,6 +48,86 @@ def test_bad_specs_are_refused_naming_the_field(config, fields, field, message):
         build_spec(raw, config, known_kinds=("generate", "load"))
     assert caught.value.field == field
     assert message in str(caught.value)
+
+
+def test_memory_sizes_and_policy_switches_are_exact_and_round_trip_through_storage(db, config, tiny_model):
+    spec = build_spec({"kind": "generate", "model": str(tiny_model), "generate": {"prompt": "a fox"},
+                       "memory_budget": "0.5GiB", "memory_floor": 3 * 2**30, "drop_page_cache": False,
+                       "sequential_components": True}, config)
+    assert (spec.memory_budget, spec.memory_floor) == (2**29, 3 * 2**30)
+    assert (spec.drop_page_cache, spec.sequential_components) == (False, True)
+    assert JobSpec.from_dict(get_job(db, enqueue(db, spec))["spec"]) == spec
+
+
+def test_a_spec_stored_before_the_memory_fields_existed_reads_back_with_policy_defaults(config):
+    stored = build_spec({"kind": "load", "model": model(config)}, config).to_dict()
+    for name in ("memory_budget", "memory_floor", "drop_page_cache", "sequential_components"):
+        del stored[name]
+    spec = JobSpec.from_dict(stored)
+    assert (spec.memory_budget, spec.memory_floor, spec.drop_page_cache, spec.sequential_components) == (None,) * 4
+
+
+def test_a_budget_above_the_memory_limit_is_refused(config):
+    with pytest.raises(JobSpecError) as caught:
+        build_spec({"kind": "load", "model": model(config), "memory_limit": "1GiB", "memory_budget": "2GiB"}, config)
+    assert any(e.startswith("memory_budget: 2,147,483,648 bytes is above memory_limit (1,073,741,824 bytes)")
+               for e in caught.value.errors), caught.value.errors
+
+
+def test_an_unknown_component_is_refused_at_once_listing_the_checkpoints_own(config, tiny_model):
+    with pytest.raises(JobSpecError) as caught:
+        build_spec({"kind": "load", "model": str(tiny_model), "component": "transfomer"}, config)
+    assert caught.value.errors == [
+        f"component: {tiny_model} has no component 'transfomer'; known: audio_vae, text_encoder, transformer, vae"
+    ]
+    assert build_spec({"kind": "load", "model": str(tiny_model), "component": "vae"}, config).component == "vae"
+
+
+def test_a_component_of_an_unreadable_checkpoint_is_left_for_the_job_to_report(config):
+    broken = config.model_roots[0] / "broken"
+    broken.mkdir()
+    (broken / "model_index.json").write_text("{")
+    assert build_spec({"kind": "load", "model": str(broken), "component": "transformer"}, config).component
+
+
+def test_a_prompt_with_a_byte_that_is_not_utf8_is_refused_naming_the_byte(config, tiny_model):
+    prompt = b"a \xff fox".decode("utf-8", "surrogateescape")  # what argv holds for that byte
+    with pytest.raises(JobSpecError) as caught:
+        build_spec({"kind": "generate", "model": str(tiny_model), "generate": {"prompt": prompt}}, config)
+    assert caught.value.errors == ["generate.prompt: is not valid UTF-8 text: byte 0xff at position 2"]
+
+
+def _probe(present: set[str]):
+    """A device probe that finds exactly the CUDA ordinals in `present` (the loader probe's failure shape)."""
+
+    def probe(spec: str) -> DeviceInfo:
+        if spec in present:
+            return DeviceInfo(spec, "cuda", int(spec[5:]), "GPU", False, 80 * 2**30, "cuda-driver", "discrete")
+        return DeviceInfo(spec, "cuda", int(spec[5:]), f"CUDA device {spec[5:]}", False, None, "probe-failed",
+                          "cuDeviceGet failed with CUDA_ERROR_INVALID_DEVICE (101); treating it as discrete, so "
+                          "offload flags stay as set")
+
+    return probe
+
+
+def test_cuda_on_a_torch_without_cuda_is_refused_at_submit(config, monkeypatch):
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: False)
+    with pytest.raises(JobSpecError) as caught:
+        build_spec({"kind": "load", "model": model(config), "device": "cuda"}, config, probe=_probe({"cuda:0"}))
+    assert caught.value.errors == [f"device: 'cuda' is not available here: this torch ({torch.__version__}) "
+                                   "is built without CUDA"]
+
+
+def test_cuda_devices_the_driver_does_not_have_are_refused_at_submit(config, monkeypatch):
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)
+    raw = {"kind": "load", "model": model(config)}
+    with pytest.raises(JobSpecError) as caught:
+        build_spec({**raw, "device": "cuda:1"}, config, probe=_probe({"cuda:0"}))
+    assert caught.value.errors == ["device: cuda:1 is not available here: cuDeviceGet failed with "
+                                   "CUDA_ERROR_INVALID_DEVICE (101)"]
+    with pytest.raises(JobSpecError, match="gpus: cuda:2 is not available here"):
+        build_spec({**raw, "device": "cuda", "gpus": 3}, config, probe=_probe({"cuda:0", "cuda:1"}))
+    assert build_spec({**raw, "device": "cuda", "gpus": 2}, config, probe=_probe({"cuda:0", "cuda:1"})).gpus == 2
 
 
 def test_a_refused_submit_queues_nothing(db, config):
@@ -83,9 +160,22 @@ def test_a_valid_generate_spec_round_trips_through_storage(db, config, tiny_mode
 def test_retry_queues_a_new_job_with_the_same_spec(db, config):
     first = submit(db, {"kind": "steps", "model": model(config)}, config)
     db.execute("UPDATE jobs SET status = 'failed' WHERE id = ?", [first])
-    second = retry(db, first)
+    second = retry(db, first, config)
     assert get_job(db, second)["spec"] == get_job(db, first)["spec"]
     assert get_job(db, second)["retry_of"] == first and get_job(db, second)["status"] == "queued"
+    third = retry(db, first, config, changes={"mode": "drain"})
+    assert get_job(db, third)["spec"] == {**get_job(db, first)["spec"], "mode": "drain"}
+
+
+def test_retry_checks_the_spec_again_and_queues_nothing_when_it_no_longer_holds(db, config):
+    first = submit(db, {"kind": "steps", "model": model(config)}, config)
+    db.execute("UPDATE jobs SET status = 'failed' WHERE id = ?", [first])
+    (config.model_roots[0] / "dummy.safetensors").unlink()
+    with pytest.raises(JobSpecError, match="model: .*dummy.safetensors does not exist"):
+        retry(db, first, config)
+    with pytest.raises(JobSpecError, match="mode: unknown placement mode 'stram'"):
+        retry(db, first, config, changes={"mode": "stram"})
+    assert [job["id"] for job in list_jobs(db)] == [first]
 
 
 def test_two_supervisors_never_claim_the_same_job(db, config):

@@ -1,0 +1,90 @@
+"""How the jobs CLI shows a job: the JSON document, the text view of one job, the table of many."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import sqlite_utils
+
+from storage.artifacts import job_dir
+from storage.config import Config
+from storage.queries import artifacts, last_sample
+
+ERROR_WIDTH = 72
+"""Characters of a job's error the table shows (its first line); `show` prints it whole."""
+
+
+def job_document(job: dict, db: sqlite_utils.Database, config: Config) -> dict[str, Any]:
+    """The JSON shape of one job: status, error, metrics (the loader's metric names), artifacts with paths."""
+    folder = job_dir(config.data_dir, job["id"])
+    return {
+        "id": job["id"],
+        "kind": job["kind"],
+        "status": job["status"],
+        "error": job["error"],
+        "metrics": job["metrics"],
+        "spec": job["spec"],
+        "stage": job["stage"],
+        "progress": {"done": job["progress_done"], "total": job["progress_total"]},
+        "exit_code": job["exit_code"],
+        "signal": job["signal"],
+        "created_at": job["created_at"],
+        "started_at": job["started_at"],
+        "finished_at": job["finished_at"],
+        "retry_of": job["retry_of"],
+        "last_sample": last_sample(db, job["id"]),
+        "artifacts": [
+            {"name": a["name"], "path": str(folder / a["name"]), "size": a["size"], "media_type": a["media_type"]}
+            for a in artifacts(db, job["id"])
+        ],
+    }
+
+
+def print_job(document: dict[str, Any], *, as_json: bool) -> None:
+    """One job: the JSON document, or its status, times, error (whole), metrics and artifacts as text."""
+    if as_json:
+        print(json.dumps(document))
+        return
+    retried = f", retry of job {document['retry_of']}" if document["retry_of"] else ""
+    print(f"job {document['id']} ({document['kind']}{retried}): {document['status']}")
+    print(f"  model: {(document['spec'] or {}).get('model', '')}")
+    times = [(label, document[key]) for label, key in
+             (("created", "created_at"), ("started", "started_at"), ("finished", "finished_at"))]
+    print("  " + ", ".join(f"{label} {timestamp(value)}" for label, value in times if value))
+    if document["error"]:
+        print(f"  error: {document['error']}")
+    for key, value in sorted((document["metrics"] or {}).items()):
+        print(f"  {key}: {value}")
+    for artifact in document["artifacts"]:
+        print(f"  artifact: {artifact['path']} ({artifact['media_type']}, {artifact['size']:,} bytes)")
+
+
+def print_job_table(jobs: list[dict]) -> None:
+    """Jobs as aligned columns under a header row, each error cut to its first line."""
+    rows = [("ID", "KIND", "STATUS", "CREATED", "FINISHED", "MODEL", "ERROR")]
+    for job in jobs:
+        spec = job["spec"] or {}
+        model = spec.get("model", "") + (f" [{spec['component']}]" if spec.get("component") else "")
+        rows.append((str(job["id"]), job["kind"], job["status"], timestamp(job["created_at"]),
+                     timestamp(job["finished_at"]), model, one_line(job["error"])))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        cells = [cell.rjust(w) if i == 0 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+        print("  ".join(cells + [row[-1]]).rstrip())
+
+
+def timestamp(seconds: float | None) -> str:
+    """Local time to the second (`2026-12-01 10:02:11`), or `-` when the moment has not come."""
+    return "-" if seconds is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
+
+
+def one_line(text: str | None, width: int = ERROR_WIDTH) -> str:
+    """The first line of `text`, cut to `width` characters with `…` (multi-problem errors run to many lines)."""
+    if not text:
+        return ""
+    first = text.strip().splitlines()[0]
+    if len(first) > width:
+        return first[: width - 1].rstrip() + "…"
+    return first + (" …" if "\n" in text.strip() else "")
