@@ -250,8 +250,10 @@ def _add_spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", help="float32, bfloat16 or float16 (default: the checkpoint's)")
     parser.add_argument("--sample-every", default=1, metavar="N", help="record a memory sample every N tensors (default 1)")
     parser.add_argument("--memory-limit", metavar="SIZE", help="memory cgroup limit for the job, such as 700MB or 4GiB")
-    parser.add_argument("--memory-budget", metavar="SIZE", help="memory the guard lets the job use, such as 0.5GiB")
-    parser.add_argument("--memory-floor", metavar="SIZE", help="MemAvailable the guard keeps free, such as 2GiB")
+    parser.add_argument("--memory-budget", metavar="SIZE",
+                        help="memory guard: stop the job once system in use grew this much over its start, e.g. 0.5GiB")
+    parser.add_argument("--memory-floor", metavar="SIZE",
+                        help="memory guard: stop the job once MemAvailable falls below this (default: configured)")
     parser.add_argument("--drop-page-cache", action=argparse.BooleanOptionalAction,
                         help="drop each shard's page cache once placed (default: the policy's)")
     parser.add_argument("--gpus", default=1, metavar="N", help="number of GPUs (default 1)")

@@ -66,9 +66,10 @@ class JobSpec:
     gpus: int = 1
     """Number of GPUs (ranks) the job uses."""
     memory_budget: int | None = None
-    """Bytes the job may use before the memory guard stops it (below any `memory_limit`); None for no budget."""
+    """The memory guard's budget: most bytes the job may add to system in use (MemTotal - MemAvailable)
+    over its start, CUDA allocations on unified memory included; None for no budget."""
     memory_floor: int | None = None
-    """MemAvailable, in bytes, the memory guard keeps free for the rest of the machine; None for no floor."""
+    """The memory guard's floor: least MemAvailable in bytes; None for the configured floor."""
     drop_page_cache: bool | None = None
     """Drop each shard's pages from the page cache once placed; None leaves it to the policy's default."""
     sequential_components: bool | None = None
@@ -254,7 +255,11 @@ def _offload(flags: Mapping[str, Any], problems: _Problems) -> OffloadSettings:
 
 
 def _memory_sizes(raw: Mapping[str, Any], problems: _Problems) -> dict[str, int | None]:
-    """`memory_limit` (checked to be applicable here), `memory_budget` (within the limit) and `memory_floor`."""
+    """`memory_limit` (checked to be applicable here), `memory_budget` and `memory_floor`.
+
+    A budget above the limit is allowed: the budget counts system in use, CUDA allocations on unified
+    memory included, which a memory cgroup does not see.
+    """
     from jobs.cgroups import memory_limit_support
 
     sizes: dict[str, int | None] = {}
@@ -270,10 +275,6 @@ def _memory_sizes(raw: Mapping[str, Any], problems: _Problems) -> dict[str, int 
         reason = memory_limit_support()
         if reason is not None:
             problems.add("memory_limit", f"per-job memory limits are not available here: {reason}")
-    limit, budget = sizes["memory_limit"], sizes["memory_budget"]
-    if limit is not None and budget is not None and budget > limit:
-        problems.add("memory_budget", f"{budget:,} bytes is above memory_limit ({limit:,} bytes): "
-                                      "the cgroup would kill the job before the budget stops it")
     return sizes
 
 
