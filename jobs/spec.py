@@ -129,7 +129,7 @@ def build_spec(raw: Mapping[str, Any], config: Config, *, known_kinds: tuple[str
     values: dict[str, Any] = {
         "kind": kind,
         "model": model,
-        "component": _component(raw.get("component") or None, model, problems),
+        "component": _component(raw.get("component") or None, model, config, problems),
         "mode": _choice(raw.get("mode", "stream"), known_placements(), "mode", "placement mode", problems),
         "device": device,
         "dtype": _dtype(raw.get("dtype") or None, problems),
@@ -182,7 +182,7 @@ def _model(model: Any, config: Config, problems: _Problems) -> str | None:
         return None
 
 
-def _component(component: Any, model: str | None, problems: _Problems) -> str | None:
+def _component(component: Any, model: str | None, config: Config, problems: _Problems) -> str | None:
     """A folder name the checkpoint's discovery knows; a checkpoint that cannot be read is left to the job to report."""
     if component is None:
         return None
@@ -191,7 +191,7 @@ def _component(component: Any, model: str | None, problems: _Problems) -> str | 
         return component
     if model is not None:
         try:
-            index = discover_checkpoint(model, validate=False)
+            index = discover_checkpoint(model, validate=False, roots=config.model_roots)
         except CheckpointError:
             return component  # the job fails naming the file; a wrong component would be one more guess
         try:
