@@ -26,7 +26,7 @@ from storage.schema import SAMPLE_COLUMNS
 MAX_POINTS = 1500
 """Rows a chart receives at most; storage keeps each bucket's min and max, so peaks survive."""
 
-CHART_COLUMNS = ("vm_rss", "rss_file", "device_allocated", "mem_available")
+CHART_COLUMNS = ("vm_rss", "rss_file", "device_allocated", "mem_available", "cgroup_usage")
 """Columns whose peaks and troughs the downsampling keeps (the charted series)."""
 
 

@@ -1,8 +1,11 @@
 """Every number the dashboard shows goes through here, so units never drift.
 
-Memory is always GiB (2**30 bytes); throughput keeps DESIGN.md's decimal GB/s
-because `throughput_gbps` is defined that way. Ratios read "1.16×", fractions
-"64%". Missing values read "—" rather than 0, which would be a lie.
+Memory reads in binary units by size: GiB (2**30 bytes) from 1 GiB up, MiB
+below (a 65 MiB checkpoint never reads "0.06 GiB"), KiB under 1 MiB. Throughput
+is decimal GB/s everywhere, because the load report's `throughput_gbps` is
+defined as bytes read / seconds / 1e9 (`loader.report.LoadReport`). Ratios read "1.16×",
+fractions "64%", durations carry their unit. Missing values read "—" rather
+than 0, which would be a lie.
 """
 
 from __future__ import annotations
@@ -23,13 +26,19 @@ def _absent(value: float | None) -> bool:
 
 
 def gib(nbytes: float | None, digits: int = 1) -> str:
-    """`63.2 GiB` from a byte count; small values keep enough digits to be non-zero."""
+    """A memory size in the unit its size needs: `63.2 GiB`; under 1 GiB `752 MiB`, under 1 MiB
+    `12 KiB` and under 1 KiB `14 B`, with one decimal fewer than GiB (MiB are 1024 times finer)."""
     if _absent(nbytes):
         return MISSING
-    value = nbytes / GIB
-    if value != 0 and abs(value) < 10 ** -digits:
-        return f"{nbytes / 2**20:.{digits}f} MiB"
-    return f"{value:.{digits}f} GiB"
+    magnitude = abs(nbytes)
+    if magnitude == 0 or magnitude >= GIB:
+        return f"{nbytes / GIB:.{digits}f} GiB"
+    fine = max(0, digits - 1)
+    if magnitude >= MIB:
+        return f"{nbytes / MIB:.{fine}f} MiB"
+    if magnitude >= 2**10:
+        return f"{nbytes / 2**10:.{fine}f} KiB"
+    return f"{int(nbytes)} B"
 
 
 def size_unit(nbytes: float | None) -> tuple[str, int]:
@@ -70,10 +79,35 @@ def duration(seconds: float | None) -> str:
 
 
 def rate_gbps(value: float | None) -> str:
-    """`4.9 GB/s` (decimal, as DESIGN.md defines `throughput_gbps`)."""
+    """`4.93 GB/s` from a value already in GB/s (decimal, as `throughput_gbps` is defined)."""
     if _absent(value):
         return MISSING
     return f"{value:.2f} GB/s" if value < 10 else f"{value:.1f} GB/s"
+
+
+def rate(bytes_per_second: float | None) -> str:
+    """`4.93 GB/s` from bytes per second: the same decimal unit as `throughput_gbps`."""
+    if _absent(bytes_per_second):
+        return MISSING
+    return rate_gbps(bytes_per_second / 1e9)
+
+
+def delta_ratio(value: float | None, reference: float | None, digits: int = 2) -> str | None:
+    """`+0.16×` for a change of a ratio, None when either is missing or they are equal at
+    the shown precision (a "+0.00×" would read as a change)."""
+    if _absent(value) or _absent(reference):
+        return None
+    change = round(value - reference, digits)
+    if change == 0:
+        return None
+    return f"{change:+.{digits}f}×"
+
+
+def flag(value: object) -> str:
+    """`on` / `off` for a boolean setting, `default` for None (the policy decides)."""
+    if value is None:
+        return "default"
+    return "on" if value else "off"
 
 
 METRIC_LABELS: dict[str, str] = {
@@ -86,7 +120,7 @@ METRIC_LABELS: dict[str, str] = {
     "raw_read_gbps": "Raw read rate",
     "read_efficiency": "Read efficiency",
 }
-"""Readable names for DESIGN.md's metric names; others are derived from the name."""
+"""Readable names for the load report's metric names (`loader.report.LoadReport`); others are derived from the name."""
 
 
 def metric_label(name: str) -> str:
@@ -99,6 +133,10 @@ def metric_label(name: str) -> str:
             words = words[: -len(suffix)]
     words = words.replace("_", " ").strip()
     return words[:1].upper() + words[1:]
+
+
+BYTE_METRICS = frozenset({"memory_limit", "memory_budget", "memory_floor", "peak_footprint"})
+"""Metrics in bytes whose name does not say so."""
 
 
 def metric_value(name: str, value: object) -> str:
@@ -115,7 +153,7 @@ def metric_value(name: str, value: object) -> str:
         return rate_gbps(value)
     if name.endswith("_seconds") or name.endswith("_s"):
         return duration(value)
-    if "bytes" in name:
+    if "bytes" in name or name in BYTE_METRICS:
         return gib(value, 2)
     if isinstance(value, float):
         return f"{value:.3g}"

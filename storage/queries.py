@@ -5,11 +5,15 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
+from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 import sqlite_utils
 
-from storage.schema import EXTREMES_BLOCK, SAMPLE_COLUMNS
+from storage.artifacts import job_dir
+from storage.connections import transaction
+from storage.schema import EXTREMES_BLOCK, FINAL_STATUSES, SAMPLE_COLUMNS
 
 SERIES_COLUMNS = ("vm_rss", "rss_anon", "rss_file", "device_allocated", "mem_available", "cgroup_usage")
 """Memory columns a downsampled series keeps the peaks (and troughs) of, by default."""
@@ -220,3 +224,24 @@ def artifacts(db: sqlite_utils.Database, job_id: int) -> list[dict]:
 def supervisors(db: sqlite_utils.Database) -> list[dict]:
     """Supervisor heartbeat rows, most recent first (see `jobs.supervisor.supervisor_status`)."""
     return list(db.query("SELECT * FROM supervisors ORDER BY heartbeat_at DESC"))
+
+
+def delete_job(db: sqlite_utils.Database, data_dir: str | Path, job_id: int) -> int:
+    """Delete a finished job: its row, samples, sample extremes, events, artifact rows and its
+    artifact folder. Returns the bytes of files removed. A queued or running job is refused
+    (ValueError naming its status), checked in the same write transaction as the delete, so a
+    supervisor cannot claim it in between; retries of the job keep their rows but lose the link."""
+    folder = job_dir(data_dir, job_id)
+    with transaction(db) as conn:
+        row = conn.execute("SELECT status FROM jobs WHERE id = ?", [job_id]).fetchone()
+        if row is None:
+            raise ValueError(f"there is no job {job_id}")
+        if row[0] not in FINAL_STATUSES:
+            raise ValueError(f"job {job_id} is {row[0]}: only a finished job can be deleted (cancel it first)")
+        for table in ("samples", "sample_extremes", "events", "artifacts"):
+            conn.execute(f"DELETE FROM {table} WHERE job_id = ?", [job_id])
+        conn.execute("UPDATE jobs SET retry_of = NULL WHERE retry_of = ?", [job_id])
+        conn.execute("DELETE FROM jobs WHERE id = ?", [job_id])
+    reclaimed = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.exists() else 0
+    shutil.rmtree(folder, ignore_errors=True)
+    return reclaimed

@@ -1,95 +1,124 @@
-"""Compare: two to five jobs overlaid on a shared axis, their metrics against a reference, their videos."""
+"""Compare: two to five jobs overlaid on a shared axis, their parameters and metrics against a reference, their videos.
+
+Each mode keeps its dash and each series its colour and panel on every view;
+with nothing chosen, only jobs of one checkpoint are suggested.
+"""
 
 import pandas as pd
 import streamlit as st
 
 from dashboard import charts, data, nav
 from dashboard.host import read_host_memory
-from dashboard.views.history import comparison_table, diff_only, job_summary
+from dashboard.views.history import checkpoints_of, comparison_table, default_comparison, diff_only, job_summary
+from dashboard.views.query import QueryError, job_ids
 from dashboard.views.spec import job_label, spec_mode
 
-st.title("Compare")
 db = data.db_path()
 mem_total = read_host_memory().total
-all_jobs = data.jobs(db)
-by_id = {j["id"]: j for j in all_jobs}
 
 
-def _from_query() -> list[int]:
-    raw = st.query_params.get("jobs", "")
-    return [int(part) for part in raw.split(",") if part.strip().isdigit() and int(part) in by_id]
+def from_query(by_id: dict[int, dict]) -> list[int]:
+    """The jobs `?jobs=` names; a malformed list or unknown ids are said, never crash the page."""
+    try:
+        wanted = job_ids(st.query_params.get("jobs", ""))
+    except QueryError as e:
+        st.error(str(e))
+        return []
+    missing = [i for i in wanted if i not in by_id]
+    if missing:
+        st.warning(f"There is no job {', '.join(map(str, missing))}.")
+    return [i for i in wanted if i in by_id][: charts.MAX_COMPARED]
 
 
-def _latest_per_mode() -> list[int]:
-    latest: dict[str, int] = {}
-    for job in all_jobs:
-        if job["status"] == "succeeded" and spec_mode(job) and spec_mode(job) not in latest:
-            latest[spec_mode(job)] = job["id"]
-    return sorted(latest.values())
-
-
-chosen = st.multiselect(
-    "Jobs (the first is the baseline)",
-    list(by_id),
-    default=_from_query() or _latest_per_mode()[: charts.MAX_COMPARED],
-    format_func=lambda i: f"{job_label(by_id[i])} · {by_id[i]['status']}",
-    max_selections=charts.MAX_COMPARED,
-)
-st.query_params["jobs"] = ",".join(map(str, chosen))
-if len(chosen) < 2:
-    st.info("Pick at least two jobs to compare (or select rows on the History page). With none chosen, the latest finished job of each mode is suggested.")
-    if not all_jobs and st.button("Go to Run"):
-        nav.goto("run")
-    st.stop()
-
-jobs = [by_id[i] for i in chosen]
-c1, c2, c3, c4 = st.columns(4)
-# Generate jobs place everything before their stages run, so only time separates their curves.
-all_loads = all(j["kind"] == "load" for j in jobs)
-default_x = "% placed" if all_loads else "seconds"
-# Loads differ by what they add on top of the process and the machine (retain 2.0x, drain 1.2x, stream 1.0x);
-# in absolute GiB that baseline dwarfs a small checkpoint and the curves sit on top of each other.
-default_y = "× checkpoint" if all_loads else "GiB"
-x_axis = c1.segmented_control("x", ["% placed", "seconds"], default=default_x, key="compare_x") or default_x
-y_axis = c2.segmented_control("y", ["GiB", "× checkpoint"], default=default_y, key="compare_y") or default_y
-subtract = c3.toggle("Subtract each job's starting use", value=all_loads, key="compare_subtract")
-whole_pool = c4.toggle("Whole pool on y", value=False, key="compare_pool")
-
-frames = []
-summaries = {}
-for job in jobs:
-    samples = data.series(db, job["id"], data.sample_count(db, job["id"]))
-    summaries[job["id"]] = job_summary(samples, mem_total)
-    total = (job.get("metrics") or {}).get("bytes_placed") or data.expected_bytes(job) or int(samples["bytes_placed"].max() or 1)
-    frames.append(samples.assign(job=job_label(job), total_bytes=total, mem_total=mem_total))
-
-chart = charts.compare_chart(
-    pd.concat(frames, ignore_index=True),
-    x="percent" if x_axis == "% placed" else "seconds",
-    y="ratio" if y_axis == "× checkpoint" else "gib",
-    subtract_start=subtract,
-    capacity=mem_total,
-    fit="pool" if whole_pool else "data",
-)
-st.altair_chart(chart, width="stretch")
-if y_axis == "× checkpoint":
-    st.caption(
-        "× checkpoint: each series over that job's checkpoint size; 1.0× is the model itself. "
-        "VmRSS (plus GPU allocated) is the job's own cost, what footprint_ratio measures; System in use is the "
-        "whole machine, so with a small checkpoint other processes move it as much as the load does."
+def pick_jobs(all_jobs: list[dict]) -> list[dict]:
+    by_id = {j["id"]: j for j in all_jobs}
+    chosen = st.multiselect(
+        "Jobs (the first is the baseline)",
+        list(by_id),
+        default=from_query(by_id) or default_comparison(all_jobs, charts.MAX_COMPARED),
+        format_func=lambda i: f"{job_label(by_id[i])} · {by_id[i]['status']}",
+        max_selections=charts.MAX_COMPARED,
     )
+    st.query_params["jobs"] = ",".join(map(str, chosen))
+    return [by_id[i] for i in chosen]
 
-st.subheader("Metrics")
-reference = st.selectbox("Reference job", chosen, format_func=lambda i: job_label(by_id[i]), key="compare_ref")
-table = comparison_table(jobs, summaries, reference)
-if st.toggle("Diff only", value=False, key="compare_diff"):
-    table = diff_only(table)
-st.dataframe(table, hide_index=True, width="stretch")
 
-videos = [(job, a) for job in jobs for a in data.artifacts(db, job["id"]) if a["name"].endswith(".mp4")]
-if videos:
+def draw_chart(jobs: list[dict], summaries: dict[int, dict]) -> None:
+    c1, c2, c3, c4 = st.columns(4)
+    # Generate jobs place everything before their stages run, so only time separates their curves.
+    all_loads = all(j["kind"] == "load" for j in jobs)
+    default_x = "% placed" if all_loads else "seconds"
+    # Loads differ by what they add on top of the process and the machine (retain 2.0x, drain 1.2x, stream 1.0x);
+    # in absolute GiB that baseline dwarfs a small checkpoint and the curves sit on top of each other.
+    default_y = "× checkpoint" if all_loads else "GiB"
+    x_axis = c1.segmented_control("x", ["% placed", "seconds"], default=default_x, key="compare_x") or default_x
+    y_axis = c2.segmented_control("y", ["GiB", "× checkpoint"], default=default_y, key="compare_y") or default_y
+    subtract = c3.toggle("Subtract each job's starting use", value=all_loads, key="compare_subtract")
+    whole_pool = c4.toggle("Whole pool on y", value=False, key="compare_pool")
+    frames = []
+    for job in jobs:
+        samples = data.series(db, job["id"], data.sample_count(db, job["id"]))
+        summaries[job["id"]] = job_summary(samples, mem_total)
+        total = (job.get("metrics") or {}).get("bytes_placed") or data.expected_bytes(job) or int(samples["bytes_placed"].max() or 1)
+        frames.append(samples.assign(job=job_label(job), mode=spec_mode(job), job_id=job["id"], total_bytes=total, mem_total=mem_total))
+    chart = charts.compare_chart(
+        pd.concat(frames, ignore_index=True),
+        x="percent" if x_axis == "% placed" else "seconds",
+        y="ratio" if y_axis == "× checkpoint" else "gib",
+        subtract_start=subtract,
+        capacity=mem_total,
+        fit="pool" if whole_pool else "data",
+        theme=st.context.theme.type,
+    )
+    st.altair_chart(chart, width="stretch")
+    if y_axis == "× checkpoint":
+        st.caption(
+            "× checkpoint: each series over that job's checkpoint size; 1.0× is the model itself. "
+            "VmRSS (plus GPU allocated) is the job's own cost, what the footprint ratio measures; System in use is the "
+            "whole machine, so with a small checkpoint other processes move it as much as the load does."
+        )
+
+
+def draw_tables(jobs: list[dict], summaries: dict[int, dict]) -> None:
+    st.subheader("Parameters and metrics")
+    ids = [j["id"] for j in jobs]
+    by_id = {j["id"]: j for j in jobs}
+    reference = st.selectbox("Reference job", ids, format_func=lambda i: job_label(by_id[i]), key="compare_ref")
+    table = comparison_table(jobs, summaries, reference)
+    if st.toggle("Diff only", value=False, key="compare_diff", help="Only the parameters and metrics that differ"):
+        table = diff_only(table)
+    st.dataframe(table, hide_index=True, width="stretch")
+
+
+def draw_videos(jobs: list[dict]) -> None:
+    videos = [(job, a) for job in jobs for a in data.artifacts(db, job["id"]) if a["name"].endswith(".mp4")]
+    if not videos:
+        return
     st.subheader("Videos")
     for column, (job, artifact) in zip(st.columns(min(3, len(videos))), videos[:3]):
         with column:
             st.caption(job_label(job))
             st.video(str(data.artifact_path(job["id"], artifact["name"])), loop=True, muted=True)
+
+
+def main() -> None:
+    st.title("Compare")
+    all_jobs = data.jobs(db)
+    jobs = pick_jobs(all_jobs)
+    if len(jobs) < 2:
+        st.info("Pick at least two jobs to compare (or select rows on the History page). With none chosen, the "
+                "latest finished job of each mode of one checkpoint is suggested.")
+        if not all_jobs and st.button("Go to Run"):
+            nav.goto("run")
+        st.stop()
+    mixed = checkpoints_of(jobs)
+    if len(mixed) > 1:
+        st.warning(f"Different checkpoints: {', '.join(mixed)}. Their curves are drawn, but ratios against the "
+                   "reference are given only for jobs of its own checkpoint.")
+    summaries: dict[int, dict] = {}
+    draw_chart(jobs, summaries)
+    draw_tables(jobs, summaries)
+    draw_videos(jobs)
+
+
+main()

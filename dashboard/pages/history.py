@@ -1,66 +1,135 @@
-"""History: every job with its key metrics; select several to compare."""
+"""History: every job with its parameters and key metrics; filter, search, compare or delete them.
+
+The status chip, mode, kind and search are bound to the URL (`?status=Failed&q=demo`),
+so a filtered view can be shared and survives a refresh.
+"""
 
 import streamlit as st
 
 from dashboard import data, nav
+from dashboard import format as fmt
 from dashboard.host import read_host_memory
-from dashboard.views.history import FILTERS, history_frame, job_summary
+from dashboard.views.history import FILTERS, history_frame, job_summary, matches
 from dashboard.views.spec import spec_mode
+from storage.connections import connect
+from storage.queries import delete_job
+from storage.schema import FINAL_STATUSES
 
-st.title("History")
+PENDING_KEY = "history_delete"  # session key: ids waiting for the user to confirm their deletion
+DONE_KEY = "history_deleted"  # session key: what the last delete removed, said once after the rerun
+
 db = data.db_path()
 mem_total = read_host_memory().total
-all_jobs = data.jobs(db)
 
-if not all_jobs:
-    st.info("No jobs yet. Queue one on the Run page: the defaults load the demo checkpoint in a few seconds.")
-    if st.button("Go to Run", type="primary"):
-        nav.goto("run")
-    st.stop()
 
-status_tab = st.segmented_control("Show", list(FILTERS), default="All", key="history_filter")
-left, right = st.columns(2)
-modes = sorted({spec_mode(j) for j in all_jobs if spec_mode(j)})
-mode_pick = left.multiselect("Mode", modes, placeholder="any mode")
-kinds = sorted({j["kind"] for j in all_jobs})
-kind_pick = right.multiselect("Kind", kinds, placeholder="any kind")
+def filters(all_jobs: list[dict]) -> list[dict]:
+    """The chips, pickers and search; returns the jobs they let through."""
+    # The URL carries the chip's label, so counts go in the caption, not the label (links stay valid).
+    chip = st.segmented_control("Show", list(FILTERS), default="All", key="status", bind="query-params") or "All"
+    counts = {name: sum(1 for j in all_jobs if j["status"] in statuses) for name, statuses in FILTERS.items() if statuses}
+    st.caption(" · ".join(f"{count} {name.lower()}" for name, count in counts.items() if count))
+    left, middle, right = st.columns([1, 1, 2])
+    modes = sorted({spec_mode(j) for j in all_jobs if spec_mode(j)})
+    mode_pick = left.multiselect("Mode", modes, placeholder="any mode", key="mode", bind="query-params")
+    kinds = sorted({j["kind"] for j in all_jobs})
+    kind_pick = middle.multiselect("Kind", kinds, placeholder="any kind", key="kind", bind="query-params")
+    search = right.text_input("Search checkpoint or prompt", key="q", bind="query-params", placeholder="e.g. demo, fox")
+    statuses = FILTERS[chip]
+    return [
+        j
+        for j in all_jobs
+        if (statuses is None or j["status"] in statuses)
+        and (not mode_pick or spec_mode(j) in mode_pick)
+        and (not kind_pick or j["kind"] in kind_pick)
+        and matches(j, search or "")
+    ]
 
-statuses = FILTERS.get(status_tab or "All")
-shown = [
-    j
-    for j in all_jobs
-    if (statuses is None or j["status"] in statuses)
-    and (not mode_pick or spec_mode(j) in mode_pick)
-    and (not kind_pick or j["kind"] in kind_pick)
-]
-summaries = {
-    j["id"]: job_summary(data.series(db, j["id"], data.sample_count(db, j["id"]), max_points=60), mem_total)
-    for j in shown
-}
-table = history_frame(shown, summaries, link=lambda job_id: nav.link("job", job=str(job_id)))
 
-event = st.dataframe(
-    table,
-    hide_index=True,
-    width="stretch",
-    on_select="rerun",
-    selection_mode="multi-row",
-    key="history_table",
-    column_config={
-        "": st.column_config.TextColumn("", width="small"),
-        "job": st.column_config.LinkColumn("job", display_text=r"/job\?job=(\d+)", width="small"),
-        "id": None,
-        "started": st.column_config.DatetimeColumn("started", format="YYYY-MM-DD HH:mm:ss"),
-        "duration (s)": st.column_config.NumberColumn(format="%.1f"),
-        "peak in use (GiB)": st.column_config.NumberColumn(format="%.1f"),
-        "footprint ×": st.column_config.ProgressColumn(
-            "footprint ×", format="%.2f×", min_value=0.0, max_value=2.5, help="footprint_ratio (1.0× is the model itself)"
-        ),
-        "min headroom (GiB)": st.column_config.NumberColumn(format="%.1f"),
-        "in use": st.column_config.LineChartColumn("in use (GiB)", width="small"),
-    },
-)
-picked = [int(table.iloc[i]["id"]) for i in event.selection.rows]
-st.caption(f"{len(shown)} of {len(all_jobs)} jobs. Select rows to compare them.")
-if st.button(f"Compare ({len(picked)})", disabled=len(picked) < 2, type="primary"):
-    nav.goto("compare", jobs=",".join(str(i) for i in sorted(picked)))
+def table(shown: list[dict]):
+    """The jobs table with a multi-row selection; returns the frame and the selected ids."""
+    summaries = {
+        j["id"]: job_summary(data.series(db, j["id"], data.sample_count(db, j["id"]), max_points=60), mem_total)
+        for j in shown
+    }
+    frame = history_frame(shown, summaries, link=lambda job_id: nav.link("job", job=str(job_id)))
+    event = st.dataframe(
+        frame,
+        hide_index=True,
+        width="stretch",
+        on_select="rerun",
+        selection_mode="multi-row",
+        key="history_table",
+        column_config={
+            "": st.column_config.TextColumn("", width="small"),
+            "job": st.column_config.LinkColumn("job", display_text=r"/job\?job=(\d+)", width="small"),
+            "id": None,
+            "outcome": st.column_config.TextColumn("outcome", width="large"),
+            "prompt": st.column_config.TextColumn("prompt", width="medium"),
+            "started": st.column_config.DatetimeColumn("started", format="YYYY-MM-DD HH:mm:ss"),
+            "duration": st.column_config.NumberColumn("duration", format="%.1f s"),
+            "peak in use": st.column_config.NumberColumn("peak in use", format="%.2f GiB"),
+            "footprint ×": st.column_config.ProgressColumn(
+                "footprint ×", format="%.2f×", min_value=0.0, max_value=2.5,
+                help="footprint ratio: the job's own memory growth over the bytes it placed (1.0× is the model itself)",
+            ),
+            "min headroom": st.column_config.NumberColumn("min headroom", format="%.2f GiB"),
+            "in use": st.column_config.LineChartColumn("in use (GiB)", width="small"),
+            "retry of": st.column_config.LinkColumn("retry of", display_text=r"/job\?job=(\d+)", width="small"),
+        },
+    )
+    # A selection outlives the rows it was made on (a filter or a delete changes them): drop stale rows.
+    return frame, [int(frame.iloc[i]["id"]) for i in event.selection.rows if i < len(frame)]
+
+
+def delete(picked: list[dict]) -> None:
+    """Delete with a confirmation; jobs that may still run are refused and named."""
+    busy = [j["id"] for j in picked if j["status"] not in FINAL_STATUSES]
+    pending = st.session_state.get(PENDING_KEY)
+    if pending is None:
+        if busy:
+            st.caption(f"Job {', '.join(map(str, busy))} is still queued or running: cancel it before deleting.")
+        return
+    files = sum(a["size"] for i in pending for a in data.artifacts(db, i))
+    samples = sum(data.sample_count(db, i) for i in pending)
+    st.warning(f"Delete job {', '.join(map(str, pending))}? This removes {samples:,} samples and {fmt.gib(files)} of files "
+               "(videos, logs) for good.")
+    yes, no, _ = st.columns([1, 1, 4])
+    if yes.button("Delete for good", type="primary", key="history_confirm_delete"):
+        conn = connect(db, ensure=False)
+        reclaimed = sum(delete_job(conn, data.config().data_dir, i) for i in pending)
+        st.session_state[DONE_KEY] = f"Deleted {len(pending)} job(s): {fmt.gib(reclaimed)} of files and {samples:,} samples reclaimed."
+        st.session_state.pop(PENDING_KEY)
+        st.session_state.pop("history_table", None)
+        for loader in (data.jobs, data.job, data.artifacts, data.sample_count):
+            loader.clear()
+        st.rerun()
+    if no.button("Keep them", key="history_keep"):
+        st.session_state.pop(PENDING_KEY)
+        st.rerun()
+
+
+def main() -> None:
+    st.title("History")
+    all_jobs = data.jobs(db)
+    if DONE_KEY in st.session_state:
+        st.success(st.session_state.pop(DONE_KEY))
+    if not all_jobs:
+        st.info("No jobs yet. Queue one on the Run page: the defaults load the demo checkpoint in a few seconds.")
+        if st.button("Go to Run", type="primary"):
+            nav.goto("run")
+        st.stop()
+    shown = filters(all_jobs)
+    _, picked = table(shown)
+    st.caption(f"{len(shown)} of {len(all_jobs)} jobs. Select rows to compare or delete them.")
+    by_id = {j["id"]: j for j in all_jobs}
+    chosen = [by_id[i] for i in picked]
+    left, right, _ = st.columns([1, 1, 4])
+    if left.button(f"Compare ({len(picked)})", disabled=len(picked) < 2, type="primary", key="history_compare"):
+        nav.goto("compare", jobs=",".join(str(i) for i in sorted(picked)))
+    finished = [j["id"] for j in chosen if j["status"] in FINAL_STATUSES]
+    if right.button(f"Delete ({len(finished)})", disabled=not finished, key="history_delete_button", icon=":material/delete:"):
+        st.session_state[PENDING_KEY] = finished
+    delete(chosen)
+
+
+main()

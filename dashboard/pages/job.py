@@ -1,14 +1,16 @@
-"""Job: one job live (charts refresh in a fragment), then its metrics, video and downloads."""
+"""Job: one job live (charts refresh in a fragment), then why it ended, its parameters, metrics, video and downloads."""
 
 import json
 
+import pandas as pd
 import streamlit as st
 
 from dashboard import charts, data, nav
 from dashboard import format as fmt
 from dashboard.host import memory_kind, read_host_memory
 from dashboard.views import jobs as jv
-from dashboard.views.spec import spec_checkpoint_name, spec_of
+from dashboard.views.query import QueryError, job_id as parse_job_id
+from dashboard.views.spec import generate_parameters, job_parameters, spec_checkpoint_name, spec_of
 from jobs.queue import JobStateError, cancel, enqueue
 from jobs.spec import JobSpecError, build_spec
 from storage.connections import connect
@@ -17,113 +19,169 @@ LIVE_EVERY = 1.0  # seconds between live refreshes of the charts and cards
 LIVE_KEY = "job_live"  # session key: id of the job whose live timer runs (cleared once it is final)
 X_LABELS = {"placed": "bytes", "% placed": "percent", "seconds": "seconds"}
 Y_LABELS = {"Above baseline": "baseline", "Fit data": "data", "Whole pool": "pool"}
+LONG_ERROR_LINES = 6
+"""An error with more lines than this opens in an expander (its first lines stay in view)."""
 
 db = data.db_path()
 host = read_host_memory()
 
 
-def _job_id() -> int | None:
+def chosen_job() -> dict:
+    """The job the URL names (or the newest); stops the page with a message otherwise."""
     raw = st.query_params.get("job", "")
-    if raw.isdigit():
-        return int(raw)
-    latest = data.jobs(db, limit=1)
-    return latest[0]["id"] if latest else None
-
-
-job_id = _job_id()
-if job_id is None:
-    st.title("Job")
-    st.info("No jobs yet. Queue one on the Run page.")
-    if st.button("Go to Run", type="primary"):
-        nav.goto("run")
-    st.stop()
-job = data.job(db, job_id)
-if job is None:
-    st.title("Job")
-    st.error(f"There is no job {job_id}.")
-    st.stop()
-st.query_params["job"] = str(job_id)
-
-spec = spec_of(job)
-device = data.device_info(spec.get("device", "cpu"))
-capacity = device.total_memory or host.total
-total_bytes = (job.get("metrics") or {}).get("bytes_placed") or data.expected_bytes(job)
-live = not jv.is_final(job)
-
-st.title(f"Job {job_id}")
-st.caption(
-    " · ".join(
-        str(part)
-        for part in (
-            job["kind"],
-            spec.get("mode"),
-            spec_checkpoint_name(job),
-            f"{spec.get('device')} ({memory_kind(device)})",
-            spec.get("dtype") or "checkpoint dtype",
-            fmt.gib(total_bytes) + " to place" if total_bytes else None,
-        )
-        if part
-    )
-)
-
-placed_unit = fmt.size_unit(total_bytes)[0]
-controls = st.columns([2, 3, 1, 1])
-x_choice = controls[0].segmented_control(
-    "x axis",
-    list(X_LABELS),
-    default="seconds" if job["kind"] != "load" else "placed",
-    format_func=lambda label: f"{placed_unit} placed" if label == "placed" else label,
-    key="job_x",
-) or "placed"
-# A load's own cost is small next to the process and the machine at demo scale: show it above the baseline.
-default_fit = "Above baseline" if job["kind"] == "load" else "Fit data"
-fit = controls[1].segmented_control(
-    "y axis",
-    list(Y_LABELS),
-    default=default_fit,
-    key="job_fit",
-    help="Above baseline: each series minus its first sample, so the curves show what this job added "
-    "(on the placed axis the dotted diagonal is the model itself, 1.0×). Fit data and Whole pool show absolute use.",
-) or default_fit
-paused = controls[2].toggle("Pause live updates", value=False, disabled=not live, key="job_pause")
-if live and controls[3].button("Cancel job", type="secondary"):
     try:
-        now = cancel(connect(db, ensure=False), job_id)
-        st.toast(f"Job {job_id}: {'cancelled' if now == 'cancelled' else 'cancel requested'}")
-    except JobStateError as e:
-        st.warning(str(e))
-    data.job.clear()
-    st.rerun()
+        wanted = parse_job_id(raw) if raw else None
+    except QueryError as e:
+        st.title("Job")
+        st.error(str(e))
+        st.stop()
+    if wanted is None:
+        latest = data.jobs(db, limit=1)
+        wanted = latest[0]["id"] if latest else None
+    if wanted is None:
+        st.title("Job")
+        st.info("No jobs yet. Queue one on the Run page.")
+        if st.button("Go to Run", type="primary"):
+            nav.goto("run")
+        st.stop()
+    job = data.job(db, wanted)
+    if job is None:
+        st.title("Job")
+        st.error(f"There is no job {wanted}.")
+        st.stop()
+    st.query_params["job"] = str(wanted)
+    return job
+
+
+def job_sizes(job: dict) -> tuple[int | None, int | None]:
+    """(bytes the job places, capacity of its device's memory)."""
+    device = data.device_info(spec_of(job).get("device", "cpu"))
+    total = (job.get("metrics") or {}).get("bytes_placed") or data.expected_bytes(job)
+    return total, device.total_memory or host.total
+
+
+def draw_header(job: dict, total_bytes: int | None) -> None:
+    spec = spec_of(job)
+    device = data.device_info(spec.get("device", "cpu"))
+    st.title(f"Job {job['id']}")
+    parts = (
+        job["kind"],
+        spec.get("mode"),
+        spec_checkpoint_name(job),
+        f"{spec.get('device')} ({memory_kind(device)})",
+        spec.get("dtype") or "checkpoint dtype",
+        fmt.gib(total_bytes) + " to place" if total_bytes else None,
+    )
+    st.caption(" · ".join(str(part) for part in parts if part))
+    asked = generate_parameters(job)
+    if asked:
+        st.markdown(f"**Prompt:** {asked['prompt']}  \n**Seed** {asked['seed']} · {asked['frames']} frames · "
+                    f"{asked['size']} · {asked['steps']} steps · guidance {asked['guidance']}")
+    draw_lineage(job)
+
+
+def draw_lineage(job: dict) -> None:
+    """Links between a retry and its original, both ways."""
+    links = []
+    if job.get("retry_of"):
+        links.append(f"retry of [job {job['retry_of']}]({nav.link('job', job=str(job['retry_of']))})")
+    retries = [j["id"] for j in data.jobs(db) if j.get("retry_of") == job["id"]]
+    if retries:
+        links.append("retried as " + ", ".join(f"[job {i}]({nav.link('job', job=str(i))})" for i in sorted(retries)))
+    if links:
+        st.markdown(" · ".join(links).capitalize())
+
+
+def draw_outcome(job: dict, total_bytes: int | None) -> None:
+    """Why a finished job ended, at the top of its page and in full: every line of the error."""
+    stats = jv.live_stats(data.series(db, job["id"], data.sample_count(db, job["id"])), host.total)
+    told = jv.outcome(job, stats, total_bytes)
+    draw = {"success": st.success, "info": st.info, "warning": st.warning}.get(told.tone, st.error)
+    shown, rest = told.cause[:LONG_ERROR_LINES], told.cause[LONG_ERROR_LINES:]
+    draw("\n\n".join([f"**{told.headline}**", *shown]) if shown else f"**{told.headline}**")
+    if rest:
+        with st.expander(f"All {len(told.cause)} lines of the error"):
+            st.code("\n".join(told.cause), language=None, wrap_lines=True)
+
+
+def draw_actions(job: dict, live: bool) -> None:
+    """Cancel while it runs; edit-and-re-queue always (the Run form, pre-filled from this job)."""
+    left, right, _ = st.columns([1, 1, 4])
+    if left.button("Edit and re-queue", key="job_edit", icon=":material/edit:",
+                   help="Open the Run form filled in with this job's parameters"):
+        nav.goto("run", **{"from": str(job["id"])})
+    if live and right.button("Cancel job", type="secondary", key="job_cancel"):
+        try:
+            now = cancel(connect(db, ensure=False), job["id"])
+            st.toast(f"Job {job['id']}: {'cancelled' if now == 'cancelled' else 'cancel requested'}")
+        except JobStateError as e:
+            st.warning(str(e))
+        data.job.clear()
+        st.rerun()
+
+
+def draw_controls(job: dict, total_bytes: int | None, live: bool) -> tuple[str, str, bool]:
+    """The chart's x and y views and the live pause toggle. A generate job places its components
+    stage by stage, so it has only the seconds view (a placed axis would stay empty)."""
+    placed_unit = fmt.size_unit(total_bytes)[0]
+    x_options = list(X_LABELS) if job["kind"] == "load" else ["seconds"]
+    controls = st.columns([2, 3, 1])
+    x_choice = controls[0].segmented_control(
+        "x axis",
+        x_options,
+        default="placed" if job["kind"] == "load" else "seconds",
+        format_func=lambda label: f"{placed_unit} placed" if label == "placed" else label,
+        key="job_x",
+    ) or x_options[0]
+    # A load's own cost is small next to the process and the machine at demo scale: show it above the baseline.
+    default_fit = "Above baseline" if job["kind"] == "load" else "Fit data"
+    fit = controls[1].segmented_control(
+        "y axis",
+        list(Y_LABELS),
+        default=default_fit,
+        key="job_fit",
+        help="Above baseline: each series minus its first sample, so the curves show what this job added "
+        "(on the placed axis the dotted diagonal is the model itself, 1.0×). Fit data and Whole pool show absolute use.",
+    ) or default_fit
+    paused = controls[2].toggle("Pause live updates", value=False, disabled=not live, key="job_pause")
+    return x_choice, fit, paused
 
 
 def draw_body(job_id: int, x: str, fit: str) -> None:
-    """Status, metric cards, chart and side panel; runs inside the live fragment while the job runs."""
+    """Status, metric cards, chart and side panel from one read of the job; runs inside the live fragment while it runs."""
     job = data.job(db, job_id)
     if jv.is_final(job) and st.session_state.get(LIVE_KEY) == job_id:
         st.session_state.pop(LIVE_KEY)
         st.rerun(scope="app")
+    total_bytes, capacity = job_sizes(job)
     count = data.sample_count(db, job_id)
     samples = data.series(db, job_id, count)
     events = data.events(db, job_id)
     stats = jv.live_stats(samples, host.total)
+    if not jv.is_final(job):
+        draw_status(job, stats, events, total_bytes)
+    draw_cards(job, stats, samples, events, total_bytes, capacity)
+    left, right = st.columns([3, 2])
+    with left:
+        draw_chart(job, samples, events, count, x, fit, total_bytes, capacity)
+    with right:
+        if jv.is_final(job):
+            draw_video(job)
+        else:
+            draw_progress(job, stats, events)
 
-    label = jv.status_label(job, stats, total_bytes)
-    state = jv.status_state(job["status"])
+
+def draw_status(job: dict, stats: jv.LiveStats, events, total_bytes: int | None) -> None:
     if job["status"] == "running" and not stats.samples and job.get("started_at"):
         waited = (events["created_at"].max() if len(events) else job["started_at"]) - job["started_at"]
         if waited > 60:
             st.warning("No memory samples after 60 s: check the supervisor on the System page.")
-    with st.status(label, state=state, expanded=False):
+    with st.status(jv.status_label(job, stats, total_bytes), state=jv.status_state(job["status"]), expanded=False):
         st.dataframe(jv.event_table(events, last=20), hide_index=True, width="stretch")
 
-    previous = next(
-        (
-            j
-            for j in data.jobs(db, status=("succeeded",), limit=50)
-            if j["id"] < job_id and spec_of(j).get("mode") == spec.get("mode") and j["kind"] == job["kind"]
-        ),
-        None,
-    )
+
+def draw_cards(job: dict, stats: jv.LiveStats, samples, events, total_bytes: int | None, capacity: int | None) -> None:
+    previous = jv.comparable_previous(job, data.jobs(db, status=("succeeded",), limit=200))
     cards = jv.metric_cards(job, stats, total_bytes=total_bytes, capacity=capacity, previous=previous, events=events)
     spark = (host.total - samples["mem_available"]).iloc[:: max(1, len(samples) // 50)] / fmt.GIB if len(samples) else None
     for column, card in zip(st.columns(len(cards)), cards):
@@ -138,97 +196,114 @@ def draw_body(job_id: int, x: str, fit: str) -> None:
             chart_type="area",
         )
 
-    left, right = st.columns([3, 2])
-    with left:
-        x_mode = X_LABELS[x]
-        if x_mode == "percent" and not total_bytes:
-            x_mode = "bytes"
-        chart = charts.memory_chart(
-            samples,
-            x=x_mode,
-            total_bytes=total_bytes,
-            mem_total=host.total,
-            capacity=capacity,
-            fit=Y_LABELS[fit],
-            events=events[["t", "kind", "message"]] if len(events) else None,
-            killed=job["status"] == "killed",
-        )
-        st.altair_chart(chart, width="stretch", key=f"memory_chart_{job_id}")
-        st.caption(
-            f"{count:,} samples" + (f", drawn as {len(samples):,} points (each bucket's min and max kept)" if count > len(samples) else "")
-            + (". Above baseline: each series minus its first sample" if fit == "Above baseline" else "")
-            + ". Sources: System in use = MemTotal − MemAvailable (/proc/meminfo); VmRSS and RssFile from the worker's /proc status; GPU allocated from the torch allocator."
-        )
-    with right:
-        if not jv.is_final(job):
-            draw_progress(job, stats)
-        else:
-            draw_outcome(job_id, job)
+
+def draw_chart(job: dict, samples, events, count: int, x: str, fit: str, total_bytes: int | None, capacity: int | None) -> None:
+    x_mode = X_LABELS[x]
+    if x_mode == "percent" and not total_bytes:
+        x_mode = "bytes"
+    chart = charts.memory_chart(
+        samples,
+        x=x_mode,
+        total_bytes=total_bytes,
+        mem_total=host.total,
+        capacity=capacity,
+        fit=Y_LABELS[fit],
+        events=events[["t", "kind", "message"]] if len(events) else None,
+        killed=job["status"] == "killed",
+        kill_label="memory guard" if jv.kill_kind(job) == "guard" else "process killed",
+        limits=jv.job_limits(job),
+        predicted_peak=jv.predicted_peak(job),
+        theme=st.context.theme.type or "light",
+    )
+    st.altair_chart(chart, width="stretch", key=f"memory_chart_{job['id']}")
+    st.caption(
+        f"{count:,} samples" + (f", drawn as {len(samples):,} points (each bucket's min and max kept)" if count > len(samples) else "")
+        + (". Above baseline: each series minus its first sample" if fit == "Above baseline" else "")
+        + ". Sources: System in use = MemTotal − MemAvailable (/proc/meminfo); VmRSS and RssFile from the worker's "
+        "/proc status (RssFile is file-backed: mapped checkpoint pages the kernel can reclaim); GPU allocated from the "
+        "torch allocator; cgroup usage is what a memory limit enforces."
+    )
 
 
-def draw_progress(job: dict, stats: jv.LiveStats) -> None:
-    st.subheader(job.get("stage") or "starting")
-    done, total = job.get("progress_done"), job.get("progress_total")
-    if total:
-        st.progress(min(1.0, (done or 0) / total), text=f"{job.get('stage') or 'step'} {done or 0}/{total}")
+def draw_progress(job: dict, stats: jv.LiveStats, events) -> None:
+    where = jv.progress(job)
+    st.subheader(where.stage or "starting")
+    if where.fraction is not None:
+        st.progress(where.fraction, text=where.text)
     elif job["status"] == "queued":
         st.info("Waiting for the worker to pick this job up.")
     if stats.samples == 0:
         st.info("Starting worker, importing, opening checkpoint…")
-    st.dataframe(jv.event_table(data.events(db, job["id"]), last=8), hide_index=True, width="stretch")
+    st.dataframe(jv.event_table(events, last=8), hide_index=True, width="stretch")
 
 
-def draw_outcome(job_id: int, job: dict) -> None:
-    videos = [a for a in data.artifacts(db, job_id) if a["name"].endswith(".mp4")]
+def draw_video(job: dict) -> None:
+    videos = [a for a in data.artifacts(db, job["id"]) if a["name"].endswith(".mp4")]
     if videos:
-        st.video(str(data.artifact_path(job_id, videos[0]["name"])), loop=True, muted=True, autoplay=True)
+        st.video(str(data.artifact_path(job["id"], videos[0]["name"])), loop=True, muted=True, autoplay=True)
     elif job["kind"] != "load":
-        st.info(f"No video: the job {job['status']} before it wrote one.")
+        st.info(f"No video: the job was {job['status']} before it wrote one.")
     if job["status"] != "succeeded":
-        st.error(jv.status_label(job, jv.live_stats(data.series(db, job_id, data.sample_count(db, job_id)), host.total), total_bytes))
         st.caption("Last sample")
-        st.dataframe(jv.last_sample_table(data.last_sample(db, job_id), host.total), hide_index=True, width="stretch")
-    table = jv.metrics_table(job.get("metrics"))
+        st.dataframe(jv.last_sample_table(data.last_sample(db, job["id"]), host.total), hide_index=True, width="stretch")
+
+
+def draw_details(job: dict) -> None:
+    """Parameters, per-component load reports (generate), metrics and events, one tab each."""
+    metrics = job.get("metrics") or {}
+    reports = jv.load_reports_table(metrics)
+    names = ["Parameters"] + (["Load reports"] if len(reports) else []) + ["Metrics", "Events"]
+    tabs = dict(zip(names, st.tabs(names)))
+    params = job_parameters(job)
+    tabs["Parameters"].table(pd.DataFrame({"value": list(params.values())}, index=pd.Index(list(params), name="parameter")))
+    if "Load reports" in tabs:
+        tabs["Load reports"].dataframe(reports, hide_index=True, width="stretch", key="job_load_reports")
+    table = jv.metrics_table(metrics)
     if len(table):
-        st.dataframe(table, hide_index=True, width="stretch", column_config={"name": st.column_config.TextColumn("DESIGN name")})
+        tabs["Metrics"].dataframe(table, hide_index=True, width="stretch", key="job_metrics")
+    else:
+        tabs["Metrics"].caption("No metrics recorded (yet).")
+    tabs["Events"].dataframe(jv.event_table(data.events(db, job["id"])), hide_index=True, width="stretch", key="job_events")
 
 
-if live and not paused:
-    st.session_state[LIVE_KEY] = job_id
-    st.fragment(draw_body, run_every=LIVE_EVERY)(job_id, x_choice, fit)
-else:
-    draw_body(job_id, x_choice, fit)
+def draw_retry(job: dict) -> None:
+    """Retry buttons that fit how the job ended (jv.retry_choices)."""
+    choices = jv.retry_choices(job)
+    if not choices:
+        return
+    spec = spec_of(job)
+    st.subheader("Retry")
+    for column, choice in zip(st.columns(len(choices) + 2), choices):
+        if column.button(f"Retry with {choice}", key=f"retry_{choice}"):
+            raw = {**spec, **({} if choice == "same settings" else {"mode": choice})}
+            try:
+                new_id = enqueue(connect(db, ensure=False), build_spec(raw, data.config()), retry_of=job["id"])
+            except JobSpecError as e:
+                st.error(str(e))
+            else:
+                data.jobs.clear()
+                st.toast(f"Queued job {new_id}")
+                nav.goto("job", job=str(new_id))
 
-if jv.is_final(job):
-    if job["status"] != "succeeded":
-        st.subheader("Retry")
-        modes = ["same settings"] + [m for m in ("stream", "drain") if m != spec.get("mode")]
-        retry_cols = st.columns(len(modes))
-        for column, choice in zip(retry_cols, modes):
-            if column.button(f"Retry with {choice}", key=f"retry_{choice}"):
-                raw = {**spec, **({} if choice == "same settings" else {"mode": choice})}
-                try:
-                    new_id = enqueue(connect(db, ensure=False), build_spec(raw, data.config()), retry_of=job_id)
-                except JobSpecError as e:
-                    st.error(str(e))
-                else:
-                    data.jobs.clear()
-                    st.toast(f"Queued job {new_id}")
-                    nav.goto("job", job=str(new_id))
 
+def draw_downloads(job_id: int) -> None:
     st.subheader("Downloads")
-    downloads = st.columns(3)
-    for column, artifact in zip(downloads, [a for a in data.artifacts(db, job_id) if a["name"].endswith(".mp4")][:1]):
+    artifacts = data.artifacts(db, job_id)
+    files = [a for a in artifacts if a["name"].endswith((".mp4", ".log"))]
+    columns = st.columns(max(4, len(files) + 2))
+    for column, artifact in zip(columns, files):
         path = data.artifact_path(job_id, artifact["name"])
+        video = artifact["name"].endswith(".mp4")
         column.download_button(
-            f"Video (MP4, {fmt.gib(artifact['size'], 2)})",
+            f"{'Video (MP4' if video else 'Worker log (' + artifact['name']}, {fmt.gib(artifact['size'], 1)})",
             data=path.read_bytes,
-            file_name=f"drainboard-job{job_id}.mp4",
-            mime="video/mp4",
+            file_name=f"drainboard-job{job_id}-{artifact['name']}",
+            mime=artifact["media_type"],
             on_click="ignore",
-            icon=":material/movie:",
+            icon=":material/movie:" if video else ":material/description:",
+            key=f"download_{artifact['name']}",
         )
-    downloads[1].download_button(
+    columns[len(files)].download_button(
         "Samples (CSV)",
         data=lambda: data.samples_csv(db, job_id),
         file_name=f"drainboard-job{job_id}-samples.csv",
@@ -236,7 +311,7 @@ if jv.is_final(job):
         on_click="ignore",
         icon=":material/table:",
     )
-    downloads[2].download_button(
+    columns[len(files) + 1].download_button(
         "Events (JSONL)",
         data=lambda: "".join(json.dumps(row, default=str) + "\n" for row in data.events(db, job_id).to_dict("records")),
         file_name=f"drainboard-job{job_id}-events.jsonl",
@@ -244,3 +319,26 @@ if jv.is_final(job):
         on_click="ignore",
         icon=":material/list:",
     )
+
+
+def main() -> None:
+    job = chosen_job()
+    total_bytes, _ = job_sizes(job)
+    live = not jv.is_final(job)
+    draw_header(job, total_bytes)
+    if not live:
+        draw_outcome(job, total_bytes)
+    draw_actions(job, live)
+    x_choice, fit, paused = draw_controls(job, total_bytes, live)
+    if live and not paused:
+        st.session_state[LIVE_KEY] = job["id"]
+        st.fragment(draw_body, run_every=LIVE_EVERY)(job["id"], x_choice, fit)
+    else:
+        draw_body(job["id"], x_choice, fit)
+    draw_details(job)
+    if not live:
+        draw_retry(job)
+        draw_downloads(job["id"])
+
+
+main()

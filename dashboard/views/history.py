@@ -8,19 +8,32 @@ import pandas as pd
 
 from dashboard import format as fmt
 from dashboard.views.jobs import STATUS_ICONS
-from dashboard.views.spec import spec_checkpoint_name, spec_mode
+from dashboard.views.spec import checkpoint_key, generate_parameters, job_parameters, spec_checkpoint_name, spec_mode
+from storage.schema import JOB_STATUSES
 
 MODE_GLYPHS = {"retain": "━ retain", "drain": "╍ drain", "stream": "┈ stream"}
 """Mode labels with the dash glyph the Compare page draws them with."""
 
-FILTERS = {
-    "All": None,
-    "Running": ("queued", "running"),
-    "Completed": ("succeeded",),
-    "Failed": ("failed", "interrupted", "cancelled"),
-    "Killed": ("killed",),
-}
-"""History's status tabs and the statuses each shows."""
+FILTERS = {"All": None, **{status.capitalize(): (status,) for status in JOB_STATUSES}}
+"""History's status chips: every status has its own, plus All."""
+
+
+def matches(job: dict, text: str) -> bool:
+    """True when `text` (case-insensitive) is part of the job's checkpoint path, component or prompt."""
+    needle = text.strip().lower()
+    if not needle:
+        return True
+    spec = job.get("spec") or {}
+    haystack = [spec.get("model") or "", spec.get("component") or "", (spec.get("generate") or {}).get("prompt") or ""]
+    return any(needle in part.lower() for part in haystack)
+
+
+def outcome_text(job: dict) -> str:
+    """The status and, for a job that did not succeed, the one-line summary of why (never cut)."""
+    error = (job.get("error") or "").strip().splitlines()
+    if job["status"] in ("succeeded", "queued", "running") or not error:
+        return job["status"]
+    return f"{job['status']}: {error[0]}"
 
 
 def job_summary(samples: pd.DataFrame, mem_total: int | None) -> dict:
@@ -49,32 +62,50 @@ def _duration(job: dict) -> float | None:
     return None
 
 
+HISTORY_COLUMNS = [
+    "", "job", "id", "outcome", "kind", "mode", "checkpoint", "device", "dtype", "memory limit", "prompt", "seed",
+    "steps", "frames", "size", "started", "duration", "peak in use", "footprint ×", "min headroom", "in use", "retry of",
+]
+"""History's columns, in order. Numbers stay numeric (so they sort) and get their unit from the page's column format."""
+
+
 def history_frame(jobs: list[dict], summaries: dict[int, dict], *, link) -> pd.DataFrame:
-    """One row per job for st.dataframe; `link(job_id)` builds the Job page URL."""
+    """One row per job for st.dataframe; `link(job_id)` builds the Job page URL. Memory in GiB,
+    durations in seconds (the page's column formats add the units)."""
     rows = []
     for job in jobs:
         summary = summaries.get(job["id"], {})
         metrics = job.get("metrics") or {}
+        params = job_parameters(job)
+        asked = generate_parameters(job)
         peak = summary.get("peak_in_use")
         rows.append(
             {
                 "": STATUS_ICONS.get(job["status"], "?"),
                 "job": link(job["id"]),
                 "id": job["id"],
+                "outcome": outcome_text(job),
                 "kind": job["kind"],
                 "mode": MODE_GLYPHS.get(spec_mode(job), spec_mode(job) or fmt.MISSING),
                 "checkpoint": spec_checkpoint_name(job),
+                "device": params["device"],
+                "dtype": params["dtype"],
+                "memory limit": params["memory limit"],
+                "prompt": asked.get("prompt", ""),
+                "seed": asked.get("seed", ""),
+                "steps": asked.get("steps", ""),
+                "frames": asked.get("frames", ""),
+                "size": asked.get("size", ""),
                 "started": _started(job),
-                "duration (s)": _duration(job),
-                "peak in use (GiB)": peak / fmt.GIB if peak is not None else None,
+                "duration": _duration(job),
+                "peak in use": peak / fmt.GIB if peak is not None else None,
                 "footprint ×": metrics.get("footprint_ratio"),
-                "min headroom (GiB)": summary["min_available"] / fmt.GIB if summary.get("min_available") is not None else None,
+                "min headroom": summary["min_available"] / fmt.GIB if summary.get("min_available") is not None else None,
                 "in use": summary.get("spark", []),
-                "outcome": job["status"] if job["status"] != "failed" else f"failed: {(job.get('error') or '').splitlines()[0] if job.get('error') else ''}",
+                "retry of": link(job["retry_of"]) if job.get("retry_of") else None,
             }
         )
-    columns = ["", "job", "id", "kind", "mode", "checkpoint", "started", "duration (s)", "peak in use (GiB)", "footprint ×", "min headroom (GiB)", "in use", "outcome"]
-    return pd.DataFrame(rows, columns=columns)
+    return pd.DataFrame(rows, columns=HISTORY_COLUMNS)
 
 
 COMPARE_METRICS = (
@@ -89,8 +120,9 @@ COMPARE_METRICS = (
 
 
 def comparison_table(jobs: list[dict], summaries: dict[int, dict], reference_id: int) -> pd.DataFrame:
-    """Rows = jobs, columns = what differs between them plus each metric and its
-    ratio to the reference job ("0.50× ref")."""
+    """Rows = jobs; columns = the outcome, every parameter (job_parameters), peak in use, min
+    headroom and each metric with its ratio to the reference job ("0.50×"). A ratio is given
+    only against a job of the same checkpoint, component and kind: "different checkpoint" otherwise."""
     ref = next((j for j in jobs if j["id"] == reference_id), None)
     if ref is None:
         raise ValueError(f"reference job {reference_id} is not among the compared jobs {[j['id'] for j in jobs]}")
@@ -99,23 +131,41 @@ def comparison_table(jobs: list[dict], summaries: dict[int, dict], reference_id:
     for job in jobs:
         metrics = job.get("metrics") or {}
         summary = summaries.get(job["id"], {})
-        row = {
-            "job": f"#{job['id']}" + (" (ref)" if job["id"] == reference_id else ""),
-            "kind": job["kind"],
-            "mode": spec_mode(job) or fmt.MISSING,
-            "checkpoint": spec_checkpoint_name(job),
-            "device": (job.get("spec") or {}).get("device", fmt.MISSING),
-            "outcome": job["status"],
-            "peak in use": fmt.gib(summary.get("peak_in_use")),
-            "min headroom": fmt.gib(summary.get("min_available")),
-        }
+        comparable = checkpoint_key(job) == checkpoint_key(ref)
+        row = {"job": f"#{job['id']}" + (" (ref)" if job["id"] == reference_id else ""), "outcome": job["status"]}
+        row.update(job_parameters(job))
+        row["peak in use"] = fmt.gib(summary.get("peak_in_use"))
+        row["min headroom"] = fmt.gib(summary.get("min_available"))
         for name, label in COMPARE_METRICS:
             value = metrics.get(name)
             row[label] = fmt.metric_value(name, value) if value is not None else fmt.MISSING
             base = ref_metrics.get(name)
-            row[f"{label} vs ref"] = fmt.ratio(value / base) if value is not None and base else fmt.MISSING
+            if not comparable:
+                row[f"{label} vs ref"] = "different checkpoint"
+            else:
+                row[f"{label} vs ref"] = fmt.ratio(value / base) if value is not None and base else fmt.MISSING
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def default_comparison(jobs: list[dict], limit: int) -> list[int]:
+    """What Compare shows when nothing is chosen: the newest succeeded job of each mode, all of
+    one checkpoint, component and kind (those of the newest succeeded job), oldest first."""
+    done = [j for j in jobs if j["status"] == "succeeded" and spec_mode(j)]
+    if not done:
+        return []
+    key = checkpoint_key(max(done, key=lambda j: j["id"]))
+    latest: dict[str, int] = {}
+    for job in sorted(done, key=lambda j: -j["id"]):
+        if checkpoint_key(job) == key and spec_mode(job) not in latest:
+            latest[spec_mode(job)] = job["id"]
+    return sorted(latest.values())[:limit]
+
+
+def checkpoints_of(jobs: list[dict]) -> list[str]:
+    """The distinct checkpoints (name/component, kind) among `jobs`, in order: more than one means
+    the comparison mixes checkpoints."""
+    return list(dict.fromkeys(f"{spec_checkpoint_name(j)} ({j['kind']})" for j in jobs))
 
 
 def diff_only(table: pd.DataFrame, keep: tuple[str, ...] = ("job",)) -> pd.DataFrame:

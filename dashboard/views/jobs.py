@@ -12,9 +12,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from dashboard import format as fmt
-
-FINAL = frozenset({"succeeded", "failed", "killed", "cancelled", "interrupted"})
-"""Statuses after which nothing changes (the live timer stops)."""
+from storage.schema import FINAL_STATUSES
 
 STATUS_ICONS = {
     "queued": "○",
@@ -29,14 +27,43 @@ STATUS_ICONS = {
 
 
 def is_final(job: dict) -> bool:
-    return job["status"] in FINAL
+    """True once nothing about the job changes any more (the live timer stops)."""
+    return job["status"] in FINAL_STATUSES
 
 
 def status_state(status: str) -> str:
-    """st.status's state for a job status: running, complete or error."""
+    """st.status's state for a job status: running, complete or error. A user's
+    cancel is complete, not an error: nothing went wrong."""
     if status in ("queued", "running"):
         return "running"
-    return "complete" if status == "succeeded" else "error"
+    return "complete" if status in ("succeeded", "cancelled") else "error"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a job is by its own row: the one reading the header, status line,
+    queue chip and cards all quote, so they never disagree."""
+
+    stage: str | None
+    """The stage the job last reported."""
+    done: int | None
+    """Tensors placed (loads) or denoising steps done (generate)."""
+    total: int | None
+    """Of how many; None before the job knows."""
+
+    @property
+    def text(self) -> str:
+        """`load 13/41`, `denoising 3/6`, or just the stage."""
+        stage = self.stage or "step"
+        return f"{stage} {self.done or 0}/{self.total}" if self.total else (self.stage or "")
+
+    @property
+    def fraction(self) -> float | None:
+        return min(1.0, (self.done or 0) / self.total) if self.total else None
+
+
+def progress(job: dict) -> Progress:
+    return Progress(job.get("stage"), job.get("progress_done"), job.get("progress_total"))
 
 
 @dataclass(frozen=True)
@@ -60,7 +87,7 @@ class LiveStats:
     peak_device: int | None
     """Max device allocated; None when nothing was allocated on a device."""
     footprint: float | None
-    """Max ((VmRSS − first VmRSS) + (device − first device)) / bytes placed: DESIGN's footprint_ratio so far."""
+    """Max ((VmRSS − first VmRSS) + (device − first device)) / bytes placed: the load report's footprint_ratio so far."""
     peak_resident: int | None = None
     """Max of VmRSS + device allocated: a generate job's peak footprint so far."""
     peak_resident_stage: str | None = None
@@ -104,7 +131,6 @@ def live_stats(samples: pd.DataFrame, mem_total: int | None) -> LiveStats:
 def status_label(job: dict, stats: LiveStats, total_bytes: int | None, *, now: float | None = None) -> str:
     """One line saying where the job is, e.g. "Killed (SIGKILL) at 81% placed (79.7 GiB) · t = 412 s"."""
     status = job["status"]
-    where = fmt.gib(stats.bytes_placed)
     if total_bytes:
         where = f"{fmt.percent(stats.bytes_placed / total_bytes)} placed ({fmt.gib(stats.bytes_placed)})"
     else:
@@ -117,23 +143,86 @@ def status_label(job: dict, stats: LiveStats, total_bytes: int | None, *, now: f
         if not stats.samples:
             waited = (now or time.time()) - started if started else 0.0
             return f"Starting worker, importing, opening checkpoint… {fmt.duration(waited)}"
-        stage = job.get("stage") or "running"
-        progress = ""
-        if job.get("progress_total"):
-            progress = f" {job.get('progress_done') or 0}/{job['progress_total']}"
-        return f"{stage}{progress} · {at}"
+        return f"{progress(job).text or 'running'} · {at}"
     if status == "succeeded":
         took = _took(job)
         return f"Done in {fmt.duration(took)}" if took is not None else "Done"
     if status == "killed":
         signal = job.get("signal") or "a signal"
-        return f"Killed ({signal}) at {at}"
+        by = {"oom": " by the OOM killer", "guard": " by the memory guard"}.get(kill_kind(job), "")
+        return f"Killed ({signal}){by} at {at}"
     if status == "cancelled":
-        return f"Cancelled at {at}"
+        return f"Cancelled by the user at {at}"
     if status == "interrupted":
         return f"Interrupted (the worker stopped) at {at}"
     error = (job.get("error") or "no error message recorded").splitlines()[0]
     return f"Failed at {at}: {error}"
+
+
+def kill_kind(job: dict) -> str | None:
+    """Who ended a killed job: "guard" (the supervisor's memory guard), "oom" (the kernel's
+    OOM killer, confirmed or most likely) or "signal" (something else); None if not killed."""
+    if job["status"] != "killed":
+        return None
+    error = (job.get("error") or "").lower()
+    if "memory guard" in error:
+        return "guard"
+    if "oom" in error:
+        return "oom"
+    return "signal"
+
+
+def error_text(job: dict) -> str:
+    """The job's whole error: the full detail when the runner kept one, else the stored error."""
+    return (job.get("error_detail") or job.get("error") or "").strip()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a finished job ended, as the top of its page says it."""
+
+    tone: str
+    """st element to draw it with: success, info (a user's cancel), warning (interrupted) or error."""
+    headline: str
+    """One line: the status and where it happened."""
+    cause: list[str]
+    """The whole cause, one line each (empty for a success): the signal and who sent it, the limit,
+    the last sample (tensor k of N, stage, memory), or every line of the error."""
+
+
+def outcome(job: dict, stats: LiveStats, total_bytes: int | None) -> Outcome:
+    """The banner of a finished job: nothing of the stored error is cut."""
+    status = job["status"]
+    tone = {"succeeded": "success", "cancelled": "info", "interrupted": "warning"}.get(status, "error")
+    text = error_text(job)
+    if status == "killed" or status == "interrupted":
+        # "<why>; last sample at ...": the cause and the last sample, each on its own line.
+        why, split, last = text.partition("; last sample")
+        cause = [why.strip()] + ([f"last sample{last}".strip()] if split else [])
+    else:
+        cause = [line for line in text.splitlines() if line.strip()]
+    if status == "succeeded":
+        cause = []
+    return Outcome(tone, status_label(job, stats, total_bytes), cause)
+
+
+MODE_COST = {"retain": 2.0, "drain": 1.16, "stream": 1.0}
+"""Typical footprint of each placement mode, cheapest last: a retry offers only cheaper ones."""
+
+
+def retry_choices(job: dict) -> list[str]:
+    """What a Retry button may offer: "same settings", plus each cheaper placement mode when
+    memory ran out (OOM or memory guard). Nothing after success; after a user's cancel, a
+    failure or another signal, a mode change would not help, so only the same settings."""
+    if job["status"] in ("succeeded", "queued", "running"):
+        return []
+    choices = ["same settings"]
+    if kill_kind(job) in ("oom", "guard"):
+        mode = (job.get("spec") or {}).get("mode")
+        cost = MODE_COST.get(mode)
+        if cost is not None:
+            choices += [m for m, c in sorted(MODE_COST.items(), key=lambda kv: kv[1]) if c < cost]
+    return choices
 
 
 def _took(job: dict) -> float | None:
@@ -165,15 +254,17 @@ def metric_cards(
     """The Job page's metric row (at most five cards): a load's placement and
     footprint ratio, or a generate job's steps and peak footprint.
 
-    `previous` is the last finished job with the same mode: a load's footprint
-    card's delta compares against it (lower is better). `events` (t, kind,
-    stage) lets a running generate job's s/step be measured from when
-    denoising started.
+    `previous` is the last finished job of the same checkpoint, component, kind
+    and mode (see comparable_previous): a load's footprint card's delta compares
+    against it (lower is better). `events` (t, kind, stage) lets a running
+    generate job's s/step be measured from when denoising started.
     """
     if job.get("kind", "load") != "load":
         return _generate_cards(job, stats, capacity=capacity, events=events)
-    killed = job["status"] in ("killed", "failed", "cancelled", "interrupted")
-    rate = f"{stats.throughput / fmt.GIB:.2f} GiB/s" if stats.throughput else None
+    ended_unfinished = job["status"] in FINAL_STATUSES - {"succeeded"}
+    metrics = job.get("metrics") or {}
+    throughput = metrics.get("throughput_gbps")
+    rate = fmt.rate_gbps(throughput) if throughput else (fmt.rate(stats.throughput) if stats.throughput else None)
     delta = rate
     if total_bytes:
         delta = f"{fmt.percent(stats.bytes_placed / total_bytes)} of {fmt.gib(total_bytes)}" + (f" · {rate}" if rate else "")
@@ -183,34 +274,58 @@ def metric_cards(
             fmt.gib(stats.bytes_placed),
             delta=delta,
             delta_color="off",
-            help="bytes_placed: destination bytes written, in the target dtype",
+            help="destination bytes written, in the target dtype; the rate is bytes read per second / 1e9 (GB/s)",
         ),
         _peak_in_use_card(stats),
+        _footprint_card(metrics.get("footprint_ratio"), stats, job["status"] if ended_unfinished else None, previous),
     ]
-    metrics = job.get("metrics") or {}
-    footprint = metrics.get("footprint_ratio", stats.footprint)
-    value = fmt.ratio(footprint)
-    if killed and "footprint_ratio" not in metrics:
-        value = f"{fmt.ratio(stats.footprint)} (so far)" if stats.footprint else f"{fmt.MISSING} (killed)"
-    delta = None
-    prev_ratio = ((previous or {}).get("metrics") or {}).get("footprint_ratio")
-    if footprint is not None and prev_ratio is not None:
-        delta = f"{footprint - prev_ratio:+.2f}× vs job {previous['id']}"
-    cards.append(
-        Card(
-            "Footprint ratio",
-            value,
-            delta=delta,
-            delta_color="inverse",
-            help="footprint_ratio: max over samples of (VmRSS growth + device allocated growth) / bytes placed; 1.0× is the model itself",
-        )
-    )
     cards.append(_headroom_card(stats, capacity))
     if stats.peak_device is not None:
         cards.append(Card("Peak GPU allocated", fmt.gib(stats.peak_device), help="torch.cuda.memory_allocated"))
     else:
         cards.append(_peak_rss_card(stats))
     return cards
+
+
+FOOTPRINT_HELP = (
+    "max over samples of (VmRSS growth + GPU allocated growth) / bytes placed; 1.0× is the model itself. "
+    "VmRSS counts file-backed pages (RssFile: mapped checkpoint files, page cache) as well as anonymous "
+    "memory; the kernel can reclaim file-backed pages under pressure, so a load can finish under a memory "
+    "limit below this ratio. What a limit enforces is the cgroup usage line on the chart."
+)
+
+
+def _footprint_card(final: float | None, stats: LiveStats, unfinished: str | None, previous: dict | None) -> Card:
+    """The footprint ratio: final, or so far; for a job that ended without finishing, the
+    figure so far or "— (failed)" with its real status word. The delta, only against a
+    comparable job, is neutral when nothing changed."""
+    footprint = final if final is not None else stats.footprint
+    value = fmt.ratio(footprint)
+    if unfinished and final is None:
+        value = f"{fmt.ratio(stats.footprint)} (so far)" if stats.footprint else f"{fmt.MISSING} ({unfinished})"
+    delta, color = None, "inverse"
+    prev_ratio = ((previous or {}).get("metrics") or {}).get("footprint_ratio")
+    if footprint is not None and prev_ratio is not None:
+        change = fmt.delta_ratio(footprint, prev_ratio)
+        delta = f"{change} vs job {previous['id']}" if change else f"same as job {previous['id']}"
+        color = "inverse" if change else "off"
+    return Card("Footprint ratio", value, delta=delta, delta_color=color, help=FOOTPRINT_HELP)
+
+
+def comparable_previous(job: dict, candidates: list[dict]) -> dict | None:
+    """The newest succeeded job before `job` that measured the same thing: same checkpoint,
+    component, kind and mode. Figures of other checkpoints say nothing about this one."""
+    from dashboard.views.spec import checkpoint_key, spec_mode
+
+    return next(
+        (
+            j
+            for j in candidates
+            if j["id"] < job["id"] and j["status"] == "succeeded"
+            and checkpoint_key(j) == checkpoint_key(job) and spec_mode(j) == spec_mode(job)
+        ),
+        None,
+    )
 
 
 def _peak_in_use_card(stats: LiveStats) -> Card:
@@ -255,7 +370,7 @@ def _generate_cards(job: dict, stats: LiveStats, *, capacity: int | None, events
     """Steps k/N with s/step, peak system in use, peak footprint (and the stage it
     happened in), min headroom and peak VmRSS: bytes placed say little here, since
     components load and leave stage by stage."""
-    done, total = job.get("progress_done"), job.get("progress_total")
+    done, total = progress(job).done, progress(job).total
     per_step = seconds_per_step(job, events, stats.elapsed)
     metrics = job.get("metrics") or {}
     stage_peaks = {k: v for k, v in (metrics.get("stage_peaks") or {}).items() if isinstance(v, (int, float))}
@@ -285,13 +400,35 @@ def _generate_cards(job: dict, stats: LiveStats, *, capacity: int | None, events
 
 
 def metrics_table(metrics: dict | None) -> pd.DataFrame:
-    """The job's final metrics, DESIGN.md names kept beside readable labels and values."""
+    """The job's final scalar metrics: readable label, value with its unit, and the metric's
+    key as the job's JSON (`python -m jobs show --json`) names it."""
     rows = [
-        {"metric": fmt.metric_label(name), "value": fmt.metric_value(name, value), "name": name}
+        {"metric": fmt.metric_label(name), "value": fmt.metric_value(name, value), "key": name}
         for name, value in (metrics or {}).items()
         if isinstance(value, (int, float, str, type(None))) and not isinstance(value, bool)
     ]
-    return pd.DataFrame(rows, columns=["metric", "value", "name"])
+    return pd.DataFrame(rows, columns=["metric", "value", "key"])
+
+
+LOAD_REPORT_COLUMNS = (
+    ("mode", "mode"), ("device", "device"), ("tensors_placed", "tensors"), ("bytes_placed", "placed"),
+    ("load_seconds", "load time"), ("throughput_gbps", "throughput"), ("footprint_ratio", "footprint"),
+    ("host_peak_ratio", "host peak"), ("excluded_bytes", "not read"),
+)
+"""The load report fields a generate job's per-component table shows, with their headings."""
+
+
+def load_reports_table(metrics: dict | None) -> pd.DataFrame:
+    """One row per component a generate job loaded (metrics["loads"]: component -> LoadReport dict)."""
+    loads = (metrics or {}).get("loads") or {}
+    rows = []
+    for component, report in loads.items():
+        row = {"component": component}
+        for key, heading in LOAD_REPORT_COLUMNS:
+            value = (report or {}).get(key)
+            row[heading] = fmt.metric_value(key, value) if key not in ("mode", "device") else (value or fmt.MISSING)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["component", *(h for _, h in LOAD_REPORT_COLUMNS)])
 
 
 def event_table(events: pd.DataFrame, *, last: int | None = None) -> pd.DataFrame:
@@ -321,6 +458,8 @@ def last_sample_table(sample: dict | None, mem_total: int | None) -> pd.DataFram
         rows.append(("System in use", fmt.gib(mem_total - sample["mem_available"], 2)))
     if sample.get("device_allocated"):
         rows.append(("GPU allocated", fmt.gib(sample["device_allocated"], 2)))
+    if sample.get("cgroup_usage") is not None:
+        rows.append(("cgroup usage", fmt.gib(sample["cgroup_usage"], 2)))
     return pd.DataFrame(rows, columns=["field", "value"])
 
 
@@ -341,10 +480,24 @@ def queue_chip(jobs: list[dict]) -> str:
     parts = []
     if running:
         job = running[0]
-        detail = ""
-        if job.get("progress_total"):
-            detail = f" ({job.get('stage') or 'step'} {job.get('progress_done') or 0}/{job['progress_total']})"
-        parts.append(f"▶ {len(running)} running: job {job['id']}{detail}")
+        text = progress(job).text
+        parts.append(f"▶ {len(running)} running: job {job['id']}" + (f" ({text})" if text else ""))
     if queued:
         parts.append(f"{len(queued)} queued")
     return " · ".join(parts)
+
+
+def job_limits(job: dict) -> dict[str, int | None]:
+    """The memory bounds the job ran under (bytes or None), as the chart draws them."""
+    spec = job.get("spec") or {}
+    return {name: spec.get(name) for name in ("memory_limit", "memory_budget", "memory_floor")}
+
+
+def predicted_peak(job: dict) -> int | None:
+    """Bytes the forecast said the job would add (its predicted peak over the start), when the
+    job recorded a forecast: `forecast.predicted_peak_bytes` in its metrics or spec."""
+    for source in (job.get("metrics") or {}, job.get("spec") or {}):
+        forecast = source.get("forecast")
+        if isinstance(forecast, dict) and isinstance(forecast.get("predicted_peak_bytes"), (int, float)):
+            return int(forecast["predicted_peak_bytes"])
+    return None

@@ -1,4 +1,9 @@
-"""Reading a stored job spec (jobs.spec.JobSpec as a dict) for display."""
+"""Reading a stored job spec (jobs.spec.JobSpec as a dict) for display.
+
+`job_parameters` is the one list of a job's parameters as the pages show them:
+the Job page's table, History's columns and Compare's Diff only all read it, so
+a parameter shown in one place reads the same in the others.
+"""
 
 from __future__ import annotations
 
@@ -24,10 +29,67 @@ def spec_checkpoint_name(job: dict) -> str:
     return f"{name}/{spec['component']}" if spec.get("component") else name
 
 
+def checkpoint_key(job: dict) -> tuple[str | None, str | None, str]:
+    """(model path, component, kind): jobs with equal keys measured the same thing,
+    so their figures may be set against each other."""
+    spec = spec_of(job)
+    return spec.get("model"), spec.get("component"), job.get("kind", "load")
+
+
 def job_label(job: dict) -> str:
-    """Short unique label for legends: `#7 drain` (plus `gen` for generate jobs)."""
+    """Short unique label for legends: `#7 drain`, plus ` generate` for a generate job."""
     kind = "" if job.get("kind") == "load" else f" {job.get('kind')}"
     return f"#{job['id']} {spec_mode(job) or ''}{kind}".strip()
+
+
+def _size_or_none(value: object) -> str:
+    return fmt.gib(value, 2) if isinstance(value, (int, float)) and not isinstance(value, bool) else "none"
+
+
+def job_parameters(job: dict) -> dict[str, str]:
+    """Every parameter the job ran with, as readable strings in a fixed order:
+    checkpoint and placement first, then limits, then (generate jobs) what was asked for.
+    Offload flags read `on`/`off` as requested; the policy may have changed them (see the job's decisions)."""
+    spec = spec_of(job)
+    rows: dict[str, str] = {
+        "kind": str(job.get("kind") or spec.get("kind") or fmt.MISSING),
+        "checkpoint": spec.get("model") or fmt.MISSING,
+        "component": spec.get("component") or ("all" if job.get("kind") == "generate" else "default (transformer)"),
+        "mode": spec.get("mode") or fmt.MISSING,
+        "device": str(spec.get("device") or fmt.MISSING),
+        "dtype": spec.get("dtype") or "checkpoint dtype",
+        "GPUs": str(spec.get("gpus", 1)),
+        "memory limit": _size_or_none(spec.get("memory_limit")),
+        "memory budget": _size_or_none(spec.get("memory_budget")),
+        "memory floor": _size_or_none(spec.get("memory_floor")),
+    }
+    if "drop_page_cache" in spec:
+        rows["drop page cache"] = fmt.flag(spec.get("drop_page_cache"))
+    if "sequential_components" in spec:
+        rows["sequential components"] = fmt.flag(spec.get("sequential_components"))
+    for name, value in (spec.get("offload") or {}).items():
+        rows[name.replace("_", " ")] = fmt.flag(value)
+    rows.update(generate_parameters(job))
+    return rows
+
+
+def generate_parameters(job: dict) -> dict[str, str]:
+    """What a generate job was asked for (prompt, seed, frames, size, steps, guidance); {} for a load."""
+    params = spec_of(job).get("generate")
+    if not params:
+        return {}
+    frames, fps = params.get("frames"), params.get("fps")
+    length = f" ({fmt.duration(frames / fps)} at {fps} fps)" if frames and fps else ""
+    return {
+        "prompt": params.get("prompt") or "",
+        "negative prompt": params.get("negative_prompt") or "none",
+        "seed": str(params.get("seed", fmt.MISSING)),
+        "frames": f"{frames}{length}" if frames else fmt.MISSING,
+        "size": f"{params.get('width')} × {params.get('height')} px",
+        "steps": str(params.get("steps", fmt.MISSING)),
+        "guidance": str(params.get("guidance_scale", fmt.MISSING)),
+        "audio": fmt.flag(params.get("audio")),
+    }
 
 
 def field_errors(errors: list[str]) -> dict[str, list[str]]:

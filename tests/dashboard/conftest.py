@@ -111,20 +111,24 @@ def tiny_checkpoint(data_dir):
 
 
 def add_job(db, *, status: str, mode: str = "stream", model: str = "/models/tiny", samples: pd.DataFrame | None = None,
-            metrics: dict | None = None, kind: str = "load", signal: str | None = None, error: str | None = None) -> int:
+            metrics: dict | None = None, kind: str = "load", signal: str | None = None, error: str | None = None,
+            generate: dict | None = None, retry_of: int | None = None, memory_limit: int | None = None) -> int:
     """Insert a job as if it had run: its row, its samples and its final status."""
     import json
     import time
 
     from jobs.spec import JobSpec
+    from models.params import GenerateParams
 
-    spec = JobSpec(kind=kind, model=model, mode=mode)
+    spec = JobSpec(kind=kind, model=model, mode=mode, memory_limit=memory_limit,
+                   generate=GenerateParams(**generate) if generate else None)
     now = time.time()
     cursor = db.execute(
-        "INSERT INTO jobs (kind, spec, status, created_at, started_at, finished_at, metrics, signal, error) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO jobs (kind, spec, status, created_at, started_at, finished_at, metrics, signal, error, retry_of) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [kind, json.dumps(spec.to_dict()), status, now - 30, now - 25 if status != "queued" else None,
-         now - 5 if status not in ("queued", "running") else None, json.dumps(metrics) if metrics else None, signal, error],
+         now - 5 if status not in ("queued", "running") else None, json.dumps(metrics) if metrics else None, signal, error,
+         retry_of],
     )
     job_id = cursor.lastrowid
     if samples is not None:

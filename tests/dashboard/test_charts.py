@@ -313,6 +313,92 @@ def test_end_labels_of_lines_ending_close_together_are_pushed_apart(two_jobs):
     assert ends["encoding"]["y"]["field"] == "label_y"
 
 
-def test_the_ratio_view_leads_with_the_panels_the_footprint_ratio_is_made_of(two_jobs):
-    assert charts.compare_chart(two_jobs).to_dict()["facet"]["sort"][:2] == ["System in use", "VmRSS"]
-    assert charts.compare_chart(two_jobs, y="ratio").to_dict()["facet"]["sort"] == ["VmRSS", "System in use", "RssFile"]
+def test_panel_order_is_the_same_in_every_view(two_jobs):
+    orders = {
+        (x, y, subtract): charts.compare_chart(two_jobs, x=x, y=y, subtract_start=subtract).to_dict()["facet"]["sort"]
+        for x in ("percent", "seconds") for y in ("gib", "ratio") for subtract in (False, True)
+    }
+    assert set(map(tuple, orders.values())) == {("System in use", "VmRSS", "RssFile")}
+
+
+def _dash_of(spec: dict) -> dict[str, list]:
+    scale = _line_layer(spec)["encoding"]["strokeDash"]["scale"]
+    return dict(zip(scale["domain"], scale["range"]))
+
+
+def test_each_mode_keeps_its_dash_whatever_order_the_jobs_were_picked_in(two_jobs):
+    tagged = two_jobs.assign(mode=two_jobs["job"].str.split().str[1], job_id=two_jobs["job"].str[1].astype(int))
+    reversed_pick = pd.concat([tagged[tagged["job"] == "#2 stream"], tagged[tagged["job"] == "#1 retain"]])
+    for frame in (tagged, reversed_pick):
+        dashes = _dash_of(charts.compare_chart(frame).to_dict())
+        assert dashes == {"#1 retain": charts.MODE_DASHES["retain"], "#2 stream": charts.MODE_DASHES["stream"]}
+    # A stream job compared with other jobs still draws stream's dash.
+    alone = tagged.assign(job=tagged["job"].replace({"#1 retain": "#1 drain"}), mode=tagged["mode"].replace({"retain": "drain"}))
+    assert _dash_of(charts.compare_chart(alone).to_dict())["#2 stream"] == charts.MODE_DASHES["stream"]
+
+
+def test_two_jobs_of_one_mode_get_different_dashes_by_id():
+    jobs = pd.DataFrame({"job": ["#9 drain", "#4 drain", "#5 stream"], "mode": ["drain", "drain", "stream"], "job_id": [9, 4, 5]})
+    dashes = charts.job_dashes(jobs)
+    assert dashes["#4 drain"] == charts.MODE_DASHES["drain"]
+    assert dashes["#5 stream"] == charts.MODE_DASHES["stream"]
+    assert dashes["#9 drain"] not in charts.MODE_DASHES.values()
+
+
+def _with_cgroup(samples: pd.DataFrame) -> pd.DataFrame:
+    return samples.assign(cgroup_usage=samples["vm_rss"] - samples["rss_file"] // 2)
+
+
+def test_a_job_in_a_memory_cgroup_plots_its_usage_and_the_limit_as_a_line(load_samples):
+    spec = charts.memory_chart(
+        _with_cgroup(load_samples), x="bytes", total_bytes=2 * GIB, fit="pool", capacity=24 * GIB,
+        limits={"memory_limit": 3 * GIB},
+    ).to_dict()
+    assert "cgroup usage" in _line_layer(spec)["encoding"]["color"]["scale"]["domain"]
+    rules = [l for l in _layers(spec) if l["mark"].get("type") == "rule" and l["mark"].get("strokeDash") == [5, 3]]
+    rows = _datasets(spec)[rules[0]["data"]["name"]]
+    assert [(r["label"], r["value"], r["color"]) for r in rows] == [("memory limit 3.00 GiB", 3.0, "#8E6BB8")]
+    # Without a cgroup there is neither the series nor a line for it.
+    plain = charts.memory_chart(load_samples, limits={"memory_limit": 3 * GIB}).to_dict()
+    assert "cgroup usage" not in json.dumps(plain)
+
+
+def test_budget_and_floor_bound_system_in_use_above_its_start(load_samples):
+    limits = charts.job_limits({"memory_budget": GIB, "memory_floor": 4 * GIB}, 24 * GIB, starts_in_use=4 * GIB)
+    assert [(l.series, l.nbytes / GIB) for l in limits] == [("System in use", 5.0), ("System in use", 20.0)]
+    spec = charts.memory_chart(load_samples, x="bytes", total_bytes=2 * GIB, mem_total=24 * GIB, fit="baseline",
+                               limits={"memory_budget": GIB, "memory_floor": 4 * GIB}).to_dict()
+    rules = [l for l in _layers(spec) if l["mark"].get("type") == "rule" and l["mark"].get("strokeDash") == [5, 3]]
+    rows = _datasets(spec)[rules[0]["data"]["name"]]
+    # Above the baseline the budget sits at what the job may add over its first sample; the floor,
+    # 16 GiB further up, is far off a 2 GiB curve and left out.
+    assert [(r["label"], r["value"]) for r in rows] == [("memory budget 1.00 GiB over the start", pytest.approx(1.0))]
+
+
+def test_the_predicted_peak_is_a_dashed_gray_line_beside_the_measured_curve(load_samples):
+    spec = charts.memory_chart(load_samples, x="bytes", total_bytes=2 * GIB, fit="baseline", predicted_peak=int(2.5 * GIB)).to_dict()
+    text = next(l for l in _layers(spec) if l["mark"].get("type") == "text" and l.get("encoding", {}).get("text", {}).get("field") == "label"
+                and any(r.get("series") == "predicted" for r in _datasets(spec)[l["data"]["name"]]))
+    row = next(r for r in _datasets(spec)[text["data"]["name"]] if r["series"] == "predicted")
+    assert row["value"] == pytest.approx(2.5) and row["color"] == charts.PREDICTED
+    assert row["label"] == "predicted peak +2.50 GiB"
+
+
+def test_a_memory_guard_kill_is_drawn_like_an_oom_kill_and_says_who(load_samples):
+    spec = charts.memory_chart(load_samples.iloc[:50], x="bytes", total_bytes=2 * GIB, killed=True, kill_label="memory guard").to_dict()
+    crosses = [l for l in _layers(spec) if l["mark"].get("text") == "✕"]
+    assert crosses and crosses[0]["mark"]["color"] == charts.WALL
+    assert _datasets(spec)[crosses[0]["data"]["name"]][0]["label"] == "memory guard"
+    assert "no data — memory guard" in json.dumps(spec, ensure_ascii=False)
+
+
+def test_the_stage_strip_follows_the_theme(load_samples):
+    def strip_colours(theme):
+        spec = charts.memory_chart(load_samples, x="seconds", theme=theme).to_dict()
+        band = next(l for l in _layers(spec) if l["mark"].get("type") == "rect" and "stroke" in l["mark"])
+        text = next(l for l in _layers(spec) if l["mark"].get("type") == "text" and l["encoding"]["text"]["field"] == "label")
+        return band["mark"]["stroke"], text["mark"]["color"]
+
+    light, dark = strip_colours("light"), strip_colours("dark")
+    assert light == ("#ffffff", "#333333")
+    assert dark == ("#0e1117", "#e6e6e6")

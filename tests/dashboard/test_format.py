@@ -11,12 +11,35 @@ def test_gib_uses_binary_units_and_one_decimal():
     assert fmt.gib(int(1.5 * 2**30), 2) == "1.50 GiB"
 
 
-def test_gib_switches_to_mib_for_small_sizes_rather_than_showing_zero():
-    assert fmt.gib(5 * 2**20) == "5.0 MiB"
+def test_sizes_under_a_gib_read_in_mib_and_under_a_mib_in_kib():
+    assert fmt.gib(5 * 2**20) == "5 MiB"
+    assert fmt.gib(int(752.4 * 2**20), 2) == "752.4 MiB"
+    assert fmt.gib(2**30 - 2**20) == "1023 MiB"
+    assert fmt.gib(12 * 2**10) == "12 KiB"
+    assert fmt.gib(14) == "14 B"
+    assert fmt.gib(0) == "0.0 GiB"
+
+
+def test_throughput_is_decimal_gb_per_second_from_bytes_per_second():
+    assert fmt.rate(4.93e9) == "4.93 GB/s"
+    assert fmt.rate(16.5e9) == "16.5 GB/s"
+    assert fmt.rate(None) == fmt.MISSING
+
+
+def test_a_ratio_change_that_rounds_to_nothing_is_no_change():
+    assert fmt.delta_ratio(1.164, 1.0) == "+0.16×"
+    assert fmt.delta_ratio(1.0, 1.16) == "-0.16×"
+    assert fmt.delta_ratio(1.001, 1.0) is None
+    assert fmt.delta_ratio(None, 1.0) is None
+
+
+def test_byte_valued_metrics_never_read_as_raw_counts():
+    assert fmt.metric_value("memory_limit", 752_414_720) == "717.6 MiB"
+    assert fmt.metric_value("peak_footprint", 3 * 2**29) == "1.50 GiB"
 
 
 def test_missing_values_read_as_a_dash_never_as_zero():
-    for formatter in (fmt.gib, fmt.ratio, fmt.percent, fmt.duration, fmt.rate_gbps):
+    for formatter in (fmt.gib, fmt.ratio, fmt.percent, fmt.duration, fmt.rate_gbps, fmt.rate):
         assert formatter(None) == fmt.MISSING
         assert formatter(math.nan) == fmt.MISSING
 

@@ -24,7 +24,7 @@ def test_generate_cards_show_steps_with_seconds_per_step_and_the_peak_stage(load
     assert list(cards) == ["Denoising steps", "Peak system in use", "Peak footprint", "Min headroom", "Peak VmRSS"]
     assert (cards["Denoising steps"].value, cards["Denoising steps"].delta) == ("8/8", "0.50 s/step")
     assert (cards["Peak footprint"].value, cards["Peak footprint"].delta) == ("1.00 GiB", "in conditioning")
-    assert "conditioning 1.00 GiB · denoising 0.50 GiB" in cards["Peak footprint"].help
+    assert "conditioning 1.00 GiB · denoising 512.0 MiB" in cards["Peak footprint"].help
 
 
 def test_a_running_generate_job_measures_steps_from_when_denoising_started(load_samples):
@@ -67,3 +67,116 @@ def test_a_cpu_job_runs_in_host_memory():
     assert memory_kind(_device("cpu", True)) == "host memory"
     assert memory_kind(_device("cuda", False)) == "discrete memory"
     assert memory_kind(_device("cuda", True)) == "unified memory"
+
+
+def _no_samples() -> jv.LiveStats:
+    return jv.live_stats(pd.DataFrame(), None)
+
+
+def test_a_failed_job_shows_every_line_of_its_error():
+    error = "CheckpointError: 3 problems:\n  a.safetensors: truncated\n  b.safetensors: bad header\n  c: missing key w"
+    told = jv.outcome({"status": "failed", "kind": "load", "error": error}, _no_samples(), None)
+    assert told.tone == "error"
+    assert told.cause == ["CheckpointError: 3 problems:", "  a.safetensors: truncated", "  b.safetensors: bad header", "  c: missing key w"]
+    # A fuller error the runner kept wins over the stored one-line summary.
+    detailed = jv.outcome({"status": "failed", "kind": "load", "error": "3 problems", "error_detail": error}, _no_samples(), None)
+    assert detailed.cause == told.cause
+
+
+def test_a_user_cancel_is_not_styled_as_an_error():
+    told = jv.outcome({"status": "cancelled", "kind": "load", "error": "cancelled while running (SIGTERM)"}, _no_samples(), None)
+    assert told.tone == "info"
+    assert told.headline.startswith("Cancelled by the user")
+    assert jv.status_state("cancelled") == "complete"
+    assert jv.status_state("failed") == "error"
+
+
+def test_a_guard_kill_says_it_was_the_memory_guard():
+    job = {"status": "killed", "kind": "load", "signal": "SIGKILL",
+           "error": "memory guard: system in use grew 412 MiB over the job's start, budget 400 MiB, at tensor 31 of 48"}
+    assert jv.kill_kind(job) == "guard"
+    assert jv.status_label(job, _no_samples(), None).startswith("Killed (SIGKILL) by the memory guard")
+
+
+def test_a_failed_load_reads_failed_not_killed_on_the_footprint_card():
+    job = {"kind": "load", "status": "failed", "metrics": None, "error": "CheckpointError: bad"}
+    cards = {c.label: c for c in jv.metric_cards(job, _no_samples(), total_bytes=GIB, capacity=None)}
+    assert cards["Footprint ratio"].value == "— (failed)"
+
+
+@pytest.mark.parametrize(
+    ("status", "mode", "error", "choices"),
+    [
+        ("succeeded", "retain", None, []),
+        ("cancelled", "retain", "cancelled while running (SIGTERM)", ["same settings"]),
+        ("failed", "retain", "CheckpointError: truncated", ["same settings"]),
+        ("killed", "retain", "killed (SIGKILL), most likely by the kernel OOM killer", ["same settings", "stream", "drain"]),
+        ("killed", "drain", "memory guard: budget 400 MiB crossed", ["same settings", "stream"]),
+        # stream is the cheapest mode: drain would not avoid the OOM.
+        ("killed", "stream", "killed (SIGKILL), most likely by the kernel OOM killer", ["same settings"]),
+        ("killed", "retain", "killed by SIGTERM", ["same settings"]),
+    ],
+)
+def test_retry_offers_only_what_could_change_the_outcome(status, mode, error, choices):
+    assert jv.retry_choices({"status": status, "spec": {"mode": mode}, "error": error}) == choices
+
+
+def _job(id_, *, model="/m/a", component=None, mode="stream", kind="load", ratio=1.0, status="succeeded"):
+    return {"id": id_, "kind": kind, "status": status, "spec": {"model": model, "component": component, "mode": mode},
+            "metrics": {"footprint_ratio": ratio}}
+
+
+def test_deltas_compare_only_jobs_of_the_same_checkpoint_component_and_mode():
+    job = _job(9, ratio=1.2)
+    candidates = [_job(8, model="/m/other"), _job(7, component="vae"), _job(6, mode="drain"), _job(5, kind="generate"),
+                  _job(4, status="failed"), _job(3, ratio=1.0), _job(2)]
+    assert jv.comparable_previous(job, candidates)["id"] == 3
+    assert jv.comparable_previous(_job(1), candidates) is None
+
+
+def test_no_change_in_footprint_is_neutral_and_never_plus_zero(load_samples):
+    stats = jv.live_stats(load_samples, 24 * GIB)
+    same = jv.metric_cards(_job(9, ratio=1.001), stats, total_bytes=2 * GIB, capacity=None, previous=_job(3, ratio=1.0))
+    card = next(c for c in same if c.label == "Footprint ratio")
+    assert (card.delta, card.delta_color) == ("same as job 3", "off")
+    better = jv.metric_cards(_job(9, ratio=1.0), stats, total_bytes=2 * GIB, capacity=None, previous=_job(3, ratio=2.0))
+    card = next(c for c in better if c.label == "Footprint ratio")
+    assert (card.delta, card.delta_color) == ("-1.00× vs job 3", "inverse")
+
+
+def test_header_status_line_and_cards_quote_one_progress():
+    job = {"id": 4, "kind": "generate", "status": "running", "stage": "denoising", "progress_done": 3, "progress_total": 6,
+           "started_at": 1.0, "metrics": None}
+    stats = jv.live_stats(make_frame(), None)
+    chip = jv.queue_chip([job])
+    label = jv.status_label(job, stats, None)
+    steps = jv.metric_cards(job, stats, total_bytes=None, capacity=None)[0].value
+    assert "denoising 3/6" in chip and label.startswith("denoising 3/6") and steps == "3/6"
+
+
+def make_frame() -> pd.DataFrame:
+    from tests.dashboard.conftest import make_samples
+
+    return make_samples(20)
+
+
+def test_load_throughput_reads_in_gb_per_second_like_the_metrics(load_samples):
+    stats = jv.live_stats(load_samples, 24 * GIB)
+    live = jv.metric_cards({"kind": "load", "status": "running", "metrics": None}, stats, total_bytes=2 * GIB, capacity=None)
+    assert live[0].delta.endswith(f"· {stats.throughput / 1e9:.2f} GB/s")
+    done = jv.metric_cards({"kind": "load", "status": "succeeded", "metrics": {"throughput_gbps": 0.46}}, stats,
+                           total_bytes=2 * GIB, capacity=None)
+    assert done[0].delta.endswith("· 0.46 GB/s")
+
+
+def test_a_generate_jobs_component_loads_are_one_row_each():
+    metrics = {"loads": {"transformer": {"mode": "stream", "device": "cpu", "tensors_placed": 41, "bytes_placed": 3 * 2**29,
+                                         "load_seconds": 2.5, "throughput_gbps": 0.64, "footprint_ratio": 1.01,
+                                         "host_peak_ratio": 1.0, "excluded_bytes": 0},
+                         "vae": {"mode": "stream", "device": "cpu", "tensors_placed": 9, "bytes_placed": 2**20 * 300}}}
+    table = jv.load_reports_table(metrics).set_index("component")
+    assert table.loc["transformer", "placed"] == "1.50 GiB"
+    assert table.loc["transformer", "throughput"] == "0.64 GB/s"
+    assert table.loc["vae", "placed"] == "300.0 MiB"
+    assert table.loc["vae", "footprint"] == "—"
+    assert jv.load_reports_table({}).empty

@@ -1,0 +1,78 @@
+"""How every chart draws: the fixed series colours and the neutral colours of each theme.
+
+Series colours are Okabe-Ito (colour-blind safe) and fixed per series, so a
+curve looks the same on every page. Red (WALL) means only the wall (capacity)
+or a kill. Neutral marks (stage bands, labels, rules) come from the page's
+theme, so the stage strip and bars read in dark mode too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+WALL = "#D55E00"
+"""The capacity rule, the danger zone and the kill marker; nothing else is red."""
+POLICY = "#CC79A7"
+"""Policy-decision rules and diamonds."""
+PREDICTED = "#7F7F7F"
+"""The forecast's predicted peak (dashed): context for the measured curve, not a measurement."""
+
+
+@dataclass(frozen=True)
+class Series:
+    """One memory curve: where it comes from and how it is always drawn."""
+
+    key: str
+    """Column name in the derived frame (bytes)."""
+    label: str
+    """Legend label."""
+    source: str
+    """Where the number is read, shown in tooltips so gaps between series make sense."""
+    color: str
+    """Fixed colour."""
+    dash: tuple[int, ...]
+    """Stroke dash; empty is solid."""
+    width: float
+    """Stroke width in px."""
+
+
+SERIES: tuple[Series, ...] = (
+    Series("system_in_use", "System in use", "/proc/meminfo (MemTotal − MemAvailable)", "#009E73", (), 2.5),
+    Series("vm_rss", "VmRSS", "worker /proc status", "#0072B2", (), 1.8),
+    Series("rss_file", "RssFile", "worker /proc status (file-backed part of VmRSS, reclaimable)", "#56B4E9", (6, 4), 1.8),
+    Series("device_allocated", "GPU allocated", "torch allocator", "#E69F00", (), 1.8),
+    Series("cgroup_usage", "cgroup usage", "the job's memory cgroup (what a memory limit enforces)", "#8E6BB8", (2, 2), 2.0),
+)
+"""Every memory series, in legend order (and Compare's fixed panel order)."""
+
+BY_LABEL = {s.label: s for s in SERIES}
+
+
+@dataclass(frozen=True)
+class Palette:
+    """Neutral colours of one theme."""
+
+    text: str
+    """Labels drawn on the chart (stage names, end-of-line labels)."""
+    muted: str
+    """Rules at stage boundaries, step ticks, the cursor rule."""
+    band: str
+    """Stage bands (drawn with alternating opacity, so neighbours stay apart)."""
+    band_edge: str
+    """The gap between stage bands: the page background."""
+    free: str
+    """The free part of the memory bar."""
+    cache: str
+    """The page-cache part of the memory bar."""
+
+
+PALETTES = {
+    "light": Palette(text="#333333", muted="#777777", band="#9a9a9a", band_edge="#ffffff", free="#ececec", cache="#b9d7ea"),
+    "dark": Palette(text="#e6e6e6", muted="#9a9a9a", band="#8a8a8a", band_edge="#0e1117", free="#31333f", cache="#3d6f8f"),
+}
+"""Neutral colours per Streamlit theme type (`st.context.theme.type`)."""
+
+
+def palette(theme: str | None) -> Palette:
+    """The palette of a theme type; anything unknown (None before the browser reports) reads light."""
+    return PALETTES.get(theme or "light", PALETTES["light"])

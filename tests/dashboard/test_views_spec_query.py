@@ -1,0 +1,64 @@
+"""A job's parameters as every page shows them, and job ids from crafted query parameters."""
+
+from __future__ import annotations
+
+import pytest
+
+from dashboard.views.query import MAX_JOB_ID, QueryError, job_id, job_ids
+from dashboard.views.spec import checkpoint_key, job_label, job_parameters
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize("raw", ["²", "3²", "-1", "0", "1.5", "abc", "100000000000000000000000000000", str(MAX_JOB_ID + 1), "٣"])
+def test_anything_but_a_job_id_is_refused_with_what_was_expected(raw):
+    with pytest.raises(QueryError, match="is not a job id"):
+        job_id(raw)
+
+
+def test_job_ids_are_ascii_digits_up_to_sqlites_largest_integer():
+    assert job_id(" 42 ") == 42
+    assert job_id(str(MAX_JOB_ID)) == MAX_JOB_ID
+    assert job_ids("3,5,3,,7") == [3, 5, 7]
+
+
+def test_every_bad_part_of_a_job_list_is_named():
+    with pytest.raises(QueryError) as caught:
+        job_ids("²,3,x")
+    assert str(caught.value) == "?jobs=: '²', 'x' are not job ids; expected whole numbers separated by commas, such as ?jobs=3,5"
+
+
+def _generate_job() -> dict:
+    return {
+        "id": 7, "kind": "generate",
+        "spec": {"kind": "generate", "model": "/models/demo", "component": None, "mode": "drain", "device": "cpu",
+                 "dtype": "bfloat16", "memory_limit": 3 * GIB, "memory_budget": None, "gpus": 1,
+                 "offload": {"dit_cpu_offload": True, "vae_cpu_offload": False},
+                 "generate": {"prompt": "a whale at dusk", "negative_prompt": "", "frames": 25, "height": 112, "width": 192,
+                              "steps": 6, "guidance_scale": 4.0, "seed": 3, "fps": 24, "audio": True}},
+    }
+
+
+def test_a_generate_jobs_parameters_read_in_full():
+    params = job_parameters(_generate_job())
+    assert params["prompt"] == "a whale at dusk"
+    assert params["seed"] == "3"
+    assert params["frames"] == "25 (1.04 s at 24 fps)"
+    assert params["size"] == "192 × 112 px"
+    assert (params["steps"], params["guidance"]) == ("6", "4.0")
+    assert (params["mode"], params["device"], params["dtype"]) == ("drain", "cpu", "bfloat16")
+    assert (params["memory limit"], params["memory budget"]) == ("3.00 GiB", "none")
+    assert (params["dit cpu offload"], params["vae cpu offload"]) == ("on", "off")
+    assert list(params)[:4] == ["kind", "checkpoint", "component", "mode"]
+
+
+def test_a_loads_parameters_have_no_generate_fields():
+    load = {"id": 2, "kind": "load", "spec": {"model": "/models/demo", "component": "transformer", "mode": "stream"}}
+    params = job_parameters(load)
+    assert params["component"] == "transformer" and "prompt" not in params and "seed" not in params
+
+
+def test_labels_and_checkpoint_keys():
+    job = _generate_job()
+    assert job_label(job) == "#7 drain generate"
+    assert checkpoint_key(job) == ("/models/demo", None, "generate")
