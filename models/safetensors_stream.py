@@ -10,8 +10,10 @@ component folder; `write_tensors` does the same for tensors already in memory
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -68,6 +70,34 @@ def header_bytes(specs: Iterable[TensorSpec], metadata: dict[str, str] | None = 
     body = json.dumps(header, separators=(",", ":")).encode()
     body += b" " * (-len(body) % 8)
     return len(body).to_bytes(8, "little") + body
+
+
+CHUNK_ELEMENTS = 1 << 24
+"""Elements generated per chunk of a large random tensor (64 MiB in fp32)."""
+
+
+def chunk_generator(seed: int, name: str, chunk: int) -> torch.Generator:
+    """The generator of one chunk of one tensor: the bytes depend on (seed, name, chunk) only, not on threads."""
+    digest = hashlib.sha256(f"{seed}:{name}:{chunk}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
+
+
+def random_chunks(pool: ThreadPoolExecutor, spec: TensorSpec, seed: int, bound: float) -> Iterator[torch.Tensor]:
+    """Uniform values in [-bound, bound] as chunks in `spec.dtype`, generated a few chunks ahead on `pool`."""
+    starts = list(range(0, spec.numel, CHUNK_ELEMENTS))
+
+    def make(i: int) -> torch.Tensor:
+        n = min(CHUNK_ELEMENTS, spec.numel - starts[i])
+        return torch.empty(n).uniform_(-bound, bound, generator=chunk_generator(seed, spec.name, i)).to(spec.dtype)
+
+    ahead = (pool._max_workers or 1) + 1
+    futures = [pool.submit(make, i) for i in range(min(ahead, len(starts)))]
+    for i in range(len(starts)):
+        chunk = futures[i].result()
+        futures[i] = None
+        if i + ahead < len(starts):
+            futures.append(pool.submit(make, i + ahead))
+        yield chunk
 
 
 def write_safetensors(

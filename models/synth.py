@@ -10,12 +10,11 @@ in parallel chunks and streamed to disk: memory stays at a few chunks and the
 The weights are synthetic, but not noise: the video decoder is built from
 smoothing kernels and a colour mix, so the demo shows smooth colour fields
 that morph over time, and the DiT's small random weights move the latents
-with the prompt and the seed. Real H3 weights would give real video.
+with the prompt and the seed. It is not MiniMax H3 (see `h3synth` for the real architecture).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -33,10 +32,7 @@ from loader.errors import DiskFullError
 
 from .config import Profile, ProfileError, _ComponentConfig
 from .registry import build_component
-from .safetensors_stream import TensorSpec, header_bytes, plan_shards, write_safetensors
-
-CHUNK_ELEMENTS = 1 << 24
-"""Elements generated per chunk of a large tensor (64 MiB in fp32)."""
+from .safetensors_stream import TensorSpec, chunk_generator, header_bytes, plan_shards, random_chunks, write_safetensors
 
 _STEMS = {"transformer": "diffusion_pytorch_model", "vae": "diffusion_pytorch_model",
           "audio_vae": "diffusion_pytorch_model", "text_encoder": "model"}
@@ -217,33 +213,13 @@ def _check_readable(path: Path, shard: list[TensorSpec]) -> None:
         raise RuntimeError(f"{path}: safe_open lists {len(keys)} tensors, expected {len(expected)}")
 
 
-def _generator(seed: int, name: str, chunk: int) -> torch.Generator:
-    digest = hashlib.sha256(f"{seed}:{name}:{chunk}".encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
-
-
 def _values(pool: ThreadPoolExecutor, cfg: _ComponentConfig, spec: TensorSpec, seed: int) -> Iterator[torch.Tensor]:
     """The tensor's values as chunks in `spec.dtype`, generated ahead on the pool."""
     structured = _structured(cfg, spec, seed)
     if structured is not None:
         yield structured.to(spec.dtype).reshape(-1)
         return
-    std = _std(cfg, spec)
-    bound = std * math.sqrt(3.0)
-    starts = list(range(0, spec.numel, CHUNK_ELEMENTS))
-
-    def make(i: int) -> torch.Tensor:
-        n = min(CHUNK_ELEMENTS, spec.numel - starts[i])
-        return torch.empty(n).uniform_(-bound, bound, generator=_generator(seed, spec.name, i)).to(spec.dtype)
-
-    ahead = (pool._max_workers or 1) + 1
-    futures = [pool.submit(make, i) for i in range(min(ahead, len(starts)))]
-    for i in range(len(starts)):
-        chunk = futures[i].result()
-        futures[i] = None
-        if i + ahead < len(starts):
-            futures.append(pool.submit(make, i + ahead))
-        yield chunk
+    yield from random_chunks(pool, spec, seed, _std(cfg, spec) * math.sqrt(3.0))
 
 
 def _fan_in(shape: tuple[int, ...]) -> int:
@@ -275,7 +251,7 @@ weights, so it only makes the few text tokens' values loud enough to colour the 
 def _structured(cfg: _ComponentConfig, spec: TensorSpec, seed: int) -> torch.Tensor | None:
     """Designed values (norms, modulation biases, decoder kernels), or None for plain random ones."""
     name, shape = spec.name, spec.shape
-    g = _generator(seed, name, -1)
+    g = chunk_generator(seed, name, -1)
     if re.search(r"norm[^.]*\.weight$", name) and len(shape) == 1:
         return torch.ones(shape)
     if name.endswith("adaln_proj.linear.bias"):

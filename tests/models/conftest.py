@@ -15,3 +15,14 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("models") / "tiny"
     synth_checkpoint(path, get_profile("tiny"), shard_bytes=100_000, seed=0)
     return path
+
+
+@pytest.fixture(scope="session")
+def h3_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real-architecture `tiny` profile written with seed 0 (1 MiB shards: several for the text encoder)."""
+    from models.h3synth import synth_h3
+    from models.profiles import get_profile
+
+    path = tmp_path_factory.mktemp("h3") / "tiny"
+    synth_h3(path, get_profile("tiny"), seed=0)
+    return path

@@ -13,6 +13,8 @@ from loader.errors import DiskFullError
 from models import get_profile, synth_checkpoint
 from models.cli import main
 from models.encode import write_mp4
+from models.h3synth import synth_h3
+from models.profiles import get_profile as get_h3_profile
 
 TINY_SHARD_BYTES = 100_000
 
@@ -95,3 +97,42 @@ def test_an_mp4_that_fills_the_disk_is_removed(small_tmpfs):
     with pytest.raises(DiskFullError, match=rf"^disk full while writing {disk / 'clip.mp4'}: .*; removed the partial file$"):
         write_mp4(disk / "clip.mp4", noise, 8)
     assert list(disk.iterdir()) == []
+
+
+def h3_tiny_bytes() -> int:
+    return sum(c.bytes for c in synth_h3("unused", get_h3_profile("tiny"), dry_run=True).components)
+
+
+def test_h3_synth_refuses_before_writing_when_the_disk_is_too_small(small_tmpfs):
+    disk = small_tmpfs(1024 * 1024)
+    out = disk / "tiny"
+    with pytest.raises(DiskFullError) as caught:
+        synth_h3(out, get_h3_profile("tiny"))
+    line = str(caught.value)
+    assert line.startswith(f"not enough disk space in {out}: the tiny checkpoint needs ")
+    assert int(line.split(" needs ")[1].split(" bytes")[0].replace(",", "")) > h3_tiny_bytes()
+    assert not out.exists()
+
+
+def test_h3_synth_hit_by_a_full_disk_mid_write_removes_its_files_and_names_the_shard(small_tmpfs):
+    disk = small_tmpfs(2 * h3_tiny_bytes() + 8 * 2**20)
+    out = disk / "tiny"
+    with pytest.raises(DiskFullError) as caught:
+        synth_h3(out, get_h3_profile("tiny"), on_bytes=filler_after(disk, 1 / 3))
+    message = str(caught.value)
+    assert message.startswith(f"disk full while writing {out}/") and ".safetensors: " in message
+    assert "removed the " in message and "\n" not in message
+    assert list(out.rglob("*.safetensors")) == [] and list(out.rglob("*.json")) == []
+
+
+def test_an_h3_rewrite_that_fails_on_a_full_disk_does_not_leave_the_old_root_looking_complete(small_tmpfs):
+    disk = small_tmpfs(int(1.5 * h3_tiny_bytes()) + 8 * 2**20)
+    out = disk / "tiny"
+    synth_h3(out, get_h3_profile("tiny"))
+    assert (out / "modular_model_index.json").is_file()
+    synth_h3(out, get_h3_profile("tiny"), seed=1)  # replaced shards count as free
+    assert json.loads((out / "modular_model_index.json").read_text())["_drainboard_seed"] == 1
+    with pytest.raises(DiskFullError, match=r"^disk full while writing .*tiny/text_encoder/model-"):
+        synth_h3(out, get_h3_profile("tiny"), on_bytes=filler_after(disk, 0.1))
+    assert not (out / "modular_model_index.json").exists()
+    assert not (out / "text_encoder" / "model.safetensors.index.json").exists()

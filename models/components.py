@@ -1,0 +1,269 @@
+"""Build each MiniMax H3 component empty from its config and have Drainboard's loader fill it.
+
+The classes are diffusers' (`MiniMaxH3Transformer3DModel`, `AutoencoderKLMiniMaxH3`,
+`AutoencoderKLMiniMaxH3Audio`) and transformers' (`Qwen3VLForConditionalGeneration`).
+Nothing of the model is re-implemented here; this module only decides how the
+empty module is built and what the loader reads into it:
+
+- **Construction.** Parameters are created on the meta device with weight
+  initialisation skipped, while buffers are computed on the CPU exactly as the
+  constructor defines them. Non-persistent buffers (the transformer's
+  `rope.inv_freq`, Qwen3-VL's rotary `inv_freq`) are not in the checkpoint, so
+  this is where their values come from; a module built wholly on meta would
+  carry no value there (and `to_empty` would leave garbage that silently shifts
+  the latents). The default dtype during construction is the requested one, as
+  in diffusers' and transformers' own `from_pretrained`.
+- **Dtype rule (diffusers').** With a requested dtype, a floating tensor stays
+  float32 when any dotted part of its name is in the class's
+  `_keep_in_fp32_modules`; without one, the checkpoint's dtypes are kept.
+- **Reading only what the workflow uses.** MiniMax H3 conditions on
+  `hidden_states[50]` of the text encoder and never calls `lm_head`; `t2va`
+  never runs the vision tower. Those modules are removed from the empty text
+  encoder (decoder layers past 50 are cut, so the stack keeps 51 layers and
+  `hidden_states[50]` stays the pre-norm state) and their tensors are excluded
+  from the load: never read, counted in the report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+import torch.nn as nn
+
+from loader import load_checkpoint
+from loader.dtypes import parse_dtype
+from loader.errors import CheckpointError, PlacementError
+from loader.memory import MemoryProbe
+from loader.model_registry import get_model_builder, register_model_builder
+from loader.report import LoadReport, TensorPlaced
+
+from .profiles import HIDDEN_STATE_LAYER
+
+CLASS_LIBRARIES: dict[str, str] = {
+    "MiniMaxH3Transformer3DModel": "diffusers",
+    "AutoencoderKLMiniMaxH3": "diffusers",
+    "AutoencoderKLMiniMaxH3Audio": "diffusers",
+    "Qwen3VLForConditionalGeneration": "transformers",
+}
+"""The weight classes of a MiniMax H3 checkpoint and the library defining each."""
+
+WORKFLOWS = ("t2va", "fl2va", "ref2va")
+"""diffusers' MiniMax H3 workflows; only `t2va` runs without the text encoder's vision tower."""
+
+
+def class_name_of(config: dict) -> str | None:
+    """The class a component's `config.json` names: diffusers' `_class_name`, or transformers' `architectures[0]`."""
+    name = config.get("_class_name")
+    if name is None and isinstance(config.get("architectures"), list) and config["architectures"]:
+        name = config["architectures"][0]
+    return name if isinstance(name, str) else None
+
+
+def component_class(class_name: str) -> type[nn.Module]:
+    """The diffusers / transformers class called `class_name` (one of `CLASS_LIBRARIES`)."""
+    library = CLASS_LIBRARIES.get(class_name)
+    if library is None:
+        raise PlacementError(
+            f"no MiniMax H3 class {class_name!r}; known: {', '.join(CLASS_LIBRARIES)} (others load as generic skeletons)"
+        )
+    return getattr(importlib.import_module(library), class_name)
+
+
+def fp32_patterns(cls: type[nn.Module]) -> tuple[str, ...]:
+    """diffusers' rule as regexes: a name stays float32 when one of its dotted parts is in `_keep_in_fp32_modules`."""
+    return tuple(rf"(?:^|\.){re.escape(part)}(?:\.|$)" for part in (getattr(cls, "_keep_in_fp32_modules", None) or ()))
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype | None) -> Iterator[None]:
+    previous = torch.get_default_dtype()
+    if dtype is not None and dtype.is_floating_point:
+        torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def build_empty(config: dict, dtype: torch.dtype | None = None) -> nn.Module:
+    """The component's module with every parameter on meta and every buffer computed on the CPU.
+
+    `dtype` is the default dtype during construction (what `from_pretrained(torch_dtype=...)`
+    builds under); buffers the constructor makes without an explicit dtype take it.
+    """
+    from accelerate import init_empty_weights
+
+    class_name = class_name_of(config)
+    if class_name is None:
+        raise PlacementError("config.json names no class (_class_name or architectures)")
+    cls = component_class(class_name)
+    library = CLASS_LIBRARIES[class_name]
+    # The caller (the loader's registry) may be inside `torch.device("meta")`: buffers must be real.
+    with torch.device("cpu"), init_empty_weights(include_buffers=False):
+        if library == "diffusers":
+            from diffusers.models.modeling_utils import no_init_weights
+
+            with no_init_weights(), _default_dtype(dtype):
+                module = cls.from_config(config)
+        else:
+            from transformers.initialization import no_init_weights
+
+            parsed = cls.config_class.from_dict(config)
+            with no_init_weights():
+                module = cls._from_config(parsed, **({"dtype": dtype} if dtype is not None else {}))
+    return module.eval().requires_grad_(False)
+
+
+def text_encoder_pruning(module: nn.Module, workflow: str) -> list[str]:
+    """Module paths of a Qwen3-VL text encoder that `workflow` never runs.
+
+    The decoder stack keeps layers 0..50: the output collector replaces the last hidden
+    state with the normed one, so a stack of exactly 50 layers would turn `hidden_states[50]` post-norm.
+    """
+    if workflow not in WORKFLOWS:
+        raise PlacementError(f"unknown workflow {workflow!r}; known: {', '.join(WORKFLOWS)}")
+    layers = module.model.language_model.layers
+    keep = HIDDEN_STATE_LAYER + 1
+    paths = ["lm_head"] + [f"model.language_model.layers.{i}" for i in range(keep, len(layers))]
+    if workflow == "t2va":
+        paths.append("model.visual")
+    return paths
+
+
+def prune(module: nn.Module, paths: list[str]) -> None:
+    """Remove the submodules at `paths`; trailing entries of a ModuleList are cut, others become `NotLoaded`."""
+    for path in paths:
+        owner_path, _, leaf = path.rpartition(".")
+        owner = module.get_submodule(owner_path) if owner_path else module
+        if isinstance(owner, nn.ModuleList):
+            del owner[int(leaf):]
+        elif leaf in owner._modules:
+            owner._modules[leaf] = NotLoaded(path)
+
+
+class NotLoaded(nn.Module):
+    """Stands where a submodule was left unread; calling it says so instead of computing garbage."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self.path = path
+
+    def forward(self, *args, **kwargs):
+        raise RuntimeError(f"{self.path} was not loaded: this workflow does not use it")
+
+
+def _excluder(paths: list[str]) -> Callable[[str], bool]:
+    prefixes = tuple(p + "." for p in paths)
+    return lambda name: name.startswith(prefixes)
+
+
+def load_component(
+    root: str | os.PathLike,
+    name: str,
+    *,
+    mode: str = "stream",
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype | None = None,
+    workflow: str = "t2va",
+    on_tensor: Callable[[TensorPlaced], None] | None = None,
+    probe: MemoryProbe | None = None,
+    roots: list[str | os.PathLike] | None = None,
+) -> tuple[nn.Module, LoadReport]:
+    """Component `name` of the MiniMax H3 checkpoint at `root`, built empty and filled by the loader.
+
+    Returns the module in eval mode on `device` and the loader's report (for the
+    text encoder, `excluded` / `excluded_bytes` say what was left unread).
+    Raises CheckpointError / PlacementError naming the folder and tensor.
+    """
+    folder = Path(root) / name
+    config = _read_config(folder)
+    target_dtype = parse_dtype(dtype)
+    cls = component_class(class_name_of(config) or "")
+    module = build_empty(config, target_dtype)
+    exclude = None
+    if class_name_of(config) == "Qwen3VLForConditionalGeneration":
+        paths = text_encoder_pruning(module, workflow)
+        prune(module, paths)
+        exclude = _excluder(paths)
+    overrides = {p: torch.float32 for p in fp32_patterns(cls)} if target_dtype is not None else None
+    module, report = load_checkpoint(
+        root, component=name, module=module, mode=mode, device=device, dtype=target_dtype,
+        dtype_overrides=overrides, exclude=exclude, on_tensor=on_tensor, probe=probe,
+        roots=roots if roots is not None else [root],
+    )
+    _place_computed_buffers(module, torch.device(report.device))
+    left = [n for n, t in [*module.named_parameters(), *module.named_buffers()] if t.is_meta]
+    if left:
+        raise PlacementError(f"{folder}: {len(left)} tensor(s) still empty after the load: {', '.join(left[:5])}")
+    return module, report
+
+
+def _place_computed_buffers(module: nn.Module, device: torch.device) -> None:
+    """Move the constructor's non-persistent buffers (never in a checkpoint) next to the loaded weights."""
+    for owner in module.modules():
+        for leaf in owner._non_persistent_buffers_set:
+            buffer = owner._buffers.get(leaf)
+            if buffer is not None and buffer.device != device:
+                owner._buffers[leaf] = buffer.to(device)
+
+
+AUX_COMPONENTS = ("tokenizer", "processor", "scheduler", "audio_scheduler")
+"""The non-weight folders of a MiniMax H3 root."""
+
+
+def load_aux(root: str | os.PathLike, name: str):
+    """Non-weight component `name` (tokenizer, processor, scheduler, audio_scheduler) built from its folder.
+
+    Everything is read from local files; nothing contacts a hub. The processor
+    has no video part (see `models.text_aux`). Raises CheckpointError naming the folder.
+    """
+    from . import text_aux
+
+    folder = Path(root) / name
+    if name not in AUX_COMPONENTS:
+        raise CheckpointError(f"{folder}: unknown non-weight component {name!r}; known: {', '.join(AUX_COMPONENTS)}")
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder}: no such folder (the checkpoint has no {name})")
+    try:
+        if name == "tokenizer":
+            return text_aux.load_tokenizer(folder)
+        if name == "processor":
+            return text_aux.load_processor(folder)
+        from diffusers import MiniMaxH3Scheduler
+
+        config = _read_config(folder, "scheduler_config.json")
+        if config.get("_class_name") != "MiniMaxH3Scheduler":
+            raise CheckpointError(
+                f"{folder / 'scheduler_config.json'}: _class_name is {config.get('_class_name')!r}, expected 'MiniMaxH3Scheduler'"
+            )
+        return MiniMaxH3Scheduler.from_config(config)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{folder}: cannot build the {name}: {exc}") from exc
+
+
+def _read_config(folder: Path, file: str = "config.json") -> dict:
+    path = folder / file
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such file (expected the component's {file})") from None
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: cannot read a JSON config: {exc}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    return data
+
+
+def register_builders() -> None:
+    """Register every class with the loader's model registry (once), so a plain `load_checkpoint`
+    of a MiniMax H3 folder builds diffusers' / transformers' class the same way."""
+    for class_name in CLASS_LIBRARIES:
+        if get_model_builder(class_name) is None:
+            register_model_builder(class_name, build_empty, keep_fp32=fp32_patterns(component_class(class_name)))
