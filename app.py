@@ -1,19 +1,18 @@
-"""Drainboard's Streamlit entry point: prepare the box once, draw the frame, route.
+"""Drainboard's Streamlit entry point: draw the product line, check the address, prepare
+the box once, draw the live frame, route.
 
-    streamlit run app.py        (binds 127.0.0.1; see .streamlit/config.toml and DRAINBOARD_ADDRESS)
+    streamlit run app.py        (binds 127.0.0.1 by its .streamlit/config.toml; see dashboard/bind.py)
 """
 
 import streamlit as st
 
-from dashboard import nav
-from dashboard.frame import draw_frame, prepare_once
+from dashboard import frame, nav
 
 st.set_page_config(page_title="Drainboard", page_icon=":material/water_drop:", layout="wide")
 st.session_state[nav.ROUTER_KEY] = True
-sections: dict[str, list] = {}
-for page in nav.PAGES:
-    sections.setdefault(page.section, []).append(nav.st_page(page))
-router = st.navigation(sections, position="top")
-prepare_once()
-draw_frame()
+router = st.navigation([nav.st_page(page) for page in nav.PAGES], position="top")
+live_slot = frame.draw_header()
+frame.refuse_open_bind()
+frame.prepare_once()
+frame.draw_live(live_slot)
 router.run()

@@ -14,9 +14,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from loader.checkpoint import discover_checkpoint
 from loader.device import DeviceInfo, probe_device
-from loader.errors import DrainboardError
 from storage import queries
 from storage.artifacts import resolve_artifact
 from storage.config import Config, load_config
@@ -48,6 +46,21 @@ def _db(path: str):
 def jobs(path: str, *, status: tuple[str, ...] | None = None, limit: int = 500) -> list[dict]:
     """Jobs newest first (spec and metrics decoded)."""
     return queries.list_jobs(_db(path), status=status, limit=limit)
+
+
+def active_jobs(path: str) -> list[dict]:
+    """Running and queued jobs, oldest first: the one list the header chip and the Run page's
+    queue both draw, so one cannot say "Idle" while the other lists a running job."""
+    return sorted(jobs(path, status=("running", "queued")), key=lambda j: j["id"])
+
+
+@st.cache_data(ttl=30, show_spinner=False)
+def worker_baseline(path: str) -> int | None:
+    """VmRSS of the newest finished load job's child at its first sample: what a job's process
+    holds before it places anything (a memory limit counts it); None before any load ran."""
+    done = queries.list_jobs(_db(path), status="succeeded", kind="load", limit=1)
+    first = queries.samples_since(_db(path), done[0]["id"], limit=1) if done else []
+    return int(first[0]["vm_rss"]) if first else None
 
 
 @st.cache_data(ttl=1, show_spinner=False)
@@ -103,27 +116,25 @@ def folder_size(folder: Path) -> int:
 
 
 @st.cache_data(ttl=60, show_spinner=False)
-def checkpoint_components(model: str) -> dict[str, int]:
-    """Bytes per component of a checkpoint, from headers only ({} when unreadable)."""
-    try:
-        index = discover_checkpoint(model, validate=False)
-    except DrainboardError:
-        return {}
-    return {name: c.total_bytes for name, c in index.components.items()}
+def checkpoint_choice(model: str):
+    """A checkpoint as the Run page describes it (components, sizes, the loader's default
+    component and problems), from headers only."""
+    from dashboard.views.checkpoints import describe_checkpoint
+
+    path = Path(model)
+    return describe_checkpoint(path, path.parent)
 
 
 def expected_bytes(job: dict) -> int | None:
     """Bytes the job will place, in checkpoint dtype: its component, or every
-    component for a generate job, or the default component (transformer) of a load."""
+    component for a generate job, or the loader's default component of a load."""
     spec = job.get("spec") or {}
-    sizes = checkpoint_components(spec.get("model", "")) if spec.get("model") else {}
-    if not sizes:
+    if not spec.get("model"):
         return None
-    if spec.get("component"):
-        return sizes.get(spec["component"])
-    if job.get("kind") == "generate" or len(sizes) == 1:
-        return sum(sizes.values())
-    return sizes.get("transformer", sum(sizes.values()))
+    choice = checkpoint_choice(spec["model"])
+    if not choice.components:
+        return None
+    return choice.bytes_to_place(job.get("kind", "load"), spec.get("component"))
 
 
 def artifact_path(job_id: int, name: str) -> Path:
@@ -159,8 +170,8 @@ def memory_limit_reason() -> str | None:
 
 @st.cache_data(ttl=10, show_spinner=False)
 def checkpoints(roots: tuple[str, ...]) -> list:
-    """Checkpoints under the model roots (headers only)."""
-    from dashboard.views.run import find_checkpoints
+    """Checkpoints under the model roots, each checked by the loader (headers only)."""
+    from dashboard.views.checkpoints import find_checkpoints
 
     return find_checkpoints([Path(r) for r in roots])
 

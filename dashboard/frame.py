@@ -1,50 +1,98 @@
-"""What every page shares: first-start preparation, the queue chip and the memory bar."""
+"""What every page shares: the product line, the bind check, first-start preparation,
+the queue chip and the memory bar.
+
+`draw_header` needs nothing but Streamlit, so app.py draws it before importing the
+rest (the loader pulls in torch, seconds on a cold start): a visitor sees the product
+and what is happening at once, never a blank page. The other functions import the
+data layer when they run.
+"""
 
 from __future__ import annotations
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
-from dashboard import charts, data
-from dashboard.bootstrap import demo_missing, prepare
-from dashboard import format as fmt
-from dashboard.host import pool_caption, read_host_memory
-from dashboard.views.jobs import queue_chip
+PRODUCT = "Drainboard"
+TAGLINE = "load and run huge video models on one memory-tight box, and see what every byte costs"
+"""The one-line description under the product name on every page."""
 
 PREPARED_KEY = "_drainboard_prepared"
 """Session flag: this session has checked the data folder, demo checkpoint and supervisor."""
 
+LIVE_EVERY = 2
+"""Seconds between refreshes of the queue chip and memory bar (and of the Run page's queue,
+which must read the same as the chip)."""
+
+
+def draw_header() -> DeltaGenerator:
+    """The product name and description; returns the slot beside them for the live chip and bar."""
+    name, live = st.columns([2, 3], vertical_alignment="center")
+    name.markdown(f"**{PRODUCT}** — {TAGLINE}")
+    return live
+
+
+def refuse_open_bind() -> None:
+    """Stop here, serving nothing, when bound beyond localhost without the configuration asking for it."""
+    from dashboard import data
+    from dashboard.bind import bind_refusal
+
+    reason = bind_refusal(st.get_option("server.address"), data.config().address)
+    if reason:
+        st.error(reason, icon=":material/gpp_bad:")
+        st.stop()
+
 
 def prepare_once() -> None:
     """On a session's first run: create the data folder and database, write the demo
-    checkpoint if it is missing (with progress), and start a supervisor if none is alive."""
+    checkpoint if it is missing (with progress), and start a supervisor if none is alive.
+    A skeleton of what is happening stands in for the page meanwhile."""
     if st.session_state.get(PREPARED_KEY):
         return
+    from dashboard import data
+    from dashboard.bootstrap import demo_missing, prepare
+
     config = data.config()
     if demo_missing(config):
-        with st.status("First start: writing the demo checkpoint…", expanded=True) as box:
-            bar = st.progress(0.0)
+        slot = st.empty()
+        with slot.status("First start: writing the demo checkpoint…", expanded=True) as box:
+            bar = st.progress(0.0, text="preparing the data folder")
             prepared = prepare(config, lambda fraction, text: bar.progress(min(1.0, max(0.0, fraction)), text=text))
             if prepared.demo_error:
                 box.update(label="First start: the demo checkpoint could not be written", state="error")
                 st.error(prepared.demo_error)
                 return  # tried again on the next run, once space is freed
-            box.update(label=f"Ready: demo checkpoint written to {prepared.demo_path}", state="complete", expanded=False)
+        slot.empty()
+        st.toast(f"Ready: demo checkpoint written to {prepared.demo_path}", icon=":material/check_circle:")
     else:
+        skeleton = st.empty()
+        skeleton.caption("Opening the database and checking the job supervisor…")
         prepare(config)
+        skeleton.empty()
     data.checkpoints.clear()
     data.supervisor.clear()
     st.session_state[PREPARED_KEY] = True
 
 
-@st.fragment(run_every=5)
-def draw_frame() -> None:
-    """Queue chip and unified-memory bar, refreshed every 5 s on their own."""
+def draw_live(slot: DeltaGenerator) -> None:
+    """The queue chip and the memory bar in `slot`, refreshed every LIVE_EVERY seconds on their own."""
+    with slot:
+        _live()
+
+
+@st.fragment(run_every=LIVE_EVERY)
+def _live() -> None:
+    from dashboard import data
+    from dashboard import format as fmt
+    from dashboard.host import pool_caption, read_host_memory
+    from dashboard.host_charts import pool_bar
+    from dashboard.views.jobs import queue_chip
+
     host = read_host_memory()
     chip, bar = st.columns([2, 3], vertical_alignment="center")
-    chip.markdown(f"**{queue_chip(data.jobs(data.db_path(), status=('running', 'queued')))}**")
+    chip.markdown(f"**{queue_chip(data.active_jobs(data.db_path()))}**")
     with bar:
-        st.altair_chart(charts.pool_bar(host.in_use, host.cached, host.total, height=24, axis=False), width="stretch")
+        st.altair_chart(pool_bar(host, axis=False), width="stretch")
         st.caption(
-            f"Memory in use {fmt.gib(host.in_use)} of {fmt.gib(host.total)} · page cache {fmt.gib(host.cached)}"
+            f"System in use {fmt.gib(host.in_use)} of {fmt.gib(host.total)} · page cache {fmt.gib(host.cached)}"
             f" · {pool_caption(data.devices())}"
         )

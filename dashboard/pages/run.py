@@ -1,221 +1,357 @@
-"""Run: choose a checkpoint and settings, see whether it will fit and what the offload policy
-will do, queue the job. Validation is jobs.spec.build_spec's; nothing is queued on error."""
+"""Run: choose a checkpoint and settings, see whether it will fit, queue the job.
+
+The loader checks the chosen checkpoint before anything can be queued; the rest is
+validated by jobs.spec.build_spec, each message beside its field; nothing is queued on
+error. The form's values live in session state under FORM_KEY (widget keys are dropped
+when the page is left, so they would be forgotten) and the main ones in the URL (which
+survives a refresh); `?from=<job id>` fills the form from that job: edit and re-queue.
+"""
+
+from __future__ import annotations
 
 import shutil
-from dataclasses import fields
+from typing import Any
 
 import streamlit as st
 
-from dashboard import charts, data, nav
+from dashboard import data, frame, nav
 from dashboard import format as fmt
 from dashboard.host import read_host_memory
+from dashboard.host_charts import fit_bar
+from dashboard.views import fit
+from dashboard.views.checkpoints import CheckpointChoice, components_table
 from dashboard.views.jobs import describe_supervisor
-from dashboard.views.run import MODE_HELP, components_table, forecast, offload_preview
+from dashboard.views.run import (
+    DEFAULT_COMPONENT, DTYPES, GENERATE_FIELDS, KIND_LABELS, MODE_HELP, OFFERED_FLAGS, form_values, generate_defaults,
+    offload_preview, offload_summary,
+)
 from dashboard.views.spec import field_errors, job_label
 from jobs.kinds import kind_names
 from jobs.queue import JobStateError, cancel, enqueue
-from jobs.spec import GenerateParams, JobSpecError, build_spec
+from jobs.spec import JobSpecError, build_spec, parse_size
+from loader.device import DeviceInfo
 from loader.offload import OffloadSettings
 from storage.connections import connect
 
-ERRORS_KEY = "run_errors"  # session key: field -> messages from the last rejected submit
+# Session keys (a page script must not hold bare strings: Streamlit would draw them).
+FORM_KEY = "run_form"  # field -> value of the form, kept while the user is on other pages
+FROM_KEY = "run_filled_from"  # id of the job whose spec filled the form (applied once per arrival)
+ERRORS_KEY = "run_errors"  # field -> messages from the last rejected submit
+# Fields mirrored in the query string, so a refreshed or shared URL opens the same form.
+URL_FIELDS = ("checkpoint", "component", "kind", "mode", "device", "dtype")
 DEFAULT_PROMPT = "a red fox trotting through fresh snow at dawn, soft light"
-KIND_LABELS = {"load": "load", "generate": "load + generate"}
-DTYPES = ["checkpoint dtype", "bfloat16", "float16", "float32"]
+MODES = ("stream", "drain", "retain")
 
-config = data.config()
-db = data.db_path()
-errors: dict[str, list[str]] = st.session_state.get(ERRORS_KEY, {})
+
+def key(name: str) -> str:
+    """The widget key of a form field."""
+    return f"run_{name}"
+
+
+def durable() -> dict[str, Any]:
+    return st.session_state.setdefault(FORM_KEY, {})
+
+
+_drawn: list[str] = []  # fields drawn in this run (the script runs afresh each time), kept at its end
+
+
+def seed(name: str, default: Any, options: list | tuple | None = None) -> None:
+    """Give a widget its value before it is drawn: what it had, else the kept form value,
+    else `default`; a value no longer among `options` falls back to `default`."""
+    _drawn.append(name)
+    value = st.session_state.get(key(name), durable().get(name, default))
+    if options is not None and value not in options:
+        value = default
+    st.session_state[key(name)] = value
+
+
+def keep(names: list[str]) -> None:
+    """Remember these fields' values for the next visit."""
+    durable().update({name: st.session_state[key(name)] for name in names if key(name) in st.session_state})
+
+
+def keep_selection(name: str) -> None:
+    """on_change of a segmented control: clicking the selected option must not leave nothing selected."""
+    if st.session_state.get(key(name)) is None:
+        st.session_state[key(name)] = durable().get(name)
+
+
+def fill_from_query(db: str) -> None:
+    """Apply `?from=<job id>` once per id (its spec fills every field), or, on a fresh session,
+    the fields mirrored in the URL."""
+    job_id = nav.query_id("from")
+    if job_id is None:
+        st.session_state.pop(FROM_KEY, None)  # arriving with ?from= again fills the form again
+        if "from" in st.query_params:
+            st.warning(f"`from={st.query_params['from'][:40]}` names no job; the form keeps its values.")
+    elif st.session_state.get(FROM_KEY) != job_id:
+        job = data.job(db, job_id)
+        if job is None:
+            st.warning(f"There is no job {job_id} to fill the form from.")
+        else:
+            values = form_values(job["spec"])
+            durable().update(values)
+            for name in values:
+                st.session_state.pop(key(name), None)  # seed() takes the job's value (if still offered)
+            st.session_state[FROM_KEY] = job_id
+    if not durable():
+        durable().update({name: st.query_params[name] for name in URL_FIELDS if st.query_params.get(name)})
+
+
+def mirror_in_url() -> None:
+    """The main fields into the query string (`from` stays while the form is filled from it)."""
+    params = {name: str(durable()[name]) for name in URL_FIELDS if durable().get(name) not in (None, "")}
+    if st.session_state.get(FROM_KEY) is not None:
+        params["from"] = str(st.session_state[FROM_KEY])
+    if dict(st.query_params) != params:
+        st.query_params.from_dict(params)
 
 
 def show_errors(*names: str) -> None:
     """Messages for these fields from the last rejected submit, right under the widget."""
+    errors = st.session_state.get(ERRORS_KEY, {})
     for name in names:
         for message in errors.get(name, []):
             st.error(message, icon=":material/error:")
 
 
-st.title("Run a job")
-form, side = st.columns([3, 2], gap="large")
-
-with form:
-    choices = data.checkpoints(tuple(str(r) for r in config.model_roots))
-    usable = [c for c in choices if not c.problem]
-    if not usable:
+def checkpoint_field(choices: list[CheckpointChoice], roots: list) -> CheckpointChoice | None:
+    """The checkpoint picker, with the loader's verdict on the chosen one right under it."""
+    if not choices:
         st.warning(
-            "No checkpoint found under the model roots: "
-            + ", ".join(str(r) for r in config.model_roots)
+            "No checkpoint found under the model roots: " + ", ".join(str(r) for r in roots)
             + ". Write one with `python -m models synth DIR --profile demo` or set DRAINBOARD_MODEL_ROOTS."
         )
-    default_index = next((i for i, c in enumerate(usable) if c.path.name == "demo"), 0)
-    choice = st.selectbox(
-        "Checkpoint", usable, index=default_index if usable else None, format_func=lambda c: c.label, key="run_checkpoint"
-    )
+        return None
+    by_path = {str(c.path): c for c in choices}
+    usable = [c for c in choices if c.ok]
+    default = next((c for c in usable if c.path.name == "demo"), usable[0] if usable else choices[0])
+    seed("checkpoint", str(default.path), list(by_path))
+    choice = by_path[st.selectbox("Checkpoint", list(by_path), format_func=lambda p: by_path[p].label, key=key("checkpoint"))]
     show_errors("model")
-    component = None
-    if choice is not None:
-        with st.expander(f"Components of {choice.path.name} ({fmt.gib(choice.total_bytes)})", expanded=False):
+    if not choice.ok:
+        st.error(
+            f"The loader refuses {choice.path}: it cannot be queued.\n\n" + "\n".join(f"- {p}" for p in choice.problems[:20])
+            + (f"\n- … and {len(choice.problems) - 20} more" if len(choice.problems) > 20 else ""),
+            icon=":material/error:",
+        )
+    else:
+        tensors = sum(c.tensors for c in choice.components)
+        with st.expander(f"Components of {choice.path.name} ({fmt.gib(choice.total_bytes)}, {tensors:,} tensors: headers valid)"):
             st.dataframe(components_table(choice), hide_index=True, width="stretch")
-        if len(choice.components) > 1:
-            names = [c.name for c in choice.components]
-            picked = st.selectbox(
-                "Component to load",
-                ["(default: transformer)"] + names,
-                key="run_component",
-                help="A load job loads one component; a generate job loads every component.",
-            )
-            component = None if picked.startswith("(") else picked
-    show_errors("component")
+    broken = [c for c in choices if not c.ok]
+    if broken and len(broken) < len(choices):
+        st.caption(f"{len(broken)} broken checkpoint(s) under the roots are listed with ✗.")
+    return choice
 
-    kinds = [k for k in ("load", "generate") if k in kind_names()] + [k for k in kind_names() if k not in ("load", "generate")]
-    kind = st.segmented_control("Job", kinds, default="load", format_func=lambda k: KIND_LABELS.get(k, k), key="run_kind") or "load"
+
+def component_field(choice: CheckpointChoice | None) -> str | None:
+    """Which component a load job loads, when the checkpoint has several."""
+    if choice is None or len(choice.components) < 2:
+        return None
+    options = ([DEFAULT_COMPONENT] if choice.default_component else []) + [c.name for c in choice.components]
+    seed("component", options[0], options)
+    picked = st.selectbox(
+        "Component to load", options, key=key("component"),
+        format_func=lambda c: f"(default: {choice.default_component})" if c == DEFAULT_COMPONENT else c,
+        help="A load job loads one component; a generate job loads every component.",
+    )
+    show_errors("component")
+    return picked or None
+
+
+def job_fields() -> tuple[str, str]:
+    """Job kind and placement mode (neither can be un-selected)."""
+    names = kind_names()
+    kinds = [k for k in KIND_LABELS if k in names] + [k for k in names if k not in KIND_LABELS]
+    seed("kind", "load", kinds)
+    seed("mode", "stream", MODES)
+    keep(["kind", "mode"])  # keep_selection restores these
+    kind = st.segmented_control(
+        "Job", kinds, format_func=lambda k: KIND_LABELS.get(k, k), key=key("kind"), on_change=keep_selection, args=("kind",)
+    )
     show_errors("kind")
-    mode = st.segmented_control("Placement mode", ["stream", "drain", "retain"], default="stream", key="run_mode") or "stream"
+    mode = st.segmented_control("Placement mode", MODES, key=key("mode"), on_change=keep_selection, args=("mode",))
     st.caption(MODE_HELP[mode])
     show_errors("mode")
+    return kind, mode
 
-    device_list = data.devices()
+
+def device_fields(devices: list[DeviceInfo]) -> tuple[DeviceInfo, str]:
+    by_spec = {d.spec: d for d in devices}
+    seed("device", devices[0].spec, list(by_spec))
+    seed("dtype", DTYPES[0], DTYPES)
     left, right = st.columns(2)
-    device = left.selectbox(
-        "Device",
-        device_list,
-        format_func=lambda d: f"{d.spec} — {d.name}" + (" (unified memory)" if d.unified_memory and d.kind != "cpu" else ""),
-        key="run_device",
+    spec = left.selectbox(
+        "Device", list(by_spec), key=key("device"),
+        format_func=lambda s: f"{s} — {by_spec[s].name}" + (" (unified memory)" if by_spec[s].unified_memory and by_spec[s].kind != "cpu" else ""),
     )
     show_errors("device")
-    dtype = right.selectbox("dtype", DTYPES, key="run_dtype", help="Target dtype; the checkpoint's own keeps bytes unchanged.")
+    dtype = right.selectbox("dtype", DTYPES, key=key("dtype"), help="Target dtype; the checkpoint's own keeps bytes unchanged.")
     show_errors("dtype")
+    return by_spec[spec], dtype
 
+
+def limit_fields(device: DeviceInfo) -> dict[str, Any]:
+    """Sampling, the memory limit and the GPU count, as the spec's raw fields."""
+    seed("sample_every", 1)
+    seed("memory_limit", "")
+    seed("gpus", 1)
     left, right = st.columns(2)
     sample_every = left.number_input(
-        "Sample memory every N tensors", min_value=1, value=1, step=1, key="run_sample_every",
+        "Sample memory every N tensors", min_value=1, step=1, key=key("sample_every"),
         help="1 records a sample per placed tensor (the default); generate stages also sample on a timer.",
     )
     show_errors("sample_every")
-    limit_reason = data.memory_limit_reason()
+    reason = data.memory_limit_reason()
     memory_limit = right.text_input(
-        "Memory limit (cgroup)",
-        value="",
-        placeholder="e.g. 8GiB" if limit_reason is None else "not available here",
-        disabled=limit_reason is not None,
-        help=limit_reason or "Kill the job's process tree when it uses more than this.",
-        key="run_memory_limit",
+        "Memory limit (cgroup)", key=key("memory_limit"), disabled=reason is not None,
+        placeholder="e.g. 8GiB" if reason is None else "not available here",
+        help=reason or "Kill the job's process tree when it uses more than this (it counts the worker's own memory too).",
     )
     show_errors("memory_limit")
     gpus = 1
     if device.kind == "cuda":
-        gpus = st.number_input("GPUs (ranks)", min_value=1, value=1, step=1, key="run_gpus")
+        gpus = st.number_input("GPUs (ranks)", min_value=1, step=1, key=key("gpus"))
         show_errors("gpus")
+    return {"sample_every": int(sample_every), "memory_limit": memory_limit.strip() or None, "gpus": int(gpus)}
 
-    generate = None
-    if kind == "generate":
-        st.subheader("Generate")
-        base = GenerateParams(prompt=DEFAULT_PROMPT)
-        prompt = st.text_area("Prompt", value=base.prompt, key="run_prompt", height=80)
-        show_errors("generate.prompt")
-        cols = st.columns(4)
-        frames = cols[0].number_input("Frames", min_value=1, value=base.frames, key="run_frames")
-        height = cols[1].number_input("Height", min_value=16, value=base.height, step=16, key="run_height")
-        width = cols[2].number_input("Width", min_value=16, value=base.width, step=16, key="run_width")
-        steps = cols[3].number_input("Steps", min_value=1, value=base.steps, key="run_steps")
-        cols = st.columns(4)
-        seed = cols[0].number_input("Seed", min_value=0, value=base.seed, key="run_seed")
-        guidance = cols[1].number_input("Guidance", min_value=0.0, value=base.guidance_scale, step=0.5, key="run_guidance")
-        fps = cols[2].number_input("FPS", min_value=1, max_value=120, value=base.fps, key="run_fps")
-        audio = cols[3].toggle("Audio track", value=base.audio, key="run_audio")
-        show_errors(*[f"generate.{f.name}" for f in fields(GenerateParams) if f.name != "prompt"], "generate")
-        generate = {
-            "prompt": prompt, "frames": int(frames), "height": int(height), "width": int(width), "steps": int(steps),
-            "seed": int(seed), "guidance_scale": float(guidance), "fps": int(fps), "audio": bool(audio),
-        }
 
-    with st.expander("Offload settings", expanded=device.kind != "cpu"):
-        defaults = OffloadSettings()
-        flags = {
-            f.name: st.checkbox(f.name, value=getattr(defaults, f.name), key=f"run_offload_{f.name}")
-            for f in fields(OffloadSettings)
-        }
+def generate_fields() -> dict[str, Any]:
+    """The clip to generate, as the spec's `generate` mapping."""
+    defaults = generate_defaults(DEFAULT_PROMPT)
+    for name, value in defaults.items():
+        seed(name, value)
+    st.subheader("Generate")
+    st.text_area("Prompt", key=key("gen_prompt"), height=80)
+    show_errors("generate.prompt")
+    st.text_input("Negative prompt", key=key("gen_negative_prompt"), placeholder="what the guidance steers away from")
+    show_errors("generate.negative_prompt")
+    cols = st.columns(4)
+    cols[0].number_input("Frames", min_value=1, key=key("gen_frames"))
+    cols[1].number_input("Height", min_value=16, step=16, key=key("gen_height"))
+    cols[2].number_input("Width", min_value=16, step=16, key=key("gen_width"))
+    cols[3].number_input("Steps", min_value=1, key=key("gen_steps"))
+    cols = st.columns(4)
+    cols[0].number_input("Seed", min_value=0, key=key("gen_seed"))
+    cols[1].number_input("Guidance", min_value=0.0, step=0.5, key=key("gen_guidance_scale"))
+    cols[2].number_input("FPS", min_value=1, max_value=120, key=key("gen_fps"))
+    cols[3].toggle("Audio track", key=key("gen_audio"))
+    show_errors(*[f"generate.{name}" for name in GENERATE_FIELDS if name not in ("prompt", "negative_prompt")], "generate")
+    return {name: st.session_state[key(f"gen_{name}")] for name in GENERATE_FIELDS}
+
+
+def offload_fields(device: DeviceInfo) -> dict[str, bool]:
+    """The offered offload flags, collapsed under a line saying what the policy does with them
+    (open when the user changed one, so they see what becomes of it)."""
+    defaults = OffloadSettings()
+    for name in OFFERED_FLAGS:
+        seed(f"offload_{name}", getattr(defaults, name))
+    flags = {name: bool(st.session_state[key(f"offload_{name}")]) for name in OFFERED_FLAGS}
+    preview = offload_preview(OffloadSettings(**flags), device)
+    touched = any(flags[name] != getattr(defaults, name) for name in OFFERED_FLAGS)
+    with st.expander(offload_summary(preview, device.spec), expanded=touched):
+        cols = st.columns(2)
+        for i, name in enumerate(OFFERED_FLAGS):
+            cols[i % 2].checkbox(name, key=key(f"offload_{name}"))
         show_errors("offload")
-    settings = OffloadSettings(**flags)
-    st.markdown(f"**What the policy will do on {device.spec}**")
-    st.caption(device.reason)
-    st.dataframe(
-        offload_preview(settings, device),
-        hide_index=True,
+        st.caption(device.reason)
+        st.dataframe(
+            preview, hide_index=True, width="stretch",
+            column_config={"requested": st.column_config.CheckboxColumn(), "used": st.column_config.CheckboxColumn()},
+        )
+    return flags
+
+
+def typed_size(name: str) -> int | None:
+    """A size field's bytes for the forecast (None when empty or not a size: build_spec says why on submit)."""
+    text = str(st.session_state.get(key(name)) or "").strip()
+    try:
+        return parse_size(text) if text else None
+    except ValueError:
+        return None
+
+
+def fit_panel(choice: CheckpointChoice | None, kind: str, component: str | None, mode: str, device: DeviceInfo,
+              dtype: str, db: str) -> None:
+    """Will it fit: the chosen mode's predicted peak against the tightest wall, and a cheaper mode when not."""
+    st.subheader("Will it fit?")
+    if choice is None or not choice.ok:
+        st.caption("Choose a sound checkpoint to see a forecast.")
+        return
+    host = read_host_memory()
+    capacity = device.total_memory or host.total
+    limit = typed_size("memory_limit")
+    found = fit.walls(in_use=host.in_use, capacity=capacity, limit=limit,
+                      limit_baseline=(data.worker_baseline(db) or 0) if limit else 0)
+    guess = fit.forecast(mode, fit.mode_peaks(choice.bytes_to_place(kind, component)), found)
+    st.altair_chart(
+        fit_bar(host.in_use, guess.predicted_peak, host.in_use + guess.wall.allowance,
+                f"{guess.wall.name} {fmt.gib(host.in_use + guess.wall.allowance)}", guess.share),
         width="stretch",
-        column_config={"requested": st.column_config.CheckboxColumn(), "used": st.column_config.CheckboxColumn()},
     )
+    {"ok": st.success, "tight": st.warning, "over": st.error}[guess.level](guess.message)
+    notes = []
+    if limit:
+        notes.append("A memory limit counts the worker's own memory (its first sample in the last load) as well.")
+    if dtype != DTYPES[0]:
+        notes.append("The forecast uses the checkpoint's bytes; a dtype change scales what is placed.")
+    if kind == "generate":
+        notes.append("For a generate job it counts the weights only, not activations or decoded frames.")
+    if notes:
+        st.caption(" ".join(notes))
 
-    raw = {
-        "kind": kind,
-        "model": str(choice.path) if choice else "",
-        "component": component,
-        "mode": mode,
-        "device": device.spec,
-        "dtype": None if dtype == DTYPES[0] else dtype,
-        "offload": flags,
-        "sample_every": int(sample_every),
-        "memory_limit": memory_limit.strip() or None,
-        "gpus": int(gpus),
-    }
-    if generate is not None:
-        raw["generate"] = generate
 
-    if st.button("Queue job", type="primary", icon=":material/play_arrow:", key="run_submit"):
+def queue_button(raw: dict[str, Any], choice: CheckpointChoice | None, db: str) -> None:
+    """Queue job: build and validate the spec, enqueue, go to the job's page."""
+    blocked = choice is None or not choice.ok
+    if st.button("Queue job", type="primary", icon=":material/play_arrow:", key=key("submit"), disabled=blocked,
+                 help="The loader refuses the chosen checkpoint (see under it)." if blocked else None):
         try:
-            spec = build_spec(raw, config)
+            spec = build_spec(raw, data.config())
         except JobSpecError as e:
             st.session_state[ERRORS_KEY] = field_errors(e.errors)
             st.rerun()
-        else:
-            st.session_state.pop(ERRORS_KEY, None)
-            job_id = enqueue(connect(db, ensure=False), spec)
-            data.jobs.clear()
-            st.session_state["queued_job"] = job_id
-            st.toast(f"Queued job {job_id}")
-            nav.goto("job", job=str(job_id))
+        st.session_state.pop(ERRORS_KEY, None)
+        job_id = enqueue(connect(db, ensure=False), spec)
+        data.jobs.clear()
+        st.toast(f"Queued job {job_id}")
+        nav.goto("job", job=str(job_id))
+    errors = st.session_state.get(ERRORS_KEY)
     if errors:
         st.error("Nothing was queued: " + "; ".join(f"{k}: {m}" for k, ms in errors.items() for m in ms))
 
-with side:
-    host = read_host_memory()
-    capacity = device.total_memory or host.total
-    st.subheader("Will it fit?")
-    if choice is not None:
-        sizes = {c.name: c.bytes for c in choice.components}
-        to_place = sizes.get(component) if component else (
-            sum(sizes.values()) if kind == "generate" or len(sizes) == 1 else sizes.get("transformer", sum(sizes.values()))
-        )
-        guess = forecast(mode, to_place, host.in_use, capacity)
-        st.altair_chart(charts.fit_forecast(guess.in_use, guess.predicted_peak, guess.capacity), width="stretch")
-        (st.success if guess.share <= 0.8 else st.warning if guess.share <= 1.0 else st.error)(guess.message)
-        if dtype != DTYPES[0]:
-            st.caption("The forecast uses the checkpoint's bytes; a dtype change scales what is placed.")
 
+def ready_panel(choice: CheckpointChoice | None, device: DeviceInfo, db: str) -> None:
+    config = data.config()
     st.subheader("Ready?")
     supervisor = data.supervisor(db)
+    host_total = read_host_memory().total
     disk = shutil.disk_usage(config.data_dir if config.data_dir.exists() else config.data_dir.parent)
+    where = "host memory, MemTotal" if device.kind == "cpu" else "unified: GPU and CPU share one pool" if device.unified_memory else "device memory"
     checks = [
         (supervisor["alive"], f"Worker: {describe_supervisor(supervisor)}"),
-        (bool(usable), f"Checkpoints found: {len(usable)}" + (f" (selected {fmt.gib(choice.total_bytes)})" if choice else "")),
-        (
-            device.total_memory is not None,
-            f"Capacity {fmt.gib(capacity)} on {device.spec} ("
-            + ("host memory, MemTotal" if device.kind == "cpu" else "unified: GPU and CPU share one pool" if device.unified_memory else "device memory")
-            + ")",
-        ),
+        (choice is not None and choice.ok,
+         "Checkpoint: none chosen" if choice is None else
+         f"Checkpoint {choice.path.name}: headers valid ({fmt.gib(choice.total_bytes)})" if choice.ok else
+         f"Checkpoint {choice.path.name}: {len(choice.problems)} problem(s), see under the picker"),
+        (device.total_memory is not None, f"Capacity {fmt.gib(device.total_memory or host_total)} on {device.spec} ({where})"),
         (disk.free > 2 * fmt.GIB, f"Free disk for outputs: {fmt.gib(disk.free)}"),
     ]
     for ok, text in checks:
-        st.markdown(f"{':material/check_circle:' if ok else ':material/warning:'} {text}")
+        st.markdown(f"{':material/check_circle:' if ok else ':material/error:'} {text}")
 
+
+@st.fragment(run_every=frame.LIVE_EVERY)
+def queue_panel(db: str) -> None:
+    """Running and queued jobs with Cancel: the same list, refreshed as often, as the header's chip."""
     st.subheader("Queue")
-    waiting = data.jobs(db, status=("running", "queued"))
+    waiting = data.active_jobs(db)
     if not waiting:
         st.caption("Nothing running or queued.")
-    for job in sorted(waiting, key=lambda j: j["id"]):
+    for job in waiting:
         with st.container(border=True):
-            top, button = st.columns([4, 1])
+            top, button = st.columns([4, 1], vertical_alignment="center")
             progress = ""
             if job.get("progress_total"):
                 progress = f" · {job.get('stage') or ''} {job.get('progress_done') or 0}/{job['progress_total']}"
@@ -227,3 +363,36 @@ with side:
                     st.warning(str(e))
                 data.jobs.clear()
                 st.rerun()
+
+
+def main() -> None:
+    config = data.config()
+    db = data.db_path()
+    st.title("Run a job")
+    fill_from_query(db)
+    filled = st.session_state.get(FROM_KEY)
+    if filled is not None:
+        st.info(f"Filled from job {filled}: change what you like and queue it as a new job.", icon=":material/edit:")
+    form, side = st.columns([3, 2], gap="large")
+    with form:
+        choice = checkpoint_field(data.checkpoints(tuple(str(r) for r in config.model_roots)), config.model_roots)
+        component = component_field(choice)
+        kind, mode = job_fields()
+        device, dtype = device_fields(data.devices())
+        raw: dict[str, Any] = {
+            "kind": kind, "model": str(choice.path) if choice else "", "component": component, "mode": mode,
+            "device": device.spec, "dtype": None if dtype == DTYPES[0] else dtype, **limit_fields(device),
+        }
+        if kind == "generate":
+            raw["generate"] = generate_fields()
+        raw["offload"] = offload_fields(device)
+        keep(_drawn)
+    mirror_in_url()
+    with side:
+        fit_panel(choice, kind, component, mode, device, dtype, db)
+        queue_button(raw, choice, db)
+        ready_panel(choice, device, db)
+        queue_panel(db)
+
+
+main()

@@ -1,0 +1,157 @@
+"""The checkpoints the Run page offers: found under the model roots and checked by the loader.
+
+Headers only (nothing is read or mapped). Every candidate goes through the
+loader's own discovery and validation, so a truncated shard is shown with the
+message a job would have failed with, before anything is queued. One bad folder
+never takes the listing down: it is listed as broken, with its message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from dashboard import format as fmt
+from loader.checkpoint import discover_checkpoint
+from loader.errors import DrainboardError
+from loader.validate import validate_checkpoint
+from storage.config import ModelPathError, resolve_model_path
+
+@dataclass(frozen=True)
+class Component:
+    """One component of a checkpoint as the picker shows it."""
+
+    name: str
+    """Folder name (`transformer`, `vae`, ...) or the file's stem."""
+    bytes: int
+    """Sum of its tensors' bytes in checkpoint dtype."""
+    tensors: int
+    """Tensors in its headers."""
+    shards: int
+    """Safetensors files it spans."""
+
+
+@dataclass(frozen=True)
+class CheckpointChoice:
+    """A checkpoint found under a model root."""
+
+    path: Path
+    """Folder (or file) to pass as the job's model."""
+    root: Path
+    """The model root it was found under."""
+    layout: str
+    """model, component or file (as loader.checkpoint says); unknown when discovery failed."""
+    components: tuple[Component, ...]
+    """Components with their sizes; empty when discovery failed."""
+    problems: tuple[str, ...] = ()
+    """The loader's messages when it cannot be used (discovery or validation); empty when sound."""
+    default_component: str | None = None
+    """What a load job loads when no component is named (the loader's own choice); None when it needs one."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(c.bytes for c in self.components)
+
+    @property
+    def label(self) -> str:
+        """`demo — 0.2 GiB, 4 components (under /data/models)`, or `✗ bad — broken: …`."""
+        if self.problems:
+            more = f" (+{len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+            return f"✗ {self.path.name} — broken: {self.problems[0][:80]}{more}"
+        parts = f", {len(self.components)} components" if len(self.components) > 1 else ""
+        return f"{self.path.name} — {fmt.gib(self.total_bytes)}{parts} (under {self.root})"
+
+    def bytes_to_place(self, kind: str, component: str | None) -> int:
+        """What a job will place in checkpoint dtype: the chosen component, every component
+        for a generate job, else the loader's default component of a load."""
+        sizes = {c.name: c.bytes for c in self.components}
+        if kind == "generate" and not component:
+            return sum(sizes.values())
+        return sizes.get(component or self.default_component or "", sum(sizes.values()))
+
+
+def _looks_like_checkpoint(folder: Path) -> bool:
+    return (folder / "model_index.json").is_file() or any(folder.glob("*.safetensors")) or any(
+        folder.glob("*.safetensors.index.json")
+    )
+
+
+def _inside(path: Path, roots: list[Path]) -> bool:
+    """True when `path` (links resolved) lies under a root: a link out of the roots is not offered."""
+    try:
+        resolve_model_path(path, roots)
+    except ModelPathError:
+        return False
+    return True
+
+
+def _children(folder: Path) -> list[Path]:
+    try:
+        return sorted(folder.iterdir())
+    except OSError:
+        return []
+
+
+def candidates(root: Path, roots: list[Path]) -> list[Path]:
+    """Model folders, component folders and lone .safetensors files, at most two levels down,
+    that resolve under a model root."""
+    found: list[Path] = []
+    for entry in _children(root):
+        if entry.name.startswith(".") or not _inside(entry, roots):
+            continue
+        if entry.is_file() and entry.name.endswith(".safetensors"):
+            found.append(entry)
+        elif entry.is_dir():
+            if _looks_like_checkpoint(entry):
+                found.append(entry)
+            else:
+                found.extend(
+                    sub for sub in _children(entry)
+                    if sub.is_dir() and not sub.name.startswith(".") and _inside(sub, roots) and _looks_like_checkpoint(sub)
+                )
+    return found
+
+
+def _failure(exc: BaseException) -> list[str]:
+    """The messages of whatever discovery raised, in words (a crafted file must not crash the page)."""
+    if isinstance(exc, DrainboardError):
+        return exc.messages()
+    if isinstance(exc, RecursionError):
+        return ["a JSON file is nested too deeply to parse (RecursionError)"]
+    return [f"cannot be read: {type(exc).__name__}: {exc}"]
+
+
+def describe_checkpoint(path: Path, root: Path) -> CheckpointChoice:
+    """Components and sizes from headers, then the loader's validation; a checkpoint that
+    fails either is listed with every message."""
+    try:
+        index = discover_checkpoint(path, validate=False)
+        problems = validate_checkpoint(index)
+    except Exception as exc:  # one bad folder is a broken entry, never a broken page
+        return CheckpointChoice(path, root, "unknown", (), problems=tuple(_failure(exc)))
+    components = tuple(
+        Component(c.name, c.total_bytes, c.tensor_count, len(c.shards)) for c in index.components.values()
+    )
+    try:
+        default = index.component(None).name
+    except DrainboardError:
+        default = None
+    return CheckpointChoice(path, root, index.layout, components, problems=tuple(problems), default_component=default)
+
+
+def find_checkpoints(roots: list[Path]) -> list[CheckpointChoice]:
+    """Every checkpoint under the model roots, in root order then name order."""
+    return [describe_checkpoint(path, root) for root in roots for path in candidates(root, roots)]
+
+
+def components_table(choice: CheckpointChoice) -> pd.DataFrame:
+    return pd.DataFrame(
+        [{"component": c.name, "size": fmt.gib(c.bytes, 2), "tensors": c.tensors, "shards": c.shards} for c in choice.components],
+        columns=["component", "size", "tensors", "shards"],
+    )
