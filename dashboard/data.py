@@ -122,7 +122,7 @@ def checkpoint_choice(model: str):
     from dashboard.views.checkpoints import describe_checkpoint
 
     path = Path(model)
-    return describe_checkpoint(path, path.parent)
+    return describe_checkpoint(path, path.parent, config().model_roots)
 
 
 def expected_bytes(job: dict) -> int | None:

@@ -11,14 +11,13 @@ import altair as alt
 import pandas as pd
 
 from dashboard import format as fmt
+from dashboard.charts.style import WALL
 from dashboard.host import HostMemory
 
 IN_USE = "#009E73"
 """System in use (MemTotal − MemAvailable), as on the Job page."""
 AMBER = "#E69F00"
 """In use from 80% of the pool."""
-WALL = "#D55E00"
-"""The wall: the pool's end, a limit, and in use from 90%."""
 CACHE = "#56B4E9"
 """Reclaimable page cache (MemAvailable − MemFree)."""
 FREE = "#9e9e9e"

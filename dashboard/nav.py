@@ -49,9 +49,6 @@ PAGES: tuple[PageDef, ...] = (
 )
 """Every page, in the order of the page bar (one flat bar: five pages need no sections)."""
 
-MAX_ID = 2**63 - 1
-"""The largest id SQLite stores; a larger one in a URL names no job (and must not reach SQLite)."""
-
 _BY_NAME = {p.name: p for p in PAGES}
 DEFAULT_PAGE = "run"
 """The page at `/` (a default page has no URL path of its own)."""
@@ -70,23 +67,6 @@ def goto(name: str, **query_params: str) -> None:
     st.session_state[NAVIGATED_KEY] = (name, dict(query_params))
     st.query_params.from_dict(query_params)
     st.rerun()
-
-
-def query_id(name: str) -> int | None:
-    """The query parameter `name` as a row id (ASCII digits, within SQLite's range), else None.
-
-    `str.isdigit` accepts superscripts such as "²", and SQLite refuses ids past 2**63 − 1:
-    a crafted URL must read as "no such job", never as a traceback."""
-    raw = st.query_params.get(name, "")
-    return parse_id(raw)
-
-
-def parse_id(raw: str) -> int | None:
-    """`raw` as a row id, or None (see query_id)."""
-    if not raw or not raw.isascii() or not raw.isdigit() or len(raw) > 19:
-        return None
-    value = int(raw)
-    return value if 0 < value <= MAX_ID else None
 
 
 def link(name: str, **query_params: str) -> str:

@@ -8,11 +8,11 @@ empty chart.
 - `frames`: samples turned into the rows and units the axes read (no Altair);
 - `style`: fixed series colours (Okabe-Ito; red only for the wall or a kill) and theme palettes;
 - `memory`: the Job page's memory chart, one small function per layer;
-- `compare`: the Compare page's small multiples;
-- `bars`: the Run page's forecast bar and the memory pool bar.
+- `compare`: the Compare page's small multiples.
+
+The machine's own bars and history (pool, fit forecast, PSI) are `dashboard.host_charts`.
 """
 
-from dashboard.charts.bars import fit_forecast, pool_bar
 from dashboard.charts.compare import JOB_DASHES, MAX_COMPARED, MODE_DASHES, compare_chart, job_dashes
 from dashboard.charts.frames import (
     LABEL_GAP,
@@ -31,7 +31,7 @@ from dashboard.charts.style import POLICY, PREDICTED, SERIES, WALL, Series
 
 __all__ = [
     "JOB_DASHES", "LABEL_GAP", "MAX_COMPARED", "MEMORY_COLUMNS", "MODE_DASHES", "POLICY", "PREDICTED", "SERIES",
-    "STRIP_PX", "WALL", "Limit", "Series", "compare_chart", "compare_frame", "end_label_positions", "fit_forecast",
-    "fitting_labels", "job_dashes", "job_limits", "limit_rows", "memory_chart", "memory_frames", "pool_bar",
+    "STRIP_PX", "WALL", "Limit", "Series", "compare_chart", "compare_frame", "end_label_positions",
+    "fitting_labels", "job_dashes", "job_limits", "limit_rows", "memory_chart", "memory_frames",
     "series_color_scale", "stage_spans", "stage_strip",
 ]

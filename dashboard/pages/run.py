@@ -18,7 +18,7 @@ from dashboard import data, frame, nav
 from dashboard import format as fmt
 from dashboard.host import read_host_memory
 from dashboard.host_charts import fit_bar
-from dashboard.views import fit
+from dashboard.views import fit, query
 from dashboard.views.checkpoints import CheckpointChoice, components_table
 from dashboard.views.jobs import describe_supervisor
 from dashboard.views.run import (
@@ -28,9 +28,10 @@ from dashboard.views.run import (
 from dashboard.views.spec import field_errors, job_label
 from jobs.kinds import kind_names
 from jobs.queue import JobStateError, cancel, enqueue
-from jobs.spec import JobSpecError, build_spec, parse_size
+from jobs.spec import JobSpecError, build_spec
 from loader.device import DeviceInfo
 from loader.offload import OffloadSettings
+from loader.sizes import parse_size
 from storage.connections import connect
 
 # Session keys (a page script must not hold bare strings: Streamlit would draw them).
@@ -79,11 +80,14 @@ def keep_selection(name: str) -> None:
 def fill_from_query(db: str) -> None:
     """Apply `?from=<job id>` once per id (its spec fills every field), or, on a fresh session,
     the fields mirrored in the URL."""
-    job_id = nav.query_id("from")
+    raw = st.query_params.get("from")
+    try:
+        job_id = None if raw is None else query.job_id(raw, name="from")
+    except query.QueryError as e:
+        st.warning(f"{e}. The form keeps its values.")
+        job_id = None
     if job_id is None:
         st.session_state.pop(FROM_KEY, None)  # arriving with ?from= again fills the form again
-        if "from" in st.query_params:
-            st.warning(f"`from={st.query_params['from'][:40]}` names no job; the form keeps its values.")
     elif st.session_state.get(FROM_KEY) != job_id:
         job = data.job(db, job_id)
         if job is None:
@@ -389,7 +393,8 @@ def main() -> None:
         keep(_drawn)
     mirror_in_url()
     with side:
-        fit_panel(choice, kind, component, mode, device, dtype, db)
+        with st.container():  # a fixed slot: the button below keeps its place whatever the forecast draws
+            fit_panel(choice, kind, component, mode, device, dtype, db)
         queue_button(raw, choice, db)
         ready_panel(choice, device, db)
         queue_panel(db)

@@ -127,11 +127,11 @@ def _failure(exc: BaseException) -> list[str]:
     return [f"cannot be read: {type(exc).__name__}: {exc}"]
 
 
-def describe_checkpoint(path: Path, root: Path) -> CheckpointChoice:
-    """Components and sizes from headers, then the loader's validation; a checkpoint that
-    fails either is listed with every message."""
+def describe_checkpoint(path: Path, root: Path, roots: list[Path]) -> CheckpointChoice:
+    """Components and sizes from headers, then the loader's validation, every file confined to
+    the model roots as a job's would be; a checkpoint that fails either is listed with every message."""
     try:
-        index = discover_checkpoint(path, validate=False)
+        index = discover_checkpoint(path, validate=False, roots=roots)
         problems = validate_checkpoint(index)
     except Exception as exc:  # one bad folder is a broken entry, never a broken page
         return CheckpointChoice(path, root, "unknown", (), problems=tuple(_failure(exc)))
@@ -147,7 +147,7 @@ def describe_checkpoint(path: Path, root: Path) -> CheckpointChoice:
 
 def find_checkpoints(roots: list[Path]) -> list[CheckpointChoice]:
     """Every checkpoint under the model roots, in root order then name order."""
-    return [describe_checkpoint(path, root) for root in roots for path in candidates(root, roots)]
+    return [describe_checkpoint(path, root, roots) for root in roots for path in candidates(root, roots)]
 
 
 def components_table(choice: CheckpointChoice) -> pd.DataFrame:

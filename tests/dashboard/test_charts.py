@@ -215,23 +215,6 @@ def test_compare_refuses_more_than_five_jobs(sample_frame):
         charts.compare_chart(pd.concat(frames))
 
 
-def test_fit_forecast_turns_amber_from_80_percent_and_red_past_the_wall():
-    def colour(in_use, peak):
-        spec = charts.fit_forecast(in_use * GIB, peak * GIB, 100 * GIB).to_dict()
-        return [r["color"] for r in _datasets(spec)[spec["layer"][0]["data"]["name"]]][1]
-
-    assert colour(10, 20) == "#009E73"
-    assert colour(50, 35) == "#E69F00"
-    assert colour(50, 60) == charts.WALL
-
-
-def test_pool_bar_shows_used_cache_and_free_against_the_total():
-    spec = charts.pool_bar(10 * GIB, 4 * GIB, 24 * GIB).to_dict()
-    rows = _datasets(spec)[spec["layer"][0]["data"]["name"]]
-    assert [r["part"] for r in rows] == ["in use", "page cache", "free"]
-    assert rows[-1]["gib"] == pytest.approx(10.0)
-
-
 def _line_rows(spec: dict) -> list[dict]:
     return _datasets(spec)[_line_layer(spec)["data"]["name"]]
 

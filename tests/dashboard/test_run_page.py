@@ -1,0 +1,152 @@
+"""The Run page under AppTest: the loader's verdict before queueing, broken folders that never
+take the page down, a form that remembers and fills from a job, and the forecast's wall."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from jobs.spec import JobSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 60
+
+
+def run_page() -> AppTest:
+    return AppTest.from_file(str(ROOT / "dashboard" / "pages" / "run.py"), default_timeout=TIMEOUT)
+
+
+def _labels(at: AppTest) -> list[str]:
+    """The checkpoint picker's entries as the user reads them."""
+    return list(at.selectbox(key="run_checkpoint").options)
+
+
+def _queued(db) -> list[dict]:
+    return [json.loads(row[0]) for row in db.execute("SELECT spec FROM jobs ORDER BY id").fetchall()]
+
+
+def _add_spec(db, spec: JobSpec, status: str = "succeeded") -> int:
+    now = time.time()
+    cursor = db.execute(
+        "INSERT INTO jobs (kind, spec, status, created_at) VALUES (?, ?, ?, ?)",
+        [spec.kind, json.dumps(spec.to_dict()), status, now],
+    )
+    return cursor.lastrowid
+
+
+def test_a_truncated_shard_shows_the_loaders_message_in_red_and_cannot_be_queued(fresh_db, tiny_checkpoint):
+    with open(tiny_checkpoint, "r+b") as f:
+        f.truncate(tiny_checkpoint.stat().st_size - 1000)
+    at = run_page().run()
+    assert not at.exception, at.exception
+    assert [label.split(" — ")[0] for label in _labels(at)] == ["✗ tiny.safetensors"]
+    refusal = next(e.value for e in at.error if "The loader refuses" in e.value)
+    assert "past the end of the" in refusal and "(truncated?)" in refusal and "tiny.safetensors" in refusal
+    assert at.button(key="run_submit").disabled
+    assert any("1 problem(s)" in m.value for m in at.markdown)
+
+
+def test_a_sound_checkpoint_says_its_headers_are_valid(fresh_db, tiny_checkpoint):
+    at = run_page().run()
+    assert not any("The loader refuses" in e.value for e in at.error)
+    assert any("headers valid" in e.label for e in at.expander)
+    assert not at.button(key="run_submit").disabled
+
+
+def test_a_deeply_nested_json_folder_is_listed_as_broken_and_the_page_still_queues(fresh_db, tiny_checkpoint, data_dir):
+    deep = data_dir / "models" / "deep"
+    deep.mkdir()
+    (deep / "model_index.json").write_text("[" * 200_000 + "]" * 200_000)
+    at = run_page().run()
+    assert not at.exception, at.exception
+    broken = [label for label in _labels(at) if label.startswith("✗ deep — broken: ")]
+    assert len(broken) == 1, _labels(at)
+    # The sound checkpoint is the default and queues.
+    assert at.selectbox(key="run_checkpoint").value == str(tiny_checkpoint)
+    at.button(key="run_submit").click().run()
+    assert [spec["model"] for spec in _queued(fresh_db)] == [str(tiny_checkpoint)]
+
+
+def test_a_link_out_of_the_model_roots_is_not_offered(fresh_db, tiny_checkpoint, data_dir, tmp_path):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "stolen.safetensors").write_bytes(tiny_checkpoint.read_bytes())
+    (data_dir / "models" / "escape.safetensors").symlink_to(outside / "stolen.safetensors")
+    (data_dir / "models" / "escape-dir").symlink_to(outside, target_is_directory=True)
+    at = run_page().run()
+    assert [label.split(" — ")[0] for label in _labels(at)] == ["tiny.safetensors"]
+
+
+def test_clicking_the_selected_mode_keeps_it_selected(fresh_db, tiny_checkpoint):
+    at = run_page().run()
+    at.segmented_control(key="run_mode").set_value("drain").run()
+    at.segmented_control(key="run_mode").set_value(None).run()
+    assert at.segmented_control(key="run_mode").value == "drain"
+    assert any(c.value.startswith("drain:") for c in at.caption)
+
+
+def test_a_fresh_session_opens_the_form_the_url_describes(fresh_db, tiny_checkpoint):
+    at = run_page()
+    at.query_params["mode"] = "drain"
+    at.query_params["kind"] = "generate"
+    at.run()
+    assert at.segmented_control(key="run_mode").value == "drain"
+    assert at.segmented_control(key="run_kind").value == "generate"
+
+
+def test_edit_and_requeue_fills_the_form_from_the_job_and_queues_the_same_spec(fresh_db, tiny_checkpoint):
+    original = JobSpec(kind="load", model=str(tiny_checkpoint), mode="drain", dtype="float16", sample_every=4)
+    job_id = _add_spec(fresh_db, original)
+    at = run_page()
+    at.query_params["from"] = str(job_id)
+    at.run()
+    assert not at.exception, at.exception
+    assert any(f"Filled from job {job_id}" in i.value for i in at.info)
+    assert at.segmented_control(key="run_mode").value == "drain"
+    assert at.selectbox(key="run_dtype").value == "float16"
+    assert at.number_input(key="run_sample_every").value == 4
+    at.button(key="run_submit").click().run()
+    queued = _queued(fresh_db)[-1]
+    assert queued == original.to_dict()
+
+
+def test_edit_and_requeue_of_a_generate_job_fills_prompt_and_seed(fresh_db, tiny_checkpoint):
+    from models.params import GenerateParams
+
+    params = GenerateParams(prompt="a whale at dusk", seed=3, steps=4)
+    job_id = _add_spec(fresh_db, JobSpec(kind="generate", model=str(tiny_checkpoint), generate=params))
+    at = run_page()
+    at.query_params["from"] = str(job_id)
+    at.run()
+    assert at.segmented_control(key="run_kind").value == "generate"
+    assert at.text_area(key="run_gen_prompt").value == "a whale at dusk"
+    assert (at.number_input(key="run_gen_seed").value, at.number_input(key="run_gen_steps").value) == (3, 4)
+
+
+@pytest.mark.parametrize("raw", ["²", "100000000000000000000000000000", "-3", "abc"])
+def test_a_crafted_from_names_no_job_and_crashes_nothing(fresh_db, tiny_checkpoint, raw):
+    at = run_page()
+    at.query_params["from"] = raw
+    at.run()
+    assert not at.exception, at.exception
+    assert any("is not a job id" in w.value and "The form keeps its values." in w.value for w in at.warning)
+
+
+def test_the_forecast_honours_the_typed_memory_limit_and_counts_the_workers_baseline(
+        fresh_db, tiny_checkpoint, job_adder, load_samples):
+    # A finished load whose child held 1.5 GiB at its first sample: what a limit counts before any tensor.
+    job_adder(fresh_db, status="succeeded", samples=load_samples.assign(vm_rss=load_samples["vm_rss"] + 2**30 * 5 // 4))
+    at = run_page().run()
+    assert any(s.value.startswith("Fits:") for s in at.success)
+    limit = at.text_input(key="run_memory_limit")
+    if limit.disabled:
+        pytest.fail("per-job memory limits are not available here; this test needs a box with memory cgroups")
+    limit.input("1GiB").run()
+    refusal = next(e.value for e in at.error if e.value.startswith("Will not fit"))
+    assert refusal.startswith("Will not fit under the 1.00 GiB memory limit: predicted peak ")
+    assert "No mode fits" in refusal and "raise the limit by" in refusal
+    assert any("counts the worker's own memory" in c.value for c in at.caption)
