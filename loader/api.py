@@ -47,6 +47,7 @@ def load_checkpoint(
     roots: RootsArg = None,
     on_tensor: Callable[[TensorPlaced], None] | None = None,
     probe: MemoryProbe | None = None,
+    drop_page_cache: bool | None = None,
 ) -> tuple[nn.Module, LoadReport]:
     """Load one component of the checkpoint at `path` into a module on `device`.
 
@@ -63,12 +64,17 @@ def load_checkpoint(
     it would have filled stays missing, so build the module without it.
     `roots`: folders every file opened must resolve under (default: the
     checkpoint's own root). `on_tensor` is called after each placed tensor.
+    `drop_page_cache` is passed to the placement (`stream` takes it; None
+    keeps the mode's default).
 
     Raises CheckpointError (malformed checkpoint, a file outside the roots),
     PlacementError (bad option, unknown mode, name/shape mismatch, strict
     failure) or DeviceError.
     """
-    placement = mode if isinstance(mode, Placement) else get_placement(mode)
+    extra = {} if drop_page_cache is None else {"drop_page_cache": drop_page_cache}
+    if isinstance(mode, Placement) and extra:
+        raise PlacementError("drop_page_cache goes to the placement instance itself when mode is one")
+    placement = mode if isinstance(mode, Placement) else get_placement(mode, **extra)
     target_device = resolve_device(device)
     comp = discover_checkpoint(path, roots=roots).component(component)
     sources, excluded = _split_excluded(comp.tensors, exclude)

@@ -72,7 +72,7 @@ def _load(args: argparse.Namespace) -> int:
     progress = _ProgressBar() if sys.stderr.isatty() else None
     _, report = load_checkpoint(
         args.path, component=args.component, mode=args.mode, device=args.device, dtype=args.dtype,
-        roots=args.root, on_tensor=progress,
+        roots=args.root, on_tensor=progress, drop_page_cache=args.drop_page_cache,
     )
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
@@ -112,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
     load.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], help="target dtype (default: the checkpoint's)")
     load.add_argument("--json", action="store_true", help="print one JSON object")
+    load.add_argument(
+        "--drop-page-cache", action=argparse.BooleanOptionalAction, default=None,
+        help="drop each shard's pages from the page cache once read (stream only; default: on for unified-memory GPUs)",
+    )
     load.add_argument(
         "--nproc", type=int, default=1,
         help="shard over N local ranks via torchrun (device cpu: gloo, cuda: one GPU per rank; see docs/sharded.md)",

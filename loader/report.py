@@ -1,4 +1,4 @@
-"""Load report and metrics, computed exactly as DESIGN.md defines them."""
+"""Load report and metrics, computed exactly as the metric definitions in docs/benchmarks.md say."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from .memory import MemoryProbe, MemorySample
+from .pagecache import mem_free
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,12 @@ class LoadReport:
     """Largest torch.cuda.memory_allocated seen during the load (0 off CUDA)."""
     samples: int = 0
     """Memory samples taken (baseline included)."""
+    mem_free_before: int = 0
+    """MemFree of the machine at the baseline (page cache counts as used here; on unified memory CUDA's free follows it)."""
+    mem_free_after: int = 0
+    """MemFree once the load finished."""
+    page_cache_dropped: bool = False
+    """Whether the placement dropped what it read from the page cache (`drop_page_cache`)."""
     loaded: list[str] = field(default_factory=list)
     """Target names placed."""
     missing: list[str] = field(default_factory=list)
@@ -102,6 +109,7 @@ class LoadMeter:
         self._max_device = 0
 
     def baseline(self) -> MemorySample:
+        self.report.mem_free_before = mem_free()
         self._base = self._take()
         self._max_rss = self._base.vm_rss
         self._min_available = self._base.mem_available
@@ -114,6 +122,10 @@ class LoadMeter:
 
     def read(self, nbytes: int) -> None:
         self.report.bytes_read += nbytes
+
+    def dropped_page_cache(self) -> None:
+        """The placement dropped every range it read from the page cache."""
+        self.report.page_cache_dropped = True
 
     def placed(self, name: str, nbytes: int) -> None:
         r = self.report
@@ -129,6 +141,7 @@ class LoadMeter:
         end = self._clock()
         self._take()
         r = self.report
+        r.mem_free_after = mem_free()
         if self._start is not None:
             r.load_seconds = end - self._start
             r.throughput_gbps = r.bytes_read / r.load_seconds / 1e9 if r.load_seconds > 0 else 0.0

@@ -3,7 +3,6 @@ fetches, and the stream placement's staging pipeline gives exact tensors."""
 
 from __future__ import annotations
 
-import ctypes
 import mmap
 import os
 import time
@@ -16,6 +15,7 @@ from loader import load_checkpoint
 from loader.errors import PlacementError
 from loader.memory import sample_memory
 from loader.placement import get_placement
+from loader.pagecache import resident_pages
 from loader.reading import advice_step, advise_willneed, byte_view, populate, read_into_fresh, submit_parts
 
 
@@ -36,7 +36,8 @@ def test_populate_faults_a_fresh_buffer_in_before_it_is_written():
     size = 64 << 20
     buffer = torch.empty(size, dtype=torch.uint8)
     before = sample_memory().rss_anon
-    assert populate(byte_view(buffer))
+    if not populate(byte_view(buffer)):
+        pytest.skip(f"this kernel ({os.uname().release}) has no MADV_POPULATE_WRITE (Linux >= 5.14): reads fault as usual")
     assert sample_memory().rss_anon - before >= size * 0.9
 
 
@@ -61,20 +62,8 @@ def test_submit_parts_splits_a_read_over_the_pool_and_the_parts_land_in_place(tm
 
 
 def _resident_bytes(fd: int, size: int) -> int:
-    """How much of the first `size` bytes of `fd` sits in the page cache (mmap + mincore)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-    page = mmap.PAGESIZE
-    vec = (ctypes.c_ubyte * (-(-size // page)))()
-    try:
-        assert libc.mincore(address, size, vec) == 0
-    finally:
-        libc.munmap(address, size)
-    return sum(v & 1 for v in vec) * page
+    """How much of the first `size` bytes of `fd` sits in the page cache."""
+    return resident_pages(fd, 0, size)[0] * mmap.PAGESIZE
 
 
 def test_advise_willneed_pulls_an_evicted_range_into_the_page_cache(tmp_path):

@@ -1,0 +1,74 @@
+"""The page cache under a checkpoint: how much of a file is resident, dropping it, MemFree.
+
+On unified memory (a DGX Spark) a checkpoint left in the page cache makes
+the box look that much fuller to every CUDA program, because CUDA's free
+figure follows MemFree. `stream` uses `resident_fraction` to read cold files
+with O_DIRECT (nothing enters the cache) and `drop` to give back the ranges it
+has read when asked to (`drop_page_cache`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def resident_pages(fd: int, start: int = 0, length: int | None = None) -> tuple[int, int]:
+    """(pages of [start, start + length) of `fd` in the page cache, pages in the range), by mincore.
+
+    The file is mapped only to ask: no page is touched, so asking faults
+    nothing in and the process's resident set does not grow.
+    """
+    size = os.fstat(fd).st_size
+    end = size if length is None else min(size, start + length)
+    page = mmap.PAGESIZE
+    lo = start - start % page
+    if end <= lo:
+        return 0, 0
+    span = end - lo
+    address = _libc.mmap(None, span, mmap.PROT_READ, mmap.MAP_SHARED, fd, lo)
+    if address in (None, _MAP_FAILED):
+        err = ctypes.get_errno()
+        raise OSError(err, f"mmap for mincore failed: {os.strerror(err)}")
+    pages = -(-span // page)
+    vec = (ctypes.c_ubyte * pages)()
+    try:
+        if _libc.mincore(address, span, vec) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"mincore failed: {os.strerror(err)}")
+    finally:
+        _libc.munmap(address, span)
+    return sum(v & 1 for v in bytes(vec)), pages
+
+
+def resident_fraction(fd: int) -> float:
+    """Share of `fd`'s pages in the page cache (1.0 for an empty file)."""
+    resident, pages = resident_pages(fd)
+    return resident / pages if pages else 1.0
+
+
+def drop(fd: int, start: int = 0, length: int = 0) -> None:
+    """Ask the kernel to drop [start, start + length) of `fd` from the page cache (0 = to the end).
+
+    Clean pages go at once; dirty ones (a file still being written) stay until written back.
+    """
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, start, length, os.POSIX_FADV_DONTNEED)
+
+
+def mem_free() -> int:
+    """MemFree of the machine in bytes (page cache does not count as free here, unlike MemAvailable)."""
+    with open("/proc/meminfo", "rb") as f:
+        for line in f:
+            if line.startswith(b"MemFree:"):
+                return int(line.split()[1]) * 1024
+    return 0

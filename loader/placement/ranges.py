@@ -1,0 +1,297 @@
+"""Whole contiguous file ranges to a CUDA device through a ring of pinned buffers.
+
+Tensors that keep their dtype need no per-tensor staging: their bytes lie
+back to back in each shard, so `stream` reads each shard's planned range in
+large chunks (one positioned read per buffer, many in flight on the reader
+threads) and copies every piece of a filled buffer to its destination slice
+on a side stream. A buffer is refilled once the device event of its last copy
+has passed. Files the page cache does not hold are read with O_DIRECT (the
+chunks are aligned for it), so a cold load streams from the disk at its queue
+depth and leaves no pages behind.
+
+The pipeline is device-agnostic for the copy step: on a CPU destination the
+copy is a plain memcpy, which is how the tests check its chunking, alignment
+and O_DIRECT handling without a GPU.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..checkpoint import TensorMeta
+from ..errors import CheckpointError
+
+ALIGN = 4096
+"""O_DIRECT needs buffer address, file offset and length on this boundary (the logical block size
+of every disk seen so far is 512 or 4096)."""
+PART_MIN = 8 * 1024 * 1024
+"""A chunk is split across threads only into parts at least this large (smaller preadv calls lose rate)."""
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One source's bytes and where they go."""
+
+    meta: TensorMeta
+    """The source tensor (its file and offset)."""
+    out: torch.Tensor
+    """1-D uint8 view of the destination bytes (CUDA or CPU)."""
+    done: Callable[[], None]
+    """Called on the main thread once every byte of the source has been read and its copy queued."""
+
+
+@dataclass
+class Chunk:
+    """One buffer's worth of one file: [start + lo, start + end) holds piece data."""
+
+    file: Path
+    start: int
+    """File offset of buffer byte 0 (aligned)."""
+    lo: int = 0
+    """First buffer byte that holds piece data."""
+    end: int = 0
+    """One past the last buffer byte that holds piece data."""
+    parts: list[tuple[Piece, int, int, int, bool]] = field(default_factory=list)
+    """(piece, offset in buffer, offset in piece, bytes, last part of the piece)."""
+
+
+def plan_chunks(pieces: Iterable[Piece], chunk_bytes: int) -> Iterator[Chunk]:
+    """Group pieces, in order, into buffer-sized chunks of contiguous file bytes.
+
+    A chunk starts on an ALIGN boundary at or below its first byte and covers
+    at most `chunk_bytes` of the file from there; a piece that does not start
+    where the previous one ended (another file, a gap of unread tensors)
+    starts a new chunk, so nothing between planned tensors is read.
+    """
+    current: Chunk | None = None
+    for piece in pieces:
+        pos, left, into = piece.meta.offset, piece.meta.nbytes, 0
+        while True:
+            contiguous = current is not None and current.file == piece.meta.file and pos == current.start + current.end
+            if not contiguous or current.end >= chunk_bytes:
+                if current is not None:
+                    yield current
+                base = pos - pos % ALIGN
+                current = Chunk(piece.meta.file, base, pos - base, pos - base)
+            n = min(left, chunk_bytes - current.end)
+            current.parts.append((piece, current.end, into, n, n == left))
+            current.end += n
+            pos, left, into = pos + n, left - n, into + n
+            if left == 0:
+                break
+    if current is not None:
+        yield current
+
+
+@dataclass
+class RingStats:
+    """Seconds the main thread spent per activity, and what went through the ring.
+
+    `read_wait` large means the readers (disk or page cache) are the limit;
+    `copy_wait` large means the host-to-device copies are.
+    """
+
+    chunks: int = 0
+    """Chunks read."""
+    direct_chunks: int = 0
+    """Of them, read with O_DIRECT."""
+    bytes: int = 0
+    """Planned bytes that went through the buffers."""
+    read_wait: float = 0.0
+    """Waiting for the oldest chunk's reads."""
+    copy_issue: float = 0.0
+    """Queueing copies (and dropping read ranges from the page cache)."""
+    copy_wait: float = 0.0
+    """Waiting for a buffer's last copy before refilling it."""
+    allocate: float = 0.0
+    """Allocating (and pinning) buffers."""
+    final_sync: float = 0.0
+    """Waiting for the last copies at the end."""
+
+
+class FileHandles:
+    """What the ring reads through: per file a descriptor, O_DIRECT or buffered, and per-range upkeep."""
+
+    def fd_for(self, file: Path) -> tuple[int, bool]:
+        """(descriptor, whether it is O_DIRECT) for reading chunks of `file`."""
+        raise NotImplementedError
+
+    def fallback(self, file: Path) -> int:
+        """A buffered descriptor after an O_DIRECT read was refused; later chunks use it too."""
+        raise NotImplementedError
+
+    def chunk_read(self, file: Path, offset: int, length: int) -> None:
+        """[offset, offset + length) of `file` now sits in a buffer (drop it from the page cache if asked)."""
+
+
+def read_chunk(fd: int, offset: int, view: memoryview, needed: int, *, name: str) -> None:
+    """Fill `view` from `fd` at `offset`; at least `needed` bytes must exist (the rest may lie past EOF)."""
+    done, total = 0, len(view)
+    while done < total:
+        n = os.preadv(fd, [view[done:]], offset + done)
+        if n == 0:
+            break
+        done += n
+    if done < needed:
+        raise CheckpointError(f"{name}: file ended after {done} of {needed} bytes at offset {offset} (truncated?)")
+
+
+class RangeRing:
+    """The ring: `buffers` host buffers of `chunk_bytes`, read on `pool`, copied out in order."""
+
+    def __init__(
+        self,
+        device: torch.device,
+        pool: ThreadPoolExecutor | None,
+        files: FileHandles,
+        *,
+        buffers: int,
+        chunk_bytes: int,
+        threads: int,
+        pin: bool,
+        copy_streams: int = 1,
+    ):
+        if chunk_bytes % ALIGN:
+            raise ValueError(f"chunk_bytes must be a multiple of {ALIGN}, got {chunk_bytes}")
+        self._device = device
+        self._pool = pool
+        self._files = files
+        self._count = max(buffers, 2)
+        self._chunk = chunk_bytes
+        self._cuda = device.type == "cuda"
+        self._pin = pin and self._cuda
+        self._parts = max(1, -(-threads // (self._count - 1)))
+        """Parts each chunk's read is split into, so the count - 1 buffers in flight use every thread."""
+        self._buffers: list[torch.Tensor | None] = [None] * self._count
+        self._events: list = [None] * self._count
+        self._streams = [torch.cuda.Stream(device) for _ in range(max(copy_streams, 1))] if self._cuda else []
+        for s in self._streams:
+            s.wait_stream(torch.cuda.current_stream(device))
+        self._flight: deque[tuple[Chunk, int, list[Future]]] = deque()
+        self.pinned = self._pin
+        """Whether the host buffers ended up pinned (False after a failed pin: pageable fallback)."""
+        self.allocated_bytes = 0
+        """Host bytes held by the buffers allocated so far."""
+        self.stats = RingStats()
+        """Where the main thread's time went in the last `run`."""
+
+    def run(self, pieces: Iterable[Piece]) -> None:
+        """Read and copy out every piece; returns once every copy is queued (see `finish`)."""
+        for i, chunk in enumerate(plan_chunks(pieces, self._chunk)):
+            while len(self._flight) >= self._count - 1:
+                self._retire()
+            k = i % self._count
+            if self._events[k] is not None:
+                t = time.perf_counter()
+                self._events[k].synchronize()
+                self.stats.copy_wait += time.perf_counter() - t
+                self._events[k] = None
+            self._flight.append((chunk, k, self._submit(chunk, self._buffer(k))))
+            self.stats.chunks += 1
+        while self._flight:
+            self._retire()
+
+    def finish(self) -> None:
+        """Wait for every queued copy."""
+        t = time.perf_counter()
+        for s in self._streams:
+            s.synchronize()
+        self.stats.final_sync += time.perf_counter() - t
+
+    def cancel(self) -> None:
+        """Drop queued reads after a failure (reads not yet started are cancelled, running ones end)."""
+        while self._flight:
+            for f in self._flight.popleft()[2]:
+                f.cancel()
+
+    def release(self) -> None:
+        self.finish()
+        self._buffers = [None] * self._count
+        self._events = [None] * self._count
+
+    def _buffer(self, k: int) -> torch.Tensor:
+        """Buffer k, allocated on first use (so its cost overlaps the reads already in flight), ALIGN-aligned."""
+        buf = self._buffers[k]
+        if buf is None:
+            t = time.perf_counter()
+            raw = None
+            if self.pinned:
+                try:
+                    raw = torch.empty(self._chunk + ALIGN, dtype=torch.uint8, pin_memory=True)
+                except RuntimeError:
+                    self.pinned = False
+            if raw is None:
+                raw = torch.empty(self._chunk + ALIGN, dtype=torch.uint8)
+            skip = -raw.data_ptr() % ALIGN
+            buf = self._buffers[k] = raw[skip : skip + self._chunk]
+            self.allocated_bytes += raw.numel()
+            self.stats.allocate += time.perf_counter() - t
+        return buf
+
+    def _submit(self, chunk: Chunk, buf: torch.Tensor) -> list[Future]:
+        fd, direct = self._files.fd_for(chunk.file)
+        lo = chunk.lo - chunk.lo % ALIGN if direct else chunk.lo
+        hi = min(-(-chunk.end // ALIGN) * ALIGN, self._chunk) if direct else chunk.end
+        self.stats.direct_chunks += direct
+        self.stats.bytes += chunk.end - chunk.lo
+        view = memoryview(buf.numpy())
+        parts = self._split(lo, hi, chunk.end)
+        name = f"{chunk.file.name}: tensor {chunk.parts[0][0].meta.name!r}"
+        args = [(fd, direct, chunk, view[a:b], needed - a, a, name) for a, b, needed in parts]
+        if self._pool is None:
+            for a in args:
+                self._read(*a)
+            return []
+        return [self._pool.submit(self._read, *a) for a in args]
+
+    def _split(self, lo: int, hi: int, needed: int) -> list[tuple[int, int, int]]:
+        """[lo, hi) in up to `parts` ALIGN-aligned parts of at least PART_MIN: (start, end, needed end)."""
+        if hi <= lo:
+            return []
+        count = min(self._parts, max(1, (hi - lo) // PART_MIN))
+        step = -(-(hi - lo) // count)
+        step += -step % ALIGN
+        return [(a, min(a + step, hi), min(a + step, needed)) for a in range(lo, hi, step)]
+
+    def _read(self, fd: int, direct: bool, chunk: Chunk, view: memoryview, needed: int, at: int, name: str) -> None:
+        try:
+            read_chunk(fd, chunk.start + at, view, needed, name=name)
+        except OSError as exc:
+            if not direct or exc.errno != errno.EINVAL:
+                raise
+            read_chunk(self._files.fallback(chunk.file), chunk.start + at, view, needed, name=name)
+
+    def _retire(self) -> None:
+        """Wait for the oldest chunk's reads, queue its copies, and hand finished sources back."""
+        chunk, k, reads = self._flight.popleft()
+        t = time.perf_counter()
+        for f in reads:
+            f.result()
+        t2 = time.perf_counter()
+        self.stats.read_wait += t2 - t
+        self._files.chunk_read(chunk.file, chunk.start + chunk.lo, chunk.end - chunk.lo)
+        buf = self._buffers[k]
+        if self._cuda:
+            stream = self._streams[k % len(self._streams)]
+            with torch.cuda.stream(stream):
+                for piece, at, into, n, _ in chunk.parts:
+                    piece.out[into : into + n].copy_(buf[at : at + n], non_blocking=True)
+                event = torch.cuda.Event()
+                event.record(stream)
+            self._events[k] = event
+        else:
+            for piece, at, into, n, _ in chunk.parts:
+                piece.out[into : into + n].copy_(buf[at : at + n])
+        self.stats.copy_issue += time.perf_counter() - t2
+        for piece, _, _, _, last in chunk.parts:
+            if last:
+                piece.done()

@@ -1,0 +1,284 @@
+"""The CUDA ring of `stream` (whole file ranges through reused buffers), its sizing, and the page-cache drop.
+
+The ring's copy step is device-agnostic, so its chunking, O_DIRECT reads and
+drops are checked here on CPU destinations; the `gpu` tests run the real CUDA
+path (pinned buffers, side streams) and are run on the GPU host with the benchmarks.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+from loader import load_checkpoint
+from loader.checkpoint import discover_checkpoint
+from loader.device import DeviceInfo
+from loader.errors import PlacementError
+from loader.naming import Target
+from loader.pagecache import drop, resident_fraction, resident_pages
+from loader.placement import LoadPlan, PlannedTarget, get_placement
+from loader.placement.files import OpenFiles
+from loader.placement.ranges import ALIGN, Piece, RangeRing, plan_chunks
+from loader.placement.stream import STAGING_SHARE, drop_by_default, ring_geometry
+
+_MiB = 1 << 20
+GiB = 1 << 30
+
+
+def _shards(seed: int = 5) -> list[dict[str, torch.Tensor]]:
+    """Two shards of odd-sized tensors (never zeros), so pieces start at unaligned offsets and cross chunks."""
+    g = torch.Generator().manual_seed(seed)
+    sizes = [[70_001, 3, 130_000, 0, 9_999], [250_000, 17, 40_960]]
+    return [
+        {f"s{i}.t{j}": (torch.randn(n, generator=g) + 4).to(torch.bfloat16) for j, n in enumerate(shard)}
+        for i, shard in enumerate(sizes)
+    ]
+
+
+def _plan(path: Path, keep=lambda name: True) -> tuple[LoadPlan, list]:
+    metas = [m for m in discover_checkpoint(path).component().tensors]
+    targets = [PlannedTarget(Target(m.name, (m,), m.shape), m.torch_dtype) for m in metas if keep(m.name)]
+    return LoadPlan(targets=targets), metas
+
+
+def _ring_load(path: Path, *, direct_io, drop_page_cache=False, keep=lambda name: True, chunk=64 << 10, threads=3):
+    plan, _ = _plan(path, keep)
+    files = OpenFiles(plan, 0, direct_io=direct_io, drop_page_cache=drop_page_cache)
+    outs: dict[str, torch.Tensor] = {}
+    done: list[str] = []
+    pieces = []
+    for p in plan.targets:
+        meta = p.sources[0]
+        outs[p.name] = torch.full((meta.nbytes,), 0xAB, dtype=torch.uint8)
+        pieces.append(Piece(meta, outs[p.name], lambda m=meta: (done.append(m.name), files.done(m))))
+    with ThreadPoolExecutor(threads) as pool:
+        ring = RangeRing(torch.device("cpu"), pool, files, buffers=3, chunk_bytes=chunk, threads=threads, pin=False)
+        try:
+            ring.run(pieces)
+            ring.finish()
+        finally:
+            ring.release()
+            files.close_all()
+    return outs, done, ring.stats
+
+
+def _cold(path: Path) -> bool:
+    """Drop every shard of `path` from the page cache; False where the file system keeps them (tmpfs)."""
+    for file in path.glob("*.safetensors"):
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            drop(fd)
+            if resident_fraction(fd) > 0.5:
+                return False
+        finally:
+            os.close(fd)
+    return True
+
+
+def _resident(path: Path) -> float:
+    total = pages = 0
+    for file in path.glob("*.safetensors"):
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            r, n = resident_pages(fd)
+        finally:
+            os.close(fd)
+        total, pages = total + r, pages + n
+    return total / pages
+
+
+def _warm(path: Path) -> None:
+    """Read every shard into the page cache, written back first (dirty pages are never dropped)."""
+    for file in path.glob("*.safetensors"):
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        file.read_bytes()
+
+
+def test_chunks_cover_contiguous_pieces_start_aligned_and_split_at_gaps_and_files(component_writer):
+    path = component_writer(_shards())
+    plan, metas = _plan(path, keep=lambda name: name != "s0.t2")
+    pieces = [Piece(p.sources[0], torch.empty(0, dtype=torch.uint8), lambda: None) for p in plan.targets]
+    chunks = list(plan_chunks(pieces, 64 << 10))
+    assert all(c.start % ALIGN == 0 and 0 <= c.lo - (c.lo % ALIGN) and c.end <= 64 << 10 for c in chunks)
+    # every piece's bytes appear once, in order, and only planned bytes are covered
+    covered: dict[str, int] = {}
+    for c in chunks:
+        at = c.lo
+        for piece, offset, into, n, _ in c.parts:
+            assert offset == at and c.start + offset == piece.meta.offset + into
+            covered[piece.meta.name] = covered.get(piece.meta.name, 0) + n
+            at += n
+        assert at == c.end
+    assert covered == {p.name: p.sources[0].nbytes for p in plan.targets}
+    # the dropped tensor's bytes start a new chunk after it, and each file starts its own
+    by_file = [c.file.name for c in chunks]
+    assert by_file == sorted(by_file)
+    after_gap = next(m for m in metas if m.name == "s0.t3")
+    assert any(c.start + c.lo == after_gap.offset for c in chunks)
+
+
+@pytest.mark.parametrize("direct_io", [False, True])
+def test_ring_fills_every_destination_byte_exactly_with_and_without_o_direct(component_writer, direct_io):
+    shards = _shards()
+    path = component_writer(shards)
+    outs, done, stats = _ring_load(path, direct_io=direct_io, keep=lambda name: name != "s0.t2")
+    source = {k: v for s in shards for k, v in s.items()}
+    assert sorted(outs) == sorted(k for k in source if k != "s0.t2")
+    for name, out in outs.items():
+        assert torch.equal(out, source[name].view(-1).view(torch.uint8)), name
+    assert done == [k for s in shards for k in s if k != "s0.t2"], "sources finish in plan order"
+    assert stats.bytes == sum(o.numel() for o in outs.values())
+    if direct_io:
+        assert stats.direct_chunks > 0 or pytest.skip("this file system refuses O_DIRECT")
+    else:
+        assert stats.direct_chunks == 0
+
+
+def test_ring_reads_cold_files_with_o_direct_by_default_and_leaves_them_out_of_the_cache(component_writer):
+    path = component_writer(_shards())
+    if not _cold(path):
+        pytest.skip("this file system keeps pages resident after POSIX_FADV_DONTNEED (tmpfs?)")
+    _, _, stats = _ring_load(path, direct_io=None)
+    if stats.direct_chunks == 0:
+        pytest.skip("this file system refuses O_DIRECT")
+    assert stats.direct_chunks == stats.chunks
+    assert _resident(path) < 0.05
+    _warm(path)
+    _, _, warm = _ring_load(path, direct_io=None)
+    assert warm.direct_chunks == 0, "files in the page cache are read from it"
+
+
+def test_drop_page_cache_leaves_no_checkpoint_page_cached_and_a_plain_load_keeps_the_cache(component_writer):
+    path = component_writer(_shards())
+    _warm(path)
+    if _resident(path) < 0.99:
+        pytest.skip("the page cache does not hold a file just read here")
+    _, report = load_checkpoint(path, mode="stream")
+    assert _resident(path) > 0.99, "a plain load leaves the cache as it was"
+    assert report.page_cache_dropped is False and report.mem_free_before > 0 and report.mem_free_after > 0
+    _ring_load(path, direct_io=False, drop_page_cache=True)
+    if _resident(path) > 0.5:
+        pytest.skip("this file system keeps pages resident after POSIX_FADV_DONTNEED (tmpfs?)")
+    assert _resident(path) == 0.0
+    _warm(path)
+    for dtype in (None, "fp32"):  # the direct path and the per-tensor staging path
+        module, report = load_checkpoint(path, mode=get_placement("stream", drop_page_cache=True), dtype=dtype)
+        assert _resident(path) == 0.0, dtype
+        assert report.page_cache_dropped is True
+        _warm(path)
+    assert torch.equal(module.state_dict()["s1.t0"], _shards()[1]["s1.t0"].float())
+
+
+def test_load_checkpoint_passes_drop_page_cache_to_stream_and_other_modes_refuse_it(component_writer):
+    path = component_writer(_shards())
+    _, report = load_checkpoint(path, drop_page_cache=True)
+    assert report.page_cache_dropped is True
+    with pytest.raises(PlacementError, match="'drain' does not take option.*drop_page_cache"):
+        load_checkpoint(path, mode="drain", drop_page_cache=True)
+
+
+def _info(kind: str, unified: bool, total: int | None) -> DeviceInfo:
+    return DeviceInfo(
+        spec=kind, kind=kind, index=0 if kind == "cuda" else None, name="fake", unified_memory=unified,
+        total_memory=total, source="test", reason="a fake for the sizing logic",
+    )
+
+
+GB10 = _info("cuda", True, 128 * 10**9)
+"""A DGX Spark's GB10 as the probe reports it: integrated, one 128 GB pool shared with the host."""
+H200 = _info("cuda", False, 141 * 10**9)
+
+
+def test_ring_on_a_discrete_gpu_has_a_buffer_per_reader_within_a_sixty_fourth_of_the_model():
+    model = int(37.56 * GiB)
+    g = ring_geometry(model, H200, threads=16, chunk_bytes=32 * _MiB, buffers=None, available=100 * GiB)
+    assert (g.buffers, g.chunk_bytes) == (18, 32 * _MiB)
+    assert g.buffers * g.chunk_bytes <= model / STAGING_SHARE
+    small = ring_geometry(1 * GiB, H200, threads=16, chunk_bytes=32 * _MiB, buffers=None, available=100 * GiB)
+    assert small.buffers * small.chunk_bytes <= max(1 * GiB / STAGING_SHARE, 3 * 4 * _MiB)
+
+
+def test_ring_on_unified_memory_is_sized_by_the_pool_and_keeps_the_footprint_under_1_02():
+    model = int(37.56 * GiB)
+    roomy = ring_geometry(model, GB10, threads=16, chunk_bytes=32 * _MiB, buffers=None, available=110 * GiB)
+    tight = ring_geometry(model, GB10, threads=16, chunk_bytes=32 * _MiB, buffers=None, available=42 * GiB)
+    for g in (roomy, tight):
+        staging = g.buffers * g.chunk_bytes
+        assert g.unified and (model + staging) / model <= 1.02
+    assert tight.buffers * tight.chunk_bytes <= 42 * GiB / 256 < roomy.budget
+    assert tight.chunk_bytes % ALIGN == 0 and tight.buffers >= 3
+    fixed = ring_geometry(model, GB10, threads=16, chunk_bytes=16 * _MiB, buffers=5, available=42 * GiB)
+    assert (fixed.buffers, fixed.chunk_bytes) == (5, 16 * _MiB)
+
+
+def test_drop_page_cache_defaults_on_for_unified_cuda_only():
+    assert drop_by_default(GB10) is True
+    assert drop_by_default(H200) is False
+    assert drop_by_default(None) is False
+
+
+def test_stream_rejects_bad_new_options_naming_them():
+    with pytest.raises(PlacementError, match="drop_page_cache must be true or false, got 'yes'"):
+        get_placement("stream", drop_page_cache="yes")
+    with pytest.raises(PlacementError, match="copy_streams must be a positive integer, got 0"):
+        get_placement("stream", copy_streams=0)
+
+
+def _cuda_checkpoint(component_writer) -> tuple[Path, dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(9)
+    shards = [
+        {f"b{i}.w{j}": (torch.randn(1537, 1021, generator=g) + 3).to(torch.bfloat16) for j in range(3)} for i in range(2)
+    ]
+    shards[1]["norm"] = torch.randn(5, generator=g) + 1
+    return component_writer(shards), {k: v for s in shards for k, v in s.items()}
+
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("options", [
+    {},
+    {"staging_bytes": 1 << 20, "staging_buffers": 3, "threads": 4},
+    {"staging_bytes": 1 << 20, "copy_streams": 2, "direct_io": True},
+    {"pin": False, "staging_bytes": 1 << 20},
+    {"ranges": False, "staging_bytes": 1 << 20},
+])
+def test_cuda_ring_places_every_tensor_bit_for_bit(component_writer, options):
+    path, source = _cuda_checkpoint(component_writer)
+    placement = get_placement("stream", **options)
+    module, report = load_checkpoint(path, mode=placement, device="cuda")
+    state = module.state_dict()
+    for name, tensor in source.items():
+        assert state[name].device.type == "cuda"
+        assert torch.equal(state[name].cpu().view(torch.uint8), tensor.view(torch.uint8)), name
+    assert report.bytes_read == sum(t.nbytes for t in source.values())
+    if options.get("ranges", True):
+        assert placement.last_ring is not None and placement.last_ring.chunks > 0
+    else:
+        assert placement.last_ring is None
+
+
+@pytest.mark.gpu
+@gpu
+def test_cuda_ring_converts_through_staging_and_drops_the_cache_when_asked(component_writer):
+    path, source = _cuda_checkpoint(component_writer)
+    module, report = load_checkpoint(path, mode=get_placement("stream", drop_page_cache=True), device="cuda", dtype="fp32")
+    for name, tensor in source.items():
+        assert torch.equal(module.state_dict()[name].cpu(), tensor.float()), name
+    assert report.page_cache_dropped
+    if _cold(path):  # a file system that drops pages at all
+        _warm(path)
+        load_checkpoint(path, mode=get_placement("stream", drop_page_cache=True), device="cuda")
+        assert _resident(path) == 0.0
