@@ -1,0 +1,498 @@
+"""Peer benchmark (not a test): `stream` against the best other safetensors loaders, side by side, with ceilings.
+
+Same checkpoint, same cache state, each case in a fresh process, every case
+ending with every tensor on the device (synchronised), and a fingerprint of
+the loaded bytes (per tensor: the sum of its bytes and of every other byte,
+folded with its name) so a case that loaded nothing, or the wrong bytes,
+cannot look fast: the table marks each case whose fingerprint differs from
+the checkpoint's.
+
+Cases (each a fresh process):
+  stream, drain                 Drainboard (`stream[key=value,...]` passes stream options)
+  instanttensor                 InstantTensor, default backend (O_DIRECT on a disk, mmap on tmpfs)
+  instanttensor_buffered        InstantTensor, backend=BackendPolicy.BUFFERED
+  st_prefetch                   safetensors 0.9.0rc1 safe_open(...).prefetch(device=0, threads=16), per file
+                                (installed apart: --prefetch-site DIR, put first on sys.path in that child only)
+  fastsafetensors               SafeTensorsFileLoader(nogds=True), copy_files_to_device
+  runai                         Run:ai SafetensorsStreamer (CPU ring), each tensor .to(device)
+  load_file                     safetensors.torch.load_file(device="cuda") per shard
+Ceilings (same process rules, same files):
+  ceil_h2d                      pinned host->device copy of the checkpoint's size (4 x 256 MiB pinned buffers)
+  ceil_read                     16 threads x 64 MiB preadv into pinned buffers (the page cache's rate when warm)
+  ceil_direct                   the same with O_DIRECT (cold: the disk's parallel rate)
+  ceil_direct_seq               one thread, 64 MiB O_DIRECT reads (the disk's sequential rate)
+
+Caches: `warm` (every shard in the page cache, checked with mincore and re-read
+if not), `cold` (sync + drop_caches before each case; needs root), `tmpfs`
+(the checkpoint copied to /dev/shm first, when it fits).
+
+    python bench/bench_peers.py --make-checkpoint /tmp/pruned        # the 37.56 GiB pruned-r16 DiT shapes
+    python bench/bench_peers.py /tmp/pruned --cache warm cold tmpfs --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SPECS = Path(__file__).resolve().parent / "specs" / "h3_pruned_r16_transformer.json"
+"""Names and shapes of the h3-pruned-r16 DiT (639 tensors, 37.56 GiB in bf16), written from models.config's
+profile by `--dump-specs`, so the device host needs no model code to write the checkpoint."""
+PEERS = ("instanttensor", "instanttensor_buffered", "st_prefetch", "fastsafetensors", "runai", "load_file")
+CEILINGS = ("ceil_h2d", "ceil_read", "ceil_direct", "ceil_direct_seq")
+CASES = ("stream", "drain") + PEERS + CEILINGS
+_MiB = 1 << 20
+_ALIGN = 4096
+
+
+def dump_specs(path: Path = SPECS) -> None:
+    import torch
+
+    from models.config import get_profile
+    from models.synth import component_specs
+
+    specs = component_specs(get_profile("h3-pruned-r16").transformer, torch.bfloat16)
+    data = {"profile": "h3-pruned-r16", "component": "transformer", "dtype": "bf16",
+            "tensors": [[s.name, list(s.shape)] for s in specs]}
+    path.write_text(json.dumps(data, separators=(",", ":")))
+
+
+def make_checkpoint(out: Path, shard_bytes: int = 4 * 2**30, specs_file: Path = SPECS) -> Path:
+    """Write the pruned-r16 DiT shapes as a bf16 component folder, shards written in parallel.
+
+    Values: slices of one 256 MiB pool of random bf16 (never zero), each
+    tensor starting at its own offset, so tensors differ and writing runs at
+    page-cache speed rather than at random-number speed.
+    """
+    import torch
+
+    from models.safetensors_stream import TensorSpec, plan_shards, write_safetensors
+
+    data = json.loads(specs_file.read_text())
+    specs = [TensorSpec(name, tuple(shape), torch.bfloat16) for name, shape in data["tensors"]]
+    shards = plan_shards(specs, shard_bytes)
+    pool = (torch.randn(128 * _MiB, generator=torch.Generator().manual_seed(0)) + 3).to(torch.bfloat16)
+
+    def chunks(spec):
+        at, left = zlib.crc32(spec.name.encode()) % pool.numel(), spec.numel
+        while left:
+            n = min(left, pool.numel() - at, 32 * _MiB)
+            yield pool[at : at + n]
+            left -= n
+            at = (at + n) % pool.numel()
+
+    out.mkdir(parents=True, exist_ok=True)
+    stem = "diffusion_pytorch_model"
+    names = [f"{stem}-{i:05d}-of-{len(shards):05d}.safetensors" for i in range(1, len(shards) + 1)]
+    with ThreadPoolExecutor(len(shards)) as ex:
+        list(ex.map(lambda a: write_safetensors(out / a[0], a[1], chunks), zip(names, shards)))
+    weight_map = {spec.name: name for name, shard in zip(names, shards) for spec in shard}
+    index = {"metadata": {"total_size": sum(s.nbytes for s in specs)}, "weight_map": weight_map}
+    (out / f"{stem}.safetensors.index.json").write_text(json.dumps(index))
+    (out / "config.json").write_text(json.dumps({"_class_name": "BenchPrunedDiT"}))
+    return out
+
+
+def shard_files(path: Path) -> list[Path]:
+    return sorted(path.glob("*.safetensors"))
+
+
+def fingerprint(tensors: dict) -> str:
+    """Sum of every byte and of every other byte of each tensor, folded with its name, as hex."""
+    import torch
+
+    acc = 0
+    for name in sorted(tensors):
+        b = tensors[name].detach().reshape(-1).contiguous().view(torch.uint8)
+        whole = int(b.sum(dtype=torch.int64))
+        even = int(b[::2].sum(dtype=torch.int64))
+        acc = (acc * 1_000_003 + zlib.crc32(name.encode()) * 7 + whole * 31 + even) % (1 << 61)
+    return f"{acc:016x}"
+
+
+# ---- child: one case in this process -------------------------------------------------------------------
+
+def _case_stream(path: Path, options: dict, device: str) -> tuple[dict, dict]:
+    from loader import load_checkpoint
+    from loader.placement import get_placement
+
+    placement = get_placement("stream", **options)
+    module, report = load_checkpoint(path, mode=placement, device=device)
+    extra = {"load_seconds": report.load_seconds, "report_footprint": report.footprint_ratio}
+    if placement.last_ring is not None:
+        extra["ring"] = vars(placement.last_ring)
+        extra["geometry"] = vars(placement.last_geometry)
+    return dict(module.state_dict()), extra
+
+
+def _case_drain(path: Path, device: str) -> tuple[dict, dict]:
+    from loader import load_checkpoint
+
+    module, report = load_checkpoint(path, mode="drain", device=device)
+    return dict(module.state_dict()), {"load_seconds": report.load_seconds}
+
+
+def _case_instanttensor(path: Path, buffered: bool) -> tuple[dict, dict]:
+    import instanttensor
+    from instanttensor import safe_open
+
+    kwargs = {"backend": instanttensor.BackendPolicy.BUFFERED} if buffered else {}
+    tensors = {}
+    with safe_open([str(f) for f in shard_files(path)], framework="pt", device=0, **kwargs) as f:
+        for name, tensor in f.tensors():
+            tensors[name] = tensor
+    return tensors, {}
+
+
+def _case_st_prefetch(path: Path) -> tuple[dict, dict]:
+    import safetensors
+    from safetensors import safe_open
+
+    tensors = {}
+    for file in shard_files(path):
+        with safe_open(str(file), framework="pt", device=0) as handle:
+            with handle.prefetch(device=0, threads=16) as loader:
+                for name, tensor in loader:
+                    tensors[name] = tensor
+    return tensors, {"safetensors": safetensors.__version__}
+
+
+def _case_fastsafetensors(path: Path, keep: list) -> tuple[dict, dict]:
+    from fastsafetensors import SafeTensorsFileLoader
+
+    loader = SafeTensorsFileLoader(None, "cuda:0", nogds=True)
+    loader.add_filenames({0: [str(f) for f in shard_files(path)]})
+    buffers = loader.copy_files_to_device()
+    keep += [loader, buffers]
+    return {name: buffers.get_tensor(name) for name in loader.get_keys()}, {}
+
+
+def _case_runai(path: Path) -> tuple[dict, dict]:
+    from runai_model_streamer import SafetensorsStreamer
+
+    tensors = {}
+    with SafetensorsStreamer() as streamer:
+        streamer.stream_files([str(f) for f in shard_files(path)], owned=False)
+        for name, tensor in streamer.get_tensors():
+            tensors[name] = tensor.to("cuda")
+    return tensors, {}
+
+
+def _case_load_file(path: Path, device: str) -> tuple[dict, dict]:
+    from safetensors.torch import load_file
+
+    tensors = {}
+    for file in shard_files(path):
+        tensors.update(load_file(str(file), device=device))
+    return tensors, {}
+
+
+def _pieces(path: Path, size: int) -> list[tuple[Path, int, int]]:
+    out = []
+    for file in shard_files(path):
+        total = file.stat().st_size
+        out += [(file, at, min(size, total - at)) for at in range(0, total, size)]
+    return out
+
+
+def _ceil_read(path: Path, threads: int, direct: bool) -> dict:
+    """Every shard's bytes read by `threads` threads in 64 MiB preadv calls into pinned buffers."""
+    import torch
+
+    size = 64 * _MiB
+    pin = torch.cuda.is_available()
+    local = threading.local()
+    flag = os.O_DIRECT if direct else 0
+    fds = {f: os.open(f, os.O_RDONLY | flag) for f in shard_files(path)}
+
+    def read(piece):
+        file, at, n = piece
+        if not hasattr(local, "view"):
+            raw = torch.empty(size + _ALIGN, dtype=torch.uint8, pin_memory=pin)
+            skip = -raw.data_ptr() % _ALIGN
+            local.raw, local.view = raw, memoryview(raw.numpy())[skip : skip + size]
+        length = -(-n // _ALIGN) * _ALIGN if direct else n
+        got = 0
+        while got < n:
+            k = os.preadv(fds[file], [local.view[got:length]], at + got)
+            if k == 0:
+                break
+            got += k
+        return min(got, n)
+
+    try:
+        pieces = _pieces(path, size)
+        start = time.perf_counter()
+        with ThreadPoolExecutor(threads) as ex:
+            total = sum(ex.map(read, pieces))
+        seconds = time.perf_counter() - start
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    return {"bytes": total, "seconds": seconds, "threads": threads, "direct": direct}
+
+
+def _ceil_h2d(path: Path) -> dict:
+    import torch
+
+    total = sum(f.stat().st_size for f in shard_files(path))
+    size = 256 * _MiB
+    host = [torch.randint(1, 255, (size,), dtype=torch.uint8).pin_memory() for _ in range(4)]
+    dest = [torch.empty(min(size, total - at), dtype=torch.uint8, device="cuda") for at in range(0, total, size)]
+    stream = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    with torch.cuda.stream(stream):
+        for i, d in enumerate(dest):
+            d.copy_(host[i % 4][: d.numel()], non_blocking=True)
+    stream.synchronize()
+    seconds = time.perf_counter() - start
+    return {"bytes": total, "seconds": seconds}
+
+
+def run_child(case: str, path: Path, options: dict, device: str = "cuda") -> dict:
+    """One case, timed from its first call to every tensor on the device, with peak memory and a fingerprint.
+
+    `device` other than cuda (a dry run of the harness on a CPU box) works for stream, drain, load_file
+    and ceil_read only.
+    """
+    import torch
+
+    from loader.memory import MemoryProbe, PeriodicSampler
+
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.empty(0, device=device)
+    if case == "ceil_h2d":
+        return _ceil_h2d(path)
+    if case in ("ceil_read", "ceil_direct", "ceil_direct_seq"):
+        return _ceil_read(path, 1 if case == "ceil_direct_seq" else 16, case != "ceil_read")
+    keep: list = []
+    run = {
+        "stream": lambda: _case_stream(path, options, device),
+        "drain": lambda: _case_drain(path, device),
+        "instanttensor": lambda: _case_instanttensor(path, False),
+        "instanttensor_buffered": lambda: _case_instanttensor(path, True),
+        "st_prefetch": lambda: _case_st_prefetch(path),
+        "fastsafetensors": lambda: _case_fastsafetensors(path, keep),
+        "runai": lambda: _case_runai(path),
+        "load_file": lambda: _case_load_file(path, device),
+    }[case]
+    samples = []
+    free_before = torch.cuda.mem_get_info()[0] if cuda else 0
+    with MemoryProbe(device) as probe:
+        base = probe.sample()
+        with PeriodicSampler(probe, 0.005, samples.append):
+            start = time.perf_counter()
+            tensors, extra = run()
+            if cuda:
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - start
+        samples.append(probe.sample())
+    free_after = torch.cuda.mem_get_info()[0] if cuda else 0
+    placed = sum(t.numel() * t.element_size() for t in tensors.values())
+    host = max(s.vm_rss for s in samples) - base.vm_rss
+    return {
+        "bytes": placed,
+        "tensors": len(tensors),
+        "seconds": seconds,
+        "footprint_ratio": max((s.vm_rss - base.vm_rss) + (s.device_allocated - base.device_allocated) for s in samples) / placed,
+        "host_peak_ratio": host / placed,
+        "device_used_ratio": (free_before - free_after) / placed,
+        "fingerprint": fingerprint(tensors),
+        **extra,
+    }
+
+
+# ---- parent: cache states, fresh processes, the table ---------------------------------------------------
+
+def _resident_fraction(path: Path) -> float:
+    from loader.pagecache import resident_pages
+
+    got = pages = 0
+    for file in shard_files(path):
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            r, n = resident_pages(fd)
+        finally:
+            os.close(fd)
+        got, pages = got + r, pages + n
+    return got / max(pages, 1)
+
+
+def _warm(path: Path) -> None:
+    if _resident_fraction(path) < 0.99:
+        fds = {f: os.open(f, os.O_RDONLY) for f in shard_files(path)}
+        with ThreadPoolExecutor(16) as ex:
+            list(ex.map(lambda p: len(os.pread(fds[p[0]], p[2], p[1])), _pieces(path, 64 * _MiB)))
+        for fd in fds.values():
+            os.close(fd)
+
+
+def _drop_caches() -> None:
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def parse_case(text: str) -> tuple[str, dict]:
+    """`stream[threads=8,staging_bytes=64MiB,direct_io=false]` -> ("stream", {...}); other cases take no options."""
+    from bench_load import parse_size
+
+    name, _, rest = text.partition("[")
+    if name not in CASES:
+        raise argparse.ArgumentTypeError(f"unknown case {name!r}; known: {', '.join(CASES)}")
+    options: dict = {}
+    for item in filter(None, rest.rstrip("]").split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or name != "stream":
+            raise argparse.ArgumentTypeError(f"case {text!r}: only stream takes options, as KEY=VALUE")
+        low = value.lower()
+        options[key] = low == "true" if low in ("true", "false") else (None if low == "none" else parse_size(value))
+    return name, options
+
+
+def _spawn(case: str, path: Path, options: dict, args: argparse.Namespace, timeout: float) -> dict:
+    cmd = [sys.executable, __file__, str(path), "--child", case, "--options", json.dumps(options), "--device", args.device]
+    env = dict(os.environ)
+    if case == "st_prefetch" and args.prefetch_site:
+        env["PYTHONPATH"] = os.pathsep.join([str(args.prefetch_site), env.get("PYTHONPATH", "")])
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    if done.returncode != 0:
+        lines = [l for l in done.stderr.strip().splitlines() if l.strip()] or [f"exit {done.returncode}"]
+        return {"error": lines[-1][:200]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _tmpfs_copy(path: Path, where: Path) -> Path | None:
+    need = sum(f.stat().st_size for f in path.iterdir())
+    if shutil.disk_usage(where).free < need * 1.05:
+        return None
+    dest = where / "drainboard-peers"
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir()
+    with ThreadPoolExecutor(10) as ex:
+        list(ex.map(lambda f: shutil.copyfile(f, dest / f.name), list(path.iterdir())))
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("path", nargs="?", type=Path)
+    parser.add_argument("--make-checkpoint", type=Path, metavar="OUT", help="write the pruned-r16 DiT shapes to OUT and exit")
+    parser.add_argument("--dump-specs", action="store_true", help=f"rewrite {SPECS.name} from models.config and exit")
+    parser.add_argument("--specs", type=Path, default=SPECS, help="names and shapes for --make-checkpoint (a small one for a dry run)")
+    parser.add_argument("--device", default="cuda", help="cuda; cpu only for a dry run of the harness (stream, drain, load_file, ceil_read)")
+    parser.add_argument("--cases", nargs="+", type=parse_case, default=[parse_case(c) for c in CASES])
+    parser.add_argument("--cache", nargs="+", default=["warm", "cold", "tmpfs"], choices=["warm", "cold", "tmpfs"])
+    parser.add_argument("--cold-cases", nargs="+", type=parse_case, help="cases for the cold cache (default: --cases)")
+    parser.add_argument("--tmpfs-cases", nargs="+", type=parse_case, help="cases for tmpfs (default: --cases)")
+    parser.add_argument("--tmpfs", type=Path, default=Path("/dev/shm"))
+    parser.add_argument("--prefetch-site", type=Path, help="--target folder holding safetensors 0.9.0rc1 for st_prefetch")
+    parser.add_argument("--deadline", type=float, default=1e9, help="seconds from start after which cases are skipped")
+    parser.add_argument("--case-timeout", type=float, default=120)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--options", default="{}", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.dump_specs:
+        dump_specs()
+        return 0
+    if args.make_checkpoint:
+        t = time.perf_counter()
+        make_checkpoint(args.make_checkpoint, specs_file=args.specs)
+        print(f"wrote {args.make_checkpoint} in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+        return 0
+    if args.child:
+        print(json.dumps(run_child(args.child, args.path, json.loads(args.options), args.device)))
+        return 0
+    if args.path is None:
+        parser.error("give a checkpoint PATH (or --make-checkpoint OUT)")
+    began = time.perf_counter()
+    rows: list[dict] = []
+    plan = {"warm": args.cases, "cold": args.cold_cases or args.cases, "tmpfs": args.tmpfs_cases or args.cases}
+    for cache in args.cache:
+        path = args.path
+        if cache == "cold" and not os.access("/proc/sys/vm/drop_caches", os.W_OK):
+            rows += [{"case": n, "options": o, "cache": cache, "error": "cannot drop caches (not root)"} for n, o in plan[cache]]
+            continue
+        if cache == "tmpfs":
+            path = _tmpfs_copy(args.path, args.tmpfs)
+            if path is None:
+                rows += [{"case": n, "options": o, "cache": cache, "error": f"{args.tmpfs} too small"} for n, o in plan[cache]]
+                continue
+            _drop_caches()  # the disk copy's pages go; the tmpfs copy is memory itself
+        for name, options in plan[cache]:
+            row = {"case": name, "options": options, "cache": cache}
+            left = args.deadline - (time.perf_counter() - began)
+            if left < 20:
+                rows.append({**row, "error": "skipped: out of time"})
+                continue
+            if cache == "warm":
+                _warm(path)
+            elif cache == "cold":
+                _drop_caches()
+            t = time.perf_counter()
+            result = _spawn(name, path, options, args, min(args.case_timeout, left))
+            row.update(result, wall=time.perf_counter() - t)
+            if "seconds" in result:
+                row["gbps"] = result["bytes"] / result["seconds"] / 1e9
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+        if cache == "tmpfs":
+            shutil.rmtree(path, ignore_errors=True)
+    table = format_table(rows)
+    print(table)
+    if args.json:
+        args.json.write_text(json.dumps({"path": str(args.path), "rows": rows}, indent=2))
+    return 0
+
+
+def _label(row: dict) -> str:
+    opts = ",".join(f"{k}={v}" for k, v in row["options"].items())
+    return row["case"] + (f"[{opts}]" if opts else "")
+
+
+def format_table(rows: list[dict]) -> str:
+    """One line per case and cache: GB/s, its ratio to the matching ceiling, footprint, fingerprint check."""
+    fingerprints = [r["fingerprint"] for r in rows if "fingerprint" in r]
+    reference = max(set(fingerprints), key=fingerprints.count) if fingerprints else None
+    ceiling = {}
+    for r in rows:
+        if "gbps" in r and r["case"] in CEILINGS:
+            key = "h2d" if r["case"] == "ceil_h2d" else r["cache"]
+            ceiling[key] = max(ceiling.get(key, 0), r["gbps"])
+    out = ["| case | cache | GB/s | / h2d ceiling | / read ceiling | footprint | host peak | device used | fingerprint |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {_label(r)} | {r['cache']} | {r['error']} | | | | | | |")
+            continue
+        g = r["gbps"]
+        h2d = f"{g / ceiling['h2d']:.2f}" if ceiling.get("h2d") and r["case"] not in CEILINGS else ""
+        read = f"{g / ceiling[r['cache']]:.2f}" if ceiling.get(r["cache"]) and r["case"] not in CEILINGS else ""
+        cells = [f"{g:.2f}", h2d, read]
+        if "footprint_ratio" in r:
+            ok = "same" if r["fingerprint"] == reference else f"DIFFERS {r['fingerprint']}"
+            cells += [f"{r['footprint_ratio']:.3f}", f"{r['host_peak_ratio']:.3f}", f"{r['device_used_ratio']:.3f}", ok]
+        else:
+            cells += ["", "", "", ""]
+        out.append(f"| {_label(r)} | {r['cache']} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

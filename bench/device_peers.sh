@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# One GPU-host call: the peer table (bench/bench_peers.py) on the 37.56 GiB pruned-r16 DiT shapes, plus the
+# `gpu`-marked loader tests. Run from the repo root, as root (drop_caches), with the peer wheels in $WHL:
+#
+#   WHL=.dev/loader-speed/whl bash bench/device_peers.sh            # PHASE=all (default), ~9 min
+#   PHASE=warm bash bench/device_peers.sh                           # warm table + stream variants + cold ceilings
+#   PHASE=rest bash bench/device_peers.sh                           # cold peers + tmpfs + warm stream vs the best peers
+#
+# Peers are benchmark-only installs, never requirements: instanttensor 0.2.2, fastsafetensors 0.5.0 and
+# runai-model-streamer 0.17.1 go to /tmp/site; safetensors 0.9.0rc1 to /tmp/st09, put first on the path of
+# the st_prefetch child only (the loader keeps the host's safetensors). Wheels, downloaded elsewhere with:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d $WHL \
+#     instanttensor==0.2.2 safetensors==0.9.0rc1 fastsafetensors==0.5.0 runai-model-streamer==0.17.1
+# Writes $OUT/peers.txt (log + table), $OUT/peers_<phase>.json, $OUT/gpu_tests.txt.
+set -uo pipefail
+OUT=${OUT:-/tmp/device_peers}
+WHL=${WHL:-whl}
+CKPT=${CKPT:-/tmp/pruned-r16}
+PHASE=${PHASE:-all}
+DEADLINE=${DEADLINE:-480}
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+log() { echo "$*" | tee -a "$OUT/peers.txt"; }
+start=$(date +%s)
+
+$PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+  "$WHL"/instanttensor-*.whl "$WHL"/fastsafetensors-*.whl "$WHL"/runai_model_streamer-*.whl 2>&1 | tail -3
+$PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/st09 "$WHL"/safetensors-0.9*.whl 2>&1 | tail -3
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+log "host: $(nproc) cores, $(grep MemTotal /proc/meminfo), /dev/shm $(df -h /dev/shm | tail -1 | awk '{print $4}') free, $(uname -r)"
+log "$(nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader)"
+log "torch $($PY -c 'import torch; print(torch.__version__)'), safetensors $($PY -c 'import safetensors; print(safetensors.__version__)')"
+
+$PY -m pytest -q -m gpu tests/loader/test_stream_ring.py tests/loader/test_device.py -p no:cacheprovider > "$OUT/gpu_tests.txt" 2>&1
+log "gpu tests: $(tail -1 "$OUT/gpu_tests.txt")"
+
+if [ ! -e "$CKPT/config.json" ]; then
+  $PY bench/bench_peers.py --make-checkpoint "$CKPT" 2>&1 | tee -a "$OUT/peers.txt"
+  t=$(date +%s); sync; log "sync: $(( $(date +%s) - t )) s"
+fi
+log "checkpoint: $(du -sh "$CKPT" | cut -f1), $(ls "$CKPT"/*.safetensors | wc -l) shards, ready after $(( $(date +%s) - start )) s"
+
+left=$(( DEADLINE - ($(date +%s) - start) ))
+common=("$CKPT" --prefetch-site /tmp/st09 --deadline "$left" --case-timeout 90)
+case "$PHASE" in
+  warm)
+    $PY bench/bench_peers.py "${common[@]}" --cache warm cold --json "$OUT/peers_warm.json" \
+      --cases ceil_h2d ceil_read stream "stream[staging_bytes=64MiB]" "stream[threads=8]" "stream[copy_streams=2]" \
+              "stream[ranges=false]" instanttensor_buffered st_prefetch drain load_file instanttensor fastsafetensors runai \
+      --cold-cases ceil_direct ceil_direct_seq stream 2>>"$OUT/peers.txt" | tee -a "$OUT/peers.txt" ;;
+  rest)
+    $PY bench/bench_peers.py "${common[@]}" --cache warm cold tmpfs --json "$OUT/peers_rest.json" \
+      --cases ceil_h2d ceil_read stream instanttensor_buffered st_prefetch \
+      --cold-cases ceil_direct ceil_direct_seq stream instanttensor fastsafetensors load_file \
+      --tmpfs-cases ceil_read stream instanttensor instanttensor_buffered st_prefetch fastsafetensors load_file \
+      2>>"$OUT/peers.txt" | tee -a "$OUT/peers.txt" ;;
+  *)
+    $PY bench/bench_peers.py "${common[@]}" --cache warm cold tmpfs --json "$OUT/peers_all.json" \
+      --cases ceil_h2d ceil_read stream drain instanttensor instanttensor_buffered st_prefetch fastsafetensors runai load_file \
+      --cold-cases ceil_direct ceil_direct_seq stream instanttensor fastsafetensors load_file runai st_prefetch \
+      --tmpfs-cases ceil_read stream instanttensor instanttensor_buffered st_prefetch fastsafetensors load_file runai \
+      2>>"$OUT/peers.txt" | tee -a "$OUT/peers.txt" ;;
+esac
+log "total $(( $(date +%s) - start )) s"
