@@ -225,11 +225,13 @@ class RangeRing:
             t = time.perf_counter()
             raw = None
             if self.pinned:
+                # Exactly chunk bytes: the pinned allocator rounds sizes up to a power of two and its
+                # blocks start on a page, so asking for alignment slack would double the staging.
                 try:
-                    raw = torch.empty(self._chunk + ALIGN, dtype=torch.uint8, pin_memory=True)
+                    raw = torch.empty(self._chunk, dtype=torch.uint8, pin_memory=True)
                 except RuntimeError:
                     self.pinned = False
-            if raw is None:
+            if raw is None or raw.data_ptr() % ALIGN:
                 raw = torch.empty(self._chunk + ALIGN, dtype=torch.uint8)
             skip = -raw.data_ptr() % ALIGN
             buf = self._buffers[k] = raw[skip : skip + self._chunk]

@@ -90,8 +90,8 @@ def ring_geometry(
     chunk = max(ALIGN, chunk_bytes - chunk_bytes % ALIGN)
     if buffers is None:
         count = max(MIN_BUFFERS, min(threads + 2, budget // chunk))
-        if count * chunk > budget:
-            chunk = max(4 * _MiB, (budget // count) // ALIGN * ALIGN)
+        if count * chunk > budget:  # a power of two: what the pinned allocator hands out anyway
+            chunk = max(4 * _MiB, 1 << max(12, (budget // count).bit_length() - 1))
     else:
         count = max(2, buffers)
     chunk = min(chunk, -(-max(total_bytes, 1) // ALIGN) * ALIGN)
