@@ -7,7 +7,7 @@ path (pinned buffers, side streams) and are run on the GPU host with the benchma
 
 from __future__ import annotations
 
-import mmap
+import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,6 +28,26 @@ from loader.placement.stream import STAGING_SHARE, drop_by_default, ring_geometr
 
 _MiB = 1 << 20
 GiB = 1 << 30
+
+
+@pytest.fixture
+def writer(tmp_path: Path):
+    """`write(shards)`: a component folder of safetensors shards plus index, written with the safetensors
+    library itself (so the module runs with `--noconftest` on the GPU host, which lacks the pipeline's packages)."""
+    from safetensors.torch import save_file
+
+    def write(shards: list[dict[str, torch.Tensor]], name: str = "c") -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        weight_map = {}
+        for i, shard in enumerate(shards, 1):
+            file = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+            save_file(shard, folder / file)
+            weight_map.update(dict.fromkeys(shard, file))
+        (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+        return folder
+
+    return write
 
 
 def _shards(seed: int = 5) -> list[dict[str, torch.Tensor]]:
@@ -104,8 +124,8 @@ def _warm(path: Path) -> None:
         file.read_bytes()
 
 
-def test_chunks_cover_contiguous_pieces_start_aligned_and_split_at_gaps_and_files(component_writer):
-    path = component_writer(_shards())
+def test_chunks_cover_contiguous_pieces_start_aligned_and_split_at_gaps_and_files(writer):
+    path = writer(_shards())
     plan, metas = _plan(path, keep=lambda name: name != "s0.t2")
     pieces = [Piece(p.sources[0], torch.empty(0, dtype=torch.uint8), lambda: None) for p in plan.targets]
     chunks = list(plan_chunks(pieces, 64 << 10))
@@ -128,9 +148,9 @@ def test_chunks_cover_contiguous_pieces_start_aligned_and_split_at_gaps_and_file
 
 
 @pytest.mark.parametrize("direct_io", [False, True])
-def test_ring_fills_every_destination_byte_exactly_with_and_without_o_direct(component_writer, direct_io):
+def test_ring_fills_every_destination_byte_exactly_with_and_without_o_direct(writer, direct_io):
     shards = _shards()
-    path = component_writer(shards)
+    path = writer(shards)
     outs, done, stats = _ring_load(path, direct_io=direct_io, keep=lambda name: name != "s0.t2")
     source = {k: v for s in shards for k, v in s.items()}
     assert sorted(outs) == sorted(k for k in source if k != "s0.t2")
@@ -144,8 +164,8 @@ def test_ring_fills_every_destination_byte_exactly_with_and_without_o_direct(com
         assert stats.direct_chunks == 0
 
 
-def test_ring_reads_cold_files_with_o_direct_by_default_and_leaves_them_out_of_the_cache(component_writer):
-    path = component_writer(_shards())
+def test_ring_reads_cold_files_with_o_direct_by_default_and_leaves_them_out_of_the_cache(writer):
+    path = writer(_shards())
     if not _cold(path):
         pytest.skip("this file system keeps pages resident after POSIX_FADV_DONTNEED (tmpfs?)")
     _, _, stats = _ring_load(path, direct_io=None)
@@ -158,8 +178,8 @@ def test_ring_reads_cold_files_with_o_direct_by_default_and_leaves_them_out_of_t
     assert warm.direct_chunks == 0, "files in the page cache are read from it"
 
 
-def test_drop_page_cache_leaves_no_checkpoint_page_cached_and_a_plain_load_keeps_the_cache(component_writer):
-    path = component_writer(_shards())
+def test_drop_page_cache_leaves_no_checkpoint_page_cached_and_a_plain_load_keeps_the_cache(writer):
+    path = writer(_shards())
     _warm(path)
     if _resident(path) < 0.99:
         pytest.skip("the page cache does not hold a file just read here")
@@ -179,8 +199,8 @@ def test_drop_page_cache_leaves_no_checkpoint_page_cached_and_a_plain_load_keeps
     assert torch.equal(module.state_dict()["s1.t0"], _shards()[1]["s1.t0"].float())
 
 
-def test_load_checkpoint_passes_drop_page_cache_to_stream_and_other_modes_refuse_it(component_writer):
-    path = component_writer(_shards())
+def test_load_checkpoint_passes_drop_page_cache_to_stream_and_other_modes_refuse_it(writer):
+    path = writer(_shards())
     _, report = load_checkpoint(path, drop_page_cache=True)
     assert report.page_cache_dropped is True
     with pytest.raises(PlacementError, match="'drain' does not take option.*drop_page_cache"):
@@ -234,13 +254,13 @@ def test_stream_rejects_bad_new_options_naming_them():
         get_placement("stream", copy_streams=0)
 
 
-def _cuda_checkpoint(component_writer) -> tuple[Path, dict[str, torch.Tensor]]:
+def _cuda_checkpoint(writer) -> tuple[Path, dict[str, torch.Tensor]]:
     g = torch.Generator().manual_seed(9)
     shards = [
         {f"b{i}.w{j}": (torch.randn(1537, 1021, generator=g) + 3).to(torch.bfloat16) for j in range(3)} for i in range(2)
     ]
     shards[1]["norm"] = torch.randn(5, generator=g) + 1
-    return component_writer(shards), {k: v for s in shards for k, v in s.items()}
+    return writer(shards), {k: v for s in shards for k, v in s.items()}
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -255,8 +275,8 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA dev
     {"pin": False, "staging_bytes": 1 << 20},
     {"ranges": False, "staging_bytes": 1 << 20},
 ])
-def test_cuda_ring_places_every_tensor_bit_for_bit(component_writer, options):
-    path, source = _cuda_checkpoint(component_writer)
+def test_cuda_ring_places_every_tensor_bit_for_bit(writer, options):
+    path, source = _cuda_checkpoint(writer)
     placement = get_placement("stream", **options)
     module, report = load_checkpoint(path, mode=placement, device="cuda")
     state = module.state_dict()
@@ -272,8 +292,8 @@ def test_cuda_ring_places_every_tensor_bit_for_bit(component_writer, options):
 
 @pytest.mark.gpu
 @gpu
-def test_cuda_ring_converts_through_staging_and_drops_the_cache_when_asked(component_writer):
-    path, source = _cuda_checkpoint(component_writer)
+def test_cuda_ring_converts_through_staging_and_drops_the_cache_when_asked(writer):
+    path, source = _cuda_checkpoint(writer)
     module, report = load_checkpoint(path, mode=get_placement("stream", drop_page_cache=True), device="cuda", dtype="fp32")
     for name, tensor in source.items():
         assert torch.equal(module.state_dict()[name].cpu(), tensor.float()), name
