@@ -5,6 +5,7 @@
 #   WHL=.dev/loader-speed/whl bash bench/device_peers.sh            # PHASE=all (default), ~9 min
 #   PHASE=warm bash bench/device_peers.sh                           # warm table + stream variants + cold ceilings
 #   PHASE=rest bash bench/device_peers.sh                           # cold peers + tmpfs + warm stream vs the best peers
+#   PHASE=final bash bench/device_peers.sh                          # stream variants vs the fastest peers, all caches (~4 min)
 #
 # Peers are benchmark-only installs, never requirements: instanttensor 0.2.2, fastsafetensors 0.5.0 and
 # runai-model-streamer 0.17.1 go to /tmp/site; safetensors 0.9.0rc1 to /tmp/st09, put first on the path of
@@ -49,6 +50,13 @@ case "$PHASE" in
       --cases ceil_h2d ceil_read stream "stream[staging_bytes=64MiB]" "stream[threads=8]" "stream[copy_streams=2]" \
               "stream[ranges=false]" instanttensor_buffered st_prefetch drain load_file instanttensor fastsafetensors runai \
       --cold-cases ceil_direct ceil_direct_seq stream 2>>"$OUT/peers.txt" | tee -a "$OUT/peers.txt" ;;
+  final)
+    $PY bench/bench_peers.py "${common[@]}" --cache warm tmpfs cold --json "$OUT/peers_final.json" \
+      --cases ceil_h2d ceil_read stream "stream[register=true]" "stream[threads=32,staging_bytes=16MiB]" \
+              instanttensor_buffered st_prefetch \
+      --tmpfs-cases ceil_read stream "stream[register=true]" instanttensor instanttensor_buffered st_prefetch fastsafetensors \
+      --cold-cases ceil_direct stream instanttensor \
+      2>>"$OUT/peers.txt" | tee -a "$OUT/peers.txt" ;;
   rest)
     $PY bench/bench_peers.py "${common[@]}" --cache warm cold tmpfs --json "$OUT/peers_rest.json" \
       --cases ceil_h2d ceil_read stream instanttensor_buffered st_prefetch \
