@@ -16,10 +16,7 @@ and O_DIRECT handling without a GPU.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
-import mmap
 import os
 import time
 from collections import deque
@@ -119,50 +116,6 @@ class RingStats:
     """Allocating (and pinning) buffers."""
     final_sync: float = 0.0
     """Waiting for the last copies at the end."""
-    registered_chunks: int = 0
-    """Chunks copied straight from the page cache (registered mappings)."""
-    unregister: float = 0.0
-    """Unregistering and unmapping those mappings."""
-
-
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_REGISTER_FLAGS = 0x01 | 0x08
-"""cudaHostRegisterPortable | cudaHostRegisterReadOnly: page-cache pages the device only reads."""
-
-
-@dataclass
-class Mapped:
-    """A chunk's file range mapped and registered with CUDA: the copy engine reads the page cache itself."""
-
-    address: int
-    length: int
-
-    def tensor(self) -> torch.Tensor:
-        return torch.frombuffer((ctypes.c_ubyte * self.length).from_address(self.address), dtype=torch.uint8)
-
-    def release(self) -> None:
-        torch.cuda.cudart().cudaHostUnregister(self.address)
-        _libc.munmap(self.address, self.length)
-
-
-def map_registered(fd: int, start: int, length: int) -> Mapped | None:
-    """[start, start + length) of `fd` mapped read-only and registered with CUDA; None where either is refused."""
-    address = _libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, start)
-    if address in (None, ctypes.c_void_p(-1).value):
-        return None
-    if int(torch.cuda.cudart().cudaHostRegister(address, length, _REGISTER_FLAGS)) != 0:
-        _libc.munmap(address, length)
-        return None
-    return Mapped(address, length)
-
-
-def _done(value) -> Future:
-    future: Future = Future()
-    future.set_result(value)
-    return future
 
 
 class FileHandles:
@@ -206,7 +159,6 @@ class RangeRing:
         threads: int,
         pin: bool,
         copy_streams: int = 1,
-        register: bool = False,
     ):
         if chunk_bytes % ALIGN:
             raise ValueError(f"chunk_bytes must be a multiple of {ALIGN}, got {chunk_bytes}")
@@ -224,11 +176,7 @@ class RangeRing:
         self._streams = [torch.cuda.Stream(device) for _ in range(max(copy_streams, 1))] if self._cuda else []
         for s in self._streams:
             s.wait_stream(torch.cuda.current_stream(device))
-        self._flight: deque[tuple[Chunk, int, list[Future], bool]] = deque()
-        """Chunks being read: (chunk, slot, its reads, whether the read is a mapping to register)."""
-        self._register = register and self._cuda
-        """Page-cache chunks are mapped and registered instead of copied into a buffer (no CPU copy at all)."""
-        self._mapped: list[Mapped | None] = [None] * self._count
+        self._flight: deque[tuple[Chunk, int, list[Future]]] = deque()
         self.pinned = self._pin
         """Whether the host buffers ended up pinned (False after a failed pin: pageable fallback)."""
         self.allocated_bytes = 0
@@ -247,9 +195,7 @@ class RangeRing:
                 self._events[k].synchronize()
                 self.stats.copy_wait += time.perf_counter() - t
                 self._events[k] = None
-            self._unmap(k)
-            mapping = self._register and not self._files.fd_for(chunk.file)[1]
-            self._flight.append((chunk, k, self._submit(chunk, k, mapping), mapping))
+            self._flight.append((chunk, k, self._submit(chunk, self._buffer(k))))
             self.stats.chunks += 1
         while self._flight:
             self._retire()
@@ -264,15 +210,11 @@ class RangeRing:
     def cancel(self) -> None:
         """Drop queued reads after a failure (reads not yet started are cancelled, running ones end)."""
         while self._flight:
-            chunk, k, reads, mapping = self._flight.popleft()
-            for f in reads:
-                if not f.cancel() and mapping and f.exception() is None and f.result() is not None:
-                    f.result().release()  # a mapping registered before the failure
+            for f in self._flight.popleft()[2]:
+                f.cancel()
 
     def release(self) -> None:
         self.finish()
-        for k in range(self._count):
-            self._unmap(k)
         self._buffers = [None] * self._count
         self._events = [None] * self._count
 
@@ -297,21 +239,8 @@ class RangeRing:
             self.stats.allocate += time.perf_counter() - t
         return buf
 
-    def _unmap(self, k: int) -> None:
-        if self._mapped[k] is not None:
-            t = time.perf_counter()
-            self._mapped[k].release()
-            self._mapped[k] = None
-            self.stats.unregister += time.perf_counter() - t
-
-    def _submit(self, chunk: Chunk, k: int, mapping: bool) -> list[Future]:
+    def _submit(self, chunk: Chunk, buf: torch.Tensor) -> list[Future]:
         fd, direct = self._files.fd_for(chunk.file)
-        if mapping:
-            length = -(-chunk.end // ALIGN) * ALIGN
-            if self._pool is None:
-                return [_done(map_registered(fd, chunk.start, length))]
-            return [self._pool.submit(map_registered, fd, chunk.start, length)]
-        buf = self._buffer(k)
         lo = chunk.lo - chunk.lo % ALIGN if direct else chunk.lo
         hi = min(-(-chunk.end // ALIGN) * ALIGN, self._chunk) if direct else chunk.end
         self.stats.direct_chunks += direct
@@ -345,21 +274,13 @@ class RangeRing:
 
     def _retire(self) -> None:
         """Wait for the oldest chunk's reads, queue its copies, and hand finished sources back."""
-        chunk, k, reads, mapping = self._flight.popleft()
+        chunk, k, reads = self._flight.popleft()
         t = time.perf_counter()
-        results = [f.result() for f in reads]
-        if mapping and results[0] is None:  # mapping or registering refused: buffers from here on
-            self._register = False
-            for f in self._submit(chunk, k, False):
-                f.result()
+        for f in reads:
+            f.result()
         t2 = time.perf_counter()
         self.stats.read_wait += t2 - t
-        if mapping and results[0] is not None:
-            self._mapped[k] = results[0]
-            buf = results[0].tensor()
-            self.stats.registered_chunks += 1
-        else:
-            buf = self._buffers[k]
+        buf = self._buffers[k]
         self._files.chunk_read(chunk.file, chunk.start + chunk.lo, chunk.end - chunk.lo)
         if self._cuda:
             stream = self._streams[k % len(self._streams)]

@@ -110,7 +110,7 @@ class StreamPlacement(Placement):
 
     options = (
         "threads", "read_bytes", "staging_bytes", "staging_buffers", "readahead_bytes", "pin",
-        "direct_io", "drop_page_cache", "copy_streams", "ranges", "register",
+        "direct_io", "drop_page_cache", "copy_streams", "ranges",
     )
 
     def __init__(self, **options):
@@ -128,9 +128,6 @@ class StreamPlacement(Placement):
         """O_DIRECT for the CUDA ring: None (default) for files mostly not in the page cache, True always, False never."""
         self.drop_page_cache = _flag(options, "drop_page_cache", None)
         """None (default): on for unified-memory CUDA targets, off elsewhere."""
-        self.register = _flag(options, "register", False)
-        """CUDA ring: map page-cached chunks and register them with CUDA, so the copy engine reads the page
-        cache itself and no CPU copy happens (buffers stay the fallback where registering is refused)."""
         self.ranges = _flag(options, "ranges", True)
         """False sends CUDA same-dtype tensors through per-tensor staging instead of the ring (for comparison)."""
         self.last_ring: RingStats | None = None
@@ -172,7 +169,7 @@ class StreamPlacement(Placement):
             )
             ring = RangeRing(
                 ctx.device, pool, files, buffers=self.last_geometry.buffers, chunk_bytes=self.last_geometry.chunk_bytes,
-                threads=threads, pin=self.pin, copy_streams=self.copy_streams, register=self.register,
+                threads=threads, pin=self.pin, copy_streams=self.copy_streams,
             )
         pending: deque[tuple[PlannedTarget, torch.Tensor, list[Future]]] = deque()
         try:
