@@ -368,7 +368,7 @@ def _drop_caches() -> None:
 
 def parse_case(text: str) -> tuple[str, dict]:
     """`stream[threads=8,staging_bytes=64MiB,direct_io=false]` -> ("stream", {...}); other cases take no options."""
-    from bench_load import parse_size
+    from loader.sizes import parse_size
 
     name, _, rest = text.partition("[")
     if name not in CASES:

@@ -113,7 +113,7 @@ def run_load(path: Path, extra: list[str]) -> dict:
 
 def run_sharded(path: Path, nproc: int, device: str, fsdp: bool = True) -> dict:
     """A sharded load through the launcher (fresh torchrun ranks), with every rank's per-tensor timeline."""
-    from loader.sharded_launch import launch_sharded
+    from loader.sharded.launch import launch_sharded
 
     timeline: dict[int, list[list]] = {}
 
@@ -156,7 +156,7 @@ def verify_rank(path: Path, device_type: str) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
     from loader.sharded import shard_rows
-    from loader.sharded_worker import load_sharded, rank_device
+    from loader.sharded.worker import load_sharded, rank_device
 
     device = rank_device(device_type)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")

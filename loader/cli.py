@@ -66,7 +66,7 @@ class _ProgressBar:
 
 def _load(args: argparse.Namespace) -> int:
     if args.nproc > 1:
-        from .sharded_launch import run_sharded_cli
+        from .sharded.launch import run_sharded_cli
 
         return run_sharded_cli(args)
     progress = _ProgressBar() if sys.stderr.isatty() else None

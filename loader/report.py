@@ -1,4 +1,4 @@
-"""Load report and metrics, computed exactly as the metric definitions in docs/benchmarks.md say."""
+"""Load report and metrics: each field's docstring below is its exact definition."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ def _run_sharded(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
 
     The metrics are the aggregate (DESIGN.md names) plus a `ranks` list of per-rank reports.
     """
-    from loader.sharded_launch import launch_sharded
+    from loader.sharded.launch import launch_sharded
 
     def on_rank_tensor(rank: int, placed) -> None:
         done = placed.index

@@ -1,9 +1,14 @@
-"""The classic dict-of-views path shared by `retain` and `drain`.
+"""`retain` and `drain`: the classic dict-of-views path.
 
 Every checkpoint tensor is collected with safetensors' `safe_open` into one
 dict of zero-copy views into the mmap'd shards (this is what keeps the files
 resident), then each target is copied out of it. The two modes differ only
 in whether an entry is popped as soon as it is placed.
+
+- `retain`: the classic loader, the dict lives until every tensor is placed
+  (the "before" curve: host footprint about twice the model).
+- `drain`: each entry popped as it is placed (FastVideo #1714), so about one
+  shard stays mapped.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import ClassVar
 import torch
 from safetensors import safe_open
 
-from .base import LoadPlan, Placement, PlacementContext
+from .base import LoadPlan, Placement, PlacementContext, register_placement
 
 
 class DictPlacement(Placement):
@@ -53,3 +58,17 @@ class DictPlacement(Placement):
                 ctx.place(planned, dest)
         finally:
             state.clear()
+
+
+@register_placement("retain")
+class RetainPlacement(DictPlacement):
+    """Keeps every shard mapped until the end."""
+
+    pop = False
+
+
+@register_placement("drain")
+class DrainPlacement(DictPlacement):
+    """Releases each source as it is placed; unplaced entries are popped before the first placement."""
+
+    pop = True

@@ -12,8 +12,7 @@ import torch
 import torch.nn as nn
 
 from loader import PlacementError, load_checkpoint
-from loader.placement.drain import DrainPlacement
-from loader.placement.retain import RetainPlacement
+from loader.placement.dict_modes import DrainPlacement, RetainPlacement
 
 
 class _Watched:

@@ -28,7 +28,7 @@ from loader.naming import MergeRule, Target
 from loader.placement import PlannedTarget
 from loader.sharded import ShardedPlacement, local_target, shard_rows, wrap_fully_shard
 from loader.cli import main as cli_main
-from loader.sharded_launch import format_sharded, launch_sharded
+from loader.sharded.launch import format_sharded, launch_sharded
 
 
 def uneven_shards(seed: int = 0) -> list[dict[str, torch.Tensor]]:
@@ -125,7 +125,7 @@ def _rank_checks_slices_bytes_and_gather(rank: int, world: int, port: int, path:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Shard
 
-    from loader.sharded_worker import load_sharded
+    from loader.sharded.worker import load_sharded
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:

@@ -1,6 +1,6 @@
 """One rank of a sharded load: `load_sharded` in a process group, and the torchrun entry point.
 
-`python -m torch.distributed.run --nproc-per-node N -m loader.sharded_worker PATH --out DIR`
+`python -m torch.distributed.run --nproc-per-node N -m loader.sharded.worker PATH --out DIR`
 runs it on N ranks (gloo on CPU, NCCL on CUDA with rank r on `cuda:LOCAL_RANK`).
 Rank 0 writes the aggregate report to `DIR/report.json`; a rank that fails
 with an expected error writes `DIR/rank-R.error.json` instead of a traceback.
@@ -24,13 +24,13 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from .api import load_checkpoint
-from .errors import DrainboardError
-from .memory import MemoryProbe
-from .naming import MergeRules, RenameRules
-from .report import TensorPlaced
-from .sharded import ShardedPlacement
-from .sharded_report import RankReport, ShardedReport
+from ..api import load_checkpoint
+from ..errors import DrainboardError
+from ..memory import MemoryProbe
+from ..naming import MergeRules, RenameRules
+from ..report import TensorPlaced
+from .placement import ShardedPlacement
+from .report import RankReport, ShardedReport
 
 def rank_device(device_type: str) -> torch.device:
     """This rank's device: `cuda:LOCAL_RANK` (made current) for CUDA, else the CPU."""
@@ -116,7 +116,7 @@ class _SampleLog:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m loader.sharded_worker", description="one rank of a sharded load")
+    parser = argparse.ArgumentParser(prog="python -m loader.sharded.worker", description="one rank of a sharded load")
     parser.add_argument("path", help="model folder, component folder or .safetensors file")
     parser.add_argument("--out", required=True, type=Path, help="folder for report.json, errors and samples")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cpu (gloo) or cuda (NCCL)")

@@ -30,12 +30,12 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, Shard
 
-from .checkpoint import TensorMeta
-from .errors import PlacementError
-from .naming import Target
-from .placement.base import LoadPlan, Placement, PlacementContext, PlannedTarget
-from .placement.stream import StreamPlacement
-from .sharded_report import ShardedPhases
+from ..checkpoint import TensorMeta
+from ..errors import PlacementError
+from ..naming import Target
+from ..placement.base import LoadPlan, Placement, PlacementContext, PlannedTarget
+from ..placement.stream import StreamPlacement
+from .report import ShardedPhases
 
 DEFAULT_SHARD_MODULES = r"(^|\.)\d+$"
 """Modules wrapped as FSDP units by default: every indexed block (`transformer_blocks.7`, `layers.0`)."""

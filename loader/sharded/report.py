@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .report import LoadReport
+from ..report import LoadReport
 
 
 @dataclass
@@ -70,7 +70,7 @@ class RankReport:
 
 @dataclass
 class ShardedReport:
-    """Aggregate of a sharded load over `world_size` ranks (DESIGN.md metric names)."""
+    """Aggregate of a sharded load over `world_size` ranks (the LoadReport metric names)."""
 
     world_size: int
     """Ranks that loaded."""

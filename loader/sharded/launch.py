@@ -2,7 +2,7 @@
 
 The parent checks the checkpoint and the device count before starting
 anything, runs `python -m torch.distributed.run --standalone` (a free
-rendezvous port) with `loader.sharded_worker`, sends the ranks' own output to
+rendezvous port) with `loader.sharded.worker`, sends the ranks' own output to
 stderr, and, when asked, follows each rank's samples file so a caller (the
 job runner) can record one curve per rank while the load runs.
 """
@@ -21,11 +21,11 @@ from typing import Callable
 
 import torch
 
-from .checkpoint import discover_checkpoint
-from .dtypes import parse_dtype
-from .errors import DeviceError, DrainboardError, PlacementError
-from .memory import MemorySample
-from .report import TensorPlaced
+from ..checkpoint import discover_checkpoint
+from ..dtypes import parse_dtype
+from ..errors import DeviceError, DrainboardError, PlacementError
+from ..memory import MemorySample
+from ..report import TensorPlaced
 
 RankTensorCallback = Callable[[int, TensorPlaced], None]
 """Called in the parent with (rank, event) for every tensor a rank placed."""
@@ -90,7 +90,7 @@ def launch_sharded(
     with tempfile.TemporaryDirectory(prefix="drainboard-sharded-") as tmp:
         out = Path(tmp)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               "-m", "loader.sharded_worker", str(path), "--out", str(out), "--device", device]
+               "-m", "loader.sharded.worker", str(path), "--out", str(out), "--device", device]
         cmd += ["--component", component] if component else []
         cmd += ["--dtype", dtype] if dtype else []
         cmd += [] if strict else ["--no-strict"]
