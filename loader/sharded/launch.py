@@ -99,7 +99,7 @@ def launch_sharded(
         cmd += ["--samples"] if on_tensor is not None else []
         env = {**NCCL_ENV, **os.environ}
         env.setdefault("OMP_NUM_THREADS", "1")
-        package_root = str(Path(__file__).resolve().parent.parent)
+        package_root = str(Path(__file__).resolve().parents[2])  # the folder holding `loader/`
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         proc = subprocess.Popen(cmd, stdout=2, env=env)
         follower = _RankSampleFollower(out, nproc, on_tensor) if on_tensor is not None else None
