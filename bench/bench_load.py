@@ -122,19 +122,29 @@ def _baseline_load(path: Path, device: str, assign: bool) -> dict:
     }
 
 
-def parse_stream_option(text: str) -> tuple[str, int | bool]:
-    """`KEY=VALUE` for the stream placement: sizes (`staging_bytes=32MiB`) and counts become ints, pin a bool."""
+_FLAGS = ("pin", "direct_io", "drop_page_cache", "ranges")
+"""Stream options that are true / false (direct_io and drop_page_cache also none: the default's choice)."""
+
+
+def parse_stream_option(text: str) -> tuple[str, int | bool | None]:
+    """`KEY=VALUE` for the stream placement: sizes (`staging_bytes=32MiB`) and counts become ints, flags bools."""
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"stream option {text!r} is not KEY=VALUE")
-    if key == "pin":
-        if value.lower() not in ("0", "1", "true", "false"):
-            raise argparse.ArgumentTypeError(f"stream option pin={value!r}: expected true or false")
-        return key, value.lower() in ("1", "true")
+    if key in _FLAGS:
+        flags = {"1": True, "true": True, "0": False, "false": False, "none": None}
+        if value.lower() not in flags:
+            raise argparse.ArgumentTypeError(f"stream option {key}={value!r}: expected true, false or none")
+        return key, flags[value.lower()]
     try:
         return key, parse_size(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"stream option {key}: {exc}") from None
+
+
+def option_text(value: int | bool | None) -> str:
+    """A parsed stream option value as `parse_stream_option` reads it back."""
+    return str(value).lower() if value is None or isinstance(value, bool) else str(value)
 
 
 def run_child(case: str, path: Path, device: str, dtype: str | None, stream_options: dict | None = None) -> dict:
@@ -163,7 +173,7 @@ def _spawn(case: str, path: Path, args: argparse.Namespace) -> dict:
     if args.dtype:
         cmd += ["--dtype", args.dtype]
     for key, value in args.stream_option:
-        cmd += ["--stream-option", f"{key}={int(value)}"]
+        cmd += ["--stream-option", f"{key}={option_text(value)}"]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
         return {"error": (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]}
@@ -252,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({"case": case, "cache": cache, "repeat": repeat, **result})
                 print(f"  {cache} {case}: " + json.dumps({k: result.get(k) for k in COLUMNS if k in result} or result), file=sys.stderr)
     table = medians(rows)
-    label = args.label or " ".join(f"{k}={int(v)}" for k, v in args.stream_option) or "default"
+    label = args.label or " ".join(f"{k}={option_text(v)}" for k, v in args.stream_option) or "default"
     print(f"stream settings: {label}")
     if args.repeat > 1:
         print(f"medians of {args.repeat} runs")

@@ -338,22 +338,10 @@ def run_child(case: str, path: Path, options: dict, device: str = "cuda") -> dic
 
 # ---- parent: cache states, fresh processes, the table ---------------------------------------------------
 
-def _resident_fraction(path: Path) -> float:
-    from loader.pagecache import resident_pages
-
-    got = pages = 0
-    for file in shard_files(path):
-        fd = os.open(file, os.O_RDONLY)
-        try:
-            r, n = resident_pages(fd)
-        finally:
-            os.close(fd)
-        got, pages = got + r, pages + n
-    return got / max(pages, 1)
-
-
 def _warm(path: Path) -> None:
-    if _resident_fraction(path) < 0.99:
+    from loader.pagecache import files_resident_fraction
+
+    if files_resident_fraction(shard_files(path)) < 0.99:
         fds = {f: os.open(f, os.O_RDONLY) for f in shard_files(path)}
         with ThreadPoolExecutor(16) as ex:
             list(ex.map(lambda p: len(os.pread(fds[p[0]], p[2], p[1])), _pieces(path, 64 * _MiB)))
@@ -368,19 +356,15 @@ def _drop_caches() -> None:
 
 def parse_case(text: str) -> tuple[str, dict]:
     """`stream[threads=8,staging_bytes=64MiB,direct_io=false]` -> ("stream", {...}); other cases take no options."""
-    from loader.sizes import parse_size
+    from bench_load import parse_stream_option
 
     name, _, rest = text.partition("[")
     if name not in CASES:
         raise argparse.ArgumentTypeError(f"unknown case {name!r}; known: {', '.join(CASES)}")
-    options: dict = {}
-    for item in filter(None, rest.rstrip("]").split(",")):
-        key, sep, value = item.partition("=")
-        if not sep or name != "stream":
-            raise argparse.ArgumentTypeError(f"case {text!r}: only stream takes options, as KEY=VALUE")
-        low = value.lower()
-        options[key] = low == "true" if low in ("true", "false") else (None if low == "none" else parse_size(value))
-    return name, options
+    items = [item for item in rest.rstrip("]").split(",") if item]
+    if items and name != "stream":
+        raise argparse.ArgumentTypeError(f"case {text!r}: only stream takes options")
+    return name, dict(parse_stream_option(item) for item in items)
 
 
 def _spawn(case: str, path: Path, options: dict, args: argparse.Namespace, timeout: float) -> dict:

@@ -13,6 +13,7 @@ import ctypes
 import ctypes.util
 import mmap
 import os
+from collections.abc import Iterable
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -55,6 +56,19 @@ def resident_pages(fd: int, start: int = 0, length: int | None = None) -> tuple[
 def resident_fraction(fd: int) -> float:
     """Share of `fd`'s pages in the page cache (1.0 for an empty file)."""
     resident, pages = resident_pages(fd)
+    return resident / pages if pages else 1.0
+
+
+def files_resident_fraction(files: Iterable[str | os.PathLike]) -> float:
+    """Share of the pages of all `files` together that sit in the page cache (1.0 when they are empty)."""
+    resident = pages = 0
+    for file in files:
+        fd = os.open(file, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            r, n = resident_pages(fd)
+        finally:
+            os.close(fd)
+        resident, pages = resident + r, pages + n
     return resident / pages if pages else 1.0
 
 

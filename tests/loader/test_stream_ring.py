@@ -20,7 +20,7 @@ from loader.checkpoint import discover_checkpoint
 from loader.device import DeviceInfo
 from loader.errors import PlacementError
 from loader.naming import Target
-from loader.pagecache import drop, resident_fraction, resident_pages
+from loader.pagecache import drop, files_resident_fraction, resident_fraction
 from loader.placement import LoadPlan, PlannedTarget, get_placement
 from loader.placement.files import OpenFiles
 from loader.placement.ranges import ALIGN, Piece, RangeRing, plan_chunks
@@ -102,15 +102,7 @@ def _cold(path: Path) -> bool:
 
 
 def _resident(path: Path) -> float:
-    total = pages = 0
-    for file in path.glob("*.safetensors"):
-        fd = os.open(file, os.O_RDONLY)
-        try:
-            r, n = resident_pages(fd)
-        finally:
-            os.close(fd)
-        total, pages = total + r, pages + n
-    return total / pages
+    return files_resident_fraction(path.glob("*.safetensors"))
 
 
 def _warm(path: Path) -> None:
@@ -197,6 +189,16 @@ def test_drop_page_cache_leaves_no_checkpoint_page_cached_and_a_plain_load_keeps
         assert report.page_cache_dropped is True
         _warm(path)
     assert torch.equal(module.state_dict()["s1.t0"], _shards()[1]["s1.t0"].float())
+
+
+def test_cli_load_drop_page_cache_flag_reaches_the_report(writer, capsys):
+    from loader.cli import main
+
+    path = writer(_shards())
+    assert main(["load", str(path), "--drop-page-cache", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["page_cache_dropped"] is True
+    assert main(["load", str(path), "--no-drop-page-cache", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["page_cache_dropped"] is False
 
 
 def test_load_checkpoint_passes_drop_page_cache_to_stream_and_other_modes_refuse_it(writer):
