@@ -11,13 +11,22 @@ is refused with the reason.
 from __future__ import annotations
 
 import os
+import re
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterable
 
 from loader.errors import DrainboardError
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+JOB_GROUP = re.compile(r"drainboard-job-(\d+)-(\d+)")
+"""Name of a job's group: `drainboard-job-<job id>-<supervisor pid>`."""
+
+
+def job_cgroup_name(job_id: int, supervisor_pid: int) -> str:
+    return f"drainboard-job-{job_id}-{supervisor_pid}"
 
 
 class CgroupError(DrainboardError):
@@ -59,14 +68,65 @@ class JobCgroup:
 
     def remove(self, attempts: int = 50) -> None:
         """Delete the group once its processes are gone (retries while the kernel lets go of it)."""
-        for _ in range(attempts):
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                time.sleep(0.02)
+        _remove_group(self.path, attempts)
+
+
+def _remove_group(path: Path, attempts: int = 50) -> bool:
+    for _ in range(attempts):
+        try:
+            path.rmdir()
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            time.sleep(0.02)
+    return False
+
+
+def _group_pids(path: Path) -> list[int]:
+    try:
+        return [int(p) for p in (path / "cgroup.procs").read_text().split()]
+    except OSError:
+        return []
+
+
+def sweep_job_cgroups(
+    recovered: Iterable[int] = (), *, supervisor_alive: Callable[[int], bool], parent: Path | None = None
+) -> list[Path]:
+    """Remove the job groups left behind under this process's memory group; returns those removed.
+
+    The groups of `recovered` jobs go with whatever still runs in them (SIGKILL:
+    those processes belong to a job that has ended). Any other job group goes
+    when its supervisor is dead (`supervisor_alive(pid)` false) and no process
+    is left in it. A group whose supervisor lives is that supervisor's to remove.
+    """
+    if parent is None:
+        found = own_memory_group()
+        if found is None:
+            return []
+        parent = found[1]
+    recovered = set(recovered)
+    removed = []
+    try:
+        children = [p for p in parent.iterdir() if p.is_dir()]
+    except OSError:
+        return []
+    for group in children:
+        match = JOB_GROUP.fullmatch(group.name)
+        if match is None:
+            continue
+        job_id, supervisor_pid = int(match.group(1)), int(match.group(2))
+        if job_id in recovered:
+            for pid in _group_pids(group):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        elif supervisor_alive(supervisor_pid) or _group_pids(group):
+            continue
+        if _remove_group(group):
+            removed.append(group)
+    return removed
 
 
 def own_memory_group(proc_cgroup: str = "/proc/self/cgroup", root: Path = CGROUP_ROOT) -> tuple[int, Path] | None:

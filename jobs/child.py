@@ -5,6 +5,7 @@ OOM kill away from the supervisor and the dashboard. Exit codes: 0 done,
 1 the job raised (its message is stored in `jobs.error`), 2 invalid spec,
 3 the disk was full (the message is stored if the database still takes it).
 SIGTERM (a cancel) raises `JobCancelled` so samples still get flushed.
+Under a supervisor, samples go to its pipe (`DRAINBOARD_SAMPLE_FD`, see `jobs.samples`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sqlite3
 import sys
 import traceback
 
+from jobs.samples import ENV_SAMPLE_FD
 from loader.diskspace import free_bytes, is_disk_full
 from loader.errors import DiskFullError
 from storage.config import Config, load_config
@@ -55,11 +57,11 @@ def run_job(job_id: int) -> int:
     except (TypeError, ValueError, KeyError) as e:
         db.execute("UPDATE jobs SET error = ? WHERE id = ?", [f"invalid spec: {e}", job_id])
         return EXIT_INVALID_SPEC
-    db.execute("UPDATE jobs SET pid = ? WHERE id = ?", [os.getpid(), job_id])
     signal.signal(signal.SIGTERM, _on_sigterm)
     probe = MemoryProbe(spec.device, cgroup_file=os.environ.get(ENV_CGROUP_USAGE) or None)
+    sample_fd = os.environ.get(ENV_SAMPLE_FD)
     ctx = JobContext(job_id, db_path=config.db_path, data_dir=config.data_dir, probe=probe,
-                     sample_every=spec.sample_every)
+                     sample_every=spec.sample_every, sample_fd=int(sample_fd) if sample_fd else None)
     try:
         metrics = run(spec, ctx)
         ctx.close()  # the last samples land before the job counts as done
@@ -86,7 +88,7 @@ def _fail(db, job_id: int, e: Exception, config: Config) -> int:
     else:
         message = f"{type(e).__name__}: {e}" if not str(e).startswith(type(e).__name__) else str(e)
     try:
-        db.execute("UPDATE jobs SET error = ? WHERE id = ?", [message, job_id])
+        db.execute("UPDATE jobs SET error = ?, error_detail = ? WHERE id = ?", [*summarize_error(message), job_id])
     except sqlite3.Error as store_error:
         if not is_database_full(store_error):
             raise
@@ -96,6 +98,16 @@ def _fail(db, job_id: int, e: Exception, config: Config) -> int:
     except OSError:
         pass
     return EXIT_DISK_FULL if _disk_full(e) else EXIT_FAILED
+
+
+def summarize_error(message: str) -> tuple[str, str | None]:
+    """(one line for lists, the full text or None): "CheckpointError: 24 problems:\n  a\n  b ..." becomes
+    "CheckpointError: 24 problems: a (+23 more)" with the whole list kept as the detail."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return message, None
+    more = f" (+{len(lines) - 2} more)" if len(lines) > 2 else ""
+    return f"{lines[0].rstrip(':')}: {lines[1]}{more}", message
 
 
 def _close_quietly_if_full(ctx) -> None:

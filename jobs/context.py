@@ -13,10 +13,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from jobs.samples import DatabaseSink, PipeSink
 from loader.memory import MemoryProbe, MemorySample
 from storage.artifacts import new_artifact_path, record_artifact
 from storage.connections import connect
-from storage.sample_writer import SampleWriter
 
 PROGRESS_INTERVAL = 0.2
 """Seconds between progress writes; the last step is always written."""
@@ -27,7 +27,8 @@ class JobContext:
 
     `probe` is the memory probe of this job (with the cgroup file when the job
     runs under a limit); pass it to the loader so one probe read per tensor
-    serves both the load metrics and the recorded sample.
+    serves both the load metrics and the recorded sample. Samples go to the
+    supervisor's pipe `sample_fd` in a job child, else straight to the database.
     """
 
     def __init__(
@@ -39,6 +40,7 @@ class JobContext:
         probe: MemoryProbe,
         sample_every: int = 1,
         clock: Callable[[], float] = time.monotonic,
+        sample_fd: int | None = None,
     ):
         self.job_id = job_id
         self.probe = probe
@@ -51,14 +53,8 @@ class JobContext:
         self._lock = threading.Lock()
         self._stage: str | None = None
         self._last_progress = float("-inf")
-        self.samples = SampleWriter(db_path, job_id, t0=self._t0, clock=clock)
-        self._db_path = db_path
-        self._rank_samples: dict[int, SampleWriter] = {}
-        """Writers of ranks other than 0 (a sharded load), opened on their first sample."""
-
-    @property
-    def current_stage(self) -> str | None:
-        return self._stage
+        self.samples = (PipeSink(sample_fd, t0=self._t0) if sample_fd is not None
+                        else DatabaseSink(db_path, job_id, t0=self._t0, clock=clock))
 
     def seconds(self) -> float:
         """Seconds since the job started (the time axis of samples and events)."""
@@ -121,15 +117,9 @@ class JobContext:
 
         `rank` files a sample taken by another process of a sharded load under its own curve.
         """
-        writer = self.samples
-        if rank != 0:
-            writer = self._rank_samples.get(rank)
-            if writer is None:
-                writer = self._rank_samples[rank] = SampleWriter(
-                    self._db_path, self.job_id, t0=self._t0, rank=rank, clock=self._clock
-                )
-        writer.add(
+        self.samples.add(
             sample if sample is not None else self.probe.sample(),
+            rank=rank,
             stage=stage or self._stage,
             tensors_placed=tensors_placed,
             bytes_placed=bytes_placed,
@@ -148,6 +138,4 @@ class JobContext:
     def close(self) -> None:
         """Flush samples and release connections; called by the child however the kind ended."""
         self.samples.close()
-        for writer in self._rank_samples.values():
-            writer.close()
         self._db.conn.close()

@@ -38,15 +38,21 @@ def submit(db: sqlite_utils.Database, raw: Mapping[str, Any], config: Config) ->
     return enqueue(db, build_spec(raw, config))
 
 
-def claim(db: sqlite_utils.Database, supervisor_id: str) -> dict | None:
-    """Take the oldest queued job for `supervisor_id` and mark it running; None when the queue is empty."""
+def claim(db: sqlite_utils.Database, supervisor_id: str, *, boot_id: str | None = None) -> dict | None:
+    """Take the oldest queued job for `supervisor_id` and mark it running; None when the queue is empty.
+
+    The job's heartbeat starts now, and `boot_id` (the host's boot) is stored
+    with it, so a supervisor of a later boot knows the host restarted under it.
+    """
     with transaction(db) as conn:
         row = conn.execute("SELECT id FROM jobs WHERE status = 'queued' ORDER BY id LIMIT 1").fetchone()
         if row is None:
             return None
+        now = time.time()
         conn.execute(
-            "UPDATE jobs SET status = 'running', started_at = ?, supervisor_id = ? WHERE id = ?",
-            [time.time(), supervisor_id, row[0]],
+            "UPDATE jobs SET status = 'running', started_at = ?, heartbeat_at = ?, supervisor_id = ?, boot_id = ? "
+            "WHERE id = ?",
+            [now, now, supervisor_id, boot_id, row[0]],
         )
     return get_job(db, row[0])
 
@@ -94,13 +100,16 @@ def finish(
     exit_code: int | None = None,
     signal: str | None = None,
     metrics: dict | None = None,
-) -> None:
-    """Record how a job ended. `metrics` given here are merged over those the child stored."""
+) -> bool:
+    """Record how a job ended; False (nothing written) when it had already ended, e.g. another
+    supervisor recovered it meanwhile. `metrics` given here are merged over those the child stored."""
     if status not in FINAL_STATUSES:
         raise ValueError(f"{status!r} is not a final status; expected one of {sorted(FINAL_STATUSES)}")
     with transaction(db) as conn:
-        stored = conn.execute("SELECT metrics FROM jobs WHERE id = ?", [job_id]).fetchone()
-        merged = json.loads(stored[0]) if stored and stored[0] else None
+        stored = conn.execute("SELECT metrics, status FROM jobs WHERE id = ?", [job_id]).fetchone()
+        if stored is None or stored[1] in FINAL_STATUSES:
+            return False
+        merged = json.loads(stored[0]) if stored[0] else None
         if metrics:
             merged = {**(merged or {}), **metrics}
         conn.execute(
@@ -108,3 +117,4 @@ def finish(
             "metrics = ? WHERE id = ?",
             [status, time.time(), error, exit_code, signal, json.dumps(merged) if merged is not None else None, job_id],
         )
+    return True

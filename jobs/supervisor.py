@@ -1,15 +1,21 @@
 """The supervisor: runs queued jobs one at a time, each in a fresh child process, and says how each ended.
 
 `python -m jobs worker` loops over `Supervisor.tick(now)`. It keeps a heartbeat
-row so the dashboard can tell it is alive (`supervisor_status`), and on start
-marks jobs a dead supervisor left running as interrupted. The dashboard calls
-`ensure_supervisor` to start one in the background when none is alive.
+row so the dashboard can tell it is alive (`supervisor_status`), and a heartbeat
+on the job it runs. Every live supervisor, on start and then every second,
+ends `interrupted` the running jobs whose supervisor is gone (dead pid, zombie
+included, or a heartbeat older than `STALE_AFTER`) or whose host restarted
+under them (another boot id), kills what is left of them and removes their
+memory cgroups. While a job runs, its samples come over a pipe (`jobs.samples`)
+and a memory guard (`jobs.guard`) watches the machine on its own thread. The
+dashboard calls `ensure_supervisor` to start one, detached, when none is alive.
 """
 
 from __future__ import annotations
 
 import ctypes
 import fcntl
+import json
 import os
 import signal
 import socket
@@ -19,24 +25,30 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import sqlite_utils
 
-from jobs.cgroups import CgroupError, JobCgroup, create_job_cgroup
+from jobs.cgroups import CgroupError, JobCgroup, create_job_cgroup, job_cgroup_name, sweep_job_cgroups
 from jobs.child import ENV_CGROUP_USAGE, EXIT_DISK_FULL, EXIT_DONE, EXIT_INVALID_SPEC
+from jobs.guard import GuardLimits, GuardTrip, Meminfo, MemoryGuard, host_has_unified_memory, job_limits, read_meminfo
+from jobs.liveness import boot_id, is_same_process, pid_alive, process_start
+from jobs.outcome import describe_sample, guard_error, kill_reason
 from jobs.queue import claim, finish
+from jobs.samples import ENV_SAMPLE_FD, SampleRelay, open_sample_pipe
 from jobs.spec import JobSpec
 from loader.diskspace import free_bytes, is_disk_full
-from storage.artifacts import new_artifact_path, record_artifact
+from storage.artifacts import job_dir, new_artifact_path, record_artifact, remove_unrecorded
 from storage.config import Config
-from storage.connections import connect, is_database_full
+from storage.connections import checkpoint_wal, connect, is_database_full
 from storage.queries import get_job, last_sample, supervisors
+from storage.schema import FINAL_STATUSES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HEARTBEAT_INTERVAL = 1.0
-"""Seconds between heartbeat writes."""
+"""Seconds between heartbeat writes (the supervisor's row and its job's), and between recovery passes."""
 STALE_AFTER = 10.0
-"""A supervisor whose heartbeat is older than this is taken for dead."""
+"""A supervisor, or a running job, whose heartbeat is older than this is taken for dead."""
 CHILD_OOM_SCORE_BONUS = 500
 """Added to the child's oom_score_adj so the kernel picks the job before the supervisor or dashboard."""
 _PR_SET_PDEATHSIG = 1
@@ -49,117 +61,119 @@ class _Running:
     process: subprocess.Popen
     log_path: Path
     cgroup: JobCgroup | None
+    relay: SampleRelay
+    guard: MemoryGuard | None
     term_sent_at: float | None = None
 
 
-def _gib(value: int | None) -> str:
-    return "n/a" if value is None else f"{value / 2**30:.2f} GiB"
-
-
-def describe_sample(sample: dict | None, total: int | None) -> str:
-    """One line quoting the last recorded sample: stage, tensor k of N, memory."""
-    if sample is None:
-        return "no sample was recorded"
-    parts = [f"stage {sample['stage'] or 'unknown'}"]
-    if sample.get("tensors_placed") is not None:
-        of = f" of {total}" if total else ""
-        name = f" ({sample['tensor_name']})" if sample.get("tensor_name") else ""
-        parts.append(f"tensor {sample['tensors_placed']}{of}{name}")
-    parts.append(f"VmRSS {_gib(sample['vm_rss'])}")
-    parts.append(f"MemAvailable {_gib(sample['mem_available'])}")
-    if sample.get("device_allocated"):
-        parts.append(f"device allocated {_gib(sample['device_allocated'])}")
-    if sample.get("cgroup_usage") is not None:
-        parts.append(f"cgroup usage {_gib(sample['cgroup_usage'])}")
-    return f"last sample at {sample['t']:.1f} s: " + ", ".join(parts)
-
-
-def _pid_alive(pid: int) -> bool:
+def _send(process: subprocess.Popen, sig: int) -> None:
+    """Signal the child unless it has already been reaped (Popen checks, so a recycled pid is safe)."""
     try:
-        os.kill(pid, 0)
+        process.send_signal(sig)
     except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _is_job_child(pid: int, job_id: int) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return b"jobs.child" in cmdline and str(job_id).encode() in cmdline
+        pass
 
 
 class Supervisor:
     """Runs jobs from the database of `config`, one at a time.
 
     `grace` is how long a cancelled child gets between SIGTERM and SIGKILL.
+    `read_meminfo` is the memory guard's reader of /proc/meminfo (tests pass a fake).
     """
 
-    def __init__(self, config: Config, *, grace: float = 5.0, python: str = sys.executable):
+    def __init__(self, config: Config, *, grace: float = 5.0, python: str = sys.executable,
+                 read_meminfo: Callable[[], Meminfo] = read_meminfo):
         self.config = config
         self.grace = grace
         self.python = python
+        self.read_meminfo = read_meminfo
         self.id = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.boot_id = boot_id()
         self.db = connect(config.db_path)
         self.finished: list[int] = []
         """Ids of jobs this supervisor saw to the end, in order."""
         self._running: _Running | None = None
         self._last_heartbeat = float("-inf")
         self._disk_full: str | None = None
-        """The disk-full error last reported (said once, not every tick)."""
+        """The disk-full error being retried (said once, until a write succeeds again)."""
 
     def start(self, now: float | None = None) -> list[int]:
-        """Register the heartbeat row and mark jobs of dead supervisors interrupted; returns those ids."""
+        """Register the heartbeat row, end the jobs of dead supervisors and sweep their cgroups; returns those ids."""
         now = time.time() if now is None else now
         self.db.execute(
-            "INSERT INTO supervisors (id, pid, host, started_at, heartbeat_at) VALUES (?, ?, ?, ?, ?)",
-            [self.id, os.getpid(), _HOST, now, now],
+            "INSERT INTO supervisors (id, pid, host, started_at, heartbeat_at, boot_id) VALUES (?, ?, ?, ?, ?, ?)",
+            [self.id, os.getpid(), _HOST, now, now, self.boot_id],
         )
         self._last_heartbeat = now
-        return self.recover_interrupted(now)
+        recovered = self.recover_interrupted(now)
+        sweep_job_cgroups(supervisor_alive=pid_alive)
+        return recovered
 
     def recover_interrupted(self, now: float) -> list[int]:
-        """Mark running jobs whose supervisor is gone as interrupted (and kill their orphaned children)."""
-        alive = {s["id"] for s in supervisors(self.db) if _is_alive(s, now)} | {self.id}
-        orphans = [r for r in self.db.query("SELECT id, pid, supervisor_id FROM jobs WHERE status = 'running'")
-                   if r["supervisor_id"] not in alive]
-        for job in orphans:
-            if job["pid"] and _is_job_child(job["pid"], job["id"]):
-                os.kill(job["pid"], signal.SIGKILL)
-            finish(self.db, job["id"], "interrupted",
-                   error=f"interrupted: its supervisor ({job['supervisor_id']}) stopped while the job was running")
-        return [job["id"] for job in orphans]
+        """End `interrupted` every running job (not this supervisor's) whose supervisor is gone or whose
+        host restarted; kill what is left of it, remove its cgroup and partial files. Returns their ids."""
+        by_id = {s["id"]: s for s in supervisors(self.db)}
+        recovered = []
+        for job in self.db.query("SELECT * FROM jobs WHERE status = 'running' AND supervisor_id IS NOT ?",
+                                 [self.id]):
+            reason = self._why_orphaned(job, by_id.get(job["supervisor_id"]), now)
+            if reason is None:
+                continue
+            same_boot = job["boot_id"] in (None, self.boot_id)
+            if same_boot and str(job["supervisor_id"]).startswith(f"{_HOST}:") and \
+                    is_same_process(job["pid"], job["pid_start"]):
+                try:
+                    os.kill(job["pid"], signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            sweep_job_cgroups([job["id"]], supervisor_alive=pid_alive)
+            self._keep_logs_only(job["id"])
+            last = describe_sample(last_sample(self.db, job["id"]), job["progress_total"])
+            if finish(self.db, job["id"], "interrupted", error=f"interrupted: {reason}; {last}"):
+                recovered.append(job["id"])
+        return recovered
+
+    def _why_orphaned(self, job: dict, owner: dict | None, now: float) -> str | None:
+        """Why `job` can no longer be running, or None while its supervisor may still be running it."""
+        if job["boot_id"] is not None and job["boot_id"] != self.boot_id:
+            return "the host restarted while this job ran"
+        who = f"its supervisor ({job['supervisor_id']})"
+        if owner is not None and not _is_alive(owner, now, self.boot_id):
+            return f"{who} stopped while the job was running"
+        heartbeat = job["heartbeat_at"] or job["started_at"] or 0.0
+        if now - heartbeat > STALE_AFTER:
+            return f"{who} stopped tending the job (no heartbeat for {now - heartbeat:.0f} s)"
+        return None
 
     def tick(self, now: float | None = None) -> bool:
-        """One pass: heartbeat, watch the running child (cancel, exit) or start the next job.
+        """One pass: heartbeat and recovery, watch the running child (cancel, exit) or start the next job.
 
         Returns True while there is work in hand, False when idle. A full disk
         does not stop the supervisor: the write is retried on the next tick (a
-        finished child stays in hand until its end is recorded).
+        finished child stays in hand until its end is recorded), and said once.
         """
         try:
             busy = self._tick(time.time() if now is None else now)
         except Exception as e:
             if not (is_database_full(e) or is_disk_full(e)):
                 raise
-            if str(e) != self._disk_full:
-                self._disk_full = str(e)
-                _say(f"supervisor {self.id}: disk full, retrying every tick: {e} "
+            if self._disk_full is None:
+                _say(f"supervisor {self.id}: disk full, retrying until there is room: {e} "
                      f"({free_bytes(self.config.db_path):,} bytes free for {self.config.db_path})")
+            self._disk_full = str(e)
+            checkpoint_wal(self.db)
             return True
-        self._disk_full = None
         return busy
 
     def _tick(self, now: float) -> bool:
+        if self._running is not None:
+            self._watch(now)  # first: a full disk that fails the heartbeat must not keep a job from ending
         if now - self._last_heartbeat >= HEARTBEAT_INTERVAL:
             self._heartbeat(now)
+            self.recover_interrupted(now)
         if self._running is not None:
-            self._watch(now)
             return True
-        job = claim(self.db, self.id)
+        job = claim(self.db, self.id, boot_id=self.boot_id)
         if job is None:
             return False
         self._spawn(job)
@@ -170,96 +184,159 @@ class Supervisor:
         current = self._running.job_id if self._running else None
         self.db.execute("UPDATE supervisors SET heartbeat_at = ?, current_job = ? WHERE id = ?",
                         [now, current, self.id])
+        if current is not None:
+            self.db.execute("UPDATE jobs SET heartbeat_at = ? WHERE id = ?", [now, current])
+        if self._disk_full is not None:
+            self._disk_full = None
+            _say(f"supervisor {self.id}: the database takes writes again")
+
+    def _fail_to_start(self, job_id: int, error: str) -> None:
+        finish(self.db, job_id, "failed", error=error)
+        self.finished.append(job_id)
 
     def _spawn(self, job: dict) -> None:
         spec = JobSpec.from_dict(job["spec"])
         cgroup = None
         if spec.memory_limit is not None:
             try:
-                cgroup = create_job_cgroup(f"drainboard-job-{job['id']}-{os.getpid()}", spec.memory_limit)
+                cgroup = create_job_cgroup(job_cgroup_name(job["id"], os.getpid()), spec.memory_limit)
             except CgroupError as e:
-                finish(self.db, job["id"], "failed", error=f"memory limit could not be applied: {e}")
-                self.finished.append(job["id"])
-                return
+                return self._fail_to_start(job["id"], f"memory limit could not be applied: {e}")
         try:
             log_path = new_artifact_path(self.config.data_dir, job["id"], "child", ".log")
             log_path.touch()
         except OSError as e:
             if not is_disk_full(e):
                 raise
-            finish(self.db, job["id"], "failed", error=f"disk full: cannot create the job's log in "
-                                                       f"{self.config.artifacts_dir}: {e}")
-            self.finished.append(job["id"])
-            return
-        env = dict(os.environ)
-        env.update(
-            DRAINBOARD_DATA=str(self.config.data_dir),
-            DRAINBOARD_MODEL_ROOTS=os.pathsep.join(str(r) for r in self.config.model_roots),
-            PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-        )
-        env.pop("DRAINBOARD_CONFIG", None)
+            if cgroup:
+                cgroup.remove()
+            return self._fail_to_start(job["id"], f"disk full: cannot create the job's log in "
+                                                  f"{self.config.artifacts_dir}: {e}")
+        limits = self._guard_limits(spec)
+        read_fd, write_fd = open_sample_pipe()
+        try:
+            with open(log_path, "wb") as log:
+                process = subprocess.Popen(
+                    [self.python, "-m", "jobs.child", str(job["id"])],
+                    cwd=REPO_ROOT, env=self._child_env(cgroup, write_fd), stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT, pass_fds=(write_fd,), preexec_fn=_child_setup(cgroup),
+                )
+        finally:
+            os.close(write_fd)  # the child holds the only write end: its exit ends the relay's stream
+        guard = None
+        if limits.active:
+            guard = MemoryGuard(limits, lambda sig: _send(process, sig), read=self.read_meminfo,
+                                snapshot=lambda: relay.last)
+        relay = SampleRelay(self.config.db_path, job["id"], read_fd, on_start=guard.begin if guard else None)
+        if guard:
+            guard.start()
+        self._running = _Running(job["id"], process, log_path, cgroup, relay, guard)
+        self.db.execute("UPDATE jobs SET pid = ?, pid_start = ? WHERE id = ?",
+                        [process.pid, process_start(process.pid), job["id"]])
+        self._heartbeat(time.time())
+
+    def _guard_limits(self, spec: JobSpec) -> GuardLimits:
+        """The memory guard's budget and floor for `spec` (the unified-memory probe only when it matters)."""
+        unified = spec.memory_floor is None and (self.config.memory_floor or "auto").strip().lower() == "auto" \
+            and host_has_unified_memory()
+        return job_limits(spec.memory_budget, spec.memory_floor, self.config, unified=unified,
+                          total=self.read_meminfo().total)
+
+    def _child_env(self, cgroup: JobCgroup | None, sample_fd: int) -> dict[str, str]:
+        """What a job child runs with: this process's environment, pinned to this supervisor's data and roots."""
+        env = worker_env(self.config)
+        env[ENV_SAMPLE_FD] = str(sample_fd)
         if cgroup is not None:
             env[ENV_CGROUP_USAGE] = str(cgroup.usage_file)
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen(
-                [self.python, "-m", "jobs.child", str(job["id"])],
-                cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                preexec_fn=_child_setup(cgroup),
-            )
-        self._running = _Running(job["id"], process, log_path, cgroup)
-        self.db.execute("UPDATE jobs SET pid = ? WHERE id = ?", [process.pid, job["id"]])
-        self._heartbeat(time.time())
+        return env
 
     def _watch(self, now: float) -> None:
         running = self._running
         code = running.process.poll()
         if code is None:
+            if running.relay.error is not None:  # its samples cannot be stored: every write it makes eats the room left
+                _send(running.process, signal.SIGKILL)
+                return
             cancel = self.db.execute("SELECT cancel_requested FROM jobs WHERE id = ?", [running.job_id]).fetchone()[0]
             if cancel and running.term_sent_at is None:
-                running.process.send_signal(signal.SIGTERM)
+                _send(running.process, signal.SIGTERM)
                 running.term_sent_at = now
             elif running.term_sent_at is not None and now - running.term_sent_at >= self.grace:
-                running.process.kill()
+                _send(running.process, signal.SIGKILL)
             return
-        self._account(running, code)
+        if running.guard:
+            running.guard.stop()
+        running.relay.close()  # every sample the child wrote is in the database before its end is told
+        self._record_exit(running, code)
         self._running = None
         self.finished.append(running.job_id)
-        self._heartbeat(now)
+        self._last_heartbeat = float("-inf")  # say at once that this supervisor is free
 
-    def _account(self, running: _Running, code: int) -> None:
-        """Record how the child ended: succeeded, failed, killed (signal named), or cancelled."""
+    def _record_exit(self, running: _Running, code: int) -> None:
+        """Record how the child ended: succeeded, failed, killed (signal or memory guard named), or cancelled."""
         job = get_job(self.db, running.job_id)
         oom_kills = running.cgroup.oom_kills() if running.cgroup else None
         if running.cgroup:
             running.cgroup.remove()
+        if job["status"] not in FINAL_STATUSES:  # else another supervisor took it for dead meanwhile
+            self._record_end(running, job, code, oom_kills)
         record_artifact(self.db, self.config.data_dir, running.job_id, running.log_path)
+
+    def _record_end(self, running: _Running, job: dict, code: int, oom_kills: int | None) -> None:
+        """The job's final status and error; written first, since on a nearly full disk it matters most."""
         metrics = {"memory_limit": running.cgroup.limit, "cgroup_oom_kills": oom_kills} if running.cgroup else None
         signal_name = signal.Signals(-code).name if code < 0 else None
-        if job["cancel_requested"]:
-            how = f" ({signal_name})" if signal_name else ""
-            finish(self.db, job["id"], "cancelled", error=f"cancelled while running{how}", exit_code=code,
-                   signal=signal_name, metrics=metrics)
+        trip = running.guard.trip if running.guard else None
+        if trip is not None:
+            self._record_guard_event(running, trip)
+            status, error = "killed", guard_error(trip, job["progress_total"])
+            metrics = {**(metrics or {}), "memory_guard": trip.to_dict()}
+        elif running.relay.error is not None:  # the job was stopped: its samples could not be stored
+            status, error = "failed", self._disk_full_error(running, code) \
+                or f"the job's samples could not be stored: {running.relay.error}"
+        elif job["cancel_requested"]:
+            status, error = "cancelled", f"cancelled while running{f' ({signal_name})' if signal_name else ''}"
         elif code == EXIT_DONE:
-            finish(self.db, job["id"], "succeeded", exit_code=code, metrics=metrics)
+            status, error = "succeeded", None
         elif code > 0:
-            error = job["error"] or (
-                f"disk full: the job could not record its error in {self.config.db_path} "
-                f"({free_bytes(self.config.db_path):,} bytes free)" if code == EXIT_DISK_FULL else None
-            ) or _log_tail(running.log_path) or f"the job process exited with code {code}"
+            status, error = "failed", job["error"] or self._disk_full_error(running, code) \
+                or _log_tail(running.log_path) or f"the job process exited with code {code}"
             if code == EXIT_INVALID_SPEC and not error.startswith("invalid spec"):
                 error = f"invalid spec: {error}"
-            finish(self.db, job["id"], "failed", error=error, exit_code=code, metrics=metrics)
         else:
+            limit = running.cgroup.limit if running.cgroup else None
             last = describe_sample(last_sample(self.db, job["id"]), job["progress_total"])
-            if signal_name == "SIGKILL" and oom_kills:
-                why = (f"killed (SIGKILL) by the kernel OOM killer in the job's memory cgroup: limit "
-                       f"{_gib(running.cgroup.limit)} reached (cgroup oom_kill count {oom_kills})")
-            elif signal_name == "SIGKILL":
-                why = "killed (SIGKILL), most likely by the kernel OOM killer"
-            else:
-                why = f"killed by {signal_name}"
-            finish(self.db, job["id"], "killed", error=f"{why}; {last}", exit_code=code, signal=signal_name,
-                   metrics=metrics)
+            status = "killed"
+            error = f"{kill_reason(signal_name, limit=limit, oom_kills=oom_kills)}; {last}"
+        if status != "succeeded":
+            remove_unrecorded(self.db, self.config.data_dir, job["id"], keep=(running.log_path.name,))
+        finish(self.db, job["id"], status, error=error, exit_code=code, signal=signal_name, metrics=metrics)
+
+    def _keep_logs_only(self, job_id: int) -> None:
+        """A job that died unattended: register its child log, delete what else it left unregistered."""
+        for log in sorted(job_dir(self.config.data_dir, job_id).glob("child*.log")):
+            record_artifact(self.db, self.config.data_dir, job_id, log)
+        remove_unrecorded(self.db, self.config.data_dir, job_id)
+
+    def _disk_full_error(self, running: _Running, code: int) -> str | None:
+        """The error of a job whose samples or error the database refused for lack of room."""
+        refused = running.relay.error if running.relay.error and is_database_full(running.relay.error) else None
+        if code != EXIT_DISK_FULL and refused is None:
+            return None
+        what = "its samples" if refused is not None else "its error"
+        return (f"disk full: cannot write to the database {self.config.db_path} "
+                f"({free_bytes(self.config.db_path):,} bytes free): the job could not record {what}"
+                + (f": {refused}" if refused is not None else ""))
+
+    def _record_guard_event(self, running: _Running, trip: GuardTrip) -> None:
+        """The guard's stop as a job event at the moment of the trip (drawn on the Job chart like an OOM kill)."""
+        t0 = running.relay.t0
+        t = trip.at - t0 if t0 is not None else (trip.sample or {}).get("t", 0.0)
+        self.db.execute(
+            "INSERT INTO events (job_id, t, created_at, kind, stage, message, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [running.job_id, t, time.time(), "memory_guard", (trip.sample or {}).get("stage"),
+             f"memory guard: {trip.message}", json.dumps(trip.to_dict())],
+        )
 
     def stop(self) -> None:
         """Stop the running child (its job becomes interrupted) and sign off.
@@ -268,12 +345,17 @@ class Supervisor:
         """
         try:
             if self._running is not None:
-                self._running.process.kill()
-                self._running.process.wait()
-                if self._running.cgroup:
-                    self._running.cgroup.remove()
                 running, self._running = self._running, None
-                finish(self.db, running.job_id, "interrupted", error="interrupted: the supervisor was stopped")
+                running.process.kill()
+                running.process.wait()
+                if running.guard:
+                    running.guard.stop()
+                running.relay.close()
+                if running.cgroup:
+                    running.cgroup.remove()
+                self._keep_logs_only(running.job_id)
+                last = describe_sample(last_sample(self.db, running.job_id), None)
+                finish(self.db, running.job_id, "interrupted", error=f"interrupted: the supervisor was stopped; {last}")
             self.db.execute("UPDATE supervisors SET stopped_at = ?, current_job = NULL WHERE id = ?",
                             [time.time(), self.id])
         except Exception as e:
@@ -300,6 +382,21 @@ class Supervisor:
 
 def _raise_keyboard_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
+
+
+def worker_env(config: Config) -> dict[str, str]:
+    """The environment of a process this package starts (a job child, a worker): this one's, pinned to
+    `config`'s data folder and model roots, with the repository importable."""
+    env = dict(os.environ)
+    env.update(
+        DRAINBOARD_DATA=str(config.data_dir),
+        DRAINBOARD_MODEL_ROOTS=os.pathsep.join(str(r) for r in config.model_roots),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+    )
+    if config.memory_floor is not None:
+        env["DRAINBOARD_MEMORY_FLOOR"] = config.memory_floor
+    env.pop("DRAINBOARD_CONFIG", None)
+    return env
 
 
 def _child_setup(cgroup: JobCgroup | None):
@@ -343,17 +440,22 @@ def _log_tail(path: Path) -> str | None:
     return lines[-1] if lines else None
 
 
-def _is_alive(row: dict, now: float) -> bool:
+def _is_alive(row: dict, now: float, current_boot: str | None = None) -> bool:
+    """Whether a supervisor row belongs to a live supervisor: fresh heartbeat, not stopped, same boot,
+    and (on this host) a pid that is neither gone nor a zombie."""
     if row["stopped_at"] is not None or now - row["heartbeat_at"] > STALE_AFTER:
         return False
-    return row["host"] != _HOST or _pid_alive(row["pid"])
+    if row.get("boot_id") and row["boot_id"] != (current_boot or boot_id()):
+        return False
+    return row["host"] != _HOST or pid_alive(row["pid"])
 
 
 def supervisor_status(db: sqlite_utils.Database, now: float | None = None) -> dict:
     """Whether a supervisor is alive, for the dashboard: `alive`, `id`, `pid`, `heartbeat_age`, `current_job`."""
     now = time.time() if now is None else now
+    current_boot = boot_id()
     for row in supervisors(db):
-        if _is_alive(row, now):
+        if _is_alive(row, now, current_boot):
             return {"alive": True, "id": row["id"], "pid": row["pid"], "heartbeat_age": now - row["heartbeat_at"],
                     "current_job": row["current_job"]}
     return {"alive": False, "id": None, "pid": None, "heartbeat_age": None, "current_job": None}
@@ -362,8 +464,9 @@ def supervisor_status(db: sqlite_utils.Database, now: float | None = None) -> di
 def ensure_supervisor(config: Config, *, wait: float = 10.0) -> dict:
     """Start `python -m jobs worker` in the background unless a supervisor is alive; returns its status.
 
-    Detached (its own session) so it outlives the dashboard; its output goes
-    to `<data_dir>/worker.log`. A lock file keeps two callers from starting two.
+    Detached by `jobs.daemon` (double fork, own session): it outlives the
+    dashboard and is never left a zombie of it. Its output goes to
+    `<data_dir>/worker.log`. A lock file keeps two callers from starting two.
     """
     config.data_dir.mkdir(parents=True, exist_ok=True)
     with open(config.data_dir / "worker.lock", "w") as lock:
@@ -373,18 +476,15 @@ def ensure_supervisor(config: Config, *, wait: float = 10.0) -> dict:
             status = supervisor_status(db)
             if status["alive"]:
                 return status
-            env = dict(os.environ, DRAINBOARD_DATA=str(config.data_dir),
-                       DRAINBOARD_MODEL_ROOTS=os.pathsep.join(str(r) for r in config.model_roots),
-                       PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
-            env.pop("DRAINBOARD_CONFIG", None)
             with open(config.data_dir / "worker.log", "ab") as log:
-                process = subprocess.Popen([sys.executable, "-m", "jobs", "worker"], cwd=REPO_ROOT, env=env,
-                                           stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                           start_new_session=True)
+                launched = subprocess.run([sys.executable, "-m", "jobs.daemon", "worker"], cwd=REPO_ROOT,
+                                          env=worker_env(config), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                          stderr=log, check=True)
+            worker_pid = int(launched.stdout.split()[0])
             deadline = time.time() + wait
             while time.time() < deadline:
                 status = supervisor_status(db)
-                if status["alive"] or process.poll() is not None:
+                if status["alive"] or not pid_alive(worker_pid):
                     break
                 time.sleep(0.1)
             return status

@@ -87,3 +87,22 @@ def resolve_artifact(data_dir: str | Path, job_id: int, name: str) -> Path:
     if not candidate.is_file():
         raise ArtifactError(f"job {job_id} has no artifact {name!r}")
     return candidate
+
+
+def remove_unrecorded(
+    db: sqlite_utils.Database, data_dir: str | Path, job_id: int, *, keep: tuple[str, ...] = ()
+) -> list[Path]:
+    """Delete the files in a job's folder that were never registered (nor named in `keep`): what a job
+    that died mid-write (a half-encoded `video.mp4`) left. Returns the paths removed."""
+    folder = job_dir(data_dir, job_id)
+    recorded = {r[0] for r in db.execute("SELECT name FROM artifacts WHERE job_id = ?", [job_id])} | set(keep)
+    removed = []
+    try:
+        entries = list(folder.iterdir())
+    except FileNotFoundError:
+        return removed
+    for path in entries:
+        if path.name not in recorded and (path.is_symlink() or path.is_file()):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed

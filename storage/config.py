@@ -8,6 +8,7 @@ one-off `DRAINBOARD_DATA=/tmp/x python -m jobs list` overrides the file.
     model_roots = ["/srv/models", "/mnt/checkpoints"]
     address = "0.0.0.0"
     port = 8501
+    memory_floor = "8GiB"   # the memory guard's floor: a size, "auto" (the default) or "off"
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Mapping
 from loader.errors import DrainboardError
 
 CONFIG_FILE_NAME = "drainboard.toml"
-_FILE_KEYS = {"data_dir", "model_roots", "address", "port"}
+_FILE_KEYS = {"data_dir", "model_roots", "address", "port", "memory_floor"}
 
 
 class ConfigError(DrainboardError):
@@ -44,6 +45,8 @@ class Config:
     """Address the dashboard listens on (loopback unless the user opens it up)."""
     port: int = 8501
     """Port the dashboard listens on."""
+    memory_floor: str | None = None
+    """The memory guard's floor as written (a size, `auto` or `off`; None is `auto`); `jobs.guard` reads it."""
 
     @property
     def db_path(self) -> Path:
@@ -69,6 +72,10 @@ def _read_file(path: Path) -> dict:
         isinstance(values["model_roots"], list) and all(isinstance(r, str) for r in values["model_roots"])
     ):
         raise ConfigError(f"{path}: model_roots must be a list of folder paths, got {values['model_roots']!r}")
+    if "memory_floor" in values and (isinstance(values["memory_floor"], bool)
+                                     or not isinstance(values["memory_floor"], (str, int))):
+        raise ConfigError(f"{path}: memory_floor must be a size such as \"8GiB\", \"auto\" or \"off\", "
+                          f"got {values['memory_floor']!r}")
     return values
 
 
@@ -107,7 +114,9 @@ def load_config(env: Mapping[str, str] | None = None, cwd: Path | None = None) -
     address = env.get("DRAINBOARD_ADDRESS") or str(values.get("address", "127.0.0.1"))
     port_source = "DRAINBOARD_PORT" if env.get("DRAINBOARD_PORT") else str(file_path)
     port = _parse_port(env.get("DRAINBOARD_PORT") or values.get("port", 8501), port_source)
-    return Config(data_dir=data_dir.resolve(), model_roots=[r.resolve() for r in roots], address=address, port=port)
+    floor = env.get("DRAINBOARD_MEMORY_FLOOR") or values.get("memory_floor")
+    return Config(data_dir=data_dir.resolve(), model_roots=[r.resolve() for r in roots], address=address, port=port,
+                  memory_floor=None if floor is None else str(floor))
 
 
 def resolve_model_path(path: str | os.PathLike, roots: list[Path]) -> Path:

@@ -3,6 +3,13 @@
 WAL lets the dashboard read while a job child writes samples; the busy timeout
 makes a writer wait for another writer instead of failing "database is locked".
 Connections are per thread (sqlite3's rule): open one where you use it.
+
+Durability: `synchronous = NORMAL` (the default here) never corrupts the
+database, but a power cut or a frozen host may lose the commits since the last
+WAL checkpoint. A `durable` connection (`synchronous = FULL`) fsyncs the WAL
+at every commit; the sample writer uses one, and since an fsync of the WAL file
+carries every frame before it, each of its commits (at least every
+`flush_interval`) also makes the other connections' earlier writes durable.
 """
 
 from __future__ import annotations
@@ -17,13 +24,16 @@ import sqlite_utils
 BUSY_TIMEOUT_MS = 30_000
 
 
-def connect(path: str | Path, *, ensure: bool = True, check_same_thread: bool = True) -> sqlite_utils.Database:
+def connect(
+    path: str | Path, *, ensure: bool = True, check_same_thread: bool = True, durable: bool = False
+) -> sqlite_utils.Database:
     """Open (creating if needed) the database at `path` with WAL and a busy timeout.
 
     With `ensure`, the schema is created or migrated to the current version.
     The connection is in autocommit mode: multi-statement writes open their own
     `BEGIN IMMEDIATE` transaction (see `transaction`). `check_same_thread=False`
-    is for callers that guard the connection with their own lock.
+    is for callers that guard the connection with their own lock. `durable`
+    fsyncs at every commit (see the module docstring).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -32,7 +42,7 @@ def connect(path: str | Path, *, ensure: bool = True, check_same_thread: bool = 
     )
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
     conn.execute("PRAGMA foreign_keys = ON")
     db = sqlite_utils.Database(conn)
     if ensure:
@@ -60,3 +70,17 @@ def transaction(db: sqlite_utils.Database) -> Iterator[sqlite3.Connection]:
 def is_database_full(exc: BaseException) -> bool:
     """True for SQLite's "database or disk is full" (SQLITE_FULL), however the statement was run."""
     return isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+
+
+def checkpoint_wal(db: sqlite_utils.Database) -> bool:
+    """Copy the WAL into the database and truncate it; True when it completed.
+
+    On a full disk this is what frees room: the WAL holds a frame for every
+    commit of a page (a heartbeat row rewritten every second), the database one
+    copy. It completes only while no other connection reads an old snapshot.
+    """
+    try:
+        busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    except sqlite3.Error:
+        return False
+    return busy == 0

@@ -4,19 +4,22 @@ Sampling every placed tensor must cost little, so samples are buffered and
 written in one transaction per batch (with the per-block extremes that the
 downsampled series reads, see `storage.queries.sample_series`): when `batch_size` are waiting, when
 `flush_interval` seconds have passed (a background thread checks, so a quiet
-stage still shows up live), and at `close()` or interpreter exit.
+stage still shows up live), and at `close()` or interpreter exit. Each batch
+is fsynced (a `durable` connection), so a host that freezes or loses power
+keeps the samples up to the last `flush_interval`.
 """
 
 from __future__ import annotations
 
 import atexit
+import sqlite3
 import threading
 import time
 from pathlib import Path
 from typing import Callable
 
 from loader.memory import MemorySample
-from storage.connections import connect, transaction
+from storage.connections import connect, is_database_full, transaction
 from storage.schema import EXTREME_COLUMNS, EXTREMES_BLOCK, SAMPLE_COLUMNS
 
 _INSERT = f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) VALUES ({', '.join('?' * len(SAMPLE_COLUMNS))})"
@@ -80,7 +83,7 @@ class SampleWriter:
         self._batch_size = batch_size
         self._flush_interval = flush_interval
         self._clock = clock
-        self._db = connect(db_path, check_same_thread=False)
+        self._db = connect(db_path, check_same_thread=False, durable=True)
         last = self._db.execute(
             "SELECT max(seq) FROM samples WHERE job_id = ? AND rank = ?", [job_id, rank]
         ).fetchone()[0]
@@ -138,11 +141,24 @@ class SampleWriter:
         self.written += len(self._pending)
         self._pending.clear()
 
+    def discard(self) -> None:
+        """Drop the buffered samples and stop writing (what the database refused for lack of room)."""
+        with self._lock:
+            self._pending.clear()
+            self._closed = True
+        self._stop.set()
+        self._db.conn.close()
+
     def _flush_periodically(self) -> None:
         while not self._stop.wait(self._flush_interval):
             with self._lock:
                 if not self._closed and self._clock() - self._last_flush >= self._flush_interval:
-                    self._flush_locked()
+                    try:
+                        self._flush_locked()
+                    except sqlite3.Error as e:
+                        if not is_database_full(e):
+                            raise
+                        # The batch stays pending: the next add, flush or close retries it and raises.
 
     def close(self) -> None:
         """Flush what is left and release the connection; safe to call twice.

@@ -141,6 +141,18 @@ _MIGRATIONS: list[list[str]] = [
         ) WITHOUT ROWID""",
         *_extremes_backfill(),
     ],
+    # 3: liveness and outcomes. A running job's own heartbeat (every live
+    # supervisor recovers a job whose heartbeat stops), the boot it runs under
+    # (a host restart ends it interrupted), its child's start time (a recycled
+    # pid is never taken for the child), and an error's full text beside its
+    # one-line summary.
+    [
+        "ALTER TABLE jobs ADD COLUMN heartbeat_at REAL",
+        "ALTER TABLE jobs ADD COLUMN boot_id TEXT",
+        "ALTER TABLE jobs ADD COLUMN pid_start INTEGER",
+        "ALTER TABLE jobs ADD COLUMN error_detail TEXT",
+        "ALTER TABLE supervisors ADD COLUMN boot_id TEXT",
+    ],
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)

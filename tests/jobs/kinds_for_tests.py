@@ -1,7 +1,10 @@
 """Job kinds the job tests register through DRAINBOARD_KIND_MODULES (so the job child finds them too).
 
 They take their knobs from the environment the supervisor passes on:
-DRAINBOARD_TEST_STEPS (default 5) and DRAINBOARD_TEST_DELAY seconds per step (default 0).
+DRAINBOARD_TEST_STEPS (default 5), DRAINBOARD_TEST_DELAY seconds per step (default 0),
+DRAINBOARD_TEST_TRUTH (a file the `steps` kind writes each step it reached to, before recording
+it: the ground truth a kill report is checked against) and DRAINBOARD_TEST_MIB (MiB per step
+that `allocate` keeps).
 """
 
 import os
@@ -10,16 +13,23 @@ import time
 from jobs.kinds import job_kind
 
 
+def _steps() -> tuple[int, float]:
+    return int(os.environ.get("DRAINBOARD_TEST_STEPS", "5")), float(os.environ.get("DRAINBOARD_TEST_DELAY", "0"))
+
+
 @job_kind("steps")
 def run_steps(spec, ctx):
     """Record one sample per step, like a load records one per tensor; returns the step count."""
-    total = int(os.environ.get("DRAINBOARD_TEST_STEPS", "5"))
-    delay = float(os.environ.get("DRAINBOARD_TEST_DELAY", "0"))
+    total, delay = _steps()
+    truth = os.environ.get("DRAINBOARD_TEST_TRUTH")
+    fd = os.open(truth, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) if truth else None
     with ctx.stage("load"):
         for step in range(1, total + 1):
+            time.sleep(delay)
+            if fd is not None:
+                os.pwrite(fd, f"{step:>12}".encode(), 0)
             ctx.progress(step, total)
             ctx.record(tensors_placed=step, bytes_placed=step * 1024, tensor_name=f"blocks.{step}.weight")
-            time.sleep(delay)
     return {"steps": total}
 
 
@@ -29,3 +39,43 @@ def run_fail(spec, ctx):
     with ctx.stage("load"):
         ctx.record(tensors_placed=0)
         raise ValueError("blocks.3.weight: expected shape (4, 4), got (4, 5)")
+
+
+@job_kind("broken_checkpoint")
+def run_broken_checkpoint(spec, ctx):
+    """Raise a checkpoint error listing several problems."""
+    from loader.errors import CheckpointError
+
+    with ctx.stage("load"):
+        raise CheckpointError([f"shard-{i}.safetensors: truncated, expected 4096 bytes" for i in range(3)])
+
+
+@job_kind("allocate")
+def run_allocate(spec, ctx):
+    """Keep DRAINBOARD_TEST_MIB MiB more (pages touched) at every step: a load that outgrows its budget."""
+    total, delay = _steps()
+    chunk = int(float(os.environ.get("DRAINBOARD_TEST_MIB", "16")) * 2**20)
+    kept = []
+    with ctx.stage("load"):
+        for step in range(1, total + 1):
+            kept.append(bytearray(b"\1" * chunk))
+            ctx.progress(step, total)
+            ctx.record(tensors_placed=step, bytes_placed=step * chunk, tensor_name=f"blocks.{step}.weight")
+            time.sleep(delay)
+    return {"steps": total}
+
+
+@job_kind("encode")
+def run_encode(spec, ctx):
+    """Write a video artifact slowly, the way the MP4 encoder does, and register it only when complete."""
+    total, delay = _steps()
+    path = ctx.artifact_path("video", ".mp4")
+    with ctx.stage("encoding"), open(path, "wb") as f:
+        for step in range(1, total + 1):
+            f.write(b"\0" * 48)
+            f.flush()
+            ctx.progress(step, total)
+            ctx.record()
+            time.sleep(delay)
+    ctx.add_artifact(path)
+    return {"steps": total}

@@ -1,0 +1,139 @@
+"""The memory guard: limits crossed on fake readings, then on a real child that allocates."""
+
+import signal
+import time
+
+import pytest
+
+from jobs.guard import GuardLimits, Meminfo, MemoryGuard, default_floor, job_limits
+from jobs.supervisor import Supervisor
+from storage.config import ConfigError, load_config
+from storage.queries import events, get_job, last_sample
+
+GiB, MiB = 2**30, 2**20
+
+
+class FakeMeminfo:
+    """A /proc/meminfo whose MemAvailable a test sets (`available`), on a box of `total` bytes."""
+
+    def __init__(self, total: int, available: int):
+        self.total, self.available, self.reads = total, available, 0
+
+    def __call__(self) -> Meminfo:
+        self.reads += 1
+        return Meminfo(self.total, self.available)
+
+
+def test_the_budget_counts_from_the_jobs_start_and_the_floor_from_the_beginning():
+    meminfo = FakeMeminfo(100 * GiB, 90 * GiB)
+    guard = MemoryGuard(GuardLimits(budget=400 * MiB, floor=8 * GiB), lambda sig: None, read=meminfo,
+                        now=lambda: 12.5, snapshot=lambda: {"stage": "load"})
+    assert guard.check(Meminfo(100 * GiB, 80 * GiB)) is None  # imports before the start do not count
+    guard.begin()
+    assert guard.check(Meminfo(100 * GiB, 90 * GiB - 400 * MiB)) is None  # exactly the budget is allowed
+    trip = guard.check(Meminfo(100 * GiB, 90 * GiB - 412 * MiB))
+    assert trip.reason == "budget" and trip.at == 12.5 and trip.sample == {"stage": "load"}
+    assert trip.message == "system in use grew 412.0 MiB over the job's start, budget 400.0 MiB"
+    floor = guard.check(Meminfo(100 * GiB, 7 * GiB))
+    assert floor.reason == "budget"  # both crossed: the budget, the user's own limit, is named
+    no_budget = MemoryGuard(GuardLimits(floor=8 * GiB), lambda sig: None, read=meminfo)
+    floor = no_budget.check(Meminfo(100 * GiB, 7 * GiB))
+    assert floor.reason == "floor"
+    assert floor.message == "MemAvailable fell to 7.00 GiB, floor 8.00 GiB (system in use grew 83.00 GiB over the job's start)"
+
+
+def test_a_crossed_limit_sends_sigterm_then_sigkill_after_the_grace_unless_the_child_ends_first():
+    meminfo = FakeMeminfo(100 * GiB, 90 * GiB)
+    sent = []
+    guard = MemoryGuard(GuardLimits(budget=GiB), sent.append, read=meminfo, interval=0.01, grace=0.2)
+    guard.begin()
+    guard.start()
+    time.sleep(0.1)
+    assert sent == [] and meminfo.reads >= 5  # reads on its own, many times a second
+    meminfo.available = 88 * GiB
+    deadline = time.time() + 5
+    while len(sent) < 2 and time.time() < deadline:
+        time.sleep(0.01)
+    assert sent == [signal.SIGTERM, signal.SIGKILL]
+    guard.stop()
+
+    sent.clear()
+    stopped = MemoryGuard(GuardLimits(budget=GiB), sent.append, read=FakeMeminfo(100 * GiB, 90 * GiB),
+                          interval=0.01, grace=5)
+    stopped.begin()
+    stopped._read = FakeMeminfo(100 * GiB, 80 * GiB)
+    stopped.start()
+    while not sent:
+        time.sleep(0.01)
+    stopped.stop()  # the child exited on SIGTERM: no SIGKILL follows
+    assert sent == [signal.SIGTERM]
+
+
+def test_the_default_floor_applies_on_unified_memory_only_and_the_config_can_set_or_turn_it_off(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DRAINBOARD_CONFIG", raising=False)
+    monkeypatch.delenv("DRAINBOARD_MEMORY_FLOOR", raising=False)
+    config = load_config()
+    assert default_floor(24 * GiB) == 4 * GiB and default_floor(121 * GiB) == int(121 * GiB * 0.05)
+    assert job_limits(None, None, config, unified=True, total=121 * GiB).floor == int(121 * GiB * 0.05)
+    assert job_limits(None, None, config, unified=False, total=121 * GiB).floor is None
+    assert job_limits(None, 2 * GiB, config, unified=False, total=121 * GiB).floor == 2 * GiB  # the spec wins
+    (tmp_path / "drainboard.toml").write_text('memory_floor = "16GiB"\n')
+    assert job_limits(None, None, load_config(), unified=False, total=121 * GiB).floor == 16 * GiB
+    monkeypatch.setenv("DRAINBOARD_MEMORY_FLOOR", "off")  # the environment wins over the file
+    assert job_limits(300, None, load_config(), unified=True, total=121 * GiB) == GuardLimits(budget=300)
+    monkeypatch.setenv("DRAINBOARD_MEMORY_FLOOR", "lots")
+    with pytest.raises(ConfigError, match="memory_floor .*'lots' is not a size"):
+        job_limits(None, None, load_config(), unified=True, total=121 * GiB)
+
+
+def test_a_job_over_its_memory_budget_is_stopped_by_the_guard_naming_its_last_tensor(
+    db, queue_job, run_to_end, monkeypatch
+):
+    monkeypatch.setenv("DRAINBOARD_TEST_STEPS", "200")
+    monkeypatch.setenv("DRAINBOARD_TEST_MIB", "8")
+    monkeypatch.setenv("DRAINBOARD_TEST_DELAY", "0.03")
+    job = run_to_end(queue_job("allocate", memory_budget="96MiB"), timeout=90)
+    assert job["status"] == "killed", job["error"]
+    last = last_sample(db, job["id"])
+    assert job["error"].startswith("memory guard: system in use grew ")
+    assert f", budget 96.0 MiB, at tensor {last['tensors_placed']} of 200 (`{last['tensor_name']}`, stage load)" \
+        in job["error"]
+    assert last["tensors_placed"] < 200  # stopped well before the end
+    guard = [e for e in events(db, job["id"]) if e["kind"] == "memory_guard"]
+    assert len(guard) == 1 and guard[0]["data"]["reason"] == "budget" and guard[0]["data"]["budget"] == 96 * MiB
+    assert guard[0]["data"]["growth"] > 96 * MiB and guard[0]["t"] >= last["t"] - 0.5
+    assert job["metrics"]["memory_guard"]["growth"] == guard[0]["data"]["growth"]
+
+
+def test_on_unified_memory_the_default_floor_stops_a_job_and_elsewhere_it_does_not(
+    config, db, queue_job, monkeypatch
+):
+    monkeypatch.setenv("DRAINBOARD_TEST_STEPS", "60")
+    monkeypatch.setenv("DRAINBOARD_TEST_DELAY", "0.05")
+    meminfo = FakeMeminfo(100 * GiB, 30 * GiB)  # the default floor here is 5 GiB
+
+    def run(job_id: int, supervisor: Supervisor) -> dict:
+        deadline = time.time() + 60
+        while get_job(db, job_id)["status"] not in ("succeeded", "killed", "failed"):
+            assert time.time() < deadline
+            sample = last_sample(db, job_id)
+            if sample and sample["tensors_placed"] and sample["tensors_placed"] >= 10:
+                meminfo.available = 3 * GiB  # something else fills the machine while the job runs
+            supervisor.tick()
+            time.sleep(0.02)
+        return get_job(db, job_id)
+
+    for unified, expected in (("1", "killed"), ("0", "succeeded")):
+        monkeypatch.setenv("DRAINBOARD_UNIFIED_MEMORY", unified)
+        meminfo.available = 30 * GiB
+        supervisor = Supervisor(config, grace=1.0, read_meminfo=meminfo)
+        supervisor.start()
+        try:
+            job = run(queue_job("steps"), supervisor)
+        finally:
+            supervisor.stop()
+        assert job["status"] == expected, job["error"]
+        if expected == "killed":
+            assert job["error"].startswith("memory guard: MemAvailable fell to 3.00 GiB, floor 5.00 GiB")
+            assert job["exit_code"] != 0
