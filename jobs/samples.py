@@ -17,12 +17,18 @@ import threading
 from pathlib import Path
 from typing import Callable, Protocol
 
+from loader.diskspace import free_bytes
+from loader.errors import DiskFullError
 from loader.memory import MemorySample
 from storage.connections import is_database_full
 from storage.sample_writer import SampleWriter
 
 ENV_SAMPLE_FD = "DRAINBOARD_SAMPLE_FD"
 """Set by the supervisor: the child's end of the sample pipe."""
+
+ROOM_KEPT = 256 * 1024
+"""Bytes the relay leaves free on the database's disk: below this it stops storing samples, so the
+job's end (a few pages) can still be recorded."""
 
 PIPE_SIZE = 1 << 20
 """Bytes the pipe may hold (Linux's default cap, /proc/sys/fs/pipe-max-size), so a busy relay never stalls a load."""
@@ -159,6 +165,10 @@ class SampleRelay:
                     writer.discard()  # a full disk: the little room left is for recording the job's end
 
     def _store(self, message: dict) -> None:
+        free = free_bytes(self._db_path)
+        if free < ROOM_KEPT:
+            raise DiskFullError(f"disk full: {free:,} bytes free for {self._db_path}, below the "
+                                f"{ROOM_KEPT:,} kept to record the job's end")
         rank = message.pop("rank", 0)
         writer = self._writers.get(rank)
         if writer is None:

@@ -38,6 +38,7 @@ from jobs.queue import claim, finish
 from jobs.samples import ENV_SAMPLE_FD, SampleRelay, open_sample_pipe
 from jobs.spec import JobSpec
 from loader.diskspace import free_bytes, is_disk_full
+from loader.errors import DiskFullError
 from storage.artifacts import job_dir, new_artifact_path, record_artifact, remove_unrecorded
 from storage.config import Config
 from storage.connections import checkpoint_wal, connect, is_database_full
@@ -320,7 +321,8 @@ class Supervisor:
 
     def _disk_full_error(self, running: _Running, code: int) -> str | None:
         """The error of a job whose samples or error the database refused for lack of room."""
-        refused = running.relay.error if running.relay.error and is_database_full(running.relay.error) else None
+        error = running.relay.error
+        refused = error if error is not None and (isinstance(error, DiskFullError) or is_database_full(error)) else None
         if code != EXIT_DISK_FULL and refused is None:
             return None
         what = "its samples" if refused is not None else "its error"

@@ -66,12 +66,12 @@ def test_a_job_whose_database_disk_fills_up_ends_failed_naming_the_database_and_
         earlier = run(submit(db, {"kind": "steps", "model": model}, full))
         monkeypatch.setenv("DRAINBOARD_TEST_STEPS", "50000")
         job_id = submit(db, {"kind": "steps", "model": model}, full)
-        fill(disk, leave=256 * 1024)  # room to claim the job and record its end, not for 50000 samples
+        fill(disk, leave=512 * 1024)  # room to claim the job and record its end, not for 50000 samples
         job = run(job_id)
         # The supervisor stores the samples it relays: it sees the full disk and stops the job.
         assert job["status"] == "failed" and job["exit_code"] != 0
         assert job["error"].startswith(f"disk full: cannot write to the database {full.db_path} (")
-        assert "database or disk is full" in job["error"]
+        assert "the job could not record its samples" in job["error"]
         assert capsys.readouterr().err.count("disk full, retrying") <= 1  # said once, not every tick
         assert get_job(db, earlier["id"]) == earlier and len(list_jobs(db)) == 2
 
