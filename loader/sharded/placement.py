@@ -158,8 +158,7 @@ class ShardedPlacement(Placement):
     Options: `mesh` (a 1-D DeviceMesh; its rank and size decide the slices),
     `fsdp` (wrap the module with `fully_shard` first, default True),
     `shard_modules` (regex of module names that become FSDP units), and
-    every `stream` option (`threads`, `read_bytes`, `staging_bytes`,
-    `staging_buffers`, `pin`).
+    every `stream` option (`threads`, `staging_bytes`, `pin`, `drop_page_cache`, ...).
     """
 
     name = "sharded"
