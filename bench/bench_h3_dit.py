@@ -37,14 +37,23 @@ print(json.dumps(out))
 """
 
 
-def blocks_that_fit(profile, free: int, margin: int) -> int:
-    """How many transformer blocks of `profile` fit in `free` bytes, keeping `margin` spare."""
+def with_blocks(profile, blocks: int):
+    """`profile`'s transformer alone, with `blocks` transformer blocks."""
+    return dataclasses.replace(profile, transformer={**profile.transformer, "num_layers": blocks},
+                               components=("transformer",))
+
+
+def block_bytes(profile) -> tuple[int, int]:
+    """(bytes of one transformer block, bytes of everything else) of `profile`'s DiT as stored."""
     from models.h3synth import synth_h3
 
-    one = dataclasses.replace(profile, transformer={**profile.transformer, "num_layers": 1}, components=("transformer",))
-    two = dataclasses.replace(one, transformer={**one.transformer, "num_layers": 2})
-    b1, b2 = (synth_h3("unused", p, dry_run=True).components[0].bytes for p in (one, two))
-    block, rest = b2 - b1, 2 * b1 - b2
+    b1, b2 = (synth_h3("unused", with_blocks(profile, n), dry_run=True).components[0].bytes for n in (1, 2))
+    return b2 - b1, 2 * b1 - b2
+
+
+def blocks_that_fit(profile, free: int, margin: int) -> int:
+    """How many transformer blocks of `profile` fit in `free` bytes, keeping `margin` spare."""
+    block, rest = block_bytes(profile)
     return max(0, (free - margin - rest) // block)
 
 
@@ -54,6 +63,8 @@ def main() -> int:
     parser.add_argument("--profile", default="h3")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--margin", type=float, default=1.0, help="GiB left free on the filesystem (default 1)")
+    parser.add_argument("--write-seconds", type=float, default=None,
+                        help="also cap the blocks at what a one-block probe says this host writes in that time")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -68,10 +79,15 @@ def main() -> int:
     if blocks < 1:
         print(f"{args.out}: {free:,} bytes free, not one block fits", file=sys.stderr)
         return 2
-    sized = dataclasses.replace(profile, transformer={**profile.transformer, "num_layers": blocks},
-                                components=("transformer",))
+    probe_rate = None
+    if args.write_seconds is not None:
+        start = time.perf_counter()
+        [one] = synth_h3(args.out, with_blocks(profile, 1), components=["transformer"]).components
+        probe_rate = one.bytes / (time.perf_counter() - start)
+        block, rest = block_bytes(profile)
+        blocks = max(1, min(blocks, int((probe_rate * args.write_seconds - rest) // block)))
     start = time.perf_counter()
-    [dit] = synth_h3(args.out, sized, components=["transformer"]).components
+    [dit] = synth_h3(args.out, with_blocks(profile, blocks), components=["transformer"]).components
     write_seconds = time.perf_counter() - start
     done = subprocess.run([sys.executable, "-c", _LOAD, str(args.out), args.device], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[1])
@@ -80,6 +96,7 @@ def main() -> int:
         return 1
     result = {"profile": args.profile, "blocks": blocks, "of_blocks": full_blocks, "free_bytes_before": free,
               "tensors": dit.tensors, "checkpoint_bytes": dit.bytes, "write_seconds": round(write_seconds, 1),
+              "probe_write_gbps": None if probe_rate is None else round(probe_rate / 1e9, 2),
               "load": json.loads(done.stdout.strip().splitlines()[-1])}
     print(json.dumps(result, indent=2) if args.json else result)
     return 0
