@@ -22,7 +22,8 @@ from dashboard.views import fit, query
 from dashboard.views.checkpoints import CheckpointChoice, components_table
 from dashboard.views.jobs import describe_supervisor
 from dashboard.views.run import (
-    DEFAULT_COMPONENT, DTYPES, GENERATE_FIELDS, KIND_LABELS, MODE_HELP, OFFERED_FLAGS, form_values, generate_defaults,
+    DEFAULT_COMPONENT, DTYPES, GENERATE_FIELDS, KIND_LABELS, MODE_HELP, OFFERED_FLAGS, POLICY_DEFAULT, TRISTATE,
+    form_values, generate_defaults,
     offload_preview, offload_summary,
 )
 from dashboard.views.spec import field_errors, job_label
@@ -196,8 +197,8 @@ def device_fields(devices: list[DeviceInfo]) -> tuple[DeviceInfo, str]:
     return by_spec[spec], dtype
 
 
-def limit_fields(device: DeviceInfo) -> dict[str, Any]:
-    """Sampling, the memory limit and the GPU count, as the spec's raw fields."""
+def limit_fields(device: DeviceInfo, kind: str) -> dict[str, Any]:
+    """Sampling, the memory limit, the GPU count and the guard, as the spec's raw fields."""
     seed("sample_every", 1)
     seed("memory_limit", "")
     seed("gpus", 1)
@@ -218,7 +219,44 @@ def limit_fields(device: DeviceInfo) -> dict[str, Any]:
     if device.kind == "cuda":
         gpus = st.number_input("GPUs (ranks)", min_value=1, step=1, key=key("gpus"))
         show_errors("gpus")
-    return {"sample_every": int(sample_every), "memory_limit": memory_limit.strip() or None, "gpus": int(gpus)}
+    return {"sample_every": int(sample_every), "memory_limit": memory_limit.strip() or None, "gpus": int(gpus),
+            **guard_fields(kind)}
+
+
+def guard_fields(kind: str) -> dict[str, Any]:
+    """The memory guard's budget and floor, and the page-cache and component policies, as raw spec fields."""
+    seed("memory_budget", "")
+    seed("memory_floor", "")
+    seed("drop_page_cache", POLICY_DEFAULT, list(TRISTATE))
+    seed("sequential_components", POLICY_DEFAULT, list(TRISTATE))
+    left, right = st.columns(2)
+    budget = left.text_input(
+        "Memory budget (guard)", key=key("memory_budget"), placeholder="e.g. 40GiB",
+        help="Stop the job when system in use grows more than this over its start. Unlike a cgroup limit it "
+             "counts CUDA allocations on unified memory.",
+    )
+    show_errors("memory_budget")
+    floor = right.text_input(
+        "MemAvailable floor (guard)", key=key("memory_floor"), placeholder="configured floor",
+        help="Stop the job when MemAvailable falls below this; empty keeps the configured floor.",
+    )
+    show_errors("memory_floor")
+    left, right = st.columns(2)
+    drop = left.selectbox(
+        "Drop page cache after each shard", list(TRISTATE), key=key("drop_page_cache"),
+        help="Evict each shard's file pages once placed, so cached checkpoint bytes do not crowd the pool.",
+    )
+    show_errors("drop_page_cache")
+    raw: dict[str, Any] = {"memory_budget": budget.strip() or None, "memory_floor": floor.strip() or None,
+                           "drop_page_cache": TRISTATE[drop]}
+    if kind == "generate":
+        sequential = right.selectbox(
+            "One component at a time", list(TRISTATE), key=key("sequential_components"),
+            help="Load, run and free each component in turn (text encoder, DiT, VAE) instead of keeping all resident.",
+        )
+        show_errors("sequential_components")
+        raw["sequential_components"] = TRISTATE[sequential]
+    return raw
 
 
 def generate_fields() -> dict[str, Any]:
@@ -287,7 +325,8 @@ def fit_panel(choice: CheckpointChoice | None, kind: str, component: str | None,
     capacity = device.total_memory or host.total
     limit = typed_size("memory_limit")
     found = fit.walls(in_use=host.in_use, capacity=capacity, limit=limit,
-                      limit_baseline=(data.worker_baseline(db) or 0) if limit else 0)
+                      limit_baseline=(data.worker_baseline(db) or 0) if limit else 0,
+                      budget=typed_size("memory_budget"), floor=typed_size("memory_floor"))
     guess = fit.forecast(mode, fit.mode_peaks(choice.bytes_to_place(kind, component)), found)
     st.altair_chart(
         fit_bar(host.in_use, guess.predicted_peak, host.in_use + guess.wall.allowance,
@@ -385,7 +424,7 @@ def main() -> None:
         device, dtype = device_fields(data.devices())
         raw: dict[str, Any] = {
             "kind": kind, "model": str(choice.path) if choice else "", "component": component, "mode": mode,
-            "device": device.spec, "dtype": None if dtype == DTYPES[0] else dtype, **limit_fields(device),
+            "device": device.spec, "dtype": None if dtype == DTYPES[0] else dtype, **limit_fields(device, kind),
         }
         if kind == "generate":
             raw["generate"] = generate_fields()

@@ -72,6 +72,16 @@ def size_text(nbytes: int | None) -> str:
     return str(nbytes)
 
 
+POLICY_DEFAULT = "policy default"
+TRISTATE = {POLICY_DEFAULT: None, "on": True, "off": False}
+"""The form's choices for a bool spec field where None leaves it to the policy, and their values."""
+
+
+def tristate_text(value: bool | None) -> str:
+    """The form's choice for a value of such a field."""
+    return next(text for text, v in TRISTATE.items() if v is value)
+
+
 def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
     """The Run form's field values (field name -> value) that reproduce a stored job spec."""
     values: dict[str, Any] = {
@@ -83,6 +93,10 @@ def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
         "dtype": spec.get("dtype") or DTYPES[0],
         "sample_every": int(spec.get("sample_every", 1)),
         "memory_limit": size_text(spec.get("memory_limit")),
+        "memory_budget": size_text(spec.get("memory_budget")),
+        "memory_floor": size_text(spec.get("memory_floor")),
+        "drop_page_cache": tristate_text(spec.get("drop_page_cache")),
+        "sequential_components": tristate_text(spec.get("sequential_components")),
         "gpus": int(spec.get("gpus", 1)),
     }
     offload = {**OffloadSettings().to_dict(), **(spec.get("offload") or {})}

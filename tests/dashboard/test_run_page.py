@@ -99,7 +99,8 @@ def test_a_fresh_session_opens_the_form_the_url_describes(fresh_db, tiny_checkpo
 
 
 def test_edit_and_requeue_fills_the_form_from_the_job_and_queues_the_same_spec(fresh_db, tiny_checkpoint):
-    original = JobSpec(kind="load", model=str(tiny_checkpoint), mode="drain", dtype="float16", sample_every=4)
+    original = JobSpec(kind="load", model=str(tiny_checkpoint), mode="drain", dtype="float16", sample_every=4,
+                       memory_budget=40 * 2**30, memory_floor=512 * 2**20, drop_page_cache=True)
     job_id = _add_spec(fresh_db, original)
     at = run_page()
     at.query_params["from"] = str(job_id)
@@ -109,6 +110,8 @@ def test_edit_and_requeue_fills_the_form_from_the_job_and_queues_the_same_spec(f
     assert at.segmented_control(key="run_mode").value == "drain"
     assert at.selectbox(key="run_dtype").value == "float16"
     assert at.number_input(key="run_sample_every").value == 4
+    assert (at.text_input(key="run_memory_budget").value, at.text_input(key="run_memory_floor").value) == ("40GiB", "512MiB")
+    assert at.selectbox(key="run_drop_page_cache").value == "on"
     at.button(key="run_submit").click().run()
     queued = _queued(fresh_db)[-1]
     assert queued == original.to_dict()
@@ -150,3 +153,12 @@ def test_the_forecast_honours_the_typed_memory_limit_and_counts_the_workers_base
     assert refusal.startswith("Will not fit under the 1.00 GiB memory limit: predicted peak ")
     assert "No mode fits" in refusal and "raise the limit by" in refusal
     assert any("counts the worker's own memory" in c.value for c in at.caption)
+
+
+def test_the_forecast_honours_the_typed_memavailable_floor(fresh_db, tiny_checkpoint):
+    from dashboard.host import read_host_memory
+
+    at = run_page().run()
+    at.text_input(key="run_memory_floor").input(f"{read_host_memory().total // 2**20}MiB").run()
+    refusal = next(e.value for e in at.error if e.value.startswith("Will not fit"))
+    assert "MemAvailable floor: predicted peak" in refusal
