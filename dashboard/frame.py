@@ -46,6 +46,7 @@ def prepare_once() -> None:
     """On a session's first run: create the data folder and database, write the demo
     checkpoint if it is missing (with progress), and start a supervisor if none is alive.
     A skeleton of what is happening stands in for the page meanwhile."""
+    slot = st.empty()  # drawn on every run, so the page below keeps its place in the element tree
     if st.session_state.get(PREPARED_KEY):
         return
     from dashboard import data
@@ -53,7 +54,6 @@ def prepare_once() -> None:
 
     config = data.config()
     if demo_missing(config):
-        slot = st.empty()
         with slot.status("First start: writing the demo checkpoint…", expanded=True) as box:
             bar = st.progress(0.0, text="preparing the data folder")
             prepared = prepare(config, lambda fraction, text: bar.progress(min(1.0, max(0.0, fraction)), text=text))
@@ -64,10 +64,9 @@ def prepare_once() -> None:
         slot.empty()
         st.toast(f"Ready: demo checkpoint written to {prepared.demo_path}", icon=":material/check_circle:")
     else:
-        skeleton = st.empty()
-        skeleton.caption("Opening the database and checking the job supervisor…")
+        slot.caption("Opening the database and checking the job supervisor…")
         prepare(config)
-        skeleton.empty()
+        slot.empty()
     data.checkpoints.clear()
     data.supervisor.clear()
     st.session_state[PREPARED_KEY] = True

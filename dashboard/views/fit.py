@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from dashboard import format as fmt
-from loader.sizes import format_size as size
 
 MODE_RATIO = {"stream": 1.0, "drain": 1.16, "retain": 2.0}
 """Measured peak footprint per mode (bytes added per byte placed; docs/benchmarks.md), cheapest first."""
@@ -40,13 +39,13 @@ def walls(*, in_use: int, capacity: int, limit: int | None = None, limit_baselin
           budget: int | None = None, floor: int | None = None) -> list[Wall]:
     """Every wall that applies, the pool first. `limit_baseline` is what the worker
     process holds before it places anything (the cgroup counts it too)."""
-    found = [Wall("pool", capacity - in_use, f"the {size(capacity)} pool ({size(in_use)} in use now)")]
+    found = [Wall("pool", capacity - in_use, f"the {fmt.gib(capacity)} pool ({fmt.gib(in_use)} in use now)")]
     if limit is not None:
-        found.append(Wall("limit", limit - limit_baseline, f"the {size(limit)} memory limit"))
+        found.append(Wall("limit", limit - limit_baseline, f"the {fmt.gib(limit)} memory limit"))
     if budget is not None:
-        found.append(Wall("budget", budget, f"the {size(budget)} memory budget"))
+        found.append(Wall("budget", budget, f"the {fmt.gib(budget)} memory budget"))
     if floor is not None:
-        found.append(Wall("floor", capacity - floor - in_use, f"the {size(floor)} MemAvailable floor"))
+        found.append(Wall("floor", capacity - floor - in_use, f"the {fmt.gib(floor)} MemAvailable floor"))
     return found
 
 
@@ -81,11 +80,11 @@ def forecast(mode: str, peaks: Mapping[str, int], found: list[Wall]) -> Forecast
     wall = min(found, key=lambda w: w.allowance)
     share = _share(peak, wall.allowance)
     if share <= TIGHT:
-        message = f"Fits: predicted peak {size(peak)}, {size(wall.allowance - peak)} to spare under {wall.label}."
+        message = f"Fits: predicted peak {fmt.gib(peak)}, {fmt.gib(wall.allowance - peak)} to spare under {wall.label}."
     elif share <= 1.0:
-        message = f"Tight: predicted peak {size(peak)} is {fmt.percent(share)} of what {wall.label} leaves ({size(wall.allowance)})."
+        message = f"Tight: predicted peak {fmt.gib(peak)} is {fmt.percent(share)} of what {wall.label} leaves ({fmt.gib(wall.allowance)})."
     else:
-        message = f"Will not fit under {wall.label}: predicted peak {size(peak)}, {size(max(wall.allowance, 0))} allowed."
+        message = f"Will not fit under {wall.label}: predicted peak {fmt.gib(peak)}, {fmt.gib(max(wall.allowance, 0))} allowed."
         message += " " + _cheaper(mode, peaks, wall)
     return Forecast(mode, peak, wall, share, message)
 
@@ -94,12 +93,12 @@ def _cheaper(mode: str, peaks: Mapping[str, int], wall: Wall) -> str:
     """A cheaper mode that fits under `wall`, or what the wall would have to be."""
     for other, peak in sorted(peaks.items(), key=lambda item: item[1]):
         if other != mode and peak < peaks[mode] and peak <= wall.allowance:
-            return f"{other} ({size(peak)}) fits, with {size(wall.allowance - peak)} to spare."
+            return f"{other} ({fmt.gib(peak)}) fits, with {fmt.gib(wall.allowance - peak)} to spare."
     cheapest = min(peaks, key=peaks.get)
-    need = size(peaks[cheapest] - wall.allowance)
+    need = fmt.gib(peaks[cheapest] - wall.allowance)
     remedy = {"pool": f"free {need} first", "limit": f"raise the limit by {need}",
               "budget": f"raise the budget by {need}", "floor": f"lower the floor by {need}"}[wall.name]
-    return f"No mode fits: the cheapest, {cheapest}, needs {size(peaks[cheapest])}; {remedy}, or place a smaller dtype."
+    return f"No mode fits: the cheapest, {cheapest}, needs {fmt.gib(peaks[cheapest])}; {remedy}, or place a smaller dtype."
 
 
 def mode_peaks(bytes_to_place: int) -> dict[str, int]:

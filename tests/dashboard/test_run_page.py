@@ -150,7 +150,7 @@ def test_the_forecast_honours_the_typed_memory_limit_and_counts_the_workers_base
         pytest.fail("per-job memory limits are not available here; this test needs a box with memory cgroups")
     limit.input("1GiB").run()
     refusal = next(e.value for e in at.error if e.value.startswith("Will not fit"))
-    assert refusal.startswith("Will not fit under the 1.00 GiB memory limit: predicted peak ")
+    assert refusal.startswith("Will not fit under the 1.0 GiB memory limit: predicted peak ")
     assert "No mode fits" in refusal and "raise the limit by" in refusal
     assert any("counts the worker's own memory" in c.value for c in at.caption)
 
