@@ -176,6 +176,22 @@ def checkpoints(roots: tuple[str, ...]) -> list:
     return find_checkpoints([Path(r) for r in roots])
 
 
+@st.cache_data(ttl=300, show_spinner=False)
+def unified_host() -> bool:
+    """Whether this machine's GPU shares host memory (the supervisor's own probe, cached)."""
+    from jobs.guard import host_has_unified_memory
+
+    return host_has_unified_memory()
+
+
+def guard_limits(budget: int | None, floor: int | None, total: int):
+    """The memory guard's budget and floor for a job with these spec values: the supervisor's own rule
+    (an empty floor takes the configured one; "auto" is the default floor on unified memory only)."""
+    from jobs.guard import job_limits
+
+    return job_limits(budget, floor, config(), unified=unified_host(), total=total)
+
+
 @st.cache_data(ttl=2, show_spinner=False)
 def supervisor(path: str) -> dict:
     """jobs.supervisor.supervisor_status: alive, id, pid, heartbeat_age, current_job."""

@@ -324,9 +324,10 @@ def fit_panel(choice: CheckpointChoice | None, kind: str, component: str | None,
     host = read_host_memory()
     capacity = device.total_memory or host.total
     limit = typed_size("memory_limit")
+    guard = data.guard_limits(typed_size("memory_budget"), typed_size("memory_floor"), host.total)
     found = fit.walls(in_use=host.in_use, capacity=capacity, limit=limit,
                       limit_baseline=(data.worker_baseline(db) or 0) if limit else 0,
-                      budget=typed_size("memory_budget"), floor=typed_size("memory_floor"))
+                      budget=guard.budget, floor=guard.floor)
     guess = fit.forecast(mode, fit.mode_peaks(choice.bytes_to_place(kind, component)), found)
     st.altair_chart(
         fit_bar(host.in_use, guess.predicted_peak, host.in_use + guess.wall.allowance,
@@ -337,6 +338,8 @@ def fit_panel(choice: CheckpointChoice | None, kind: str, component: str | None,
     notes = []
     if limit:
         notes.append("A memory limit counts the worker's own memory (its first sample in the last load) as well.")
+    if guard.floor is not None and not typed_size("memory_floor"):
+        notes.append(f"The guard's configured floor ({fmt.gib(guard.floor)} of MemAvailable) applies.")
     if dtype != DTYPES[0]:
         notes.append("The forecast uses the checkpoint's bytes; a dtype change scales what is placed.")
     if kind == "generate":

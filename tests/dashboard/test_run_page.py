@@ -162,3 +162,13 @@ def test_the_forecast_honours_the_typed_memavailable_floor(fresh_db, tiny_checkp
     at.text_input(key="run_memory_floor").input(f"{read_host_memory().total // 2**20}MiB").run()
     refusal = next(e.value for e in at.error if e.value.startswith("Will not fit"))
     assert "MemAvailable floor: predicted peak" in refusal
+
+
+def test_an_empty_floor_field_forecasts_with_the_configured_floor(fresh_db, tiny_checkpoint, monkeypatch):
+    from dashboard.host import read_host_memory
+
+    monkeypatch.setenv("DRAINBOARD_MEMORY_FLOOR", f"{read_host_memory().total // 2**20}MiB")
+    at = run_page().run()
+    refusal = next(e.value for e in at.error if e.value.startswith("Will not fit"))
+    assert "MemAvailable floor: predicted peak" in refusal
+    assert any("The guard's configured floor" in c.value for c in at.caption)
