@@ -92,6 +92,6 @@ def _live() -> None:
     with bar:
         st.altair_chart(pool_bar(host, axis=False), width="stretch")
         st.caption(
-            f"System in use {fmt.gib(host.in_use)} of {fmt.gib(host.total)} · page cache {fmt.gib(host.cached)}"
-            f" · {pool_caption(data.devices())}"
+            f"System in use {fmt.gib(host.in_use)} of {fmt.gib(host.total)} · MemAvailable {fmt.gib(host.available)}"
+            f" · MemFree {fmt.gib(host.free)} · page cache {fmt.gib(host.cached)} · {pool_caption(data.devices())}"
         )

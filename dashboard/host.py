@@ -100,9 +100,10 @@ def parse_pressure(text: str, *, source: str = str(PRESSURE)) -> Pressure:
         raise ValueError(f"{source}: expected 'some' and 'full' lines with avg10= and avg60=, got {text[:120]!r}") from e
 
 
-def read_pressure(path: Path = PRESSURE) -> Pressure | None:
-    """PSI of the memory resource, or None where the kernel does not provide it
-    (built without CONFIG_PSI, booted with psi=0, or an older kernel)."""
+def read_pressure(path: Path | None = None) -> Pressure | None:
+    """PSI of the memory resource (`path` defaults to PRESSURE, read when called), or None where the
+    kernel does not provide it (built without CONFIG_PSI, booted with psi=0, or an older kernel)."""
+    path = path or PRESSURE
     try:
         text = path.read_text()
     except OSError:

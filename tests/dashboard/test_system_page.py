@@ -1,0 +1,40 @@
+"""The System page under AppTest: the pool as the kernel counts it, and memory pressure where the kernel reports it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_system_page_shows_in_use_available_free_and_cache_apart(fresh_db):
+    at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "system.py"), default_timeout=60).run()
+    assert not at.exception, at.exception
+    labels = [m.label for m in at.metric]
+    assert labels[:4] == ["System in use", "MemAvailable", "MemFree", "Page cache"]
+    assert all(m.value.endswith(("GiB", "MiB", "KiB")) for m in at.metric[:4])
+
+
+def test_system_page_says_what_cuda_free_follows_on_unified_memory(fresh_db, monkeypatch):
+    monkeypatch.setenv("DRAINBOARD_UNIFIED_MEMORY", "1")
+    at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "system.py"), default_timeout=60).run()
+    assert any("follows MemFree" in i.value for i in at.info)
+
+
+def test_system_page_charts_memory_pressure_from_psi(fresh_db, tmp_path, monkeypatch):
+    psi = tmp_path / "memory"
+    psi.write_text("some avg10=12.50 avg60=3.00 avg300=1.00 total=99\nfull avg10=2.25 avg60=0.50 avg300=0.10 total=9\n")
+    monkeypatch.setattr("dashboard.host.PRESSURE", psi)
+    at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "system.py"), default_timeout=60).run()
+    caption = next(c.value for c in at.caption if c.value.startswith("From /proc/pressure/memory"))
+    assert "12.50% of the time" in caption and "every task at once 2.25%" in caption
+    assert "% of time stalled" in str([chart.proto.spec for chart in at.get("vega_lite_chart")])
+
+
+def test_system_page_says_when_the_kernel_has_no_psi(fresh_db, tmp_path, monkeypatch):
+    monkeypatch.setattr("dashboard.host.PRESSURE", tmp_path / "absent")
+    at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "system.py"), default_timeout=60).run()
+    assert not at.exception, at.exception
+    assert any("does not report memory pressure" in c.value for c in at.caption)
