@@ -148,8 +148,22 @@ def build_spec(raw: Mapping[str, Any], config: Config, *, known_kinds: tuple[str
             _check_device_present(device, gpus, probe, problems)
     if values["sequential_components"] is not None and kind != "generate":
         problems.add("sequential_components", f"only applies to generate jobs, not {kind!r}")
+    _check_drop_page_cache(values, problems)
     problems.raise_any()
     return JobSpec(**values)
+
+
+def _check_drop_page_cache(values: Mapping[str, Any], problems: _Problems) -> None:
+    """Only a one-rank `stream` load drops pages it read (the loader's `drop_page_cache`): anywhere else the
+    switch would change nothing, so it is refused rather than ignored."""
+    if values["drop_page_cache"] is None:
+        return
+    if values["kind"] != "load":
+        problems.add("drop_page_cache", f"only load jobs apply it, not {values['kind']!r}")
+    elif values["mode"] != "stream":
+        problems.add("drop_page_cache", f"only the stream mode drops the page cache, not {values['mode']!r}")
+    elif values["gpus"] is not None and values["gpus"] > 1:
+        problems.add("drop_page_cache", f"sharded loads ({values['gpus']} GPUs) do not apply it")
 
 
 def _check_field_names(raw: Mapping[str, Any], problems: _Problems) -> None:

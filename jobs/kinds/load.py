@@ -31,7 +31,7 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     with ctx.stage("load"):
         _, report = load_checkpoint(
             spec.model, component=spec.component, mode=spec.mode, device=spec.device, dtype=spec.dtype,
-            roots=load_config().model_roots, on_tensor=on_tensor, probe=ctx.probe,
+            roots=load_config().model_roots, on_tensor=on_tensor, probe=ctx.probe, drop_page_cache=spec.drop_page_cache,
         )
     return report.to_dict()
 

@@ -31,6 +31,7 @@ def model(config, name="dummy.safetensors"):
         ({"drop_page_cache": "yes"}, "drop_page_cache", "must be true, false or unset"),
         ({"sequential_components": True}, "sequential_components", "only applies to generate jobs, not 'load'"),
         ({"device": "cuda"}, "device", "'cuda' is not available here"),
+        ({"drop_page_cache": True, "mode": "drain"}, "drop_page_cache", "only the stream mode drops the page cache"),
         ({"gpus": 2}, "gpus", "need a cuda device"),
         ({"offload": {"dit_cpu_ofload": False}}, "offload", "unknown flags dit_cpu_ofload"),
         ({"kind": "train"}, "kind", "unknown job kind 'train'"),
@@ -52,11 +53,17 @@ def test_bad_specs_are_refused_naming_the_field(config, fields, field, message):
 
 def test_memory_sizes_and_policy_switches_are_exact_and_round_trip_through_storage(db, config, tiny_model):
     spec = build_spec({"kind": "generate", "model": str(tiny_model), "generate": {"prompt": "a fox"},
-                       "memory_budget": "0.5GiB", "memory_floor": 3 * 2**30, "drop_page_cache": False,
-                       "sequential_components": True}, config)
-    assert (spec.memory_budget, spec.memory_floor) == (2**29, 3 * 2**30)
-    assert (spec.drop_page_cache, spec.sequential_components) == (False, True)
+                       "memory_budget": "0.5GiB", "memory_floor": 3 * 2**30, "sequential_components": True}, config)
+    assert (spec.memory_budget, spec.memory_floor, spec.sequential_components) == (2**29, 3 * 2**30, True)
     assert JobSpec.from_dict(get_job(db, enqueue(db, spec))["spec"]) == spec
+
+
+def test_drop_page_cache_is_refused_where_no_loader_would_apply_it(config, tiny_model):
+    with pytest.raises(JobSpecError) as caught:
+        build_spec({"kind": "generate", "model": str(tiny_model), "generate": {"prompt": "a fox"},
+                    "drop_page_cache": False}, config)
+    assert "drop_page_cache: only load jobs apply it, not 'generate'" in caught.value.errors
+    assert build_spec({"kind": "load", "model": model(config), "drop_page_cache": True}, config).drop_page_cache
 
 
 def test_a_spec_stored_before_the_memory_fields_existed_reads_back_with_policy_defaults(config):
