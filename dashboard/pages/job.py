@@ -11,8 +11,8 @@ from dashboard.host import memory_kind, read_host_memory
 from dashboard.views import jobs as jv
 from dashboard.views.query import QueryError, job_id as parse_job_id
 from dashboard.views.spec import generate_parameters, job_parameters, spec_checkpoint_name, spec_of
-from jobs.queue import JobStateError, cancel, enqueue
-from jobs.spec import JobSpecError, build_spec
+from jobs.queue import JobStateError, cancel, retry
+from jobs.spec import JobSpecError
 from storage.connections import connect
 
 LIVE_EVERY = 1.0  # seconds between live refreshes of the charts and cards
@@ -271,14 +271,13 @@ def draw_retry(job: dict) -> None:
     choices = jv.retry_choices(job)
     if not choices:
         return
-    spec = spec_of(job)
     st.subheader("Retry")
     for column, choice in zip(st.columns(len(choices) + 2), choices):
         if column.button(f"Retry with {choice}", key=f"retry_{choice}"):
-            raw = {**spec, **({} if choice == "same settings" else {"mode": choice})}
-            try:
-                new_id = enqueue(connect(db, ensure=False), build_spec(raw, data.config()), retry_of=job["id"])
-            except JobSpecError as e:
+            changes = {} if choice == "same settings" else {"mode": choice}
+            try:  # the one retry path: the stored spec is validated again, as the CLI's retry does
+                new_id = retry(connect(db, ensure=False), job["id"], data.config(), changes=changes)
+            except (JobSpecError, JobStateError) as e:
                 st.error(str(e))
             else:
                 data.jobs.clear()
