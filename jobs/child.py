@@ -118,13 +118,18 @@ def _close_quietly_if_full(ctx) -> None:
         if not _disk_full(e):
             raise
 
+def main(job_id: int) -> int:
+    """Run the job and return the exit code, a full disk included (the database may refuse even the first writes)."""
+    try:
+        return run_job(job_id)
+    except Exception as e:
+        if not _disk_full(e):
+            raise
+        return EXIT_DISK_FULL
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 2 or not sys.argv[1].isdigit():
         print("usage: python -m jobs.child JOB_ID", file=sys.stderr)
         sys.exit(EXIT_INVALID_SPEC)
-    try:
-        sys.exit(run_job(int(sys.argv[1])))
-    except Exception as e:  # the database refused even the job's first writes
-        if not _disk_full(e):
-            raise
-        sys.exit(EXIT_DISK_FULL)
+    sys.exit(main(int(sys.argv[1])))

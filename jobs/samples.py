@@ -77,6 +77,9 @@ class DatabaseSink:
 class PipeSink:
     """Writes each sample as one JSON line to the supervisor's pipe (`fd`); the first line carries `t0`.
 
+    A sample line is a list: rank, stage, tensors_placed, bytes_placed, tensor_name, then the
+    `MemorySample` fields in order (a list, not a dict: `dataclasses.asdict` would cost more than the write).
+
     A line is far below PIPE_BUF, so lines from the sampler thread and the job's thread never interleave.
     """
 
@@ -86,7 +89,7 @@ class PipeSink:
         self._lock = threading.Lock()
         self._write({"t0": t0})
 
-    def _write(self, message: dict) -> None:
+    def _write(self, message: dict | list) -> None:
         line = (json.dumps(message, separators=(",", ":")) + "\n").encode()
         with self._lock:
             if self._fd is None:
@@ -95,8 +98,9 @@ class PipeSink:
 
     def add(self, sample: MemorySample, *, rank: int = 0, stage: str | None = None, tensors_placed: int | None = None,
             bytes_placed: int | None = None, tensor_name: str | None = None) -> None:
-        self._write({"rank": rank, "stage": stage, "tensors_placed": tensors_placed, "bytes_placed": bytes_placed,
-                     "tensor_name": tensor_name, "sample": sample.to_dict()})
+        self._write([rank, stage, tensors_placed, bytes_placed, tensor_name, sample.t, sample.vm_rss, sample.rss_anon,
+                     sample.rss_file, sample.vm_hwm, sample.mem_available, sample.device_allocated,
+                     sample.device_reserved, sample.cgroup_usage])
 
     def flush(self) -> None:
         """Nothing to do: every sample left the process when it was added."""
@@ -149,7 +153,7 @@ class SampleRelay:
                 message = json.loads(line)
             except ValueError:
                 continue  # a line cut short by a kill mid-write: nothing to keep
-            if "t0" in message:
+            if isinstance(message, dict) and "t0" in message:
                 self.t0 = message["t0"]
                 if self._on_start is not None:
                     self._on_start()
@@ -169,11 +173,12 @@ class SampleRelay:
         if free < ROOM_KEPT:
             raise DiskFullError(f"disk full: {free:,} bytes free for {self._db_path}, below the "
                                 f"{ROOM_KEPT:,} kept to record the job's end")
-        rank = message.pop("rank", 0)
+        rank, stage, tensors_placed, bytes_placed, tensor_name, *sample = message
         writer = self._writers.get(rank)
         if writer is None:
             writer = self._writers[rank] = SampleWriter(self._db_path, self._job_id, t0=self.t0, rank=rank)
-        writer.add(MemorySample(**message.pop("sample")), **message)
+        writer.add(MemorySample(*sample), stage=stage, tensors_placed=tensors_placed, bytes_placed=bytes_placed,
+                   tensor_name=tensor_name)
         self.last = writer.last
 
     def close(self, timeout: float = 10.0) -> None:

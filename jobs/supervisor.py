@@ -13,7 +13,6 @@ dashboard calls `ensure_supervisor` to start one, detached, when none is alive.
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import json
 import os
@@ -31,11 +30,13 @@ import sqlite_utils
 
 from jobs.cgroups import CgroupError, JobCgroup, create_job_cgroup, job_cgroup_name, sweep_job_cgroups
 from jobs.child import ENV_CGROUP_USAGE, EXIT_DISK_FULL, EXIT_DONE, EXIT_INVALID_SPEC
+from jobs.forkserver import ForkedChild, ForkServer
 from jobs.guard import GuardLimits, GuardTrip, Meminfo, MemoryGuard, host_has_unified_memory, job_limits, read_meminfo
 from jobs.liveness import boot_id, is_same_process, pid_alive, process_start
 from jobs.outcome import describe_sample, guard_error, kill_reason
 from jobs.queue import claim, finish
 from jobs.samples import ENV_SAMPLE_FD, SampleRelay, open_sample_pipe
+from jobs.setup import prepare_child
 from jobs.spec import JobSpec
 from loader.diskspace import free_bytes, is_disk_full
 from loader.errors import DiskFullError
@@ -50,16 +51,16 @@ HEARTBEAT_INTERVAL = 1.0
 """Seconds between heartbeat writes (the supervisor's row and its job's), and between recovery passes."""
 STALE_AFTER = 10.0
 """A supervisor, or a running job, whose heartbeat is older than this is taken for dead."""
-CHILD_OOM_SCORE_BONUS = 500
-"""Added to the child's oom_score_adj so the kernel picks the job before the supervisor or dashboard."""
-_PR_SET_PDEATHSIG = 1
+START_METHODS = ("fork", "spawn")
+"""How a job child starts: forked by the fork server (`jobs.forkserver`, imports paid once), or a fresh
+`python -m jobs.child` (imports paid per job; what the fork server is measured against)."""
 _HOST = socket.gethostname()
 
 
 @dataclass
 class _Running:
     job_id: int
-    process: subprocess.Popen
+    process: subprocess.Popen | ForkedChild
     log_path: Path
     cgroup: JobCgroup | None
     relay: SampleRelay
@@ -67,7 +68,7 @@ class _Running:
     term_sent_at: float | None = None
 
 
-def _send(process: subprocess.Popen, sig: int) -> None:
+def _send(process: subprocess.Popen | ForkedChild, sig: int) -> None:
     """Signal the child unless it has already been reaped (Popen checks, so a recycled pid is safe)."""
     try:
         process.send_signal(sig)
@@ -80,11 +81,17 @@ class Supervisor:
 
     `grace` is how long a cancelled child gets between SIGTERM and SIGKILL.
     `read_meminfo` is the memory guard's reader of /proc/meminfo (tests pass a fake).
+    `start_method` is how job children start (`START_METHODS`); the fork server
+    starts with the supervisor, so its imports are done before the first job.
     """
 
     def __init__(self, config: Config, *, grace: float = 5.0, python: str = sys.executable,
-                 read_meminfo: Callable[[], Meminfo] = read_meminfo):
+                 read_meminfo: Callable[[], Meminfo] = read_meminfo, start_method: str = "fork"):
+        if start_method not in START_METHODS:
+            raise ValueError(f"start_method must be one of {', '.join(START_METHODS)}, got {start_method!r}")
         self.config = config
+        self.start_method = start_method
+        self._fork_server: ForkServer | None = None
         self.grace = grace
         self.python = python
         self.read_meminfo = read_meminfo
@@ -106,6 +113,8 @@ class Supervisor:
             [self.id, os.getpid(), _HOST, now, now, self.boot_id],
         )
         self._last_heartbeat = now
+        if self.start_method == "fork" and self._fork_server is None:
+            self._fork_server = ForkServer(self.python, worker_env(self.config), str(REPO_ROOT))
         recovered = self.recover_interrupted(now)
         sweep_job_cgroups(supervisor_alive=pid_alive)
         return recovered
@@ -217,11 +226,7 @@ class Supervisor:
         read_fd, write_fd = open_sample_pipe()
         try:
             with open(log_path, "wb") as log:
-                process = subprocess.Popen(
-                    [self.python, "-m", "jobs.child", str(job["id"])],
-                    cwd=REPO_ROOT, env=self._child_env(cgroup, write_fd), stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=subprocess.STDOUT, pass_fds=(write_fd,), preexec_fn=_child_setup(cgroup),
-                )
+                process = self._start_child(job["id"], cgroup, log, write_fd)
         finally:
             os.close(write_fd)  # the child holds the only write end: its exit ends the relay's stream
         guard = None
@@ -235,6 +240,19 @@ class Supervisor:
         self.db.execute("UPDATE jobs SET pid = ?, pid_start = ? WHERE id = ?",
                         [process.pid, process_start(process.pid), job["id"]])
         self._heartbeat(time.time())
+
+    def _start_child(self, job_id: int, cgroup: JobCgroup | None, log, sample_fd: int):
+        """The job's child process (a Popen, or the fork server's `ForkedChild`)."""
+        env = self._child_env(cgroup, sample_fd)
+        procs = str(cgroup.procs_file) if cgroup else None
+        if self.start_method == "fork":
+            if self._fork_server is None or not self._fork_server.alive():
+                self._fork_server = ForkServer(self.python, worker_env(self.config), str(REPO_ROOT))
+            return self._fork_server.spawn(job_id, env, log.fileno(), sample_fd, procs)
+        return subprocess.Popen(
+            [self.python, "-m", "jobs.child", str(job_id)], cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
+            stdout=log, stderr=subprocess.STDOUT, pass_fds=(sample_fd,), preexec_fn=lambda: prepare_child(procs),
+        )
 
     def _guard_limits(self, spec: JobSpec) -> GuardLimits:
         """The memory guard's budget and floor for `spec` (the unified-memory probe only when it matters)."""
@@ -360,6 +378,9 @@ class Supervisor:
                 finish(self.db, running.job_id, "interrupted", error=f"interrupted: the supervisor was stopped; {last}")
             self.db.execute("UPDATE supervisors SET stopped_at = ?, current_job = NULL WHERE id = ?",
                             [time.time(), self.id])
+            if self._fork_server is not None:
+                self._fork_server.close()
+                self._fork_server = None
         except Exception as e:
             if not (is_database_full(e) or is_disk_full(e)):
                 raise
@@ -399,31 +420,6 @@ def worker_env(config: Config) -> dict[str, str]:
         env["DRAINBOARD_MEMORY_FLOOR"] = config.memory_floor
     env.pop("DRAINBOARD_CONFIG", None)
     return env
-
-
-def _child_setup(cgroup: JobCgroup | None):
-    """Runs in the child between fork and exec: join the cgroup, die with the supervisor, be the OOM victim."""
-    procs_file = str(cgroup.procs_file) if cgroup else None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        libc = None
-
-    def setup() -> None:
-        if procs_file:
-            with open(procs_file, "w") as f:
-                f.write(str(os.getpid()))
-        if libc is not None:
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        try:
-            with open("/proc/self/oom_score_adj", "r+") as f:
-                current = int(f.read())
-                f.seek(0)
-                f.write(str(min(1000, current + CHILD_OOM_SCORE_BONUS)))
-        except OSError:
-            pass
-
-    return setup
 
 
 def _say(line: str) -> None:

@@ -63,7 +63,8 @@ class SampleWriter:
 
     `t0` is the job's start on the samples' clock (`MemorySample.t`); stored
     `t` is seconds since then. Thread-safe: the periodic sampler's thread and
-    the job's thread may both call `add`.
+    the job's thread may both call `add`. `durable=False` skips the fsync per
+    batch (for benchmarks comparing the two).
     """
 
     def __init__(
@@ -76,6 +77,7 @@ class SampleWriter:
         batch_size: int = 256,
         flush_interval: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
+        durable: bool = True,
     ):
         self.job_id = job_id
         self.rank = rank
@@ -83,7 +85,7 @@ class SampleWriter:
         self._batch_size = batch_size
         self._flush_interval = flush_interval
         self._clock = clock
-        self._db = connect(db_path, check_same_thread=False, durable=True)
+        self._db = connect(db_path, check_same_thread=False, durable=durable)
         last = self._db.execute(
             "SELECT max(seq) FROM samples WHERE job_id = ? AND rank = ?", [job_id, rank]
         ).fetchone()[0]

@@ -39,7 +39,7 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
 def _run_sharded(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     """`spec.gpus` ranks, each reading only its slices; every rank's samples recorded under its rank.
 
-    The metrics are the aggregate (DESIGN.md names) plus a `ranks` list of per-rank reports.
+    The metrics are the aggregate (the load report's metric names) plus a `ranks` list of per-rank reports.
     """
     from loader.sharded.launch import launch_sharded
 
