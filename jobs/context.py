@@ -62,12 +62,10 @@ class JobContext:
 
     def event(self, kind: str, message: str, *, data: dict[str, Any] | None = None) -> None:
         """Record an event (stage_start, stage_end, decision, device, warning, ...) at the current time."""
+        row = {"job_id": self.job_id, "t": self.seconds(), "created_at": time.time(), "kind": kind,
+               "stage": self._stage, "message": message, "data": json.dumps(data) if data is not None else None}
         with self._lock:
-            self._db.execute(
-                "INSERT INTO events (job_id, t, created_at, kind, stage, message, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [self.job_id, self.seconds(), time.time(), kind, self._stage, message,
-                 json.dumps(data) if data is not None else None],
-            )
+            self._db["events"].insert(row)
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:

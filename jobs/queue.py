@@ -26,11 +26,9 @@ class JobStateError(DrainboardError):
 
 def enqueue(db: sqlite_utils.Database, spec: JobSpec, *, retry_of: int | None = None) -> int:
     """Queue a validated spec; returns the new job's id."""
-    cursor = db.execute(
-        "INSERT INTO jobs (kind, spec, status, created_at, retry_of) VALUES (?, ?, 'queued', ?, ?)",
-        [spec.kind, json.dumps(spec.to_dict()), time.time(), retry_of],
-    )
-    return cursor.lastrowid
+    row = {"kind": spec.kind, "spec": json.dumps(spec.to_dict()), "status": "queued", "created_at": time.time(),
+           "retry_of": retry_of}
+    return db["jobs"].insert(row).last_rowid
 
 
 def submit(db: sqlite_utils.Database, raw: Mapping[str, Any], config: Config) -> int:

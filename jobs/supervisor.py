@@ -108,10 +108,8 @@ class Supervisor:
     def start(self, now: float | None = None) -> list[int]:
         """Register the heartbeat row, end the jobs of dead supervisors and sweep their cgroups; returns those ids."""
         now = time.time() if now is None else now
-        self.db.execute(
-            "INSERT INTO supervisors (id, pid, host, started_at, heartbeat_at, boot_id) VALUES (?, ?, ?, ?, ?, ?)",
-            [self.id, os.getpid(), _HOST, now, now, self.boot_id],
-        )
+        self.db["supervisors"].insert({"id": self.id, "pid": os.getpid(), "host": _HOST, "started_at": now,
+                                       "heartbeat_at": now, "boot_id": self.boot_id})
         self._last_heartbeat = now
         if self.start_method == "fork" and self._fork_server is None:
             self._fork_server = ForkServer(self.python, worker_env(self.config), str(REPO_ROOT))
@@ -352,11 +350,9 @@ class Supervisor:
         """The guard's stop as a job event at the moment of the trip (drawn on the Job chart like an OOM kill)."""
         t0 = running.relay.t0
         t = trip.at - t0 if t0 is not None else (trip.sample or {}).get("t", 0.0)
-        self.db.execute(
-            "INSERT INTO events (job_id, t, created_at, kind, stage, message, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [running.job_id, t, time.time(), "memory_guard", (trip.sample or {}).get("stage"),
-             f"memory guard: {trip.message}", json.dumps(trip.to_dict())],
-        )
+        self.db["events"].insert({"job_id": running.job_id, "t": t, "created_at": time.time(), "kind": "memory_guard",
+                                  "stage": (trip.sample or {}).get("stage"), "message": f"memory guard: {trip.message}",
+                                  "data": json.dumps(trip.to_dict())})
 
     def stop(self) -> None:
         """Stop the running child (its job becomes interrupted) and sign off.

@@ -68,10 +68,7 @@ def record_artifact(db: sqlite_utils.Database, data_dir: str | Path, job_id: int
         "media_type": MEDIA_TYPES[path.suffix],
         "created_at": time.time(),
     }
-    db.execute(
-        "INSERT OR REPLACE INTO artifacts (job_id, name, size, media_type, created_at) VALUES (?, ?, ?, ?, ?)",
-        list(row.values()),
-    )
+    db["artifacts"].insert(row, replace=True)
     return row
 
 

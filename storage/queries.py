@@ -78,7 +78,8 @@ def last_sample(db: sqlite_utils.Database, job_id: int) -> dict | None:
 def samples_since(
     db: sqlite_utils.Database, job_id: int, since_seq: int = -1, *, rank: int = 0, limit: int = 10_000
 ) -> list[dict]:
-    """Samples with seq > `since_seq`, in order: what a live view appends to what it has."""
+    """Samples of one rank with seq > `since_seq`, in order: a job's first samples (the dashboard's
+    baseline), or what a live view appends to what it has."""
     return list(
         db.query(
             "SELECT * FROM samples WHERE job_id = ? AND rank = ? AND seq > ? ORDER BY seq LIMIT ?",

@@ -8,7 +8,7 @@ from typing import Any
 
 from jobs.context import JobContext
 from jobs.kinds import job_kind
-from jobs.kinds.policy import decide_offload
+from jobs.probe import decide_offload
 from jobs.spec import JobSpec
 
 SAMPLE_INTERVAL = 0.1

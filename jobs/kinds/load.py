@@ -6,7 +6,7 @@ from typing import Any
 
 from jobs.context import JobContext
 from jobs.kinds import job_kind
-from jobs.kinds.policy import decide_offload
+from jobs.probe import decide_offload
 from jobs.spec import JobSpec
 
 

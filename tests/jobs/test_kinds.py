@@ -1,17 +1,34 @@
 import inspect
-from pathlib import Path
 
-from jobs.kinds import get_kind, kind_names
+import pytest
 
-TESTS = Path(__file__).parent
-TEST_KINDS_MODULE = "tests.jobs.kinds_for_tests"
+from jobs.kinds import get_kind, job_kind, kind_names
 
 
-def test_every_built_in_kind_has_a_docstring_and_a_test_named_for_it(monkeypatch):
+def test_the_built_in_kinds_are_listed_documented_and_found_by_name(monkeypatch):
     monkeypatch.delenv("DRAINBOARD_KIND_MODULES", raising=False)
-    sources = "\n".join(p.read_text() for p in TESTS.glob("test_*.py"))
-    names = [n for n in kind_names() if get_kind(n).__module__ != TEST_KINDS_MODULE]
-    assert {"generate", "load"} <= set(names)
-    for name in names:
-        assert inspect.getdoc(get_kind(name)), f"job kind {name!r} has no docstring"
-        assert f"def test_kind_{name}" in sources, f"job kind {name!r} has no test_kind_{name}"
+    assert {"generate", "load"} <= set(kind_names())
+    for name in ("generate", "load"):
+        run = get_kind(name)
+        assert run.__module__ == f"jobs.kinds.{name}"
+        assert inspect.getdoc(run), f"job kind {name!r} has no docstring"
+        assert list(inspect.signature(run).parameters) == ["spec", "ctx"]
+
+
+def test_a_module_named_in_the_environment_adds_its_kinds(monkeypatch):
+    monkeypatch.setenv("DRAINBOARD_KIND_MODULES", " tests.jobs.kinds_for_tests , ")
+    assert {"steps", "fail", "allocate"} <= set(kind_names())
+    assert get_kind("steps").__module__ == "tests.jobs.kinds_for_tests"
+
+
+def test_an_unknown_kind_names_the_known_ones_and_a_name_cannot_be_registered_twice(monkeypatch):
+    monkeypatch.delenv("DRAINBOARD_KIND_MODULES", raising=False)
+    with pytest.raises(KeyError, match=r"unknown job kind 'lod'; known: .*generate, load"):
+        get_kind("lod")
+
+    def other(spec, ctx):
+        """Not the load kind."""
+
+    with pytest.raises(ValueError, match="job kind 'load' is already registered by jobs.kinds.load"):
+        job_kind("load")(other)
+    assert job_kind("load")(get_kind("load")) is get_kind("load")  # the same function again is harmless
