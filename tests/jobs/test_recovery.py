@@ -114,7 +114,7 @@ def test_a_job_running_when_the_host_restarted_ends_interrupted_saying_so_with_i
 
 
 def test_the_spawned_supervisor_is_detached_so_it_never_becomes_our_zombie(config, db):
-    status = ensure_supervisor(config)
+    status = ensure_supervisor(config, wait=90)  # a loaded 2-core box takes a while to import torch
     assert status["alive"], open(config.data_dir / "worker.log").read()
     pid = status["pid"]
     try:
