@@ -17,6 +17,7 @@ from .checkpoint import discover_checkpoint
 from . import device_cli
 from .command_line import CliParser, run_cli
 from .placement import known_placements
+from .model_registry import load_builder_plugins
 from .report import TensorPlaced
 
 _GiB = 1024**3
@@ -70,15 +71,17 @@ def _load(args: argparse.Namespace) -> int:
 
         return run_sharded_cli(args)
     progress = _ProgressBar() if sys.stderr.isatty() else None
-    _, report = load_checkpoint(
+    if args.builder_plugins:
+        load_builder_plugins()
+    module, report = load_checkpoint(
         args.path, component=args.component, mode=args.mode, device=args.device, dtype=args.dtype,
         roots=args.root, on_tensor=progress, drop_page_cache=args.drop_page_cache,
     )
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps({**report.to_dict(), "module_class": type(module).__name__}, indent=2))
         return 0
     print(
-        f"{report.mode} on {report.device}: {report.tensors_placed}/{report.tensors_total} tensors,"
+        f"{type(module).__name__}, {report.mode} on {report.device}: {report.tensors_placed}/{report.tensors_total} tensors,"
         f" {report.bytes_placed / _GiB:.2f} GiB in {report.load_seconds:.2f} s ({report.throughput_gbps:.2f} GB/s)"
     )
     print(
@@ -134,5 +137,9 @@ def _add_root_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(build_parser(), argv)
+def main(argv: Sequence[str] | None = None, *, builder_plugins: bool = False) -> int:
+    """Run the command line; `builder_plugins` (what `python -m loader` passes) first loads the model
+    builder plugins present (`model_registry.load_builder_plugins`), so `load` builds their classes."""
+    parser = build_parser()
+    parser.set_defaults(builder_plugins=builder_plugins)
+    return run_cli(parser, argv)

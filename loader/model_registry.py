@@ -1,12 +1,17 @@
 """Known model classes: `config.json`'s `_class_name` -> a builder of the module skeleton.
 
-`models/` registers its classes here; the loader never imports `models/`.
-A checkpoint whose class is not registered gets a skeleton built from its own
-metadata instead (see the skeleton module).
+`models/` registers its classes here; the loader never imports `models/` as a
+dependency. Its command line loads the builder plugins that are present
+(`load_builder_plugins`): modules with a `register_builders()` function, found
+with `importlib.util.find_spec` and imported only then. A checkpoint whose class
+is not registered gets a skeleton built from its own metadata instead (see the
+skeleton module).
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -42,3 +47,26 @@ def get_model_builder(class_name: str | None) -> ModelBuilder | None:
     if class_name is None:
         return None
     return _BUILDERS.get(class_name)
+
+
+DEFAULT_BUILDER_MODULES: tuple[str, ...] = ("models.components",)
+"""Plugins the loader's command line loads when present: MiniMax H3's diffusers / transformers classes."""
+
+_loaded_plugins: set[str] = set()
+
+
+def load_builder_plugins(modules: tuple[str, ...] = DEFAULT_BUILDER_MODULES) -> list[str]:
+    """Import each present module of `modules` (once) and call its `register_builders()`; the names loaded."""
+    loaded = []
+    for name in modules:
+        if name not in _loaded_plugins:
+            try:
+                present = importlib.util.find_spec(name) is not None
+            except ModuleNotFoundError:
+                present = False
+            if not present:
+                continue
+            importlib.import_module(name).register_builders()
+            _loaded_plugins.add(name)
+        loaded.append(name)
+    return loaded

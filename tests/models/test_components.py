@@ -182,6 +182,23 @@ def test_the_loaders_registry_builds_diffusers_classes(h3_tiny: Path, monkeypatc
     assert not module.rope.inv_freq.is_meta and not report.missing
 
 
+def test_python_m_loader_load_builds_diffusers_class_through_the_builder_plugin(h3_tiny: Path):
+    done = subprocess.run([sys.executable, "-m", "loader", "load", str(h3_tiny), "--component", "transformer",
+                           "--dtype", "bf16", "--json"], capture_output=True, text=True, check=True)
+    report = json.loads(done.stdout)
+    assert report["module_class"] == DIFFUSERS["transformer"]
+    assert report["tensors_placed"] == 52 and not report["missing"] and not report["unexpected"]
+
+
+def test_builder_plugins_load_only_present_modules(monkeypatch):
+    from loader import model_registry
+
+    monkeypatch.setattr(model_registry, "_BUILDERS", dict(model_registry._BUILDERS))
+    monkeypatch.setattr(model_registry, "_loaded_plugins", set())
+    assert model_registry.load_builder_plugins(("no_such_package.builders", "models.components")) == ["models.components"]
+    assert model_registry.get_model_builder("AutoencoderKLMiniMaxH3Audio") is not None
+
+
 def test_loader_inspect_lists_every_component_with_its_class(h3_tiny: Path):
     done = subprocess.run([sys.executable, "-m", "loader", "inspect", str(h3_tiny), "--json"],
                           capture_output=True, text=True, check=True)
