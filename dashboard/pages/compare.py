@@ -53,7 +53,8 @@ def draw_chart(jobs: list[dict], summaries: dict[int, dict]) -> None:
     default_y = "× checkpoint" if all_loads else "GiB"
     x_axis = c1.segmented_control("x", ["% placed", "seconds"], default=default_x, key="compare_x") or default_x
     y_axis = c2.segmented_control("y", ["GiB", "× checkpoint"], default=default_y, key="compare_y") or default_y
-    subtract = c3.toggle("Subtract each job's starting use", value=all_loads, key="compare_subtract")
+    subtract = c3.toggle("Subtract start", value=all_loads, key="compare_subtract",
+                         help="Subtract each job's first sample from its curves, so jobs that began at different use line up")
     whole_pool = c4.toggle("Whole pool on y", value=False, key="compare_pool")
     frames = []
     for job in jobs:
@@ -113,8 +114,8 @@ def main() -> None:
         st.stop()
     mixed = checkpoints_of(jobs)
     if len(mixed) > 1:
-        st.warning(f"Different checkpoints: {', '.join(mixed)}. Their curves are drawn, but ratios against the "
-                   "reference are given only for jobs of its own checkpoint.")
+        st.warning(f"Different checkpoints or job kinds: {', '.join(mixed)}. Their curves are drawn, but ratios "
+                   "against the reference are given only for jobs of its own checkpoint and kind.")
     summaries: dict[int, dict] = {}
     draw_chart(jobs, summaries)
     draw_tables(jobs, summaries)

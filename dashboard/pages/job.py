@@ -19,8 +19,7 @@ LIVE_EVERY = 1.0  # seconds between live refreshes of the charts and cards
 LIVE_KEY = "job_live"  # session key: id of the job whose live timer runs (cleared once it is final)
 X_LABELS = {"placed": "bytes", "% placed": "percent", "seconds": "seconds"}
 Y_LABELS = {"Above baseline": "baseline", "Fit data": "data", "Whole pool": "pool"}
-LONG_ERROR_LINES = 6
-"""An error with more lines than this opens in an expander (its first lines stay in view)."""
+LONG_ERROR_LINES = 6  # an error with more lines opens in an expander (its first lines stay in view)
 
 db = data.db_path()
 host = read_host_memory()
@@ -54,10 +53,12 @@ def chosen_job() -> dict:
 
 
 def job_sizes(job: dict) -> tuple[int | None, int | None]:
-    """(bytes the job places, capacity of its device's memory)."""
+    """(bytes the job places, capacity of its device's memory). A total its own samples have
+    passed is not the job's (the checkpoint changed since): None then, rather than "280000% placed"."""
     device = data.device_info(spec_of(job).get("device", "cpu"))
     total = (job.get("metrics") or {}).get("bytes_placed") or data.expected_bytes(job)
-    return total, device.total_memory or host.total
+    placed = (data.last_sample(db, job["id"]) or {}).get("bytes_placed") or 0
+    return (total if total and placed <= total else None), device.total_memory or host.total
 
 
 def draw_header(job: dict, total_bytes: int | None) -> None:
@@ -75,8 +76,8 @@ def draw_header(job: dict, total_bytes: int | None) -> None:
     st.caption(" · ".join(str(part) for part in parts if part))
     asked = generate_parameters(job)
     if asked:
-        st.markdown(f"**Prompt:** {asked['prompt']}  \n**Seed** {asked['seed']} · {asked['frames']} frames · "
-                    f"{asked['size']} · {asked['steps']} steps · guidance {asked['guidance']}")
+        st.markdown(f"**Prompt:** {asked['prompt']}  \n**Seed** {asked['seed']} · **frames** {asked['frames']} · "
+                    f"**size** {asked['size']} · **steps** {asked['steps']} · **guidance** {asked['guidance']}")
     draw_lineage(job)
 
 
@@ -106,11 +107,11 @@ def draw_outcome(job: dict, total_bytes: int | None) -> None:
 
 def draw_actions(job: dict, live: bool) -> None:
     """Cancel while it runs; edit-and-re-queue always (the Run form, pre-filled from this job)."""
-    left, right, _ = st.columns([1, 1, 4])
-    if left.button("Edit and re-queue", key="job_edit", icon=":material/edit:",
-                   help="Open the Run form filled in with this job's parameters"):
+    row = st.container(horizontal=True)
+    if row.button("Edit and re-queue", key="job_edit", icon=":material/edit:",
+                  help="Open the Run form filled in with this job's parameters"):
         nav.goto("run", **{"from": str(job["id"])})
-    if live and right.button("Cancel job", type="secondary", key="job_cancel"):
+    if live and row.button("Cancel job", type="secondary", key="job_cancel"):
         try:
             now = cancel(connect(db, ensure=False), job["id"])
             st.toast(f"Job {job['id']}: {'cancelled' if now == 'cancelled' else 'cancel requested'}")
@@ -125,7 +126,7 @@ def draw_controls(job: dict, total_bytes: int | None, live: bool) -> tuple[str, 
     stage by stage, so it has only the seconds view (a placed axis would stay empty)."""
     placed_unit = fmt.size_unit(total_bytes)[0]
     x_options = list(X_LABELS) if job["kind"] == "load" else ["seconds"]
-    controls = st.columns([2, 3, 1])
+    controls = st.columns([3, 3, 2])
     x_choice = controls[0].segmented_control(
         "x axis",
         x_options,
@@ -143,7 +144,7 @@ def draw_controls(job: dict, total_bytes: int | None, live: bool) -> tuple[str, 
         help="Above baseline: each series minus its first sample, so the curves show what this job added "
         "(on the placed axis the dotted diagonal is the model itself, 1.0×). Fit data and Whole pool show absolute use.",
     ) or default_fit
-    paused = controls[2].toggle("Pause live updates", value=False, disabled=not live, key="job_pause")
+    paused = live and controls[2].toggle("Pause live updates", value=False, key="job_pause")
     return x_choice, fit, paused
 
 
@@ -192,7 +193,7 @@ def draw_cards(job: dict, stats: jv.LiveStats, samples, events, total_bytes: int
             delta_color=card.delta_color,
             help=card.help,
             border=True,
-            chart_data=spark.tolist() if card.label == "Peak system in use" and spark is not None else None,
+            chart_data=spark.tolist() if card.label == "Peak in use" and spark is not None else None,
             chart_type="area",
         )
 
@@ -245,7 +246,7 @@ def draw_video(job: dict) -> None:
         st.info(f"No video: the job was {job['status']} before it wrote one.")
     if job["status"] != "succeeded":
         st.caption("Last sample")
-        st.dataframe(jv.last_sample_table(data.last_sample(db, job["id"]), host.total), hide_index=True, width="stretch")
+        st.table(jv.last_sample_table(data.last_sample(db, job["id"]), host.total).set_index("field"))
 
 
 def draw_details(job: dict) -> None:
@@ -272,8 +273,9 @@ def draw_retry(job: dict) -> None:
     if not choices:
         return
     st.subheader("Retry")
-    for column, choice in zip(st.columns(len(choices) + 2), choices):
-        if column.button(f"Retry with {choice}", key=f"retry_{choice}"):
+    row = st.container(horizontal=True)
+    for choice in choices:
+        if row.button(f"Retry with {choice}", key=f"retry_{choice}"):
             changes = {} if choice == "same settings" else {"mode": choice}
             try:  # the one retry path: the stored spec is validated again, as the CLI's retry does
                 new_id = retry(connect(db, ensure=False), job["id"], data.config(), changes=changes)
@@ -289,11 +291,11 @@ def draw_downloads(job_id: int) -> None:
     st.subheader("Downloads")
     artifacts = data.artifacts(db, job_id)
     files = [a for a in artifacts if a["name"].endswith((".mp4", ".log"))]
-    columns = st.columns(max(4, len(files) + 2))
-    for column, artifact in zip(columns, files):
+    row = st.container(horizontal=True)
+    for artifact in files:
         path = data.artifact_path(job_id, artifact["name"])
         video = artifact["name"].endswith(".mp4")
-        column.download_button(
+        row.download_button(
             f"{'Video (MP4' if video else 'Worker log (' + artifact['name']}, {fmt.gib(artifact['size'], 1)})",
             data=path.read_bytes,
             file_name=f"drainboard-job{job_id}-{artifact['name']}",
@@ -302,7 +304,7 @@ def draw_downloads(job_id: int) -> None:
             icon=":material/movie:" if video else ":material/description:",
             key=f"download_{artifact['name']}",
         )
-    columns[len(files)].download_button(
+    row.download_button(
         "Samples (CSV)",
         data=lambda: data.samples_csv(db, job_id),
         file_name=f"drainboard-job{job_id}-samples.csv",
@@ -310,7 +312,7 @@ def draw_downloads(job_id: int) -> None:
         on_click="ignore",
         icon=":material/table:",
     )
-    columns[len(files) + 1].download_button(
+    row.download_button(
         "Events (JSONL)",
         data=lambda: "".join(json.dumps(row, default=str) + "\n" for row in data.events(db, job_id).to_dict("records")),
         file_name=f"drainboard-job{job_id}-events.jsonl",

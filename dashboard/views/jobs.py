@@ -267,14 +267,15 @@ def metric_cards(
     rate = fmt.rate_gbps(throughput) if throughput else (fmt.rate(stats.throughput) if stats.throughput else None)
     delta = rate
     if total_bytes:
-        delta = f"{fmt.percent(stats.bytes_placed / total_bytes)} of {fmt.gib(total_bytes)}" + (f" · {rate}" if rate else "")
+        delta = f"{fmt.percent(stats.bytes_placed / total_bytes)}" + (f" · {rate}" if rate else "")
     cards = [
         Card(
             "Placed",
             fmt.gib(stats.bytes_placed),
             delta=delta,
             delta_color="off",
-            help="destination bytes written, in the target dtype; the rate is bytes read per second / 1e9 (GB/s)",
+            help="destination bytes written, in the target dtype, and the share of the job's total (in the header); "
+            "the rate is bytes read per second / 1e9 (GB/s)",
         ),
         _peak_in_use_card(stats),
         _footprint_card(metrics.get("footprint_ratio"), stats, job["status"] if ended_unfinished else None, previous),
@@ -301,9 +302,11 @@ def _footprint_card(final: float | None, stats: LiveStats, unfinished: str | Non
     comparable job, is neutral when nothing changed."""
     footprint = final if final is not None else stats.footprint
     value = fmt.ratio(footprint)
-    if unfinished and final is None:
-        value = f"{fmt.ratio(stats.footprint)} (so far)" if stats.footprint else f"{fmt.MISSING} ({unfinished})"
     delta, color = None, "inverse"
+    if unfinished and final is None:
+        if stats.footprint:
+            return Card("Footprint ratio", value, delta=f"so far ({unfinished})", delta_color="off", help=FOOTPRINT_HELP)
+        value = f"{fmt.MISSING} ({unfinished})"
     prev_ratio = ((previous or {}).get("metrics") or {}).get("footprint_ratio")
     if footprint is not None and prev_ratio is not None:
         change = fmt.delta_ratio(footprint, prev_ratio)
@@ -330,9 +333,9 @@ def comparable_previous(job: dict, candidates: list[dict]) -> dict | None:
 
 def _peak_in_use_card(stats: LiveStats) -> Card:
     return Card(
-        "Peak system in use",
+        "Peak in use",
         fmt.gib(stats.peak_in_use),
-        help="max of MemTotal − MemAvailable over the job (/proc/meminfo); the whole machine, not just this job",
+        help="peak system in use: max of MemTotal − MemAvailable over the job (/proc/meminfo); the whole machine, not just this job",
     )
 
 
@@ -388,7 +391,7 @@ def _generate_cards(job: dict, stats: LiveStats, *, capacity: int | None, events
         _peak_in_use_card(stats),
         Card(
             "Peak footprint",
-            fmt.gib(peak, 2),
+            fmt.gib(peak),
             delta=f"in {peak_stage}" if peak_stage else None,
             delta_color="off",
             help="peak_footprint: max over the stages of VmRSS + GPU allocated"

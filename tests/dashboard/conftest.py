@@ -152,6 +152,7 @@ def _write_samples(db, job_id: int, samples: pd.DataFrame) -> None:
                         t=row.t, vm_rss=int(row.vm_rss), rss_anon=int(row.rss_anon), rss_file=int(row.rss_file),
                         vm_hwm=int(row.vm_hwm), mem_available=int(row.mem_available),
                         device_allocated=int(row.device_allocated), device_reserved=int(row.device_reserved),
+                        cgroup_usage=None if pd.isna(row.cgroup_usage) else int(row.cgroup_usage),
                     ),
                     stage=row.stage, tensors_placed=int(row.tensors_placed), bytes_placed=int(row.bytes_placed),
                     tensor_name=row.tensor_name,

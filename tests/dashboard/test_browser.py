@@ -1,6 +1,8 @@
 """The dashboard in a real browser: Debian's Chromium driven by Playwright against `streamlit run app.py`.
 
-Screenshots of every step go to tests/_artifacts/ so a failing run can be inspected.
+Screenshots of every step go to tests/_artifacts/ so a failing run can be inspected; the
+pages of a killed, a generate and compared jobs are also shot at 1024 and 1400 px, light and
+dark. Every wait is for a condition on the page, never a fixed sleep.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 pytestmark = pytest.mark.browser
 
@@ -133,9 +136,13 @@ def _queue_steps(page, base: str, kind_label: str) -> int:
     page.locator("[data-testid=stSelectbox]").filter(has_text="Checkpoint").click()
     page.get_by_role("option").filter(has_text="tiny").click()
     page.get_by_text("Components of tiny").wait_for()
-    page.get_by_role("radio", name=kind_label, exact=True).first.click()
-    page.wait_for_timeout(500)
-    page.get_by_role("button", name="Queue job").click()
+    choice = page.get_by_role("radio", name=kind_label, exact=True).first
+    if choice.get_attribute("aria-checked") != "true":  # clicking the chosen one would unselect it
+        choice.click()
+    expect(choice).to_be_checked()
+    queue = page.get_by_role("button", name="Queue job")
+    expect(queue).to_have_count(1)  # the rerun the choice started has replaced the stale form
+    queue.click()
     page.wait_for_url("**/job?job=*")
     return int(page.url.rsplit("=", 1)[1])
 
@@ -183,11 +190,120 @@ def test_a_newcomer_loads_generates_downloads_and_compares(dashboard, page, tmp_
     head = saved.read_bytes()[:12]
     assert head[4:8] == b"ftyp", head
 
+    # The generate job's page says what was asked for.
+    assert page.get_by_text("Prompt:").first.is_visible()
+    params = page.locator("[data-testid=stTable]").first
+    assert params.get_by_text("seed", exact=True).is_visible()
+
     page.goto(f"{base}/compare?jobs={load_id},{generate_id}")
     page.get_by_text("Reference job").wait_for()
-    page.locator("[data-testid=stVegaLiteChart] canvas, [data-testid=stVegaLiteChart] svg").first.wait_for()
-    page.wait_for_timeout(1500)
+    _wait_chart_drawn(page)
     _shot(page, "4-compare")
     table = page.locator("[data-testid=stDataFrame]").first
     assert table.is_visible()
     assert page.locator("[data-testid=stException]").count() == 0
+    for name, url in (("load", f"/job?job={load_id}"), ("generate", f"/job?job={generate_id}"),
+                      ("compare", f"/compare?jobs={load_id},{generate_id}"), ("history", "/history")):
+        _shoot_everywhere(page.context.browser, base + url, f"5-{name}", chart=name != "history",
+                          last="Events (JSONL)" if url.startswith("/job") else None)
+
+
+def _wait_chart_drawn(page, min_height: int = 100) -> None:
+    """Until a Vega chart has drawn something of at least `min_height` px (the frame's bar is smaller)."""
+    page.wait_for_function(
+        "(h) => Array.from(document.querySelectorAll('[data-testid=stVegaLiteChart]'))"
+        ".some(c => c.querySelector('canvas, svg') && c.getBoundingClientRect().height > h)",
+        arg=min_height,
+        timeout=30_000,
+    )
+
+
+def _shoot_everywhere(browser, url: str, name: str, *, chart: bool = True, last: str | None = None) -> None:
+    """Full-page screenshots of `url` at 1024 and 1400 px wide, in light and dark mode, once its
+    chart is drawn (`chart`) or else its first table is, and the button named `last` (the page's end) is there."""
+    for width in (1024, 1400):
+        for scheme in ("light", "dark"):
+            # Tall, since Streamlit scrolls inside its own container and a full-page shot stops at the viewport.
+            context = browser.new_context(viewport={"width": width, "height": 2400}, color_scheme=scheme)
+            shot = context.new_page()
+            shot.set_default_timeout(60_000)
+            try:
+                shot.goto(url)
+                shot.locator("h1").first.wait_for()
+                if chart:
+                    _wait_chart_drawn(shot)
+                else:
+                    shot.locator("[data-testid=stDataFrame] canvas").first.wait_for()
+                if last:
+                    shot.get_by_role("button", name=last).wait_for()
+                assert shot.locator("[data-testid=stException]").count() == 0
+                shot.screenshot(path=str(ARTIFACTS / f"{name}-{width}-{scheme}.png"), full_page=True)
+            finally:
+                context.close()
+
+
+KILL_CAUSE = (
+    "killed (SIGKILL) by the kernel OOM killer in the job's memory cgroup: limit 1.00 GiB reached (cgroup oom_kill "
+    "count 1); last sample at 3.9 s: stage load, tensor 40 of 96 (transformer_blocks.39.attn.to_q.weight), "
+    "VmRSS 1.08 GiB, MemAvailable 19.2 GiB"
+)
+"""How the supervisor words an OOM kill in a memory cgroup (jobs/supervisor.py)."""
+INTERNAL_NAMES = ("DESIGN", "UX.md", "STYLE.md")
+"""Documents of the people who build Drainboard, which its users never have."""
+
+
+def _add_killed_job(data: Path) -> int:
+    """A retain load OOM-killed in a 1 GiB cgroup at tensor 40 of 96, recorded as the supervisor records one."""
+    from storage.connections import connect
+    from tests.dashboard.conftest import add_job, make_samples
+
+    db = connect(data / "drainboard.db", ensure=False)
+    try:
+        samples = make_samples().iloc[:40]
+        return add_job(db, status="killed", mode="retain", model=str(data / "models" / "tiny"), signal="SIGKILL",
+                       error=KILL_CAUSE, memory_limit=2**30,
+                       samples=samples.assign(cgroup_usage=samples["vm_rss"]))
+    finally:
+        db.conn.close()
+
+
+def _assert_no_internal_names(page) -> None:
+    text = page.locator("body").inner_text()
+    for name in INTERNAL_NAMES:
+        assert name not in text, f"{name} shown on {page.url}"
+
+
+def test_a_killed_job_says_why_offers_edit_and_requeue_and_can_be_deleted(dashboard, page):
+    base, data = dashboard
+    job_id = _add_killed_job(data)
+    page.goto(f"{base}/job?job={job_id}")
+    banner = page.locator("[data-testid=stAlert]").filter(has_text="Killed (SIGKILL) by the OOM killer")
+    banner.wait_for()
+    _wait_chart_drawn(page, 300)
+    _shot(page, "6-killed-job")
+    assert banner.get_by_text("limit 1.00 GiB reached", exact=False).is_visible()
+    assert banner.get_by_text("tensor 40 of 96", exact=False).is_visible()
+    _assert_no_internal_names(page)
+    _shoot_everywhere(page.context.browser, f"{base}/job?job={job_id}", "6-killed-job", last="Events (JSONL)")
+
+    page.get_by_role("button", name="Edit and re-queue").click()
+    page.wait_for_url(f"**/?from={job_id}")
+
+    page.goto(f"{base}/history?status=Killed")
+    grid = page.locator("[data-testid=stDataFrame]").first
+    grid.wait_for()
+    _assert_no_internal_names(page)
+    delete = page.get_by_role("button", name="Delete (1)")
+    box = grid.bounding_box()
+    # The row's selection box: the first column of the first row (the grid draws on a canvas).
+    page.mouse.click(box["x"] + 18, box["y"] + 35 + 17)
+    delete.wait_for()
+    delete.click()
+    page.get_by_role("button", name="Delete for good").click()
+    page.get_by_text("Deleted 1 job(s)").wait_for()
+    _shot(page, "7-history-deleted")
+    assert not (data / "artifacts" / str(job_id)).exists()
+    for name in ("run", "system", "compare"):
+        page.goto(f"{base}/{'' if name == 'run' else name}")
+        page.locator("h1").first.wait_for()
+        _assert_no_internal_names(page)

@@ -92,10 +92,12 @@ def test_killed_job_says_where_it_died_and_offers_retry(db_with_jobs):
     at.run()
     assert not at.exception, at.exception
     banner = at.error[0].value
-    assert banner.startswith("**Killed (SIGKILL) by the OOM killer at")
+    # The samples passed the (tiny) checkpoint's size, so no share of it is claimed: bytes only.
+    assert banner.startswith("**Killed (SIGKILL) by the OOM killer at 853 MiB placed · t = 3.90 s**")
     # The whole cause, in the supervisor's words: who, the limit, and the last sample.
     assert "limit 1.00 GiB reached" in banner
     assert "last sample at 3.9 s: stage load, tensor 40 of 96" in banner
+    assert at.table[0].value.loc["tensors placed", "value"] == "40"
     # A retain load killed for memory: the cheaper modes are offered, the same mode only as "same settings".
     assert [b.label for b in at.button if b.label.startswith("Retry")] == [
         "Retry with same settings", "Retry with stream", "Retry with drain"]
@@ -215,8 +217,8 @@ def test_job_page_of_a_generate_job_shows_steps_and_peak_footprint_not_placement
     cards = {m.label: m for m in at.metric}
     assert "Placed" not in cards and "Footprint ratio" not in cards
     assert cards["Denoising steps"].value == "6/6"
-    assert cards["Peak footprint"].value == "1.50 GiB"
-    assert set(cards) == {"Denoising steps", "Peak system in use", "Peak footprint", "Min headroom", "Peak VmRSS"}
+    assert cards["Peak footprint"].value == "1.5 GiB"
+    assert set(cards) == {"Denoising steps", "Peak in use", "Peak footprint", "Min headroom", "Peak VmRSS"}
 
 
 @pytest.mark.parametrize("raw", ["²", "100000000000000000000000000000", "abc", "-3"])
@@ -418,7 +420,7 @@ def test_compare_says_when_checkpoints_differ_and_gives_no_ratio_across_them(db_
     at.query_params["jobs"] = f"{ids['stream']},{other}"
     at.run()
     assert not at.exception, at.exception
-    assert at.warning[0].value.startswith("Different checkpoints: tiny.safetensors (load), other (load)")
+    assert at.warning[0].value.startswith("Different checkpoints or job kinds: tiny.safetensors (load), other (load)")
     table = at.dataframe[0].value.set_index("job")
     assert table.loc[f"#{other}", "footprint vs ref"] == "different checkpoint"
 
