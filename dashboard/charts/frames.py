@@ -161,6 +161,8 @@ class Limit:
     """Label of the series the bound applies to (cgroup usage, System in use)."""
     nbytes: float
     """Where the line sits on that series' absolute scale, in bytes."""
+    over_start: bool = False
+    """The bound is itself counted from the job's start (a budget): its label needs no "less the start"."""
 
 
 def job_limits(
@@ -174,7 +176,7 @@ def job_limits(
         limits.append(Limit(f"memory limit {fmt.gib(spec['memory_limit'], 2)}", "cgroup usage", float(spec["memory_limit"])))
     if spec.get("memory_budget") and starts_in_use is not None:
         budget = float(spec["memory_budget"])
-        limits.append(Limit(f"memory budget {fmt.gib(budget, 2)} over the start", "System in use", starts_in_use + budget))
+        limits.append(Limit(f"memory budget {fmt.gib(budget, 2)} over the start", "System in use", starts_in_use + budget, True))
     if spec.get("memory_floor") and mem_total:
         floor = float(spec["memory_floor"])
         limits.append(Limit(f"memory floor: {fmt.gib(floor, 2)} MemAvailable", "System in use", mem_total - floor))
@@ -190,8 +192,9 @@ def limit_rows(limits: Sequence[Limit], frames: MemoryFrames, *, predicted: floa
     for limit in limits:
         if limit.series not in drawn:
             continue
-        value = limit.nbytes - (frames.starts.get(limit.series, 0.0) if frames.baseline else 0.0)
-        rows.append({"label": limit.label, "series": limit.series, "value": value / frames.y_unit[1]})
+        start = frames.starts.get(limit.series, 0.0) if frames.baseline else 0.0
+        label = limit.label + (f" (less the start, {fmt.gib(start, 2)})" if start and not limit.over_start else "")
+        rows.append({"label": label, "series": limit.series, "value": (limit.nbytes - start) / frames.y_unit[1]})
     if predicted is not None:
         start = 0.0 if frames.baseline else frames.starts.get("VmRSS", 0.0) + frames.starts.get("GPU allocated", 0.0)
         rows.append({"label": f"predicted peak +{fmt.gib(predicted, 2)}", "series": "predicted",

@@ -124,7 +124,7 @@ def draw_actions(job: dict, live: bool) -> None:
 def draw_controls(job: dict, total_bytes: int | None, live: bool) -> tuple[str, str, bool]:
     """The chart's x and y views and the live pause toggle. A generate job places its components
     stage by stage, so it has only the seconds view (a placed axis would stay empty)."""
-    placed_unit = fmt.size_unit(total_bytes)[0]
+    placed_unit = fmt.size_unit(total_bytes or (data.last_sample(db, job["id"]) or {}).get("bytes_placed"))[0]
     x_options = list(X_LABELS) if job["kind"] == "load" else ["seconds"]
     controls = st.columns([3, 3, 2])
     x_choice = controls[0].segmented_control(

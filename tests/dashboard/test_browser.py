@@ -214,20 +214,21 @@ def _wait_chart_drawn(page, min_height: int = 100) -> None:
         "(h) => Array.from(document.querySelectorAll('[data-testid=stVegaLiteChart]'))"
         ".some(c => c.querySelector('canvas, svg') && c.getBoundingClientRect().height > h)",
         arg=min_height,
-        timeout=30_000,
+        timeout=60_000,
     )
 
 
 def _shoot_everywhere(browser, url: str, name: str, *, chart: bool = True, last: str | None = None) -> None:
     """Full-page screenshots of `url` at 1024 and 1400 px wide, in light and dark mode, once its
     chart is drawn (`chart`) or else its first table is, and the button named `last` (the page's end) is there."""
-    for width in (1024, 1400):
-        for scheme in ("light", "dark"):
-            # Tall, since Streamlit scrolls inside its own container and a full-page shot stops at the viewport.
-            context = browser.new_context(viewport={"width": width, "height": 2400}, color_scheme=scheme)
-            shot = context.new_page()
-            shot.set_default_timeout(60_000)
-            try:
+    for scheme in ("light", "dark"):
+        # Tall, since Streamlit scrolls inside its own container and a full-page shot stops at the viewport.
+        context = browser.new_context(viewport={"width": 1024, "height": 2400}, color_scheme=scheme)
+        shot = context.new_page()
+        shot.set_default_timeout(120_000)
+        try:
+            for width in (1024, 1400):
+                shot.set_viewport_size({"width": width, "height": 2400})
                 shot.goto(url)
                 shot.locator("h1").first.wait_for()
                 if chart:
@@ -238,8 +239,8 @@ def _shoot_everywhere(browser, url: str, name: str, *, chart: bool = True, last:
                     shot.get_by_role("button", name=last).wait_for()
                 assert shot.locator("[data-testid=stException]").count() == 0
                 shot.screenshot(path=str(ARTIFACTS / f"{name}-{width}-{scheme}.png"), full_page=True)
-            finally:
-                context.close()
+        finally:
+            context.close()
 
 
 KILL_CAUSE = (
