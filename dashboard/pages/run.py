@@ -20,7 +20,7 @@ from dashboard.host import read_host_memory
 from dashboard.host_charts import fit_bar
 from dashboard.views import fit, query
 from dashboard.views.checkpoints import CheckpointChoice, components_table
-from dashboard.views.jobs import describe_supervisor
+from dashboard.views.jobs import describe_supervisor, progress
 from dashboard.views.run import (
     DEFAULT_COMPONENT, DTYPES, GENERATE_FIELDS, KIND_LABELS, MODE_HELP, OFFERED_FLAGS, POLICY_DEFAULT, TRISTATE,
     form_values, generate_defaults,
@@ -398,10 +398,9 @@ def queue_panel(db: str) -> None:
     for job in waiting:
         with st.container(border=True):
             top, button = st.columns([4, 1], vertical_alignment="center")
-            progress = ""
-            if job.get("progress_total"):
-                progress = f" · {job.get('stage') or ''} {job.get('progress_done') or 0}/{job['progress_total']}"
-            top.markdown(f"[{job_label(job)}]({nav.link('job', job=str(job['id']))}) · {job['status']}{progress}")
+            where = progress(job).text
+            top.markdown(f"[{job_label(job)}]({nav.link('job', job=str(job['id']))}) · {job['status']}"
+                         + (f" · {where}" if where else ""))
             if button.button("Cancel", key=f"cancel_{job['id']}"):
                 try:
                     cancel(connect(db, ensure=False), job["id"])
