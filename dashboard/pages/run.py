@@ -131,6 +131,10 @@ def checkpoint_field(choices: list[CheckpointChoice], roots: list) -> Checkpoint
     by_path = {str(c.path): c for c in choices}
     usable = [c for c in choices if c.ok]
     default = next((c for c in usable if c.path.name == "demo"), usable[0] if usable else choices[0])
+    wanted = durable().get("checkpoint")
+    if wanted and wanted not in by_path:
+        st.warning(f"{wanted} is no longer found under the model roots; {default.path.name} is chosen instead.")
+        durable()["checkpoint"] = str(default.path)
     seed("checkpoint", str(default.path), list(by_path))
     choice = by_path[st.selectbox("Checkpoint", list(by_path), format_func=lambda p: by_path[p].label, key=key("checkpoint"))]
     show_errors("model")

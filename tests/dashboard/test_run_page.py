@@ -172,3 +172,14 @@ def test_an_empty_floor_field_forecasts_with_the_configured_floor(fresh_db, tiny
     refusal = next(e.value for e in at.error if e.value.startswith("Will not fit"))
     assert "MemAvailable floor: predicted peak" in refusal
     assert any("The guard's configured floor" in c.value for c in at.caption)
+
+
+def test_requeue_of_a_job_whose_checkpoint_is_gone_says_so(fresh_db, tiny_checkpoint, data_dir):
+    job_id = _add_spec(fresh_db, JobSpec(kind="load", model=str(data_dir / "models" / "gone"), mode="retain"))
+    at = run_page()
+    at.query_params["from"] = str(job_id)
+    at.run()
+    assert any("gone is no longer found under the model roots; tiny.safetensors is chosen instead" in w.value
+               for w in at.warning)
+    assert at.selectbox(key="run_checkpoint").value == str(tiny_checkpoint)
+    assert at.segmented_control(key="run_mode").value == "retain"
