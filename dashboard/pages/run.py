@@ -201,7 +201,7 @@ def device_fields(devices: list[DeviceInfo]) -> tuple[DeviceInfo, str]:
     return by_spec[spec], dtype
 
 
-def limit_fields(device: DeviceInfo, kind: str) -> dict[str, Any]:
+def limit_fields(device: DeviceInfo, kind: str, mode: str) -> dict[str, Any]:
     """Sampling, the memory limit, the GPU count and the guard, as the spec's raw fields."""
     seed("sample_every", 1)
     seed("memory_limit", "")
@@ -224,15 +224,14 @@ def limit_fields(device: DeviceInfo, kind: str) -> dict[str, Any]:
         gpus = st.number_input("GPUs (ranks)", min_value=1, step=1, key=key("gpus"))
         show_errors("gpus")
     return {"sample_every": int(sample_every), "memory_limit": memory_limit.strip() or None, "gpus": int(gpus),
-            **guard_fields(kind)}
+            **guard_fields(kind, mode, int(gpus))}
 
 
-def guard_fields(kind: str) -> dict[str, Any]:
-    """The memory guard's budget and floor, and the page-cache and component policies, as raw spec fields."""
+def guard_fields(kind: str, mode: str, gpus: int) -> dict[str, Any]:
+    """The memory guard's budget and floor, and (for a one-rank stream load, the only job that applies it)
+    whether to drop the page cache, as raw spec fields. `sequential_components` is not offered: no job reads it yet."""
     seed("memory_budget", "")
     seed("memory_floor", "")
-    seed("drop_page_cache", POLICY_DEFAULT, list(TRISTATE))
-    seed("sequential_components", POLICY_DEFAULT, list(TRISTATE))
     left, right = st.columns(2)
     budget = left.text_input(
         "Memory budget (guard)", key=key("memory_budget"), placeholder="e.g. 40GiB",
@@ -245,21 +244,16 @@ def guard_fields(kind: str) -> dict[str, Any]:
         help="Stop the job when MemAvailable falls below this; empty keeps the configured floor.",
     )
     show_errors("memory_floor")
-    left, right = st.columns(2)
-    drop = left.selectbox(
-        "Drop page cache after each shard", list(TRISTATE), key=key("drop_page_cache"),
-        help="Evict each shard's file pages once placed, so cached checkpoint bytes do not crowd the pool.",
-    )
-    show_errors("drop_page_cache")
-    raw: dict[str, Any] = {"memory_budget": budget.strip() or None, "memory_floor": floor.strip() or None,
-                           "drop_page_cache": TRISTATE[drop]}
-    if kind == "generate":
-        sequential = right.selectbox(
-            "One component at a time", list(TRISTATE), key=key("sequential_components"),
-            help="Load, run and free each component in turn (text encoder, DiT, VAE) instead of keeping all resident.",
+    raw: dict[str, Any] = {"memory_budget": budget.strip() or None, "memory_floor": floor.strip() or None}
+    if kind == "load" and mode == "stream" and gpus == 1:
+        seed("drop_page_cache", POLICY_DEFAULT, list(TRISTATE))
+        drop = st.selectbox(
+            "Drop page cache after reading", list(TRISTATE), key=key("drop_page_cache"),
+            help="Evict the checkpoint's file pages once placed, so cached bytes do not crowd the pool "
+                 "(the default: on for unified-memory CUDA targets).",
         )
-        show_errors("sequential_components")
-        raw["sequential_components"] = TRISTATE[sequential]
+        show_errors("drop_page_cache")
+        raw["drop_page_cache"] = TRISTATE[drop]
     return raw
 
 
@@ -430,7 +424,7 @@ def main() -> None:
         device, dtype = device_fields(data.devices())
         raw: dict[str, Any] = {
             "kind": kind, "model": str(choice.path) if choice else "", "component": component, "mode": mode,
-            "device": device.spec, "dtype": None if dtype == DTYPES[0] else dtype, **limit_fields(device, kind),
+            "device": device.spec, "dtype": None if dtype == DTYPES[0] else dtype, **limit_fields(device, kind, mode),
         }
         if kind == "generate":
             raw["generate"] = generate_fields()
