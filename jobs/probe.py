@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from jobs.context import JobContext
-from jobs.spec import JobSpec
 
 if TYPE_CHECKING:
+    from jobs.spec import JobSpec  # annotations only: jobs.spec imports torch, listing kinds must not
     from loader.device import DeviceInfo
     from loader.offload import OffloadSettings
 

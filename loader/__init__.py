@@ -1,43 +1,59 @@
-"""Drainboard's frugal checkpoint loader: discovery, validation, placement, probes."""
+"""Drainboard's frugal checkpoint loader: discovery, validation, placement, probes, forecasts.
 
-from .api import load_checkpoint, resolve_device
-from .checkpoint import CheckpointIndex, ComponentMeta, ShardMeta, TensorMeta, discover_checkpoint
-from .dtypes import DtypePolicy, parse_dtype
-from .errors import CheckpointError, DeviceError, DrainboardError, PlacementError
-from .memory import MemoryProbe, MemorySample, PeriodicSampler, sample_memory
-from .model_registry import register_model_builder
-from .naming import MergeRule
-from .placement import Placement, get_placement, known_placements, register_placement
-from .reading import read_into
-from .report import LoadReport, TensorPlaced
-from .validate import validate_checkpoint
+Names are imported on first use (PEP 562), so `import loader.errors` (and
+`storage`, `jobs` listing their kinds through it) never pulls in torch; torch
+loads when a torch-using name such as `load_checkpoint` is first touched.
+"""
 
-__all__ = [
-    "CheckpointError",
-    "CheckpointIndex",
-    "ComponentMeta",
-    "DeviceError",
-    "DrainboardError",
-    "DtypePolicy",
-    "LoadReport",
-    "MemoryProbe",
-    "MemorySample",
-    "MergeRule",
-    "PeriodicSampler",
-    "Placement",
-    "PlacementError",
-    "ShardMeta",
-    "TensorMeta",
-    "TensorPlaced",
-    "discover_checkpoint",
-    "get_placement",
-    "known_placements",
-    "load_checkpoint",
-    "parse_dtype",
-    "read_into",
-    "register_model_builder",
-    "register_placement",
-    "resolve_device",
-    "sample_memory",
-    "validate_checkpoint",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .errors import CheckpointError, DeviceError, DiskFullError, DrainboardError, PlacementError
+
+_LAZY = {
+    "load_checkpoint": "api",
+    "resolve_device": "api",
+    "CheckpointIndex": "checkpoint",
+    "ComponentMeta": "checkpoint",
+    "ShardMeta": "checkpoint",
+    "TensorMeta": "checkpoint",
+    "AuxFolder": "checkpoint",
+    "discover_checkpoint": "checkpoint",
+    "DtypePolicy": "dtypes",
+    "parse_dtype": "dtypes",
+    "LoadForecast": "forecast",
+    "forecast_load": "forecast",
+    "MemoryProbe": "memory",
+    "MemorySample": "memory",
+    "PeriodicSampler": "memory",
+    "sample_memory": "memory",
+    "register_model_builder": "model_registry",
+    "MergeRule": "naming",
+    "Placement": "placement",
+    "get_placement": "placement",
+    "known_placements": "placement",
+    "register_placement": "placement",
+    "read_into": "reading",
+    "LoadReport": "report",
+    "TensorPlaced": "report",
+    "ModelRoots": "roots",
+    "validate_checkpoint": "validate",
+}
+"""Public name -> the submodule defining it, imported on first access."""
+
+__all__ = sorted(["CheckpointError", "DeviceError", "DiskFullError", "DrainboardError", "PlacementError", *_LAZY])
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'loader' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

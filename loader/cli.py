@@ -1,4 +1,4 @@
-"""`python -m loader`: inspect a checkpoint, load one (printing the LoadReport), probe a device.
+"""`python -m loader`: inspect a checkpoint, load one (printing the LoadReport), forecast a load, probe a device.
 
 Expected failures (bad path, malformed checkpoint, mismatch, bad device)
 print one line and exit 2; with `--json` stdout holds exactly one JSON
@@ -92,6 +92,36 @@ def _load(args: argparse.Namespace) -> int:
     return 0
 
 
+def _forecast(args: argparse.Namespace) -> int:
+    from .forecast import forecast_load
+
+    forecast = forecast_load(
+        args.path, component=args.component, mode=args.mode, device=args.device, dtype=args.dtype, roots=args.root
+    )
+    if args.json:
+        print(json.dumps(forecast.to_dict(), indent=2))
+        return 0
+    f = forecast
+    print(
+        f"{f.component} {f.mode} on {f.device}: predicted peak {f.predicted_peak_bytes / _GiB:.2f} GiB,"
+        f" footprint_ratio {f.predicted_footprint_ratio:.3f} of {f.bytes_placed / _GiB:.2f} GiB placed"
+        f" (staging {f.staging_bytes / _GiB:.3f}, mapped {f.mapped_bytes / _GiB:.2f},"
+        f" conversion {f.conversion_bytes / _GiB:.3f} GiB)"
+    )
+    return 0
+
+
+def _add_load_options(parser: argparse.ArgumentParser) -> None:
+    """The options `load` and `forecast` share: what to load, how and where."""
+    parser.add_argument("path", help="model folder, component folder or .safetensors file")
+    parser.add_argument("--component", help="component of a model folder (default: the only one, or transformer)")
+    parser.add_argument("--mode", default="stream", choices=known_placements(), help="placement mode (default: stream)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
+    parser.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], help="target dtype (default: the checkpoint's)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_root_option(parser)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = CliParser(prog="python -m loader", description="Drainboard's frugal checkpoint loader")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -109,12 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="load one component and print its LoadReport",
         epilog="example: python -m loader load /models/h3 --component transformer --mode stream --dtype bf16 --json",
     )
-    load.add_argument("path", help="model folder, component folder or .safetensors file")
-    load.add_argument("--component", help="component of a model folder (default: the only one, or transformer)")
-    load.add_argument("--mode", default="stream", choices=known_placements(), help="placement mode (default: stream)")
-    load.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
-    load.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], help="target dtype (default: the checkpoint's)")
-    load.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_load_options(load)
     load.add_argument(
         "--drop-page-cache", action=argparse.BooleanOptionalAction, default=None,
         help="drop each shard's pages from the page cache once read (stream only; default: on for unified-memory GPUs)",
@@ -123,8 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--nproc", type=int, default=1,
         help="shard over N local ranks via torchrun (device cpu: gloo, cuda: one GPU per rank; see docs/sharded.md)",
     )
-    _add_root_option(load)
     load.set_defaults(func=_load)
+    forecast = sub.add_parser(
+        "forecast",
+        help="predict a load's peak memory and footprint_ratio from headers alone",
+        epilog="example: python -m loader forecast /models/h3 --component transformer --mode drain --dtype bf16 --json",
+    )
+    _add_load_options(forecast)
+    forecast.set_defaults(func=_forecast)
     device_cli.register(sub)
     return parser
 

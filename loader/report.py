@@ -1,4 +1,4 @@
-"""Load report and metrics: each field's docstring below is its exact definition."""
+"""Load report and metrics: each field's docstring below is its exact definition (all of them, with the forecast's, in docs/metrics.md)."""
 
 from __future__ import annotations
 

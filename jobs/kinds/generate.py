@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import sys
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobs.context import JobContext
 from jobs.kinds import job_kind
 from jobs.probe import decide_offload
-from jobs.spec import JobSpec
+
+if TYPE_CHECKING:
+    from jobs.spec import JobSpec  # annotations only: listing kinds stays torch-free
 
 SAMPLE_INTERVAL = 0.1
 """Seconds between timer samples during generate stages."""

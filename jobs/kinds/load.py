@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobs.context import JobContext
 from jobs.kinds import job_kind
 from jobs.probe import decide_offload
-from jobs.spec import JobSpec
+
+if TYPE_CHECKING:
+    from jobs.spec import JobSpec  # annotations only: listing kinds stays torch-free
 
 
 @job_kind("load")
