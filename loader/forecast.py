@@ -27,12 +27,14 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .checkpoint import ComponentMeta, TensorMeta, discover_checkpoint
-from .device import parse_device_spec
+from .device import DeviceInfo, probe_device
 from .dtypes import DtypePolicy
 from .errors import PlacementError
 from .model_registry import get_model_builder
 from .naming import EXTRA_STATE_SUFFIX
+from .memory import sample_memory
 from .placement import get_placement
+from .placement.stream import ring_geometry
 from .roots import RootsArg
 
 
@@ -79,14 +81,18 @@ def forecast_load(
     device: str = "cpu",
     dtype: str | torch.dtype | None = None,
     roots: RootsArg = None,
+    device_info: DeviceInfo | None = None,
 ) -> LoadForecast:
     """Forecast loading `component` of `path` with `mode` onto `device` in `dtype`, from headers only.
 
-    The device need not be present (a CUDA load can be forecast on a CPU box).
+    The device need not be present (a CUDA load can be forecast on a CPU box): it is probed
+    without a CUDA context, or described by `device_info` (its memory and unified-ness size
+    the CUDA staging ring).
     Raises CheckpointError (as discovery does) or PlacementError (unknown mode or dtype).
     """
     placement = get_placement(mode)
-    kind, _ = parse_device_spec(str(device))
+    info = device_info or probe_device(str(device))
+    kind = info.kind
     comp = discover_checkpoint(path, roots=roots).component(component)
     builder = get_model_builder(comp.class_name)
     policy = DtypePolicy.build(dtype, None, builder.keep_fp32 if builder else ())
@@ -96,7 +102,7 @@ def forecast_load(
     converted = [(t, d) for t, d in targets if d != t.torch_dtype]
     staging = mapped = conversion = 0
     if placement.name == "stream":
-        staging = _stream_staging(placement, targets, converted, on_device=kind != "cpu")
+        staging = _stream_staging(placement, targets, info)
     elif placement.name in ("drain", "retain"):
         mapped = comp.total_bytes if placement.name == "retain" else _drain_mapped_excess(comp, dict(targets))
         if kind != "cpu" and converted:
@@ -113,16 +119,41 @@ def forecast_load(
     )
 
 
-def _stream_staging(placement, targets, converted, *, on_device: bool) -> int:
-    """The stream placement's buffers: `staging_buffers` of min(staging_bytes, largest staged source)
-    on the host (pinned ones rounded up to a power of two by the caching host allocator), plus one
-    device buffer of that size when converting on a device. A CPU target stages only converted tensors."""
-    staged = targets if on_device else converted
-    if not staged:
-        return 0
-    size = min(placement.staging_bytes, max(t.nbytes for t, _ in staged))
-    host = placement.staging_buffers * (_next_power_of_two(size) if on_device and placement.pin else size)
-    return host + (size if on_device and converted else 0)
+def _stream_staging(placement, targets, info: DeviceInfo) -> int:
+    """The stream placement's buffers, as it sizes them. CPU target: tensors in their stored dtype
+    are read into the parameters; converted ones pass through `staging_buffers` (default 4) host
+    buffers of min(staging_bytes, largest staged source). CUDA: same-dtype tensors go through the
+    ring of pinned buffers `ring_geometry` sizes; converted ones through the staging buffers, pinned
+    (the caching host allocator rounds pinned sizes up to a power of two), plus one device-side
+    buffer for the conversion. Other devices stage everything, unpinned."""
+    cuda = info.kind == "cuda"
+
+    def path(meta: TensorMeta, dtype: torch.dtype) -> str:
+        same = dtype == meta.torch_dtype
+        if same and info.kind == "cpu":
+            return "direct"
+        return "ring" if same and cuda and placement.ranges else "staged"
+
+    kinds = [(meta, dtype, path(meta, dtype)) for meta, dtype in targets]
+    pinned = cuda and placement.pin
+    total = 0
+    staged = [(m, d) for m, d, k in kinds if k == "staged"]
+    if staged:
+        size = min(placement.staging_bytes, max(m.nbytes for m, _ in staged))
+        count = placement.staging_buffers or 4
+        total += count * (_next_power_of_two(size) if pinned else size)
+        if cuda and any(d != m.torch_dtype for m, d in staged):
+            total += size
+    ring_bytes = sum(m.nbytes for m, _, k in kinds if k == "ring")
+    if ring_bytes:
+        threads = placement.threads or max(2, min(16, os.cpu_count() or 2))
+        geometry = ring_geometry(
+            ring_bytes, info, threads=threads, chunk_bytes=placement.staging_bytes,
+            buffers=placement.staging_buffers, available=sample_memory().mem_available,
+        )
+        chunk = _next_power_of_two(geometry.chunk_bytes) if pinned else geometry.chunk_bytes
+        total += geometry.buffers * chunk
+    return total
 
 
 def _drain_mapped_excess(comp: ComponentMeta, target_dtype: dict[TensorMeta, torch.dtype]) -> int:

@@ -4,6 +4,7 @@ against the measured footprint_ratio of loads in fresh processes."""
 from __future__ import annotations
 
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -14,10 +15,13 @@ import torch
 from safetensors.torch import save_file
 
 from loader import CheckpointError, DeviceError
+from loader.device import DeviceInfo
+from loader.memory import sample_memory
 from loader.cli import main
 from loader.forecast import forecast_load
 from loader.model_registry import get_model_builder, register_model_builder
 from loader.placement import get_placement
+from loader.placement.stream import ring_geometry
 
 REPO = Path(__file__).resolve().parents[2]
 STREAM = get_placement("stream")
@@ -53,15 +57,25 @@ def test_stream_on_cpu_in_the_stored_dtype_is_the_model_alone(crafted):
 def test_stream_converting_on_cpu_adds_the_staging_buffers(crafted):
     f = forecast_load(crafted, dtype="fp32")
     assert f.model_bytes == 4096 + 4 * (4096 + 2048 + 1024)
-    assert f.staging_bytes == STREAM.staging_buffers * min(STREAM.staging_bytes, 8192)  # sized to the largest staged source
+    assert f.staging_bytes == 4 * min(STREAM.staging_bytes, 8192)  # 4 buffers sized to the largest staged source
     assert f.predicted_peak_bytes == f.model_bytes + f.staging_bytes
 
 
-def test_stream_to_a_device_stages_everything_pinned_and_converts_on_the_device(crafted):
-    same = forecast_load(crafted, device="cuda")  # no device needed to forecast
-    assert same.staging_bytes == STREAM.staging_buffers * 8192  # 8192 is already a power of two
-    converted = forecast_load(crafted, device="cuda:1", dtype="fp16")
-    assert converted.staging_bytes == same.staging_bytes + 8192 and converted.device == "cuda:1"
+H200 = DeviceInfo(
+    spec="cuda", kind="cuda", index=0, name="NVIDIA H200 (fake)", unified_memory=False,
+    total_memory=141 * 2**30, source="test", reason="a discrete device for tests",
+)
+
+
+def test_stream_to_cuda_rings_same_dtype_tensors_and_stages_converted_ones_pinned(crafted):
+    same = forecast_load(crafted, device="cuda", device_info=H200)  # no device needed to forecast
+    geometry = ring_geometry(18432, H200, threads=max(2, min(16, os.cpu_count() or 2)),
+                             chunk_bytes=STREAM.staging_bytes, buffers=None, available=sample_memory().mem_available)
+    pow2 = 1 << (geometry.chunk_bytes - 1).bit_length()
+    assert same.staging_bytes == geometry.buffers * pow2 and same.mapped_bytes == 0
+    converted = forecast_load(crafted, device="cuda:0", dtype="fp16", device_info=H200)
+    # every tensor converts (fp32 a -> fp16 too): 4 pinned buffers sized to b (8 KiB, a power of two) + a device buffer
+    assert converted.staging_bytes == 4 * 8192 + 8192 and converted.device == "cuda:0"
 
 
 def test_drain_peaks_at_the_shard_being_placed_less_its_last_tensor(crafted):
@@ -74,7 +88,7 @@ def test_drain_peaks_at_the_shard_being_placed_less_its_last_tensor(crafted):
 def test_retain_keeps_the_whole_checkpoint_and_a_device_conversion_adds_one_copy(crafted):
     f = forecast_load(crafted, mode="retain")
     assert f.predicted_peak_bytes == 2 * 18432 and f.predicted_footprint_ratio == 2.0
-    to_device = forecast_load(crafted, mode="retain", device="cuda", dtype="fp32")
+    to_device = forecast_load(crafted, mode="retain", device="cuda", dtype="fp32", device_info=H200)
     assert to_device.conversion_bytes == 4096 * 4  # b, the largest converted tensor, in fp32
     assert forecast_load(crafted, mode="retain", dtype="fp32").conversion_bytes == 0  # CPU converts in place
 
