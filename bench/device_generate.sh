@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Generate pipeline and H3-sized DiT loads on one H200 (issue #5), for the lead to run on nvidia-h200:
+# MiniMax H3 generate (diffusers' t2va pipeline) on one H200 under each offload policy, for nvidia-h200:
 #   bash bench/device_generate.sh
-# 1. `demo` generate at 320x192, 121 frames, default steps, bf16 on cuda: offload requested
-#    (discrete GPU: the policy keeps layerwise offload) vs the unified-memory settings forced by
-#    DRAINBOARD_UNIFIED_MEMORY=1 (every offload flag off). Per-stage seconds and peaks.
-# 2. `h3-pruned-r16` DiT only (639 tensors, 37.56 GiB bf16) written once, loaded to cuda in
-#    retain, drain and stream (footprint ratio, throughput), then deleted (64 GiB disk).
-# Results: $OUT/generate_*.json, $OUT/load_*.json, $OUT/generate.txt (log), $OUT/clip_*.mp4.
-# Needs torch with CUDA plus av, safetensors, psutil importable by $PYTHON. About 4-6 minutes.
+# 1. writes the `demo` checkpoint (random weights of the real architecture);
+# 2. `demo` generate, 124 frames at the checkpoint's default canvas, 8 steps, bf16 on cuda:
+#    a. offload requested on the discrete GPU (policy keeps dit_layerwise_offload = diffusers group offload,
+#       model-level offload of text encoder and VAEs; sequential_components off, its default there);
+#    b. the same with --sequential-components (each component loaded before its first block, freed after);
+#    c. the unified-memory policy forced (DRAINBOARD_UNIFIED_MEMORY=1): every flag off, sequential on;
+# 3. forecast vs measured per stage for (c) (bench/bench_generate.py).
+# Prints per-stage seconds and peaks (VmRSS + CUDA allocated) and whether the frames are identical.
+# Results: $OUT/generate_*.json, $OUT/forecast_unified.json, $OUT/generate.txt (log). Needs torch with CUDA,
+# transformers 5.x, diffusers 0.42 and av importable by $PYTHON (carry the last two as wheels).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -15,39 +18,36 @@ OUT="${OUT:-/tmp/drainboard-out}"
 mkdir -p "$OUT"
 exec > >(tee "$OUT/generate.txt") 2>&1
 DEMO="${DEMO:-/tmp/drainboard-demo}"
-H3="${H3:-/tmp/drainboard-h3-pruned}"
+export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 unset DRAINBOARD_UNIFIED_MEMORY
 
 echo "== GPU"; nvidia-smi --query-gpu=name,memory.total --format=csv 2>&1 || true
-"$PY" -c "import torch, av, safetensors; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'av', av.__version__)"
-df -h /tmp | tail -1; free -g | head -2
+"$PY" -c "import torch, av, diffusers, transformers; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'diffusers', diffusers.__version__, 'transformers', transformers.__version__, 'av', av.__version__)"
 
 echo "== demo checkpoint"
 time "$PY" -m models synth "$DEMO" --profile demo
 
-GEN=(generate "$DEMO" --prompt "a red fox running through fresh snow at dawn" --frames 121 --width 320 --height 192
-     --device cuda --json)
-echo "== demo generate, offload requested (discrete H200)"
+GEN=(generate "$DEMO" --prompt "a red fox running through fresh snow at dawn" --steps 8 --device cuda --json)
+echo "== a. offload requested (discrete H200)"
 time "$PY" -m models "${GEN[@]}" --out "$OUT/clip_offload.mp4" > "$OUT/generate_offload.json"
-echo "== demo generate, unified-memory policy forced (DRAINBOARD_UNIFIED_MEMORY=1)"
+echo "== b. offload requested + sequential components"
+time "$PY" -m models "${GEN[@]}" --sequential-components --out "$OUT/clip_sequential.mp4" > "$OUT/generate_sequential.json"
+echo "== c. unified-memory policy forced (DRAINBOARD_UNIFIED_MEMORY=1)"
 time env DRAINBOARD_UNIFIED_MEMORY=1 "$PY" -m models "${GEN[@]}" --out "$OUT/clip_unified.mp4" > "$OUT/generate_unified.json"
 "$PY" - "$OUT" <<'PYEOF'
 import json, sys
 out = sys.argv[1]
-for tag in ("offload", "unified"):
-    r = json.load(open(f"{out}/generate_{tag}.json"))
-    print(f"-- {tag}: offload flags on: {[k for k, v in r['offload'].items() if v and k.endswith('offload')]}")
-    for stage, seconds in r["stage_seconds"].items():
-        print(f"   {stage:<18} {seconds:7.2f} s   peak {r['stage_peaks'].get(stage, 0) / 2**30:7.2f} GiB")
+runs = {tag: json.load(open(f"{out}/generate_{tag}.json")) for tag in ("offload", "sequential", "unified")}
+for tag, r in runs.items():
+    print(f"-- {tag}: {r['width']}x{r['height']}, {r['frames']} frames, sequential={r['sequential_components']},"
+          f" placements {{{', '.join(f'{c}: {p['mechanism']}' for c, p in r['placements'].items())}}}")
+    for stage in r["stages"]:
+        print(f"   {stage:<28} {r['stage_seconds'][stage]:7.2f} s   peak {r['stage_peaks'].get(stage, 0) / 2**30:7.3f} GiB")
+    print(f"   total {sum(r['stage_seconds'].values()):.2f} s, peak {max(r['stage_peaks'].values()) / 2**30:.3f} GiB,"
+          f" video_sha256 {r['video_sha256'][:16]}")
+digests = {r["video_sha256"] for r in runs.values()}
+print("same frames under every policy:", len(digests) == 1)
 PYEOF
+echo "== d. forecast vs measured, unified policy"
+DRAINBOARD_UNIFIED_MEMORY=1 "$PY" bench/bench_generate.py "$DEMO" --device cuda --steps 8 --json "$OUT/forecast_unified.json"
 rm -rf "$DEMO"
-
-echo "== h3-pruned-r16 DiT (transformer only)"
-time "$PY" -m models synth "$H3" --profile h3-pruned-r16 --components transformer
-for mode in stream drain retain; do
-  echo "== load $mode"
-  sync; "$PY" -m loader load "$H3" --component transformer --mode "$mode" --device cuda --dtype bf16 --json \
-    > "$OUT/load_$mode.json"
-  "$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: r.get(k) for k in ('mode','tensors_placed','bytes_placed','footprint_ratio','host_peak_ratio','memavailable_cost_ratio','load_seconds','throughput_gbps')})" "$OUT/load_$mode.json"
-done
-rm -rf "$H3"

@@ -43,7 +43,7 @@ def demo_path(config: Config) -> Path:
 
 def demo_missing(config: Config) -> bool:
     """True when the demo checkpoint has not been written (completely) yet."""
-    return not (demo_path(config) / "model_index.json").is_file()
+    return not (demo_path(config) / "modular_model_index.json").is_file()
 
 
 def prepare(config: Config, on_progress: Progress = lambda fraction, text: None, *, start_worker: bool = True) -> Prepared:
@@ -70,11 +70,12 @@ def prepare(config: Config, on_progress: Progress = lambda fraction, text: None,
 
 
 def write_demo(path: Path, on_progress: Progress) -> None:
-    """Write the `demo` profile's synthetic checkpoint to `path` (models' writer)."""
-    from models import get_profile, synth_checkpoint
+    """Write the `demo` profile's random-weight MiniMax H3 checkpoint to `path` (models' writer)."""
+    from models.h3synth import synth_h3
+    from models.profiles import get_profile
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    synth_checkpoint(
+    synth_h3(
         path,
         get_profile(DEMO_NAME),
         on_bytes=lambda done, total: on_progress(done / total if total else 1.0, f"writing the demo checkpoint: {done / 2**20:.0f} of {total / 2**20:.0f} MiB"),

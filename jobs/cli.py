@@ -41,7 +41,7 @@ NO_WORKER_DEADLINE = 30.0
 EXAMPLES = """examples:
   python -m jobs submit load --model data/models/demo --component transformer --mode drain --wait --json
   python -m jobs submit load --model data/models/demo --memory-limit 700MB --memory-budget 0.5GiB
-  python -m jobs submit generate --model data/models/demo --prompt "a red fox" --frames 17 --steps 8
+  python -m jobs submit generate --model data/models/demo --prompt "a red fox" --frames 141 --steps 8
   python -m jobs list --status failed
   python -m jobs show 12 --json
   python -m jobs cancel 12
@@ -229,15 +229,15 @@ def _add_submit(commands: argparse._SubParsersAction) -> None:
     load = _add_command(kinds, "load", _submit, "load a checkpoint and record memory per tensor",
                         "python -m jobs submit load --model data/models/demo --mode drain --wait")
     _add_spec_options(load)
-    generate = _add_command(kinds, "generate", _submit, "generate a video with the reference pipeline",
+    generate = _add_command(kinds, "generate", _submit, "generate a clip with MiniMax H3 (diffusers' t2va pipeline)",
                             'python -m jobs submit generate --model data/models/demo --prompt "a fox" --steps 4')
     _add_spec_options(generate)
     generate.add_argument("--prompt", required=True, help="what the clip shows")
-    generate.add_argument("--negative-prompt", help="what the guidance steers away from")
+    generate.add_argument("--negative-prompt", help="must stay empty: MiniMax H3 is guidance-distilled")
     for name in ("frames", "height", "width", "steps", "seed", "fps"):
         generate.add_argument(f"--{name}", metavar="N", help="(default: the model's)")
-    generate.add_argument("--guidance-scale", metavar="G", help="classifier-free guidance, 1-30")
-    generate.add_argument("--no-audio", action="store_true", help="skip the audio track")
+    generate.add_argument("--guidance-scale", metavar="G", help="must stay 1.0: MiniMax H3 uses no CFG")
+    generate.add_argument("--no-audio", action="store_true", help="skip the stereo soundtrack")
     generate.add_argument("--sequential-components", action=argparse.BooleanOptionalAction,
                           help="load, run and free one component at a time (default: the policy's)")
 

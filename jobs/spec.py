@@ -84,7 +84,7 @@ class JobSpec:
     def from_dict(cls, data: Mapping[str, Any]) -> "JobSpec":
         """Rebuild a stored spec (already validated when it was queued)."""
         values = dict(data)
-        values["offload"] = OffloadSettings(**values.get("offload", {}))
+        values["offload"] = OffloadSettings.from_dict(values.get("offload", {}))
         if values.get("generate") is not None:
             values["generate"] = GenerateParams(**values["generate"])
         return cls(**values)

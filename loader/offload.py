@@ -4,7 +4,7 @@ Offload flags move weights to host memory so the device can drop them. On
 unified memory (NVIDIA GB10, other integrated GPUs, Apple MPS, or a CPU target)
 host and device are one pool: the move frees nothing, the copy is pure loss,
 and the peak becomes the sum instead of the max. One flag acts at several sites
-(load-time device choice, FSDP CPU offload, moves around a stage's forward), so
+(load-time device choice, the offload hooks around a component's forward), so
 `resolve_offload` runs once after the job's device is bound and every site reads
 its answer. Sites that take an explicit `cpu_offload=` argument bypass the
 settings and call `guard_cpu_offload` instead.
@@ -35,13 +35,21 @@ class OffloadSettings:
     """Keep the image encoder in host memory between uses."""
     vae_cpu_offload: bool = True
     """Keep the VAE in host memory between uses."""
-    use_fsdp_inference: bool = False
-    """Shard the DiT across ranks with FSDP (a decision separate from where weights live)."""
     pin_cpu_memory: bool = True
-    """Pin host buffers used for host-device copies (never changed by the policy)."""
+    """Pin the host copies of a layerwise-offloaded DiT once, up front, for asynchronous copies on CUDA streams;
+    off pins each block on the fly (less pinned memory, slower). Never changed by the policy."""
 
     def to_dict(self) -> dict[str, bool]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, bool]) -> "OffloadSettings":
+        """Settings from a stored mapping; retired flags (RETIRED_FLAGS) of older job specs are dropped."""
+        return cls(**{k: v for k, v in values.items() if k not in RETIRED_FLAGS})
+
+
+RETIRED_FLAGS: tuple[str, ...] = ("use_fsdp_inference",)
+"""Flags older job specs may carry that nothing reads any more (generate runs on one device)."""
 
 
 UNIFIED_MEMORY_OFFLOAD_FLAGS: tuple[str, ...] = (
@@ -92,8 +100,7 @@ def resolve_offload(
 
     Rules, in order (each sees the result of the previous one):
     unified memory turns off each of UNIFIED_MEMORY_OFFLOAD_FLAGS that is on;
-    MPS also turns off use_fsdp_inference (sharding is not supported there);
-    layerwise offload, when still on, wins over dit_cpu_offload and use_fsdp_inference.
+    layerwise offload, when still on, wins over dit_cpu_offload.
     Flags already off produce no decision. Pure: no torch, no logging.
     """
     changes: dict[str, str] = {}
@@ -108,16 +115,10 @@ def resolve_offload(
         reason = unified_memory_reason(device)
         for flag in UNIFIED_MEMORY_OFFLOAD_FLAGS:
             turn_off(flag, reason)
-    if device.kind == "mps":
-        turn_off("use_fsdp_inference", f"{device.name} does not support FSDP sharding")
     if values["dit_layerwise_offload"]:
         turn_off(
             "dit_cpu_offload",
             "dit_layerwise_offload is on and already moves the DiT between host and device layer by layer",
-        )
-        turn_off(
-            "use_fsdp_inference",
-            "dit_layerwise_offload is on, and layer-by-layer offload cannot run with FSDP sharding",
         )
     decisions = [
         OffloadDecision(flag, getattr(settings, flag), values[flag], changes[flag])

@@ -1,33 +1,19 @@
-"""The reference H3-family model, its synthetic checkpoints and the generate pipeline.
+"""MiniMax H3 in Drainboard: components filled by the loader, synthetic checkpoints, the generate pipeline.
 
-Importing this package registers the model classes with the loader, and sets
-`HF_HUB_OFFLINE=1`: diffusers and transformers read every file from local folders
-and never contact a model hub.
+The computation is diffusers' (`MiniMaxH3ModularPipeline`) and transformers'
+(Qwen3-VL); this package adapts it. Importing it sets `HF_HUB_OFFLINE=1`:
+diffusers and transformers read every file from local folders and never
+contact a model hub. diffusers and transformers themselves are imported where
+they are used (`models.components`, `models.h3synth`, inside a run).
 """
 
 import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-from . import registry as _registry  # noqa: F401  (registers builders with the loader)
-from .config import PROFILES, Profile, ProfileError, get_profile
-from .params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
-from .pipeline import STAGES, GenerateResult, PipelineEvent, run_generate
-from .synth import SynthReport, synth_checkpoint
+from .forecast import GenerateForecast, forecast_generate  # noqa: E402
+from .params import GenerateParams, GenerateParamsError, ModelSpec, validate_params  # noqa: E402
+from .pipeline import GenerateResult, PipelineEvent, run_generate  # noqa: E402
 
-__all__ = [
-    "PROFILES",
-    "STAGES",
-    "GenerateParams",
-    "GenerateParamsError",
-    "GenerateResult",
-    "ModelSpec",
-    "PipelineEvent",
-    "Profile",
-    "ProfileError",
-    "SynthReport",
-    "get_profile",
-    "run_generate",
-    "synth_checkpoint",
-    "validate_params",
-]
+__all__ = ["GenerateForecast", "GenerateParams", "GenerateParamsError", "GenerateResult", "ModelSpec",
+           "PipelineEvent", "forecast_generate", "run_generate", "validate_params"]

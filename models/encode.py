@@ -1,4 +1,7 @@
-"""MP4 output that browsers play: H.264 in yuv420p, even sizes, faststart, AAC audio (PyAV)."""
+"""MP4 output that browsers play: H.264 in yuv420p (crf 20), even sizes, faststart, AAC audio (PyAV).
+
+MiniMax H3 gives 24 fps video and a stereo 32 kHz soundtrack; both go in as they come.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ from loader.errors import DiskFullError
 
 AAC_FRAME = 1024
 """Samples per AAC frame."""
+_LAYOUTS = {1: "mono", 2: "stereo"}
+"""AAC channel layout by channel count."""
 
 
 def write_mp4(
@@ -20,30 +25,33 @@ def write_mp4(
     frames: np.ndarray,
     fps: int,
     audio: np.ndarray | None = None,
-    sample_rate: int = 24000,
+    sample_rate: int = 32000,
     *,
     crf: int = 20,
 ) -> None:
-    """Encode `frames` (F, H, W, 3) uint8 and optional mono `audio` (float in [-1, 1]) to `path`.
+    """Encode `frames` (F, H, W, 3) uint8 and optional `audio` (float in [-1, 1]) to `path`.
+
+    `audio` is (channels, samples) with 1 or 2 channels (H3's soundtrack is
+    stereo), or 1-D for mono; AAC keeps the channel count.
 
     The file is not bit-reproducible: libx264 output varied between identical
     runs here, so compare the frames' digest (GenerateResult.frames_sha256).
 
     Odd sizes are cropped by one pixel (yuv420p needs even sizes); the moov
     atom goes first (`movflags=+faststart`) so playback starts before the
-    download ends. On a full disk the partial file is removed and a
-    DiskFullError names it.
+    download ends. On any failure the partial file is removed; on a full
+    disk a DiskFullError names it.
     """
     try:
         _encode(path, frames, fps, audio, sample_rate, crf)
-    except OSError as e:
-        if not is_disk_full(e):
-            raise
+    except BaseException as e:
         removed = os.path.isfile(path)  # never a device such as /dev/full
         if removed:
             os.unlink(path)
-        raise DiskFullError(f"disk full while writing {path}: {free_bytes(path):,} bytes free"
-                            + ("; removed the partial file" if removed else "")) from e
+        if isinstance(e, OSError) and is_disk_full(e):
+            raise DiskFullError(f"disk full while writing {path}: {free_bytes(path):,} bytes free"
+                                + ("; removed the partial file" if removed else "")) from e
+        raise
 
 
 def _encode(path: str | os.PathLike, frames: np.ndarray, fps: int, audio: np.ndarray | None, sample_rate: int,
@@ -58,18 +66,21 @@ def _encode(path: str | os.PathLike, frames: np.ndarray, fps: int, audio: np.nda
         video.options = {"crf": str(crf), "preset": "veryfast"}
         sound = None
         if audio is not None:
+            samples = np.clip(np.atleast_2d(audio).astype(np.float32), -1.0, 1.0)
+            if samples.shape[0] not in _LAYOUTS:
+                raise ValueError(f"audio must be (channels, samples) with 1 or 2 channels, got {audio.shape}")
+            layout = _LAYOUTS[samples.shape[0]]
             sound = container.add_stream("aac", rate=sample_rate)
-            sound.layout = "mono"
+            sound.layout = layout
         for i, image in enumerate(frames):
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
             frame.pts, frame.time_base = i, Fraction(1, fps)
             container.mux(video.encode(frame))
         container.mux(video.encode())
         if sound is not None:
-            samples = np.clip(audio.astype(np.float32), -1.0, 1.0)
-            for start in range(0, len(samples), AAC_FRAME):
-                piece = samples[start : start + AAC_FRAME]
-                frame = av.AudioFrame.from_ndarray(piece[None, :], format="fltp", layout="mono")
+            for start in range(0, samples.shape[1], AAC_FRAME):
+                piece = np.ascontiguousarray(samples[:, start : start + AAC_FRAME])
+                frame = av.AudioFrame.from_ndarray(piece, format="fltp", layout=layout)
                 frame.sample_rate = sample_rate
                 frame.pts = start
                 frame.time_base = Fraction(1, sample_rate)

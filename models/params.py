@@ -1,7 +1,17 @@
-"""Generate parameters and their validation against a model folder.
+"""Generate parameters and their validation against a MiniMax H3 model folder.
 
-Validation reads only the components' `config.json` and safetensors headers,
-so a job can be refused in the parent process before any weight is read.
+The rules are H3's, read where H3 reads them: 24 fps; 5 to 15 seconds, in
+frame counts the video VAE can decode (`clip_length * n + tokens_chunk_size`,
+17n + 5 for H3: 124..345); width and height multiples of the VAE's spatial
+compression times the DiT's patch (32 for H3); `num_inference_steps >= 2`
+(N steps make N - 1 DiT calls); no classifier-free guidance and no negative
+prompt (the checkpoint is guidance-distilled). Height and width left unset
+take the checkpoint's own 16:9 canvas (`canvas_short_edge` and
+`canvas_max_pixels` in `modular_model_index.json`), which is how a small
+synthetic checkpoint gets a small default canvas without any rule of its own.
+
+Validation reads only JSON configs, so a job can be refused in the parent
+process before any weight is read.
 """
 
 from __future__ import annotations
@@ -11,12 +21,22 @@ import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from loader.errors import DrainboardError
 
-from .config import AudioVAEConfig, DiTConfig, TextEncoderConfig, VideoVAEConfig
-from .audio_vae import audio_latent_frames
-from .text_encoder import prompt_tokens
+FPS = 24
+"""MiniMax H3's fixed frame rate (`MiniMaxH3ModularPipeline.fps`)."""
+MIN_SECONDS, MAX_SECONDS = 5.0, 15.0
+"""The durations H3 generates (`MiniMaxH3ModularPipeline.min_duration` / `max_duration`)."""
+TEXT_ENCODER_LAYER = 50
+"""The Qwen3-VL hidden state H3 conditions on; the encoder needs more layers than this."""
+INDEX_FILE = "modular_model_index.json"
+"""The pipeline's index at a model root."""
+PIPELINE_CLASS = "MiniMaxH3ModularPipeline"
+"""The `_class_name` a generate root must declare."""
+WEIGHT_COMPONENTS = ("text_encoder", "transformer", "vae", "audio_vae")
+"""Components with weights that `t2va` runs, in the order the pipeline first uses them."""
 
 
 class GenerateParamsError(DrainboardError):
@@ -33,30 +53,30 @@ class GenerateParamsError(DrainboardError):
 
 @dataclass(frozen=True)
 class GenerateParams:
-    """What to generate."""
+    """What to generate (the `t2va` workflow: text to video with audio)."""
 
     prompt: str
     """Text describing the clip."""
     negative_prompt: str = ""
-    """Text the guidance steers away from."""
-    frames: int = 25
-    """Frames of video; 1 + temporal_factor * k (25 = 1 + 4 * 6)."""
-    height: int = 112
-    """Pixels; a multiple of the VAE factor times the patch size (16 for H3)."""
-    width: int = 192
-    """Pixels; a multiple of the VAE factor times the patch size (16 for H3)."""
-    steps: int = 6
-    """Denoising steps of the flow-matching Euler sampler."""
-    guidance_scale: float = 4.0
-    """Classifier-free guidance; 1.0 runs the conditional branch only."""
+    """Must stay empty: H3 is guidance-distilled and has no negative prompt."""
+    frames: int = 124
+    """Video frames at 24 fps, of the form 17n + 5 within 5-15 s (124..345)."""
+    height: int | None = None
+    """Pixels, a multiple of 32 for H3; None takes the checkpoint's default 16:9 canvas."""
+    width: int | None = None
+    """Pixels, a multiple of 32 for H3; None takes the checkpoint's default 16:9 canvas."""
+    steps: int = 50
+    """`num_inference_steps` (H3's default 50); N steps make N - 1 DiT calls, so at least 2."""
+    guidance_scale: float = 1.0
+    """Must stay 1.0: guidance is baked into H3's weights, every step is one forward pass."""
     seed: int = 0
-    """Seed of the initial noise; the same seed gives the same clip."""
-    fps: int = 24
-    """Frames per second of the MP4."""
+    """Seed of the request's CPU generator; the same seed gives the same frames on every placement mode."""
+    fps: int = FPS
+    """Must be 24, H3's own rate."""
     audio: bool = True
-    """Generate and encode an audio track."""
+    """Decode the stereo soundtrack and put it in the MP4 (off skips the `decode.audio` block)."""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @property
@@ -67,101 +87,122 @@ class GenerateParams:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """The parts of a model folder's configs that constrain generate parameters."""
+    """The facts of a model folder's configs that constrain generate parameters and size a run."""
 
-    transformer: DiTConfig
-    text_encoder: TextEncoderConfig
-    vae: VideoVAEConfig
-    audio_vae: AudioVAEConfig
-    weight_bytes: dict[str, int]
-    """Stored bytes per component, from the safetensors index files."""
+    root: str
+    """The model folder."""
+    canvas_multiple: int
+    """Height and width must be multiples of this: VAE spatial compression x DiT patch width."""
+    spatial_compression: int
+    """Pixels per latent along height and width."""
+    frames_per_chunk: int
+    """The video VAE's `clip_length` (17 for H3)."""
+    latents_per_chunk: int
+    """Latent frames per chunk (`ceil(clip_length / temporal compression)`, 5 for H3)."""
+    canvas: tuple[int, int]
+    """(height, width) of the checkpoint's default 16:9 canvas."""
+    text_encoder_layers: int
+    """Decoder layers of the Qwen3-VL text encoder."""
+    sampling_rate: int
+    """Audio samples per second (32 kHz for H3)."""
+    configs: dict[str, dict[str, Any]]
+    """Each weight component's `config.json`, by component name."""
 
     @classmethod
     def read(cls, model_dir: str | os.PathLike) -> "ModelSpec":
-        """Read the four components' config.json (and index sizes) from `model_dir`."""
+        """Read the index and the components' config.json from `model_dir`; GenerateParamsError under `model`."""
         root = Path(model_dir)
-        configs = {}
-        sizes = {}
-        for name, kind in (("transformer", DiTConfig), ("text_encoder", TextEncoderConfig),
-                           ("vae", VideoVAEConfig), ("audio_vae", AudioVAEConfig)):
-            path = root / name / "config.json"
-            try:
-                data = json.loads(path.read_text())
-            except (OSError, ValueError) as exc:
-                raise GenerateParamsError({"model": f"cannot read {path}: {exc}"}) from None
-            if data.get("_class_name") != kind.class_name:
-                raise GenerateParamsError(
-                    {"model": f"{path} has _class_name {data.get('_class_name')!r}; expected {kind.class_name!r}"}
-                )
-            configs[name] = kind.from_json(data)
-            sizes[name] = sum(_index_size(p) for p in (root / name).glob("*.safetensors.index.json"))
-        return cls(**configs, weight_bytes=sizes)
+        index = _read_json(root / INDEX_FILE)
+        if index.get("_class_name") != PIPELINE_CLASS:
+            raise GenerateParamsError({"model": f"{root / INDEX_FILE} has _class_name {index.get('_class_name')!r};"
+                                                f" expected {PIPELINE_CLASS!r}"})
+        configs = {name: _read_json(root / name / "config.json") for name in WEIGHT_COMPONENTS}
+        vae, dit = configs["vae"], configs["transformer"]
+        try:
+            spatial = math.prod(vae["spatial_downsample_factors"])
+            temporal = math.prod(vae["temporal_downsample_factors"])
+            clip_length = int(vae["clip_length"])
+            patch = [int(p) for p in dit["patch_size"]]
+            layers = int(configs["text_encoder"]["text_config"]["num_hidden_layers"])
+            rate = int(configs["audio_vae"]["sampling_rate"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise GenerateParamsError({"model": f"{root}: a component config lacks {e}"}) from None
+        multiple = spatial * patch[2]
+        return cls(
+            root=str(root), canvas_multiple=multiple, spatial_compression=spatial, frames_per_chunk=clip_length,
+            latents_per_chunk=math.ceil(clip_length / temporal),
+            canvas=_default_canvas(multiple, index),
+            text_encoder_layers=layers, sampling_rate=rate, configs=configs,
+        )
 
-    @property
-    def pixel_multiple(self) -> int:
-        """Height and width must be multiples of this (VAE factor times patch)."""
-        return self.vae.spatial_factor * math.lcm(self.transformer.patch_size[1], self.transformer.patch_size[2])
+    def frame_counts(self) -> list[int]:
+        """Every frame count H3 takes: the VAE's form within 5-15 s at 24 fps."""
+        lo, hi = math.ceil(MIN_SECONDS * FPS), math.floor(MAX_SECONDS * FPS)
+        return [f for f in range(lo, hi + 1) if f % self.frames_per_chunk == self.latents_per_chunk]
+
+    def geometry(self, params: GenerateParams) -> tuple[int, int]:
+        """(height, width) the run uses: the params', or the checkpoint's default canvas."""
+        if params.height is None or params.width is None:
+            return self.canvas
+        return params.height, params.width
 
 
-def _index_size(path: Path) -> int:
+def _read_json(path: Path) -> dict[str, Any]:
     try:
-        return int(json.loads(path.read_text()).get("metadata", {}).get("total_size", 0))
-    except (OSError, ValueError, TypeError):
-        return 0
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise GenerateParamsError({"model": f"cannot read {path}: {exc}"}) from None
+    if not isinstance(data, dict):
+        raise GenerateParamsError({"model": f"{path} is not a JSON object"})
+    return data
 
 
-def estimate_bytes(params: GenerateParams, model: ModelSpec, dtype_bytes: int) -> int:
-    """A rough peak for the run: every weight once in `dtype_bytes`, plus the largest activations
-    (attention scores of the joint sequence for both guidance branches, and the decoded video in fp32)."""
-    dit = model.transformer
-    weights = sum(model.weight_bytes.values()) // 2 * dtype_bytes
-    latent_frames = (params.frames - 1) // model.vae.temporal_factor + 1
-    video_tokens = latent_frames * (params.height // model.pixel_multiple) * (params.width // model.pixel_multiple)
-    audio_tokens = audio_latent_frames(params.duration, model.audio_vae.latent_rate) if params.audio else 0
-    tokens = video_tokens + audio_tokens + prompt_tokens(params.prompt)
-    branches = 2 if params.guidance_scale != 1.0 else 1
-    attention = branches * dit.num_heads * tokens * tokens * 4
-    hidden = branches * tokens * max(dit.hidden_size, 2 * dit.ffn_dim) * 4 * 4
-    decoded = params.frames * params.height * params.width * (model.vae.channels + 3) * 4
-    return weights + attention + hidden + decoded
+def _default_canvas(multiple: int, index: dict[str, Any]) -> tuple[int, int]:
+    """The canvas diffusers' t2va layout step picks when no size is given: 16:9 from the index's
+    `canvas_short_edge` / `canvas_max_pixels`, or the blocks' own defaults where the index has none."""
+    from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3Blocks
+    from diffusers.modular_pipelines.minimax_h3.modular_pipeline import resolve_canvas_size
+
+    defaults = {c.name: c.default for c in MiniMaxH3Blocks().get_workflow("t2va").expected_configs}
+    try:
+        short_edge, max_pixels = (int(index.get(k, defaults[k])) for k in ("canvas_short_edge", "canvas_max_pixels"))
+    except (TypeError, ValueError) as e:
+        raise GenerateParamsError({"model": f"{INDEX_FILE}: canvas_short_edge / canvas_max_pixels: {e}"}) from None
+    return resolve_canvas_size(16, 9, multiple, short_edge, max_pixels)
 
 
-def validate_params(params: GenerateParams, model: ModelSpec, *, available_bytes: int | None = None, dtype_bytes: int = 4) -> None:
-    """Raise GenerateParamsError naming every field the model cannot take.
-
-    `available_bytes`, when given, is compared with `estimate_bytes`.
-    """
+def validate_params(params: GenerateParams, model: ModelSpec) -> None:
+    """Raise GenerateParamsError naming every field this model cannot take, with what it expects."""
     problems: dict[str, str] = {}
-    multiple = model.pixel_multiple
     if not params.prompt.strip():
         problems["prompt"] = "must not be empty"
-    for field, text in (("prompt", params.prompt), ("negative_prompt", params.negative_prompt)):
-        tokens = prompt_tokens(text)
-        if tokens > model.text_encoder.max_tokens:
-            problems[field] = (
-                f"{tokens} tokens (UTF-8 bytes + 2); this text encoder takes at most {model.text_encoder.max_tokens}"
-            )
-    tf = model.vae.temporal_factor
-    if params.frames < 1 or (params.frames - 1) % tf:
-        problems["frames"] = f"{params.frames} is not 1 + {tf} * k (e.g. {1 + tf * 8} or {1 + tf * 30})"
+    if params.negative_prompt:
+        problems["negative_prompt"] = "MiniMax H3 is guidance-distilled and takes no negative prompt; leave it empty"
+    if params.guidance_scale != 1.0:
+        problems["guidance_scale"] = (f"{params.guidance_scale} given; MiniMax H3 is guidance-distilled (one forward"
+                                      " pass per step, no CFG), so it must be 1.0")
+    if params.fps != FPS:
+        problems["fps"] = f"{params.fps} given; MiniMax H3 generates at {FPS} fps only"
+    counts = model.frame_counts()
+    if params.frames not in counts:
+        problems["frames"] = (
+            f"{params.frames} is not {model.frames_per_chunk}n + {model.latents_per_chunk} within"
+            f" {MIN_SECONDS:g}-{MAX_SECONDS:g} s at {FPS} fps ({counts[0]}..{counts[-1]}, e.g. {counts[0]},"
+            f" {counts[1]} or {counts[-1]})"
+        )
+    if (params.height is None) != (params.width is None):
+        problems["height" if params.height is None else "width"] = "give width and height together, or neither"
     for field in ("height", "width"):
         value = getattr(params, field)
-        if value < multiple or value % multiple:
-            problems[field] = f"{value} is not a positive multiple of {multiple} (VAE factor x patch size)"
-    if not 1 <= params.steps <= 200:
-        problems["steps"] = f"{params.steps} is outside 1..200"
-    if not 1.0 <= params.guidance_scale <= 30.0:
-        problems["guidance_scale"] = f"{params.guidance_scale} is outside 1.0..30.0"
-    if not 1 <= params.fps <= 120:
-        problems["fps"] = f"{params.fps} is outside 1..120"
+        if value is not None and (value < model.canvas_multiple or value % model.canvas_multiple):
+            problems[field] = (f"{value} is not a positive multiple of {model.canvas_multiple}"
+                               f" (VAE {model.spatial_compression}x spatial compression x patch 2)")
+    if not 2 <= params.steps <= 1000:
+        problems["steps"] = f"{params.steps} is outside 2..1000 (N steps make N - 1 DiT calls)"
     if not 0 <= params.seed < 2**63:
         problems["seed"] = f"{params.seed} is outside 0..2**63-1"
-    if not problems and available_bytes is not None:
-        need = estimate_bytes(params, model, dtype_bytes)
-        if need > available_bytes:
-            problems["frames"] = (
-                f"{params.frames} frames at {params.width}x{params.height} need about {need / 2**30:.1f} GiB"
-                f" by a simple estimate; {available_bytes / 2**30:.1f} GiB are available (use fewer frames or pixels)"
-            )
+    if model.text_encoder_layers <= TEXT_ENCODER_LAYER:
+        problems["model"] = (f"{model.root}/text_encoder has {model.text_encoder_layers} decoder layers; H3 reads"
+                             f" hidden_states[{TEXT_ENCODER_LAYER}] and needs more than {TEXT_ENCODER_LAYER}")
     if problems:
         raise GenerateParamsError(problems)

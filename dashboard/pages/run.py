@@ -23,8 +23,7 @@ from dashboard.views.checkpoints import CheckpointChoice, components_table
 from dashboard.views.jobs import describe_supervisor, progress
 from dashboard.views.run import (
     DEFAULT_COMPONENT, DTYPES, GENERATE_FIELDS, KIND_LABELS, MODE_HELP, OFFERED_FLAGS, POLICY_DEFAULT, TRISTATE,
-    form_values, generate_defaults,
-    offload_preview, offload_summary,
+    form_values, generate_defaults, generate_geometry, offload_preview, offload_summary,
 )
 from dashboard.views.spec import field_errors, job_label
 from jobs.kinds import kind_names
@@ -257,27 +256,25 @@ def guard_fields(kind: str, mode: str, gpus: int) -> dict[str, Any]:
     return raw
 
 
-def generate_fields() -> dict[str, Any]:
-    """The clip to generate, as the spec's `generate` mapping."""
-    defaults = generate_defaults(DEFAULT_PROMPT)
+def generate_fields(choice) -> dict[str, Any]:
+    """The clip to generate (MiniMax H3 t2va), as the spec's `generate` mapping."""
+    canvas, multiple = generate_geometry(str(choice.path) if choice else None)
+    defaults = generate_defaults(DEFAULT_PROMPT, canvas)
     for name, value in defaults.items():
         seed(name, value)
     st.subheader("Generate")
     st.text_area("Prompt", key=key("gen_prompt"), height=80)
     show_errors("generate.prompt")
-    st.text_input("Negative prompt", key=key("gen_negative_prompt"), placeholder="what the guidance steers away from")
-    show_errors("generate.negative_prompt")
     cols = st.columns(4)
-    cols[0].number_input("Frames", min_value=1, key=key("gen_frames"))
-    cols[1].number_input("Height", min_value=16, step=16, key=key("gen_height"))
-    cols[2].number_input("Width", min_value=16, step=16, key=key("gen_width"))
-    cols[3].number_input("Steps", min_value=1, key=key("gen_steps"))
+    cols[0].number_input("Frames (24 fps)", min_value=124, max_value=345, step=17, key=key("gen_frames"),
+                         help="17n + 5: 124 (5.2 s) to 345 (14.4 s)")
+    cols[1].number_input("Height", min_value=multiple, step=multiple, key=key("gen_height"))
+    cols[2].number_input("Width", min_value=multiple, step=multiple, key=key("gen_width"))
+    cols[3].number_input("Steps", min_value=2, key=key("gen_steps"), help="N steps make N - 1 DiT calls; H3's default is 50")
     cols = st.columns(4)
     cols[0].number_input("Seed", min_value=0, key=key("gen_seed"))
-    cols[1].number_input("Guidance", min_value=0.0, step=0.5, key=key("gen_guidance_scale"))
-    cols[2].number_input("FPS", min_value=1, max_value=120, key=key("gen_fps"))
-    cols[3].toggle("Audio track", key=key("gen_audio"))
-    show_errors(*[f"generate.{name}" for name in GENERATE_FIELDS if name not in ("prompt", "negative_prompt")], "generate")
+    cols[1].toggle("Audio track", key=key("gen_audio"))
+    show_errors(*[f"generate.{name}" for name in GENERATE_FIELDS if name != "prompt"], "generate")
     return {name: st.session_state[key(f"gen_{name}")] for name in GENERATE_FIELDS}
 
 
@@ -427,7 +424,7 @@ def main() -> None:
             "device": device.spec, "dtype": None if dtype == DTYPES[0] else dtype, **limit_fields(device, kind, mode),
         }
         if kind == "generate":
-            raw["generate"] = generate_fields()
+            raw["generate"] = generate_fields(choice)
         raw["offload"] = offload_fields(device)
         keep(_drawn)
     mirror_in_url()

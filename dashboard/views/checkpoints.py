@@ -77,7 +77,9 @@ class CheckpointChoice:
 
 
 def _looks_like_checkpoint(folder: Path) -> bool:
-    return (folder / "model_index.json").is_file() or any(folder.glob("*.safetensors")) or any(
+    if (folder / "modular_model_index.json").is_file() or (folder / "model_index.json").is_file():
+        return True
+    return any(folder.glob("*.safetensors")) or any(
         folder.glob("*.safetensors.index.json")
     )
 

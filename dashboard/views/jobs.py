@@ -354,16 +354,20 @@ def _peak_rss_card(stats: LiveStats) -> Card:
     return Card("Peak VmRSS", fmt.gib(stats.peak_rss), help="max resident set of the worker (/proc status)")
 
 
+DENOISE_STAGE = "denoise.denoise"
+"""The generate stage whose time the steps share (diffusers' denoising-loop block)."""
+
+
 def seconds_per_step(job: dict, events: pd.DataFrame | None, elapsed: float) -> float | None:
-    """Seconds per denoising step: the denoising stage's time (finished: from the
+    """Seconds per denoising step: the `denoise.denoise` stage's time (finished: from the
     metrics; running: from its stage_start event to `elapsed`) over the steps done.
-    The stage also loads the DiT, so early steps read a little slow."""
+    The DiT loads in a stage of its own (`load.transformer`), so this is denoising alone."""
     done = job.get("progress_done") or 0
     if not done:
         return None
-    seconds = ((job.get("metrics") or {}).get("stage_seconds") or {}).get("denoising")
+    seconds = ((job.get("metrics") or {}).get("stage_seconds") or {}).get(DENOISE_STAGE)
     if seconds is None and events is not None and len(events):
-        started = events[(events["kind"] == "stage_start") & (events["stage"] == "denoising")]
+        started = events[(events["kind"] == "stage_start") & (events["stage"] == DENOISE_STAGE)]
         if len(started):
             seconds = elapsed - float(started["t"].iloc[0])
     return seconds / done if seconds and seconds > 0 else None
@@ -386,7 +390,7 @@ def _generate_cards(job: dict, stats: LiveStats, *, capacity: int | None, events
             f"{done or 0}/{total}" if total else fmt.MISSING,
             delta=f"{per_step:.2f} s/step" if per_step else None,
             delta_color="off",
-            help="denoising steps done of the total; s/step is the denoising stage's time (DiT load included) over the steps done",
+            help="denoising steps done of the total; s/step is the denoise.denoise stage's time over the steps done",
         ),
         _peak_in_use_card(stats),
         Card(

@@ -37,8 +37,10 @@ DTYPES = ("checkpoint dtype", "bfloat16", "float16", "float32")
 DEFAULT_COMPONENT = ""
 """The component field's value for "the loader's default" (a selectbox shows None as no choice)."""
 
-GENERATE_FIELDS = ("prompt", "negative_prompt", "frames", "height", "width", "steps", "seed", "guidance_scale", "fps", "audio")
-"""GenerateParams fields the form edits, in form order."""
+GENERATE_FIELDS = ("prompt", "frames", "height", "width", "steps", "seed", "audio")
+"""GenerateParams fields the form edits, in form order (H3 fixes the rest: no negative prompt, no guidance, 24 fps)."""
+FIRST_VISIT_STEPS = 3
+"""Pre-filled steps (2 DiT calls): keeps the CPU demo near a minute; H3's own default is 50."""
 
 
 def offload_preview(settings: OffloadSettings, device: DeviceInfo, flags: tuple[str, ...] = OFFERED_FLAGS) -> pd.DataFrame:
@@ -104,7 +106,20 @@ def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
-def generate_defaults(prompt: str) -> dict[str, Any]:
-    """Form values of GenerateParams' defaults with `prompt`."""
-    base = GenerateParams(prompt=prompt)
+def generate_defaults(prompt: str, canvas: tuple[int, int]) -> dict[str, Any]:
+    """Form values of GenerateParams' defaults with `prompt`, the checkpoint's (height, width) canvas and
+    FIRST_VISIT_STEPS."""
+    base = GenerateParams(prompt=prompt, height=canvas[0], width=canvas[1], steps=FIRST_VISIT_STEPS)
     return {f"gen_{f.name}": getattr(base, f.name) for f in fields(GenerateParams) if f.name in GENERATE_FIELDS}
+
+
+def generate_geometry(path: str | None) -> tuple[tuple[int, int], int]:
+    """A checkpoint's default (height, width) canvas and the multiple sizes must be; H3's release where the
+    folder is no H3 root."""
+    from models.params import GenerateParamsError, ModelSpec
+
+    try:
+        spec = ModelSpec.read(path)
+    except (GenerateParamsError, TypeError):
+        return (768, 1344), 32
+    return spec.canvas, spec.canvas_multiple

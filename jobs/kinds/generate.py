@@ -1,4 +1,4 @@
-"""The `generate` job: run the reference pipeline into an MP4 artifact, recording memory per stage."""
+"""The `generate` job: MiniMax H3 (diffusers' t2va pipeline) into an MP4 artifact, recording memory per stage."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 SAMPLE_INTERVAL = 0.1
 """Seconds between timer samples during generate stages."""
 
-_EVENT_KINDS = {"load": "load", "move": "move", "offload_decision": "decision"}
+_EVENT_KINDS = {"load": "load", "release": "release", "placement": "placement", "offload_decision": "decision"}
 """Pipeline event kinds recorded as job events, and the job event kind each becomes."""
 
 
@@ -51,12 +51,14 @@ class _Stages:
 @job_kind("generate")
 def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     """Probe the device and resolve the offload policy once (decisions become events), generate
-    `spec.generate` into the job's `video.mp4`, mirror the pipeline's stages, steps (as progress),
-    loads and module moves into the job, sample memory on a timer tagged with the stage, and return
-    the pipeline's result: stage timings (`stage_seconds`), per-stage peak footprint
-    (`stage_peaks`), the offload settings used and each component's load report."""
+    `spec.generate` into the job's `video.mp4`, mirror the pipeline's stages (one per block, one per
+    component load), denoising steps (as progress), placements, loads and releases into the job,
+    sample memory on a timer tagged with the stage, and return the pipeline's result: stage timings
+    (`stage_seconds`), per-stage peak footprint (`stage_peaks`), the offload settings and the diffusers
+    mechanism each component got (`placements`), and each component's load report (`loads`)."""
     from loader.dtypes import parse_dtype
     from models.pipeline import PipelineEvent, run_generate
+    from storage.config import load_config
 
     if spec.generate is None:
         raise ValueError("a generate job needs generate parameters")
@@ -79,9 +81,10 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
         # The settings are already resolved for `device`: the pipeline's own resolve changes nothing.
         result = run_generate(
             spec.model, spec.generate, out_path, device=spec.device, dtype=parse_dtype(spec.dtype), mode=spec.mode,
-            offload=settings, device_info=device, on_event=on_event,
+            offload=settings, device_info=device, sequential_components=getattr(spec, "sequential_components", None),
+            on_event=on_event,
             on_sample=lambda stage, sample: ctx.record(sample, stage=stage), sample_interval=SAMPLE_INTERVAL,
-            probe=ctx.probe,
+            probe=ctx.probe, roots=load_config().model_roots,
         )
     except BaseException:
         stages.abort()

@@ -18,18 +18,18 @@ def _device(kind: str, unified: bool) -> DeviceInfo:
 
 def test_generate_cards_show_steps_with_seconds_per_step_and_the_peak_stage(load_samples):
     job = {"kind": "generate", "status": "succeeded", "progress_done": 8, "progress_total": 8,
-           "metrics": {"peak_footprint": GIB, "stage_peaks": {"conditioning": GIB, "denoising": GIB // 2},
-                       "stage_seconds": {"denoising": 4.0}}}
+           "metrics": {"peak_footprint": GIB, "stage_peaks": {"conditioning": GIB, "denoise.denoise": GIB // 2},
+                       "stage_seconds": {"denoise.denoise": 4.0}}}
     cards = {c.label: c for c in jv.metric_cards(job, jv.live_stats(load_samples, 24 * GIB), total_bytes=GIB, capacity=24 * GIB)}
     assert list(cards) == ["Denoising steps", "Peak in use", "Peak footprint", "Min headroom", "Peak VmRSS"]
     assert (cards["Denoising steps"].value, cards["Denoising steps"].delta) == ("8/8", "0.50 s/step")
     assert (cards["Peak footprint"].value, cards["Peak footprint"].delta) == ("1.0 GiB", "in conditioning")
-    assert "conditioning 1.00 GiB · denoising 512.0 MiB" in cards["Peak footprint"].help
+    assert "conditioning 1.00 GiB · denoise.denoise 512.0 MiB" in cards["Peak footprint"].help
 
 
 def test_a_running_generate_job_measures_steps_from_when_denoising_started(load_samples):
     job = {"kind": "generate", "status": "running", "stage": "denoising", "progress_done": 2, "progress_total": 10, "metrics": None}
-    events = pd.DataFrame({"t": [0.5, 9.9], "kind": ["stage_start", "stage_start"], "stage": ["conditioning", "denoising"]})
+    events = pd.DataFrame({"t": [0.5, 9.9], "kind": ["stage_start", "stage_start"], "stage": ["conditioning", "denoise.denoise"]})
     stats = jv.live_stats(load_samples, 24 * GIB)  # last sample at t = 11.9
     cards = {c.label: c for c in jv.metric_cards(job, stats, total_bytes=None, capacity=None, events=events)}
     assert cards["Denoising steps"].delta == "1.00 s/step"

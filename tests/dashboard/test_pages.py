@@ -206,8 +206,8 @@ def test_job_page_of_a_load_opens_above_baseline_with_the_model_diagonal(db_with
 
 def test_job_page_of_a_generate_job_shows_steps_and_peak_footprint_not_placement(db_with_jobs, job_adder, load_samples):
     db, _ = db_with_jobs
-    metrics = {"peak_footprint": 3 * 2**29, "stage_peaks": {"conditioning": 3 * 2**29, "denoising": 2**30},
-               "stage_seconds": {"denoising": 6.0}}
+    metrics = {"peak_footprint": 3 * 2**29, "stage_peaks": {"text_encoder": 3 * 2**29, "denoise.denoise": 2**30},
+               "stage_seconds": {"denoise.denoise": 6.0}}
     job_id = job_adder(db, status="succeeded", kind="generate", samples=load_samples, metrics=metrics)
     db.execute("UPDATE jobs SET progress_done = 6, progress_total = 6 WHERE id = ?", [job_id])
     at = page("job")

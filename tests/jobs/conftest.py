@@ -78,9 +78,10 @@ def run_to_end(db, tick_until):
 
 @pytest.fixture
 def tiny_model(config):
-    """The `tiny` synthetic H3-family checkpoint (diffusers layout, four components) at data/models/tiny."""
-    from models import get_profile, synth_checkpoint
+    """The `tiny` random-weight MiniMax H3 checkpoint (the release's layout) at data/models/tiny."""
+    from models.h3synth import synth_h3
+    from models.profiles import get_profile
 
     path = config.model_roots[0] / "tiny"
-    synth_checkpoint(path, get_profile("tiny"), shard_bytes=100_000, seed=0)
+    synth_h3(path, get_profile("tiny"), seed=0)
     return path

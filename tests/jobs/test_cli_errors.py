@@ -55,7 +55,7 @@ def test_cuda_on_a_machine_without_it_is_refused_at_submit(db, config, capsys, m
 def test_an_unknown_component_is_refused_at_submit_listing_the_checkpoints(db, config, capsys, tiny_model):
     code, out = run_json(capsys, "submit", "load", "--model", str(tiny_model), "--component", "transfomer")
     assert code == 2 and out["errors"] == [
-        f"component: {tiny_model} has no component 'transfomer'; known: audio_vae, text_encoder, transformer, vae"
+        f"component: {tiny_model} has no component 'transfomer'; known: audio_vae, text_encoder, transformer, transformer_ref, vae"
     ]
     assert list_jobs(db) == []
 

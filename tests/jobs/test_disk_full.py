@@ -14,7 +14,7 @@ from storage.connections import connect
 from storage.queries import get_job, list_jobs
 from storage.schema import FINAL_STATUSES
 
-TINY_CLIP = {"prompt": "a red fox", "frames": 9, "height": 32, "width": 48, "steps": 2, "fps": 8}
+TINY_CLIP = {"prompt": "a red fox", "frames": 124, "height": 64, "width": 64, "steps": 2}
 
 
 def fill(folder: Path, leave: int = 0) -> None:
@@ -30,7 +30,7 @@ def test_a_generate_job_whose_artifact_disk_is_full_fails_saying_so_and_the_next
     fill(small_tmpfs(64 * 1024, name="data/artifacts"))
 
     job_id = queue_job("generate", model=str(tiny_model), generate=TINY_CLIP)
-    job = run_to_end(job_id, timeout=120)
+    job = run_to_end(job_id, timeout=300)
     assert job["status"] == "failed" and job["exit_code"] == 3
     video = job_dir(config.data_dir, job_id) / "video.mp4"
     assert job["error"].startswith(f"DiskFullError: disk full while writing {video}: 0 bytes free")

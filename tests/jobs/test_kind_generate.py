@@ -1,49 +1,69 @@
 import av
+import numpy as np
 import pytest
 
 from jobs.spec import JobSpecError, build_spec
-from models.pipeline import STAGES
 from storage.artifacts import job_dir
 from storage.queries import artifacts, events, samples_since
 
 
-def test_kind_generate_writes_an_mp4_artifact_and_records_every_stage(db, config, queue_job, run_to_end, tiny_model):
+BLOCKS = ["text_encoder", "denoise.no_keyframe_anchors", "denoise.prepare_layout", "denoise.prepare_latents",
+          "denoise.set_timesteps", "denoise.denoise", "denoise.after_denoise", "decode.video", "decode.audio"]
+
+
+def test_kind_generate_writes_an_h264_stereo_aac_mp4_and_records_stages_steps_loads_and_releases(
+        db, config, queue_job, run_to_end, tiny_model):
+    """On the CPU the policy is the unified one: every flag off, sequential residency."""
     job_id = queue_job("generate", model=str(tiny_model),
-                       generate={"prompt": "a red fox", "frames": 9, "height": 32, "width": 48, "steps": 3, "fps": 8})
-    job = run_to_end(job_id, timeout=120)
+                       generate={"prompt": "a red fox", "frames": 124, "height": 64, "width": 64, "steps": 3})
+    job = run_to_end(job_id, timeout=300)
     assert job["status"] == "succeeded", job["error"]
 
     [video] = [a for a in artifacts(db, job_id) if a["media_type"] == "video/mp4"]
     path = job_dir(config.data_dir, job_id) / video["name"]
-    assert video["media_type"] == "video/mp4" and video["name"] == "video.mp4"
-    assert path.resolve().parent == job_dir(config.data_dir, job_id) and path.stat().st_size == video["size"] > 0
+    assert video["name"] == "video.mp4" and path.stat().st_size == video["size"] > 0
     with av.open(str(path)) as container:
-        assert sum(1 for _ in container.decode(video=0)) == 9
-        assert container.streams.audio
+        v, a = container.streams.video[0], container.streams.audio[0]
+        assert (v.codec_context.name, v.codec_context.pix_fmt, v.average_rate) == ("h264", "yuv420p", 24)
+        assert (a.codec_context.name, a.codec_context.layout.name, a.rate, a.channels) == ("aac", "stereo", 32000, 2)
+        assert sum(1 for _ in container.decode(video=0)) == 124
+    with av.open(str(path)) as container:
+        pcm = np.concatenate([f.to_ndarray() for f in container.decode(audio=0)], axis=1)
+        assert pcm.shape[0] == 2 and pcm.shape[1] >= 5 * 32000 and np.abs(pcm).max() > 0
 
     rows = events(db, job_id)
     started = [e["stage"] for e in rows if e["kind"] == "stage_start"]
-    ended = [e["stage"] for e in rows if e["kind"] == "stage_end"]
-    assert started == ended == ["probe", *STAGES]
-    assert {"device", "load"} <= {e["kind"] for e in rows}
-    assert (job["progress_done"], job["progress_total"]) == (3, 3)
+    assert started == [e["stage"] for e in rows if e["kind"] == "stage_end"]
+    assert started == ["probe", "prepare", "load.text_encoder", "text_encoder", *BLOCKS[1:5], "load.transformer",
+                       "denoise.denoise", "denoise.after_denoise", "load.vae", "decode.video", "load.audio_vae",
+                       "decode.audio", "encode"]
+    assert [e["data"]["component"] for e in rows if e["kind"] == "load"] == [
+        "text_encoder", "transformer", "vae", "audio_vae"]
+    assert [e["data"]["component"] for e in rows if e["kind"] == "release"] == [
+        "text_encoder", "transformer", "vae", "audio_vae"]
+    assert {e["data"]["mechanism"] for e in rows if e["kind"] == "placement"} == {"on device"}
+    assert len([e for e in rows if e["kind"] == "decision"]) == 5
+    assert (job["progress_done"], job["progress_total"]) == (2, 2)  # 3 steps: 2 DiT calls
 
     sample_stages = {s["stage"] for s in samples_since(db, job_id)}
-    assert {"conditioning", "denoising", "decoding"} <= sample_stages
+    assert {"load.transformer", "denoise.denoise", "decode.video"} <= sample_stages
 
     metrics = job["metrics"]
-    assert set(metrics["stage_seconds"]) == set(STAGES)
-    assert metrics["stage_peaks"]["denoising"] > 0
+    assert metrics["stages"] == started[1:] and set(metrics["stage_seconds"]) == set(started[1:])
+    assert metrics["stage_peaks"]["denoise.denoise"] > 0
     assert metrics["peak_footprint"] == max(metrics["stage_peaks"].values())
     assert set(metrics["loads"]) == {"text_encoder", "transformer", "vae", "audio_vae"}
+    assert metrics["loads"]["text_encoder"]["excluded_tensors"] > 0  # lm_head, vision tower: never read
+    assert metrics["sequential_components"] is True and metrics["video_sha256"]
 
 
 @pytest.mark.parametrize(
     "params, field, message",
     [
-        ({"prompt": "a fox", "frames": 10}, "generate.frames", "is not 1 + 4 * k"),
-        ({"prompt": "a fox", "height": 40}, "generate.height", "multiple of 16"),
-        ({"prompt": "a fox", "steps": 0}, "generate.steps", "outside 1..200"),
+        ({"prompt": "a fox", "frames": 10}, "generate.frames", "is not 17n + 5 within 5-15 s at 24 fps"),
+        ({"prompt": "a fox", "height": 40, "width": 64}, "generate.height", "multiple of 32"),
+        ({"prompt": "a fox", "steps": 1}, "generate.steps", "outside 2..1000"),
+        ({"prompt": "a fox", "guidance_scale": 4.0}, "generate.guidance_scale", "guidance-distilled"),
         ({"prompt": "   "}, "generate.prompt", "must not be empty"),
         ({"prompt": "a fox", "frames": "many"}, "generate.frames", "must be an integer"),
         ({"prompt": "a fox", "audio": "yes"}, "generate.audio", "true or false"),
@@ -58,6 +78,6 @@ def test_generate_params_the_model_cannot_take_are_refused_before_queueing(confi
 
 
 def test_a_generate_job_on_a_checkpoint_that_is_no_generate_model_is_refused(config):
-    with pytest.raises(JobSpecError, match="model: cannot read .*transformer/config.json"):
+    with pytest.raises(JobSpecError, match="model: cannot read .*modular_model_index.json"):
         build_spec({"kind": "generate", "model": str(config.model_roots[0] / "dummy.safetensors"),
                     "generate": {"prompt": "a fox"}}, config)

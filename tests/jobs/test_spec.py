@@ -78,7 +78,7 @@ def test_an_unknown_component_is_refused_at_once_listing_the_checkpoints_own(con
     with pytest.raises(JobSpecError) as caught:
         build_spec({"kind": "load", "model": str(tiny_model), "component": "transfomer"}, config)
     assert caught.value.errors == [
-        f"component: {tiny_model} has no component 'transfomer'; known: audio_vae, text_encoder, transformer, vae"
+        f"component: {tiny_model} has no component 'transfomer'; known: audio_vae, text_encoder, transformer, transformer_ref, vae"
     ]
     assert build_spec({"kind": "load", "model": str(tiny_model), "component": "vae"}, config).component == "vae"
 
@@ -151,9 +151,9 @@ def test_a_valid_spec_is_normalised_and_round_trips_through_storage(db, config):
 
 
 def test_a_valid_generate_spec_round_trips_through_storage(db, config, tiny_model):
-    spec = build_spec({"kind": "generate", "model": str(tiny_model), "generate": {"prompt": "a fox", "frames": "9"}},
+    spec = build_spec({"kind": "generate", "model": str(tiny_model), "generate": {"prompt": "a fox", "frames": "141"}},
                       config)
-    assert spec.generate.frames == 9 and spec.generate.prompt == "a fox"
+    assert spec.generate.frames == 141 and spec.generate.prompt == "a fox"
     assert JobSpec.from_dict(get_job(db, enqueue(db, spec))["spec"]) == spec
 
 

@@ -54,9 +54,13 @@ def test_defaults_match_fastvideo():
         "text_encoder_cpu_offload": True,
         "image_encoder_cpu_offload": True,
         "vae_cpu_offload": True,
-        "use_fsdp_inference": False,
         "pin_cpu_memory": True,
     }
+
+
+def test_a_stored_spec_with_the_retired_fsdp_flag_still_reads_back():
+    stored = {**OffloadSettings(vae_cpu_offload=False).to_dict(), "use_fsdp_inference": True}
+    assert OffloadSettings.from_dict(stored) == OffloadSettings(vae_cpu_offload=False)
 
 
 def test_unified_memory_flags_are_exactly_the_settings_fields_ending_in_offload():
@@ -75,18 +79,10 @@ def test_unified_memory_turns_off_each_offload_flag_on_its_own(flag, gb10):
     ]
 
 
-def test_unified_memory_turns_off_all_five_and_keeps_fsdp_and_pinning(gb10):
-    settings = OffloadSettings(use_fsdp_inference=True, pin_cpu_memory=True)
-    resolved, decisions = resolve_offload(settings, gb10)
+def test_unified_memory_turns_off_all_five_and_keeps_pinning(gb10):
+    resolved, decisions = resolve_offload(OffloadSettings(pin_cpu_memory=True), gb10)
     assert changed(decisions) == {flag: (True, False) for flag in UNIFIED_MEMORY_OFFLOAD_FLAGS}
-    assert resolved == OffloadSettings(**ALL_OFF, use_fsdp_inference=True, pin_cpu_memory=True)
-
-
-def test_unified_cuda_keeps_use_fsdp_inference_even_with_layerwise_requested(gb10):
-    """Layerwise is turned off by the unified rule first, so its conflict with FSDP never applies."""
-    resolved, decisions = resolve_offload(OffloadSettings(dit_layerwise_offload=True, use_fsdp_inference=True), gb10)
-    assert resolved.use_fsdp_inference is True
-    assert "use_fsdp_inference" not in changed(decisions)
+    assert resolved == OffloadSettings(**ALL_OFF, pin_cpu_memory=True)
 
 
 @pytest.mark.parametrize("pin", [True, False])
@@ -98,37 +94,28 @@ def test_pin_cpu_memory_is_never_touched(pin, gb10, h200, apple_mps):
 
 
 def test_flags_already_off_stay_off_and_produce_no_decision(gb10, apple_mps):
-    settings = OffloadSettings(**ALL_OFF, use_fsdp_inference=False)
+    settings = OffloadSettings(**ALL_OFF)
     for device in (gb10, apple_mps):
         assert resolve_offload(settings, device) == (settings, [])
 
 
-def test_mps_turns_off_the_five_flags_and_fsdp(apple_mps):
-    resolved, decisions = resolve_offload(OffloadSettings(use_fsdp_inference=True), apple_mps)
-    assert resolved == OffloadSettings(**ALL_OFF, use_fsdp_inference=False, pin_cpu_memory=True)
-    assert changed(decisions) == {**{flag: (True, False) for flag in UNIFIED_MEMORY_OFFLOAD_FLAGS},
-                                  "use_fsdp_inference": (True, False)}
+def test_mps_turns_off_the_five_flags(apple_mps):
+    resolved, decisions = resolve_offload(OffloadSettings(), apple_mps)
+    assert resolved == OffloadSettings(**ALL_OFF, pin_cpu_memory=True)
+    assert changed(decisions) == {flag: (True, False) for flag in UNIFIED_MEMORY_OFFLOAD_FLAGS}
     reasons = {d.flag: d.reason for d in decisions}
-    assert reasons["use_fsdp_inference"] == "Apple MPS does not support FSDP sharding"
     assert reasons["vae_cpu_offload"] == "Apple MPS has unified memory: moving weights to host frees nothing"
 
 
-def test_mps_turns_off_fsdp_even_when_forced_discrete():
-    forced = make_device("mps", unified=False, name="Apple MPS", source="env:DRAINBOARD_UNIFIED_MEMORY=0")
-    resolved, decisions = resolve_offload(OffloadSettings(dit_layerwise_offload=False, use_fsdp_inference=True), forced)
-    assert changed(decisions) == {"use_fsdp_inference": (True, False)}
-    assert resolved.vae_cpu_offload is True
-
-
 def test_discrete_leaves_flags_alone_when_layerwise_is_off(h200):
-    settings = OffloadSettings(dit_layerwise_offload=False, use_fsdp_inference=True)
+    settings = OffloadSettings(dit_layerwise_offload=False)
     assert resolve_offload(settings, h200) == (settings, [])
 
 
-def test_discrete_layerwise_wins_over_dit_cpu_offload_and_fsdp(h200):
-    resolved, decisions = resolve_offload(OffloadSettings(use_fsdp_inference=True), h200)
-    assert changed(decisions) == {"dit_cpu_offload": (True, False), "use_fsdp_inference": (True, False)}
-    assert resolved == OffloadSettings(dit_cpu_offload=False, use_fsdp_inference=False)
+def test_discrete_layerwise_wins_over_dit_cpu_offload(h200):
+    resolved, decisions = resolve_offload(OffloadSettings(), h200)
+    assert changed(decisions) == {"dit_cpu_offload": (True, False)}
+    assert resolved == OffloadSettings(dit_cpu_offload=False)
     assert all("dit_layerwise_offload is on" in d.reason for d in decisions)
 
 

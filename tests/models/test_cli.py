@@ -11,18 +11,29 @@ from models.cli import build_parser, main
 def test_synth_dry_run_json_prints_the_pruned_dit_counts(capsys, tmp_path: Path):
     assert main(["synth", str(tmp_path / "h3"), "--profile", "h3-pruned-r16", "--dry-run", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    dit = report["components"][0]
+    [dit] = [c for c in report["components"] if c["name"] == "transformer"]
     assert (dit["tensors"], dit["parameters"], dit["bytes"]) == (639, 20_166_101_760, 40_332_203_520)
     assert not (tmp_path / "h3").exists()
 
 
-def test_generate_with_bad_params_exits_2_with_the_error_shape(capsys, tiny_model: Path, tmp_path: Path):
-    code = main(["generate", str(tiny_model), "--prompt", "fox", "--out", str(tmp_path / "c.mp4"),
-                 "--frames", "10", "--width", "100", "--json"])
+def test_generate_with_bad_params_exits_2_with_the_error_shape(capsys, h3_tiny: Path, tmp_path: Path):
+    code = main(["generate", str(h3_tiny), "--prompt", "fox", "--out", str(tmp_path / "c.mp4"),
+                 "--frames", "10", "--width", "100", "--height", "64", "--json"])
     body = json.loads(capsys.readouterr().out)
     assert code == 2 and body["ok"] is False
-    assert body["errors"] == ["frames: 10 is not 1 + 4 * k (e.g. 33 or 121)",
-                              "width: 100 is not a positive multiple of 16 (VAE factor x patch size)"]
+    assert body["errors"] == [
+        "frames: 10 is not 17n + 5 within 5-15 s at 24 fps (124..345, e.g. 124, 141 or 345)",
+        "width: 100 is not a positive multiple of 32 (VAE 16x spatial compression x patch 2)",
+    ]
+
+
+def test_generate_writes_the_clip_and_prints_the_result_as_json(capsys, h3_tiny: Path, tmp_path: Path):
+    out = tmp_path / "clip.mp4"
+    code = main(["generate", str(h3_tiny), "--prompt", "a red fox", "--out", str(out), "--width", "64",
+                 "--height", "64", "--steps", "2", "--no-audio", "--json"])
+    body = json.loads(capsys.readouterr().out)
+    assert code == 0 and body["out_path"] == str(out) and out.stat().st_size > 0
+    assert (body["frames"], body["width"], body["height"], body["steps"]) == (124, 64, 64, 1)
 
 
 def test_every_command_has_help_with_an_example():

@@ -10,19 +10,10 @@ import numpy as np
 import pytest
 
 from loader.errors import DiskFullError
-from models import get_profile, synth_checkpoint
 from models.cli import main
 from models.encode import write_mp4
 from models.h3synth import synth_h3
-from models.profiles import get_profile as get_h3_profile
-
-TINY_SHARD_BYTES = 100_000
-
-
-def tiny_bytes() -> int:
-    report = synth_checkpoint("unused", get_profile("tiny"), shard_bytes=TINY_SHARD_BYTES, dry_run=True)
-    return sum(c.bytes for c in report.components)
-
+from models.profiles import get_profile
 
 def fill(folder: Path) -> None:
     """Take every free byte of `folder`'s filesystem, the way another writer would."""
@@ -40,49 +31,18 @@ def filler_after(disk: Path, fraction: float):
     return on_bytes
 
 
-def test_synth_refuses_before_writing_when_the_disk_is_too_small_naming_folder_need_and_free(small_tmpfs, capsys):
-    disk = small_tmpfs(256 * 1024)
+def test_synth_command_refuses_before_writing_when_the_disk_is_too_small_naming_folder_need_and_free(
+        small_tmpfs, capsys):
+    disk = small_tmpfs(1024 * 1024)
     out = disk / "tiny"
-    code = main(["synth", str(out), "--profile", "tiny", "--shard-size", str(TINY_SHARD_BYTES), "--json"])
+    code = main(["synth", str(out), "--profile", "tiny", "--json"])
     body = json.loads(capsys.readouterr().out)
     assert code == 2 and body["ok"] is False
     [line] = body["errors"]
     assert line.startswith(f"not enough disk space in {out}: the tiny checkpoint needs ")
-    needed = int(line.split(" needs ")[1].split(" bytes")[0].replace(",", ""))
-    assert needed > tiny_bytes()
-    assert line.endswith(f", {256 * 1024:,} bytes free")
+    assert int(line.split(" needs ")[1].split(" bytes")[0].replace(",", "")) > h3_tiny_bytes()
+    assert line.endswith(f", {1024 * 1024:,} bytes free")
     assert not out.exists()
-
-
-def test_synth_hit_by_a_full_disk_mid_write_removes_its_files_and_names_the_shard(small_tmpfs):
-    disk = small_tmpfs(2 * tiny_bytes())
-    out = disk / "tiny"
-    with pytest.raises(DiskFullError) as caught:
-        synth_checkpoint(out, get_profile("tiny"), shard_bytes=TINY_SHARD_BYTES, on_bytes=filler_after(disk, 1 / 3))
-    message = str(caught.value)
-    assert message.startswith(f"disk full while writing {out / 'transformer'}/diffusion_pytorch_model-0000")
-    assert ".safetensors: " in message and "removed the " in message and "\n" not in message
-    assert (disk / "filler").exists()
-    assert list(out.rglob("*.safetensors")) == [] and list(out.rglob("*.json")) == []
-
-
-def test_a_rewrite_that_fails_on_a_full_disk_does_not_leave_the_old_folder_looking_complete(small_tmpfs):
-    disk = small_tmpfs(int(1.5 * tiny_bytes()))
-    out = disk / "tiny"
-    synth_checkpoint(out, get_profile("tiny"), shard_bytes=TINY_SHARD_BYTES)
-    assert (out / "model_index.json").is_file()
-    with pytest.raises(DiskFullError, match=r"^disk full while writing .*tiny/transformer/diffusion_pytorch_model-"):
-        synth_checkpoint(out, get_profile("tiny"), shard_bytes=TINY_SHARD_BYTES, on_bytes=filler_after(disk, 0.1))
-    assert not (out / "model_index.json").exists()
-    assert not (out / "transformer" / "diffusion_pytorch_model.safetensors.index.json").exists()
-
-
-def test_rewriting_a_checkpoint_in_place_counts_the_files_it_replaces_as_free(small_tmpfs):
-    disk = small_tmpfs(int(1.5 * tiny_bytes()))
-    out = disk / "tiny"
-    synth_checkpoint(out, get_profile("tiny"), shard_bytes=TINY_SHARD_BYTES)
-    synth_checkpoint(out, get_profile("tiny"), shard_bytes=TINY_SHARD_BYTES, seed=1)
-    assert json.loads((out / "model_index.json").read_text())["_drainboard_seed"] == 1
 
 
 def test_an_mp4_written_to_a_full_device_raises_disk_full_naming_it_and_leaves_the_device_alone():
@@ -100,14 +60,14 @@ def test_an_mp4_that_fills_the_disk_is_removed(small_tmpfs):
 
 
 def h3_tiny_bytes() -> int:
-    return sum(c.bytes for c in synth_h3("unused", get_h3_profile("tiny"), dry_run=True).components)
+    return sum(c.bytes for c in synth_h3("unused", get_profile("tiny"), dry_run=True).components)
 
 
 def test_h3_synth_refuses_before_writing_when_the_disk_is_too_small(small_tmpfs):
     disk = small_tmpfs(1024 * 1024)
     out = disk / "tiny"
     with pytest.raises(DiskFullError) as caught:
-        synth_h3(out, get_h3_profile("tiny"))
+        synth_h3(out, get_profile("tiny"))
     line = str(caught.value)
     assert line.startswith(f"not enough disk space in {out}: the tiny checkpoint needs ")
     assert int(line.split(" needs ")[1].split(" bytes")[0].replace(",", "")) > h3_tiny_bytes()
@@ -118,7 +78,7 @@ def test_h3_synth_hit_by_a_full_disk_mid_write_removes_its_files_and_names_the_s
     disk = small_tmpfs(2 * h3_tiny_bytes() + 8 * 2**20)
     out = disk / "tiny"
     with pytest.raises(DiskFullError) as caught:
-        synth_h3(out, get_h3_profile("tiny"), on_bytes=filler_after(disk, 1 / 3))
+        synth_h3(out, get_profile("tiny"), on_bytes=filler_after(disk, 1 / 3))
     message = str(caught.value)
     assert message.startswith(f"disk full while writing {out}/") and ".safetensors: " in message
     assert "removed the " in message and "\n" not in message
@@ -128,11 +88,11 @@ def test_h3_synth_hit_by_a_full_disk_mid_write_removes_its_files_and_names_the_s
 def test_an_h3_rewrite_that_fails_on_a_full_disk_does_not_leave_the_old_root_looking_complete(small_tmpfs):
     disk = small_tmpfs(int(1.5 * h3_tiny_bytes()) + 8 * 2**20)
     out = disk / "tiny"
-    synth_h3(out, get_h3_profile("tiny"))
+    synth_h3(out, get_profile("tiny"))
     assert (out / "modular_model_index.json").is_file()
-    synth_h3(out, get_h3_profile("tiny"), seed=1)  # replaced shards count as free
+    synth_h3(out, get_profile("tiny"), seed=1)  # replaced shards count as free
     assert json.loads((out / "modular_model_index.json").read_text())["_drainboard_seed"] == 1
     with pytest.raises(DiskFullError, match=r"^disk full while writing .*tiny/text_encoder/model-"):
-        synth_h3(out, get_h3_profile("tiny"), on_bytes=filler_after(disk, 0.1))
+        synth_h3(out, get_profile("tiny"), on_bytes=filler_after(disk, 0.1))
     assert not (out / "modular_model_index.json").exists()
     assert not (out / "text_encoder" / "model.safetensors.index.json").exists()

@@ -1,158 +1,271 @@
-"""The generate pipeline on the tiny model: MP4 output, determinism, offload sites, validation."""
+"""Generate on the tiny H3 checkpoint: the seed contract against diffusers' own pipeline, stages, offload, MP4."""
 
 from __future__ import annotations
 
-import re
-
+import hashlib
 from dataclasses import replace
 from pathlib import Path
 
 import av
 import numpy as np
 import pytest
+import torch
 
 from loader.device import DeviceInfo
 from loader.offload import OffloadSettings
-from models.params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
-from models.pipeline import STAGES, PipelineEvent, run_generate
+from models.params import GenerateParams, GenerateParamsError
+from models.pipeline import ENCODE, PREPARE, PipelineEvent, load_stage, run_generate
+from models.residency import GROUP_OFFLOAD, MODEL_OFFLOAD, ON_DEVICE, RELEASED
 
-SMALL = GenerateParams(prompt="a red fox in the snow", frames=9, height=48, width=64, steps=2, fps=12)
-"""Nine frames of 64x48 in two steps: every stage runs, in well under a second each."""
+SMALL = GenerateParams(prompt="a red fox in the snow", frames=124, height=64, width=64, steps=3, seed=7)
+"""The shortest clip H3 takes (124 frames, 5.2 s) on a 64x64 canvas in two DiT calls."""
 
 DISCRETE = DeviceInfo("cpu", "cpu", None, "fake discrete GPU", False, 8 * 2**30, "test", "a discrete device for tests")
 UNIFIED = DeviceInfo("cpu", "cpu", None, "fake unified GPU", True, 8 * 2**30, "test", "a unified device for tests")
+NO_OFFLOAD = OffloadSettings(dit_layerwise_offload=False, dit_cpu_offload=False, text_encoder_cpu_offload=False,
+                             image_encoder_cpu_offload=False, vae_cpu_offload=False)
+BLOCKS = ["text_encoder", "denoise.no_keyframe_anchors", "denoise.prepare_layout", "denoise.prepare_latents",
+          "denoise.set_timesteps", "denoise.denoise", "denoise.after_denoise", "decode.video", "decode.audio"]
+"""diffusers' t2va workflow, flattened."""
 
 
-def _frames(path: Path) -> np.ndarray:
-    with av.open(str(path)) as c:
-        return np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)])
+def video_digest(videos) -> str:
+    return hashlib.sha256(np.ascontiguousarray(np.asarray(videos)[0], dtype=np.float32).tobytes()).hexdigest()
 
 
 @pytest.fixture(scope="module")
-def small_clip(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):
-    """(result, events, samples) of one SMALL generate on the tiny model."""
+def diffusers_reference(h3_tiny: Path) -> str:
+    """The digest of the frames diffusers' own loading and pipeline give for SMALL in bfloat16."""
+    from diffusers import ModularPipeline
+
+    from models.components import load_aux
+
+    pipe = ModularPipeline.from_pretrained(str(h3_tiny), workflow="t2va")
+    pipe.load_components(dtype=torch.bfloat16)
+    if pipe.processor is None:  # Qwen3VLProcessor's video part needs torchvision, which this box lacks
+        pipe.update_components(processor=load_aux(h3_tiny, "processor"))
+    state = pipe(prompt=SMALL.prompt, num_frames=SMALL.frames, height=SMALL.height, width=SMALL.width,
+                 num_inference_steps=SMALL.steps, generator=torch.Generator("cpu").manual_seed(SMALL.seed),
+                 output_type="np")
+    return video_digest(state.get("videos"))
+
+
+@pytest.fixture(scope="module")
+def small_clip(h3_tiny: Path, tmp_path_factory: pytest.TempPathFactory):
+    """(result, events, samples) of SMALL on a fake discrete GPU with every offload flag requested, sequential."""
     events: list[PipelineEvent] = []
     samples = []
     out = tmp_path_factory.mktemp("clips") / "clip.mp4"
-    result = run_generate(tiny_model, SMALL, out, on_event=events.append,
-                          on_sample=lambda stage, s: samples.append((stage, s)), sample_interval=0.01)
+    result = run_generate(h3_tiny, SMALL, out, device_info=DISCRETE, sequential_components=True,
+                          on_event=events.append, on_sample=lambda stage, s: samples.append((stage, s)),
+                          sample_interval=0.01)
     return result, events, samples
 
 
-def test_tiny_generate_writes_a_browser_playable_mp4_with_audio(small_clip):
+@pytest.mark.parametrize("mode", ["stream", "drain", "retain"])
+def test_seed_contract_frames_equal_diffusers_own_pipeline_in_every_placement_mode(
+        h3_tiny: Path, diffusers_reference: str, mode: str, tmp_path: Path):
+    result = run_generate(h3_tiny, SMALL, tmp_path / "clip.mp4", dtype=torch.bfloat16, mode=mode,
+                          device_info=UNIFIED)
+    assert result.video_sha256 == diffusers_reference
+
+
+def test_offload_and_sequential_residency_change_nothing_in_the_frames(small_clip, diffusers_reference: str):
+    result, _, _ = small_clip
+    assert result.offload["dit_layerwise_offload"] and result.sequential_components
+    assert result.video_sha256 == diffusers_reference
+
+
+def test_another_seed_or_prompt_gives_other_frames(h3_tiny: Path, small_clip, tmp_path: Path):
+    result, _, _ = small_clip
+    seed = run_generate(h3_tiny, replace(SMALL, seed=8), tmp_path / "a.mp4", device_info=UNIFIED)
+    prompt = run_generate(h3_tiny, replace(SMALL, prompt="a whale at dusk"), tmp_path / "b.mp4",
+                          device_info=UNIFIED)
+    assert len({result.video_sha256, seed.video_sha256, prompt.video_sha256}) == 3
+
+
+def test_the_mp4_is_h264_yuv420p_at_24_fps_with_stereo_aac_at_32_khz_and_faststart(small_clip):
     result, _, _ = small_clip
     with av.open(result.out_path) as c:
         video, audio = c.streams.video[0], c.streams.audio[0]
         assert (video.codec_context.name, video.codec_context.pix_fmt) == ("h264", "yuv420p")
-        assert (video.codec_context.width, video.codec_context.height) == (64, 48)
-        assert audio.codec_context.name == "aac"
-        assert video.frames == 9
-        assert float(video.duration * video.time_base) == pytest.approx(9 / 12, abs=1e-3)
-        assert c.duration / 1e6 == pytest.approx(9 / 12, abs=0.05)
-    assert Path(result.out_path).read_bytes()[4:8] == b"ftyp"
-    assert b"moov" in Path(result.out_path).read_bytes()[:4096]  # faststart: index before the media data
+        assert (video.codec_context.width, video.codec_context.height) == (64, 64)
+        assert video.average_rate == 24
+        assert sum(1 for _ in c.decode(video=0)) == 124
+    with av.open(result.out_path) as c:
+        audio = c.streams.audio[0]
+        assert (audio.codec_context.name, audio.codec_context.layout.name, audio.rate) == ("aac", "stereo", 32000)
+        decoded = np.concatenate([f.to_ndarray() for f in c.decode(audio=0)], axis=1)
+        assert decoded.shape[0] == 2 and decoded.shape[1] >= 5 * 32000
+    data = Path(result.out_path).read_bytes()
+    assert data[4:8] == b"ftyp" and b"moov" in data[:4096]  # faststart: the index before the media data
 
 
-def test_generate_reports_every_stage_in_order_with_seconds_peaks_and_samples(small_clip):
+def test_every_block_is_a_stage_loads_come_just_before_first_use_and_releases_after_last(small_clip):
     result, events, samples = small_clip
     starts = [e.stage for e in events if e.kind == "stage_start"]
-    assert starts == list(STAGES)
-    assert [e.data["step"] for e in events if e.kind == "step"] == [1, 2]
-    assert set(result.stage_seconds) == set(STAGES) == set(result.stage_peaks)
-    assert all(peak > 0 for peak in result.stage_peaks.values())
-    assert {stage for stage, _ in samples} == set(STAGES)
+    assert starts == [PREPARE, load_stage("text_encoder"), "text_encoder", *BLOCKS[1:5],
+                      load_stage("transformer"), "denoise.denoise", "denoise.after_denoise",
+                      load_stage("vae"), "decode.video", load_stage("audio_vae"), "decode.audio", ENCODE]
+    assert starts == [e.stage for e in events if e.kind == "stage_end"] == result.stages
+    assert [e.data["step"] for e in events if e.kind == "step"] == [1, 2]  # 3 steps, 2 DiT calls
+    assert all(e.stage == "denoise.denoise" for e in events if e.kind == "step")
+    released = [(e.stage, e.data["component"]) for e in events if e.kind == "release"]
+    assert released == [("text_encoder", "text_encoder"), ("denoise.denoise", "transformer"),
+                        ("decode.video", "vae"), ("decode.audio", "audio_vae")]
+    assert set(result.stage_peaks) == set(starts) and all(v > 0 for v in result.stage_peaks.values())
+    assert {stage for stage, _ in samples} == set(starts)
+    assert set(result.loads) == {"text_encoder", "transformer", "vae", "audio_vae"}
 
 
-def test_same_seed_gives_identical_frames_and_another_seed_or_prompt_differs(tiny_model: Path, small_clip, tmp_path):
+def test_sequential_residency_holds_only_the_running_block_s_component(small_clip):
     result, _, _ = small_clip
-    again = run_generate(tiny_model, SMALL, tmp_path / "again.mp4")
-    other_seed = run_generate(tiny_model, replace(SMALL, seed=7), tmp_path / "seed.mp4")
-    other_prompt = run_generate(tiny_model, replace(SMALL, prompt="a blue whale in the deep"), tmp_path / "prompt.mp4")
-    assert again.frames_sha256 == result.frames_sha256
-    assert len({result.frames_sha256, other_seed.frames_sha256, other_prompt.frames_sha256}) == 3
-    first = _frames(Path(result.out_path)).astype(int)
-    # The encoder is not bit-reproducible; the same frames still decode within a few levels.
-    assert np.abs(first - _frames(Path(again.out_path))).mean() < 3
-    assert np.abs(first - _frames(Path(other_seed.out_path))).mean() > 20
-    assert np.abs(first - _frames(Path(other_prompt.out_path))).mean() > 5
+    held = {r["block"]: {c for c, w in r["components"].items() if w["mechanism"] != RELEASED}
+            for r in result.residency}
+    assert held["text_encoder"] == {"text_encoder"}
+    assert held["denoise.prepare_layout"] == set()
+    assert held["denoise.denoise"] == {"transformer"}
+    assert held["decode.video"] == {"vae"} and held["decode.audio"] == {"audio_vae"}
 
 
-def _moves(events: list[PipelineEvent]) -> list[tuple[str, str, str]]:
-    return [(e.stage, e.data["component"], e.data["to"]) for e in events if e.kind == "move"]
+def _where(result, block: str, component: str) -> dict:
+    [row] = [r for r in result.residency if r["block"] == block]
+    return row["components"][component]
 
 
-def test_offload_on_a_discrete_device_moves_each_component_around_its_forward(tiny_model: Path, tmp_path: Path):
+@pytest.mark.parametrize(
+    "flag, component, block, mechanism, hook",
+    [
+        ("dit_layerwise_offload", "transformer", "denoise.denoise", GROUP_OFFLOAD, "diffusers group offload"),
+        ("dit_cpu_offload", "transformer", "denoise.denoise", MODEL_OFFLOAD, "accelerate cpu offload"),
+        ("text_encoder_cpu_offload", "text_encoder", "text_encoder", MODEL_OFFLOAD, "accelerate cpu offload"),
+        ("vae_cpu_offload", "vae", "decode.video", MODEL_OFFLOAD, "accelerate cpu offload"),
+        ("vae_cpu_offload", "audio_vae", "decode.audio", MODEL_OFFLOAD, "accelerate cpu offload"),
+    ],
+)
+def test_each_offload_flag_alone_puts_its_component_under_its_diffusers_mechanism(
+        h3_tiny: Path, tmp_path: Path, flag, component, block, mechanism, hook):
+    params = replace(SMALL, steps=2, audio=component == "audio_vae")
+    result = run_generate(h3_tiny, params, tmp_path / "c.mp4", device_info=DISCRETE,
+                          offload=replace(NO_OFFLOAD, **{flag: True}), sequential_components=False)
+    assert result.placements[component]["mechanism"] == mechanism
+    assert result.placements[component]["flag"] == flag and result.placements[component]["load_device"] == "cpu"
+    where = _where(result, block, component)
+    assert where["mechanism"] == mechanism and where["hooks"] == [hook]
+    offloaded = {"vae", "audio_vae"} & set(result.loads) if flag == "vae_cpu_offload" else {component}
+    assert {c for c, p in result.placements.items() if p["mechanism"] != ON_DEVICE} == offloaded
+
+
+def test_on_unified_memory_every_component_sits_on_the_device_with_no_hook_and_is_released(
+        h3_tiny: Path, tmp_path: Path):
+    result = run_generate(h3_tiny, replace(SMALL, steps=2, audio=False), tmp_path / "c.mp4", device_info=UNIFIED)
+    assert {d["flag"] for d in result.decisions} == {"dit_layerwise_offload", "dit_cpu_offload",
+                                                     "text_encoder_cpu_offload", "image_encoder_cpu_offload",
+                                                     "vae_cpu_offload"}
+    assert {p["mechanism"] for p in result.placements.values()} == {ON_DEVICE}
+    assert result.sequential_components  # the default on unified memory
+    assert all(not w["hooks"] for r in result.residency for w in r["components"].values())
+
+
+def test_without_sequential_residency_every_component_stays_loaded_through_the_run(h3_tiny: Path, tmp_path: Path):
     events: list[PipelineEvent] = []
-    settings = OffloadSettings(dit_layerwise_offload=False)
-    result = run_generate(tiny_model, replace(SMALL, steps=1), tmp_path / "c.mp4", offload=settings,
-                          device_info=DISCRETE, on_event=events.append)
-    loads = {e.data["component"]: e.data["device"] for e in events if e.kind == "load"}
-    assert loads == dict.fromkeys(("text_encoder", "transformer", "vae", "audio_vae"), "cpu")
-    assert _moves(events) == [
-        ("conditioning", "text_encoder", "cpu"), ("conditioning", "text_encoder", "cpu"),
-        ("denoising", "transformer", "cpu"), ("denoising", "transformer", "cpu"),
-        ("decoding", "vae", "cpu"), ("decoding", "vae", "cpu"),
-        ("decoding", "audio_vae", "cpu"), ("decoding", "audio_vae", "cpu"),
-    ]
-    assert result.offload["dit_cpu_offload"] and result.decisions == []
+    result = run_generate(h3_tiny, replace(SMALL, steps=2, audio=False), tmp_path / "c.mp4", device_info=DISCRETE,
+                          offload=NO_OFFLOAD, on_event=events.append)
+    assert not result.sequential_components and not any(e.kind == "release" for e in events)
+    assert result.stages[:4] == [PREPARE, *(load_stage(c) for c in ("text_encoder", "transformer", "vae"))]
+    assert all(w["mechanism"] == ON_DEVICE for r in result.residency for w in r["components"].values())
 
 
-def test_layerwise_offload_brings_each_block_in_and_out_per_step(tiny_model: Path, tmp_path: Path):
-    events: list[PipelineEvent] = []
-    run_generate(tiny_model, replace(SMALL, steps=2), tmp_path / "c.mp4", device_info=DISCRETE, on_event=events.append)
-    denoise = [c for stage, c, _ in _moves(events) if stage == "denoising"]
-    per_step = ["transformer.transformer_blocks.0"] * 2 + ["transformer.transformer_blocks.1"] * 2
-    assert denoise == ["transformer (all but its blocks)"] + per_step * 2
-
-
-def test_policy_for_unified_memory_never_moves_a_module_to_the_host(tiny_model: Path, tmp_path: Path):
-    events: list[PipelineEvent] = []
-    result = run_generate(tiny_model, SMALL, tmp_path / "c.mp4", device_info=UNIFIED, on_event=events.append)
-    assert _moves(events) == []
-    assert not any(result.offload[f] for f in ("dit_layerwise_offload", "dit_cpu_offload",
-                                               "text_encoder_cpu_offload", "vae_cpu_offload"))
-    assert {d["flag"] for d in result.decisions} >= {"dit_layerwise_offload", "vae_cpu_offload"}
+def test_no_audio_skips_the_audio_decoder_and_writes_video_only(h3_tiny: Path, tmp_path: Path):
+    result = run_generate(h3_tiny, replace(SMALL, steps=2, audio=False), tmp_path / "c.mp4", device_info=UNIFIED)
+    assert "decode.audio" not in result.stages and "audio_vae" not in result.loads
+    with av.open(result.out_path) as c:
+        assert not c.streams.audio
 
 
 @pytest.mark.parametrize(
     "change, field, message",
     [
-        ({"frames": 10}, "frames", "10 is not 1 + 4 * k"),
-        ({"height": 40}, "height", "40 is not a positive multiple of 16"),
-        ({"width": 0}, "width", "0 is not a positive multiple of 16"),
-        ({"prompt": "x" * 200}, "prompt", "202 tokens"),
+        ({"frames": 130}, "frames", "130 is not 17n + 5 within 5-15 s at 24 fps (124..345, e.g. 124, 141 or 345)"),
+        ({"frames": 107}, "frames", "107 is not 17n + 5"),
+        ({"frames": 362}, "frames", "(124..345"),
+        ({"width": 100, "height": 64}, "width", "100 is not a positive multiple of 32"),
+        ({"height": 64, "width": None}, "width", "give width and height together"),
+        ({"steps": 1}, "steps", "1 is outside 2..1000 (N steps make N - 1 DiT calls)"),
+        ({"guidance_scale": 4.0}, "guidance_scale", "guidance-distilled"),
+        ({"negative_prompt": "blurry"}, "negative_prompt", "takes no negative prompt"),
+        ({"fps": 30}, "fps", "generates at 24 fps only"),
         ({"prompt": "  "}, "prompt", "must not be empty"),
-        ({"steps": 0}, "steps", "0 is outside 1..200"),
-        ({"guidance_scale": 0.5}, "guidance_scale", "0.5 is outside 1.0..30.0"),
+        ({"seed": -1}, "seed", "outside 0..2**63-1"),
     ],
 )
-def test_bad_params_are_refused_naming_the_field(tiny_model: Path, change: dict, field: str, message: str):
-    with pytest.raises(GenerateParamsError, match=re.escape(f"{field}: {message}")) as info:
-        validate_params(replace(SMALL, **change), ModelSpec.read(tiny_model))
-    assert list(info.value.problems) == [field]
-
-
-def test_a_clip_that_would_not_fit_in_memory_is_refused(tiny_model: Path):
-    with pytest.raises(GenerateParamsError, match=r"frames: .*need about .* GiB .* available"):
-        validate_params(replace(SMALL, frames=121, height=720, width=1280), ModelSpec.read(tiny_model),
-                        available_bytes=2**30)
-
-
-def test_run_generate_refuses_bad_params_before_reading_weights(tiny_model: Path, tmp_path: Path):
+def test_bad_params_are_refused_before_any_weight_is_read_naming_field_and_rule(
+        h3_tiny: Path, tmp_path: Path, change: dict, field: str, message: str):
     events: list[PipelineEvent] = []
-    with pytest.raises(GenerateParamsError, match="frames"):
-        run_generate(tiny_model, replace(SMALL, frames=8), tmp_path / "c.mp4", on_event=events.append)
-    assert not any(e.kind == "load" for e in events) and not (tmp_path / "c.mp4").exists()
+    with pytest.raises(GenerateParamsError) as caught:
+        run_generate(h3_tiny, replace(SMALL, **change), tmp_path / "c.mp4", device_info=UNIFIED,
+                     on_event=events.append)
+    assert message in caught.value.problems[field]
+    assert not events and not (tmp_path / "c.mp4").exists()
 
 
-def test_generate_samples_through_the_callers_probe_so_cgroup_usage_is_recorded(tiny_model: Path, tmp_path: Path):
+def test_unset_geometry_takes_the_checkpoint_s_own_16_by_9_canvas(h3_tiny: Path, tmp_path: Path):
+    import json
+    import shutil
+
+    from models.params import ModelSpec
+
+    root = tmp_path / "tiny"
+    shutil.copytree(h3_tiny, root)
+    index = json.loads((root / "modular_model_index.json").read_text())
+    index.pop("canvas_short_edge", None), index.pop("canvas_max_pixels", None)
+    (root / "modular_model_index.json").write_text(json.dumps(index))
+    spec = ModelSpec.read(root)
+    assert spec.canvas_multiple == 32 and spec.frames_per_chunk == 17 and spec.latents_per_chunk == 5
+    assert spec.geometry(GenerateParams(prompt="x")) == (768, 1344)  # the blocks' defaults: H3's release canvas
+    (root / "modular_model_index.json").write_text(json.dumps({**index, "canvas_short_edge": 64,
+                                                               "canvas_max_pixels": 8192}))
+    assert ModelSpec.read(root).geometry(GenerateParams(prompt="x")) == (64, 128)
+    assert spec.frame_counts()[0] == 124 and spec.frame_counts()[-1] == 345
+
+
+def test_the_pipeline_constants_are_diffusers_own(h3_tiny: Path):
+    from diffusers.modular_pipelines.minimax_h3.modular_pipeline import MiniMaxH3ModularPipeline
+
+    from models import params
+
+    pipe = MiniMaxH3ModularPipeline()
+    assert (pipe.fps, pipe.min_duration, pipe.max_duration, pipe.text_encoder_layer) == (
+        params.FPS, params.MIN_SECONDS, params.MAX_SECONDS, params.TEXT_ENCODER_LAYER)
+
+
+def test_generate_samples_through_the_callers_probe_so_cgroup_usage_is_recorded(h3_tiny: Path, tmp_path: Path):
     from loader.memory import MemoryProbe
 
     usage = tmp_path / "memory.usage_in_bytes"  # stands in for the job's cgroup counter
     usage.write_text("123456789\n")
     samples = []
     with MemoryProbe(None, cgroup_file=str(usage)) as probe:
-        run_generate(tiny_model, replace(SMALL, steps=1), tmp_path / "c.mp4", probe=probe,
+        run_generate(h3_tiny, replace(SMALL, steps=2, audio=False), tmp_path / "c.mp4", probe=probe,
+                     device_info=UNIFIED,
                      on_sample=lambda stage, s: samples.append(s))
         assert probe.sample().cgroup_usage == 123456789  # still open: run_generate leaves the caller's probe alone
     assert samples and all(s.cgroup_usage == 123456789 for s in samples)
+
+
+def test_the_forecast_counts_exactly_the_bytes_the_loader_places_and_sequential_lowers_the_peak(
+        h3_tiny: Path, small_clip):
+    from models.forecast import forecast_generate
+
+    result, _, _ = small_clip
+    both = {seq: forecast_generate(h3_tiny, SMALL, device_info=DISCRETE, settings=OffloadSettings(),
+                                   sequential_components=seq) for seq in (True, False)}
+    assert both[True].component_bytes == {c: r["bytes_placed"] for c, r in result.loads.items()}
+    assert [s.stage for s in both[True].stages] == ["text_encoder", "denoise.denoise", "decode.video", "decode.audio"]
+    for seq, forecast in both.items():
+        held = {s.stage: s.weight_bytes for s in forecast.stages}
+        expected = sum(forecast.component_bytes.values())
+        assert held["denoise.denoise"] == (forecast.component_bytes["transformer"] if seq else expected)
+    assert both[True].predicted_peak_bytes < both[False].predicted_peak_bytes
+    assert both[True].placements == {c: p["mechanism"] for c, p in result.placements.items()}
+    assert both[True].to_dict()["predicted_peak_bytes"] == both[True].predicted_peak_bytes

@@ -1,0 +1,82 @@
+"""Generate forecast vs measurement, stage by stage, in one process (not a test).
+
+    python bench/bench_generate.py ROOT [--device cpu] [--frames 124] [--height H --width W] [--steps 3]
+        [--sequential / --no-sequential] [--unified] [--json OUT.json]
+
+Runs `models.forecast_generate` and then `models.run_generate` on the same parameters and prints, per
+computing stage, the predicted bytes and the measured peak (VmRSS + CUDA allocated) above the peak of the
+`prepare` stage (pipeline built and every library imported, no weight read yet), with their ratio. `--unified` forces the unified-memory policy (as
+DRAINBOARD_UNIFIED_MEMORY=1 does): every offload flag off, sequential residency on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("root")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--frames", type=int, default=124)
+    parser.add_argument("--height", type=int)
+    parser.add_argument("--width", type=int)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--sequential", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--unified", action="store_true")
+    parser.add_argument("--json", help="write the forecast, the result and the comparison here")
+    args = parser.parse_args()
+    if args.unified:
+        os.environ["DRAINBOARD_UNIFIED_MEMORY"] = "1"
+
+    from loader.device import probe_device
+    from loader.memory import MemoryProbe
+    from loader.offload import OffloadSettings
+    from models.forecast import forecast_generate
+    from models.params import GenerateParams
+    from models.pipeline import run_generate
+
+    params = GenerateParams(prompt="a red fox running through fresh snow at dawn", frames=args.frames,
+                            height=args.height, width=args.width, steps=args.steps)
+    info = probe_device(args.device)
+    forecast = forecast_generate(args.root, params, device_info=info, settings=OffloadSettings(),
+                                 sequential_components=args.sequential)
+    with MemoryProbe(args.device if args.device.startswith("cuda") else None) as probe, \
+            tempfile.TemporaryDirectory() as tmp:
+        start = time.monotonic()
+        result = run_generate(args.root, params, Path(tmp) / "clip.mp4", device=args.device, device_info=info,
+                              sequential_components=args.sequential, probe=probe, sample_interval=0.02)
+        wall = time.monotonic() - start
+    baseline = result.stage_peaks["prepare"]
+    rows = []
+    print(f"{args.root}: {forecast.width}x{forecast.height}, {params.frames} frames, {params.steps} steps,"
+          f" {forecast.tokens} tokens, sequential={result.sequential_components}, on {info.name}; {wall:.1f} s")
+    print(f"{'stage':<18}{'predicted MiB':>15}{'measured MiB':>15}{'ratio':>8}{'seconds':>9}")
+    for stage in forecast.stages:
+        measured = max(result.stage_peaks.get(stage.stage, 0) - baseline, 0)
+        ratio = stage.total_bytes / measured if measured else float("nan")
+        rows.append({"stage": stage.stage, "predicted_bytes": stage.total_bytes, "measured_bytes": measured,
+                     "ratio": ratio, "seconds": result.stage_seconds.get(stage.stage, 0.0)})
+        print(f"{stage.stage:<18}{stage.total_bytes / 2**20:15.1f}{measured / 2**20:15.1f}{ratio:8.2f}"
+              f"{rows[-1]['seconds']:9.2f}")
+    peak = max(result.stage_peaks.values()) - baseline
+    print(f"{'peak':<18}{forecast.predicted_peak_bytes / 2**20:15.1f}{peak / 2**20:15.1f}"
+          f"{forecast.predicted_peak_bytes / peak:8.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"forecast": forecast.to_dict(), "result": result.to_dict(),
+                                               "baseline_bytes": baseline, "wall_seconds": wall,
+                                               "stages": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
