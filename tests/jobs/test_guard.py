@@ -1,5 +1,6 @@
 """The memory guard: limits crossed on fake readings, then on a real child that allocates."""
 
+import re
 import signal
 import time
 
@@ -97,8 +98,9 @@ def test_a_job_over_its_memory_budget_is_stopped_by_the_guard_naming_its_last_te
     assert job["status"] == "killed", job["error"]
     last = last_sample(db, job["id"])
     assert job["error"].startswith("memory guard: system in use grew ")
-    assert f", budget 96.0 MiB, at tensor {last['tensors_placed']} of 200 (`{last['tensor_name']}`, stage load)" \
-        in job["error"]
+    quoted = int(re.search(r", budget 96\.0 MiB, at tensor (\d+) of 200 \(`blocks\.\1\.weight`, stage load\)$",
+                           job["error"]).group(1))
+    assert 0 <= last["tensors_placed"] - quoted <= 2  # the sample at the trip; SIGTERM lands a step or two later
     assert last["tensors_placed"] < 200  # stopped well before the end
     guard = [e for e in events(db, job["id"]) if e["kind"] == "memory_guard"]
     assert len(guard) == 1 and guard[0]["data"]["reason"] == "budget" and guard[0]["data"]["budget"] == 96 * MiB
