@@ -36,7 +36,7 @@ from torch.distributed.tensor import DTensor  # noqa: E402
 from loader.checkpoint import discover_checkpoint  # noqa: E402
 
 GiB = 1 << 30
-H3_BLOCK = {  # one transformer block of the full H3 DiT (DESIGN.md shapes), bf16
+H3_BLOCK = {  # one transformer block of the full H3 DiT (the release shapes), bf16
     "attn.to_q.weight": (7168, 5376),
     "attn.to_k.weight": (7168, 5376),
     "attn.to_v.weight": (7168, 5376),
