@@ -228,7 +228,7 @@ def limit_fields(device: DeviceInfo, kind: str, mode: str) -> dict[str, Any]:
 
 def guard_fields(kind: str, mode: str, gpus: int) -> dict[str, Any]:
     """The memory guard's budget and floor, and (for a one-rank stream load, the only job that applies it)
-    whether to drop the page cache, as raw spec fields. `sequential_components` is not offered: no job reads it yet."""
+    whether to drop the page cache, and (for generate) whether to hold one component at a time, as raw spec fields."""
     seed("memory_budget", "")
     seed("memory_floor", "")
     left, right = st.columns(2)
@@ -253,6 +253,15 @@ def guard_fields(kind: str, mode: str, gpus: int) -> dict[str, Any]:
         )
         show_errors("drop_page_cache")
         raw["drop_page_cache"] = TRISTATE[drop]
+    if kind == "generate":
+        seed("sequential_components", POLICY_DEFAULT, list(TRISTATE))
+        sequential = st.selectbox(
+            "One component at a time", list(TRISTATE), key=key("sequential_components"),
+            help="Load each component just before its first pipeline block and release it after its last, so the "
+                 "peak is the largest stage, not the sum (the default: on for unified memory).",
+        )
+        show_errors("sequential_components")
+        raw["sequential_components"] = TRISTATE[sequential]
     return raw
 
 

@@ -98,6 +98,7 @@ def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
         "memory_budget": size_text(spec.get("memory_budget")),
         "memory_floor": size_text(spec.get("memory_floor")),
         "drop_page_cache": tristate_text(spec.get("drop_page_cache")),
+        "sequential_components": tristate_text(spec.get("sequential_components")),
         "gpus": int(spec.get("gpus", 1)),
     }
     offload = {**OffloadSettings().to_dict(), **(spec.get("offload") or {})}

@@ -121,13 +121,15 @@ def test_edit_and_requeue_of_a_generate_job_fills_prompt_and_seed(fresh_db, tiny
     from models.params import GenerateParams
 
     params = GenerateParams(prompt="a whale at dusk", seed=3, steps=4)
-    job_id = _add_spec(fresh_db, JobSpec(kind="generate", model=str(tiny_checkpoint), generate=params))
+    job_id = _add_spec(fresh_db, JobSpec(kind="generate", model=str(tiny_checkpoint), generate=params,
+                                         sequential_components=False))
     at = run_page()
     at.query_params["from"] = str(job_id)
     at.run()
     assert at.segmented_control(key="run_kind").value == "generate"
     assert at.text_area(key="run_gen_prompt").value == "a whale at dusk"
     assert (at.number_input(key="run_gen_seed").value, at.number_input(key="run_gen_steps").value) == (3, 4)
+    assert at.selectbox(key="run_sequential_components").value == "off"
 
 
 @pytest.mark.parametrize("raw", ["²", "100000000000000000000000000000", "-3", "abc"])
