@@ -332,7 +332,11 @@ def fit_panel(choice: CheckpointChoice | None, kind: str, component: str | None,
     found = fit.walls(in_use=host.in_use, capacity=capacity, limit=limit,
                       limit_baseline=(data.worker_baseline(db) or 0) if limit else 0,
                       budget=guard.budget, floor=guard.floor)
-    guess = fit.forecast(mode, fit.mode_peaks(choice.bytes_to_place(kind, component)), found)
+    peaks = None
+    if kind == "load":
+        peaks = fit.load_peaks(str(choice.path), component=component or None, device=device, roots=[choice.root],
+                               dtype=None if dtype == DTYPES[0] else dtype)
+    guess = fit.forecast(mode, peaks or fit.mode_peaks(choice.bytes_to_place(kind, component)), found)
     st.altair_chart(
         fit_bar(host.in_use, guess.predicted_peak, host.in_use + guess.wall.allowance,
                 f"{guess.wall.name} {fmt.gib(host.in_use + guess.wall.allowance)}", guess.share),

@@ -101,6 +101,21 @@ def _cheaper(mode: str, peaks: Mapping[str, int], wall: Wall) -> str:
     return f"No mode fits: the cheapest, {cheapest}, needs {fmt.gib(peaks[cheapest])}; {remedy}, or place a smaller dtype."
 
 
+def load_peaks(path: str, *, component: str | None, dtype: str | None, device, roots) -> dict[str, int] | None:
+    """Predicted peak per mode from the loader's own forecast (headers only), or None when it cannot say."""
+    from loader import DrainboardError
+    from loader.forecast import forecast_load
+
+    try:
+        return {
+            mode: forecast_load(path, component=component, mode=mode, device=device.spec, dtype=dtype,
+                                roots=roots, device_info=device).predicted_peak_bytes
+            for mode in MODE_RATIO
+        }
+    except DrainboardError:
+        return None
+
+
 def mode_peaks(bytes_to_place: int) -> dict[str, int]:
     """Predicted peak per mode from the measured ratios, for a checkpoint of `bytes_to_place` bytes."""
     return {mode: int(ratio * bytes_to_place) for mode, ratio in MODE_RATIO.items()}

@@ -43,3 +43,26 @@ def test_small_limits_read_in_mib_never_as_zero_gib():
     walls = fit.walls(in_use=GIB, capacity=24 * GIB, budget=400 * MIB)
     guess = fit.forecast("stream", fit.mode_peaks(500 * MIB), walls)
     assert guess.message.startswith("Will not fit under the 400 MiB memory budget: predicted peak 500 MiB")
+
+
+def test_a_load_forecast_comes_from_the_loaders_own_prediction_per_mode(tiny_checkpoint, data_dir):
+    from loader.device import DeviceInfo
+    from loader.forecast import forecast_load
+
+    cpu = DeviceInfo(spec="cpu", kind="cpu", index=None, name="cpu", unified_memory=False, total_memory=None,
+                     source="test", reason="test")
+    peaks = fit.load_peaks(str(tiny_checkpoint), component=None, dtype="float16", device=cpu, roots=[data_dir / "models"])
+    assert peaks == {m: forecast_load(tiny_checkpoint, mode=m, dtype="float16", device_info=cpu).predicted_peak_bytes
+                     for m in ("retain", "drain", "stream")}
+    # Not the fixed per-mode ratios: at this size stream's staging outweighs retain's second copy.
+    assert peaks != fit.mode_peaks(tiny_checkpoint.stat().st_size // 2)
+
+
+def test_a_load_forecast_of_a_checkpoint_the_loader_refuses_is_none(tmp_path):
+    from loader.device import DeviceInfo
+
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x10\x00")
+    cpu = DeviceInfo(spec="cpu", kind="cpu", index=None, name="cpu", unified_memory=False, total_memory=None,
+                     source="test", reason="test")
+    assert fit.load_peaks(str(bad), component=None, dtype=None, device=cpu, roots=[tmp_path]) is None
