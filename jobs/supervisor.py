@@ -461,6 +461,7 @@ def ensure_supervisor(config: Config, *, wait: float = 10.0) -> dict:
     Detached by `jobs.daemon` (double fork, own session): it outlives the
     dashboard and is never left a zombie of it. Its output goes to
     `<data_dir>/worker.log`. A lock file keeps two callers from starting two.
+    A worker started here is named by `launched_pid`, also when it was not yet alive by `wait`.
     """
     config.data_dir.mkdir(parents=True, exist_ok=True)
     with open(config.data_dir / "worker.lock", "w") as lock:
@@ -481,6 +482,6 @@ def ensure_supervisor(config: Config, *, wait: float = 10.0) -> dict:
                 if status["alive"] or not pid_alive(worker_pid):
                     break
                 time.sleep(0.1)
-            return status
+            return {**status, "launched_pid": worker_pid}
         finally:
             db.conn.close()
