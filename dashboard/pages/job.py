@@ -213,7 +213,7 @@ def draw_chart(job: dict, samples, events, count: int, x: str, fit: str, total_b
         killed=job["status"] == "killed",
         kill_label="memory guard" if jv.kill_kind(job) == "guard" else "process killed",
         limits=jv.job_limits(job),
-        predicted_peak=jv.predicted_peak(job),
+        predicted_peak=jv.predicted_peak(job, events),
         theme=st.context.theme.type or "light",
     )
     st.altair_chart(chart, width="stretch", key=f"memory_chart_{job['id']}")

@@ -500,10 +500,14 @@ def job_limits(job: dict) -> dict[str, int | None]:
     return {name: spec.get(name) for name in ("memory_limit", "memory_budget", "memory_floor")}
 
 
-def predicted_peak(job: dict) -> int | None:
+def predicted_peak(job: dict, events=None) -> int | None:
     """Bytes the forecast said the job would add (its predicted peak over the start), when the
-    job recorded a forecast: `forecast.predicted_peak_bytes` in its metrics or spec."""
-    for source in (job.get("metrics") or {}, job.get("spec") or {}):
+    job recorded a forecast: `forecast.predicted_peak_bytes` in its metrics or spec, or the data of
+    its `forecast` event (recorded before the first byte is read, so a killed load has it too)."""
+    recorded = []
+    if events is not None and len(events):
+        recorded = [{"forecast": d} for d in events.loc[events["kind"] == "forecast", "data"]]
+    for source in (job.get("metrics") or {}, job.get("spec") or {}, *recorded):
         forecast = source.get("forecast")
         if isinstance(forecast, dict) and isinstance(forecast.get("predicted_peak_bytes"), (int, float)):
             return int(forecast["predicted_peak_bytes"])

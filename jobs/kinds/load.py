@@ -20,7 +20,7 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     from loader.api import load_checkpoint
     from storage.config import load_config
 
-    decide_offload(spec, ctx)
+    device, _ = decide_offload(spec, ctx)
 
     def on_tensor(placed) -> None:
         done = placed.index  # 1-based
@@ -30,12 +30,31 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
 
     if spec.gpus > 1:
         return _run_sharded(spec, ctx)
+    roots = load_config().model_roots
+    forecast = _record_forecast(spec, ctx, roots, device)
     with ctx.stage("load"):
         _, report = load_checkpoint(
             spec.model, component=spec.component, mode=spec.mode, device=spec.device, dtype=spec.dtype,
-            roots=load_config().model_roots, on_tensor=on_tensor, probe=ctx.probe, drop_page_cache=spec.drop_page_cache,
+            roots=roots, on_tensor=on_tensor, probe=ctx.probe, drop_page_cache=spec.drop_page_cache,
         )
-    return report.to_dict()
+    return {**report.to_dict(), "forecast": forecast}
+
+
+def _record_forecast(spec: JobSpec, ctx: JobContext, roots, device) -> dict[str, Any] | None:
+    """The loader's forecast from headers alone, recorded before the first byte is read (an event,
+    so a job killed mid-load still has it) and returned for the metrics: predicted beside measured."""
+    from loader.errors import DrainboardError
+    from loader.forecast import forecast_load
+    from loader.sizes import format_size
+
+    try:
+        forecast = forecast_load(spec.model, component=spec.component, mode=spec.mode, device=spec.device,
+                                 dtype=spec.dtype, roots=roots, device_info=device).to_dict()
+    except DrainboardError:
+        return None  # the load itself names what is wrong, a moment later
+    ctx.event("forecast", f"predicted peak {format_size(forecast['predicted_peak_bytes'])} "
+                          f"({forecast['predicted_footprint_ratio']:.3f}x the model)", data=forecast)
+    return forecast
 
 
 def _run_sharded(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:

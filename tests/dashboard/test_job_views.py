@@ -180,3 +180,13 @@ def test_a_generate_jobs_component_loads_are_one_row_each():
     assert table.loc["vae", "placed"] == "300.0 MiB"
     assert table.loc["vae", "footprint"] == "—"
     assert jv.load_reports_table({}).empty
+
+
+def test_a_killed_load_draws_the_predicted_peak_its_forecast_event_recorded():
+    import pandas as pd
+
+    from dashboard.views import jobs as jv
+
+    events = pd.DataFrame([{"kind": "device", "data": {}}, {"kind": "forecast", "data": {"predicted_peak_bytes": 123}}])
+    assert jv.predicted_peak({"metrics": None, "spec": {}}, events) == 123
+    assert jv.predicted_peak({"metrics": None, "spec": {}}, events.iloc[:1]) is None

@@ -50,6 +50,21 @@ def test_kind_load_records_a_sample_every_n_tensors_and_stores_the_report(
     assert (job["progress_done"], job["progress_total"]) == (12, 12)
 
 
+def test_kind_load_records_the_loaders_forecast_before_reading_beside_what_it_measured(
+    db, queue_job, run_to_end, small_checkpoint
+):
+    from loader.forecast import forecast_load
+
+    job_id = queue_job("load", model=str(small_checkpoint), component="transformer", mode="retain")
+    job = run_to_end(job_id)
+    assert job["status"] == "succeeded", job["error"]
+    expected = forecast_load(small_checkpoint, component="transformer", mode="retain").predicted_peak_bytes
+    assert job["metrics"]["forecast"]["predicted_peak_bytes"] == expected
+    recorded = [e for e in events(db, job_id) if e["kind"] == "forecast"]
+    assert len(recorded) == 1 and recorded[0]["data"]["predicted_peak_bytes"] == expected
+    assert recorded[0]["stage"] != "load"  # before the first byte is read
+
+
 needs_cgroup = pytest.mark.skipif(memory_limit_support() is not None, reason=f"{memory_limit_support()}")
 
 
