@@ -22,7 +22,7 @@ import sqlite_utils
 from jobs.documents import job_document, print_job, print_job_table
 from jobs.kinds import kind_names
 from jobs.queue import cancel, retry, submit
-from jobs.spec import JobSpecError
+from jobs.errors import JobSpecError
 from loader.command_line import CliParser, run_cli
 from loader.diskspace import free_bytes, is_disk_full
 from loader.errors import DiskFullError

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import sqlite_utils
 
-from jobs.spec import JobSpec, build_spec
 from loader.errors import DrainboardError
 from storage.config import Config
 from storage.connections import transaction
 from storage.queries import get_job
 from storage.schema import FINAL_STATUSES
+
+if TYPE_CHECKING:
+    from jobs.spec import JobSpec  # annotations only: listing and cancelling jobs stay torch-free
 
 
 class JobStateError(DrainboardError):
@@ -33,6 +35,8 @@ def enqueue(db: sqlite_utils.Database, spec: JobSpec, *, retry_of: int | None = 
 
 def submit(db: sqlite_utils.Database, raw: Mapping[str, Any], config: Config) -> int:
     """Validate user input (raises `JobSpecError`, nothing queued) and queue it; returns the job id."""
+    from jobs.spec import build_spec
+
     return enqueue(db, build_spec(raw, config))
 
 
@@ -86,6 +90,8 @@ def retry(db: sqlite_utils.Database, job_id: int, config: Config, *, changes: Ma
         raise JobStateError(f"job {job_id} does not exist")
     if job["status"] not in FINAL_STATUSES:
         raise JobStateError(f"job {job_id} is still {job['status']}; cancel it before retrying")
+    from jobs.spec import build_spec
+
     return enqueue(db, build_spec({**job["spec"], **(changes or {})}, config), retry_of=job_id)
 
 

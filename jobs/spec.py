@@ -14,31 +14,18 @@ from typing import Any, Callable, Mapping
 from loader.checkpoint import discover_checkpoint
 from loader.device import DeviceInfo, parse_device_spec, probe_device
 from loader.dtypes import parse_dtype
-from loader.errors import CheckpointError, DeviceError, DrainboardError, PlacementError
+from loader.errors import CheckpointError, DeviceError, PlacementError
 from loader.offload import OffloadSettings
 from loader.placement import known_placements
 from loader.sizes import parse_size
 from models.params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
+from jobs.errors import JobSpecError
 from storage.config import Config, ModelPathError, resolve_model_path
 
 MIN_MEMORY_SIZE = 2**20
 """The smallest memory limit, budget or floor accepted (1 MiB): below it a job cannot even start Python."""
 
 __all__ = ["JobSpec", "JobSpecError", "MIN_MEMORY_SIZE", "build_spec", "parse_size"]
-
-
-class JobSpecError(DrainboardError):
-    """A job spec is invalid; nothing was queued. `field` names the first bad field,
-    `errors` lists every problem as "field: message"."""
-
-    def __init__(self, field: str, message: str, errors: list[str] | None = None):
-        self.field = field
-        self.errors = errors or [f"{field}: {message}"]
-        text = self.errors[0] if len(self.errors) == 1 else f"{len(self.errors)} problems: " + "; ".join(self.errors)
-        super().__init__(text)
-
-    def messages(self) -> list[str]:
-        return list(self.errors)
 
 
 @dataclass(frozen=True)

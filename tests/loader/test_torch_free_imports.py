@@ -30,6 +30,16 @@ def test_storage_and_the_job_kind_list_import_without_torch():
     assert out == {"kinds": ["generate", "load"], "torch": False}
 
 
+def test_the_jobs_command_line_lists_and_cancels_without_torch():
+    out = _run(
+        "import json, sys\n"
+        "import jobs.cli, jobs.queue, jobs.documents\n"
+        "from jobs.errors import JobSpecError\n"
+        "print(json.dumps({'torch': 'torch' in sys.modules}))\n"
+    )
+    assert out == {"torch": False}
+
+
 def test_a_loader_function_that_needs_torch_imports_it_on_first_use():
     out = _run(
         "import json, sys\n"
