@@ -189,7 +189,7 @@ def _fill(
         meter.baseline()
         meter.start()
         placement.place(plan, ctx)
-        _synchronize(device)
+        synchronize(device)
         meter.finish()
     finally:
         if own_probe:
@@ -201,7 +201,8 @@ def _module_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v for k, v in module.state_dict(keep_vars=True).items() if not k.endswith(EXTRA_STATE_SUFFIX)}
 
 
-def _synchronize(device: torch.device) -> None:
+def synchronize(device: torch.device) -> None:
+    """Wait for `device`'s queued work, so a clock read after it measures finished work (no-op on CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device.type == "mps":

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from loader.api import synchronize
 from loader.device import DeviceInfo, probe_device
 from loader.memory import MemoryProbe, MemorySample, PeriodicSampler
 from loader.offload import OffloadDecision, OffloadSettings, resolve_offload
@@ -177,7 +178,7 @@ class _Run:
         self.record(self.probe.sample())
         with PeriodicSampler(self.probe, self.interval, self.record):
             yield
-        _synchronize(self.device)
+        synchronize(self.device)
         self.record(self.probe.sample())
         seconds = time.monotonic() - start
         self.result.stage_seconds[name] = seconds
@@ -404,8 +405,3 @@ def _load_weights(run: _Run, name: str, target: torch.device) -> tuple[nn.Module
     module, report = load_component(run.root, name, mode=run.mode, device=str(target), dtype=run.dtype,
                                     workflow=WORKFLOW, on_tensor=on_tensor, probe=run.probe, roots=run.roots)
     return module, report.to_dict()
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

@@ -20,8 +20,10 @@ from models.residency import GROUP_OFFLOAD, MODEL_OFFLOAD, ON_DEVICE, RELEASED
 SMALL = GenerateParams(prompt="a red fox in the snow", frames=124, height=64, width=64, steps=3, seed=7)
 """The shortest clip H3 takes (124 frames, 5.2 s) on a 64x64 canvas in two DiT calls."""
 
-DISCRETE = DeviceInfo("cpu", "cpu", None, "fake discrete GPU", False, 8 * 2**30, "test", "a discrete device for tests")
-UNIFIED = DeviceInfo("cpu", "cpu", None, "fake unified GPU", True, 8 * 2**30, "test", "a unified device for tests")
+DISCRETE = DeviceInfo(spec="cpu", kind="cpu", index=None, name="fake discrete GPU", unified_memory=False,
+                      total_memory=8 * 2**30, source="test", reason="a discrete device for tests")
+UNIFIED = DeviceInfo(spec="cpu", kind="cpu", index=None, name="fake unified GPU", unified_memory=True,
+                     total_memory=8 * 2**30, source="test", reason="a unified device for tests")
 NO_OFFLOAD = OffloadSettings(dit_layerwise_offload=False, dit_cpu_offload=False, text_encoder_cpu_offload=False,
                              image_encoder_cpu_offload=False, vae_cpu_offload=False)
 BLOCKS = ["text_encoder", "denoise.no_keyframe_anchors", "denoise.prepare_layout", "denoise.prepare_latents",
