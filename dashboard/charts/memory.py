@@ -17,8 +17,8 @@ from dashboard.charts import frames as fr
 from dashboard.charts.style import POLICY, PREDICTED, WALL, BY_LABEL, Palette, palette
 from dashboard.format import GIB
 
-POLICY_EVENTS = ("decision", "policy")
-"""Event kinds drawn as policy-decision rules."""
+POLICY_EVENTS = ("decision", "load", "release")
+"""Event kinds drawn as policy rules: offload decisions, and each component loaded or released by a generate job."""
 STEP_EVENTS = ("step",)
 """Event kinds drawn as ticks on the stage strip (one per denoising step)."""
 MULTI_RANK_WIDTH = 620

@@ -137,7 +137,7 @@ def test_denoising_steps_are_ticks_on_the_strip_not_bands(load_samples):
 
 
 def test_policy_events_land_at_the_bytes_placed_when_they_happened(load_samples):
-    events = pd.DataFrame({"t": [4.8], "kind": ["policy"], "message": ["drain: freed host copy"]})
+    events = pd.DataFrame({"t": [4.8], "kind": ["release"], "message": ["released transformer (20.0 MiB)"]})
     spec = charts.memory_chart(load_samples, x="bytes", events=events).to_dict()
     diamonds = [l for l in _layers(spec) if l["mark"].get("shape") == "diamond"]
     assert diamonds and diamonds[0]["mark"]["color"] == charts.POLICY
