@@ -245,24 +245,26 @@ def guard_fields(kind: str, mode: str, gpus: int) -> dict[str, Any]:
     show_errors("memory_floor")
     raw: dict[str, Any] = {"memory_budget": budget.strip() or None, "memory_floor": floor.strip() or None}
     if kind == "load" and mode == "stream" and gpus == 1:
-        seed("drop_page_cache", POLICY_DEFAULT, list(TRISTATE))
-        drop = st.selectbox(
-            "Drop page cache after reading", list(TRISTATE), key=key("drop_page_cache"),
-            help="Evict the checkpoint's file pages once placed, so cached bytes do not crowd the pool "
-                 "(the default: on for unified-memory CUDA targets).",
+        raw["drop_page_cache"] = policy_choice(
+            "drop_page_cache", "Drop page cache after reading",
+            "Evict the checkpoint's file pages once placed, so cached bytes do not crowd the pool "
+            "(the default: on for unified-memory CUDA targets).",
         )
-        show_errors("drop_page_cache")
-        raw["drop_page_cache"] = TRISTATE[drop]
     if kind == "generate":
-        seed("sequential_components", POLICY_DEFAULT, list(TRISTATE))
-        sequential = st.selectbox(
-            "One component at a time", list(TRISTATE), key=key("sequential_components"),
-            help="Load each component just before its first pipeline block and release it after its last, so the "
-                 "peak is the largest stage, not the sum (the default: on for unified memory).",
+        raw["sequential_components"] = policy_choice(
+            "sequential_components", "One component at a time",
+            "Load each component just before its first pipeline block and release it after its last, so the "
+            "peak is the largest stage, not the sum (the default: on for unified memory).",
         )
-        show_errors("sequential_components")
-        raw["sequential_components"] = TRISTATE[sequential]
     return raw
+
+
+def policy_choice(field: str, label: str, help: str) -> bool | None:
+    """A bool spec field the policy decides unless the user says on or off: None, True or False."""
+    seed(field, POLICY_DEFAULT, list(TRISTATE))
+    choice = st.selectbox(label, list(TRISTATE), key=key(field), help=help)
+    show_errors(field)
+    return TRISTATE[choice]
 
 
 def generate_fields(choice) -> dict[str, Any]:
