@@ -10,7 +10,8 @@ the checkpoint's.
 Cases (each a fresh process):
   stream, drain                 Drainboard (`stream[key=value,...]` passes stream options)
   instanttensor                 InstantTensor, default backend (O_DIRECT on a disk, mmap on tmpfs)
-  instanttensor_buffered        InstantTensor, backend=BackendPolicy.BUFFERED
+  instanttensor_buffered        InstantTensor, backend=BackendPolicy.BUFFERED (io_uring buffered reads)
+  instanttensor_mmap            InstantTensor, backend=Backend.MMAP (its fastest from the page cache on the H200 host)
   st_prefetch                   safetensors 0.9.0rc1 safe_open(...).prefetch(device=0, threads=16), per file
                                 (installed apart: --prefetch-site DIR, put first on sys.path in that child only)
   fastsafetensors               SafeTensorsFileLoader(nogds=True), copy_files_to_device
@@ -18,7 +19,8 @@ Cases (each a fresh process):
   load_file                     safetensors.torch.load_file(device="cuda") per shard
 Ceilings (same process rules, same files):
   ceil_h2d                      pinned host->device copy of the checkpoint's size (4 x 256 MiB pinned buffers)
-  ceil_read                     16 threads x 64 MiB preadv into pinned buffers (the page cache's rate when warm)
+  ceil_read                     16 threads x 8 MiB preadv into pinned buffers (the page cache's rate when warm;
+                                8 MiB reads were the fastest size measured there)
   ceil_direct                   the same with O_DIRECT (cold: the disk's parallel rate)
   ceil_direct_seq               one thread, 64 MiB O_DIRECT reads (the disk's sequential rate)
 
@@ -49,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 SPECS = Path(__file__).resolve().parent / "specs" / "h3_pruned_r16_transformer.json"
 """Names and shapes of the h3-pruned-r16 DiT (639 tensors, 37.56 GiB in bf16), written from models.config's
 profile by `--dump-specs`, so the device host needs no model code to write the checkpoint."""
-PEERS = ("instanttensor", "instanttensor_buffered", "st_prefetch", "fastsafetensors", "runai", "load_file")
+PEERS = ("instanttensor", "instanttensor_buffered", "instanttensor_mmap", "st_prefetch", "fastsafetensors", "runai", "load_file")
 CEILINGS = ("ceil_h2d", "ceil_read", "ceil_direct", "ceil_direct_seq")
 CASES = ("stream", "drain") + PEERS + CEILINGS
 _MiB = 1 << 20
@@ -157,22 +159,28 @@ def _case_drain(path: Path, device: str) -> tuple[dict, dict]:
     return dict(module.state_dict()), {"load_seconds": report.load_seconds}
 
 
-def _case_instanttensor(path: Path, buffered: bool) -> tuple[dict, dict]:
+def _case_instanttensor(path: Path, backend: str | None) -> tuple[dict, dict]:
+    """InstantTensor with `backend`: None (its default), "BUFFERED" (the policy) or a Backend name."""
     import instanttensor
     from instanttensor import safe_open
 
     files = [str(f) for f in shard_files(path)]
 
-    def load(backend) -> dict:
-        with safe_open(files, framework="pt", device=0, backend=backend) as f:
+    def load(choice) -> dict:
+        with safe_open(files, framework="pt", device=0, backend=choice) as f:
             return dict(f.tensors())
 
+    choice = None
+    if backend == "BUFFERED":
+        choice = instanttensor.BackendPolicy.BUFFERED
+    elif backend is not None:
+        choice = getattr(instanttensor.Backend, backend)
     try:
-        return load(instanttensor.BackendPolicy.BUFFERED if buffered else None), {}
+        return load(choice), {}
     except RuntimeError as exc:  # io_uring refused by this kernel/VM: the library's next backend, and the table says so
-        if "uring" not in str(exc).lower():
+        if "uring" not in str(exc).lower() or backend == "MMAP":
             raise
-        fallback = instanttensor.Backend.AIO_BUFFERED if buffered else instanttensor.Backend.AIO
+        fallback = instanttensor.Backend.AIO_BUFFERED if backend else instanttensor.Backend.AIO
         return load(fallback), {"backend": str(fallback), "fallback_because": str(exc)[:120]}
 
 
@@ -227,11 +235,10 @@ def _pieces(path: Path, size: int) -> list[tuple[Path, int, int]]:
     return out
 
 
-def _ceil_read(path: Path, threads: int, direct: bool) -> dict:
-    """Every shard's bytes read by `threads` threads in 64 MiB preadv calls into pinned buffers."""
+def _ceil_read(path: Path, threads: int, direct: bool, size: int) -> dict:
+    """Every shard's bytes read by `threads` threads in `size` preadv calls into pinned buffers."""
     import torch
 
-    size = 64 * _MiB
     pin = torch.cuda.is_available()
     local = threading.local()
     flag = os.O_DIRECT if direct else 0
@@ -298,13 +305,16 @@ def run_child(case: str, path: Path, options: dict, device: str = "cuda") -> dic
     if case == "ceil_h2d":
         return _ceil_h2d(path)
     if case in ("ceil_read", "ceil_direct", "ceil_direct_seq"):
-        return _ceil_read(path, 1 if case == "ceil_direct_seq" else 16, case != "ceil_read")
+        if case == "ceil_read":
+            return _ceil_read(path, 16, False, 8 * _MiB)
+        return _ceil_read(path, 1 if case == "ceil_direct_seq" else 16, True, 64 * _MiB)
     keep: list = []
     run = {
         "stream": lambda: _case_stream(path, options, device),
         "drain": lambda: _case_drain(path, device),
-        "instanttensor": lambda: _case_instanttensor(path, False),
-        "instanttensor_buffered": lambda: _case_instanttensor(path, True),
+        "instanttensor": lambda: _case_instanttensor(path, None),
+        "instanttensor_buffered": lambda: _case_instanttensor(path, "BUFFERED"),
+        "instanttensor_mmap": lambda: _case_instanttensor(path, "MMAP"),
         "st_prefetch": lambda: _case_st_prefetch(path),
         "fastsafetensors": lambda: _case_fastsafetensors(path, keep),
         "runai": lambda: _case_runai(path),

@@ -2,10 +2,8 @@
 # One GPU-host call: the peer table (bench/bench_peers.py) on the 37.56 GiB pruned-r16 DiT shapes, plus the
 # `gpu`-marked loader tests. Run from the repo root, as root (drop_caches), with the peer wheels in $WHL:
 #
-#   WHL=.dev/loader-speed/whl bash bench/device_peers.sh            # PHASE=all (default), ~9 min
-#   PHASE=warm bash bench/device_peers.sh                           # warm table + stream variants + cold ceilings
-#   PHASE=rest bash bench/device_peers.sh                           # cold peers + tmpfs + warm stream vs the best peers
-#   PHASE=final bash bench/device_peers.sh                          # stream variants vs the fastest peers, all caches (~4 min)
+#   WHL=.whl bash bench/device_peers.sh              # PHASE=all (default): every peer, warm, cold and tmpfs, ~9 min
+#   WHL=.whl PHASE=explore bash bench/device_peers.sh  # stream's ring variants against the fastest peers, ~5 min
 #
 # Peers are benchmark-only installs, never requirements: instanttensor 0.2.2, fastsafetensors 0.5.0 and
 # runai-model-streamer 0.17.1 go to /tmp/site; safetensors 0.9.0rc1 to /tmp/st09, put first on the path of
@@ -45,28 +43,20 @@ log "checkpoint: $(du -sh "$CKPT" | cut -f1), $(ls "$CKPT"/*.safetensors | wc -l
 left=$(( DEADLINE - ($(date +%s) - start) ))
 common=("$CKPT" --prefetch-site /tmp/st09 --deadline "$left" --case-timeout 90)
 case "$PHASE" in
-  warm)
-    $PY bench/bench_peers.py "${common[@]}" --cache warm cold --json "$OUT/peers_warm.json" \
-      --cases ceil_h2d ceil_read stream "stream[staging_bytes=64MiB]" "stream[threads=8]" "stream[copy_streams=2]" \
-              "stream[ranges=false]" instanttensor_buffered st_prefetch drain load_file instanttensor fastsafetensors runai \
-      --cold-cases ceil_direct ceil_direct_seq stream 2>>"$OUT/peers.txt" | tee -a "$OUT/peers.txt" ;;
-  final)
-    $PY bench/bench_peers.py "${common[@]}" --cache warm tmpfs cold --json "$OUT/peers_final.json" \
-      --cases ceil_h2d ceil_read stream "stream[register=true]" "stream[threads=32,staging_bytes=16MiB]" \
-              instanttensor_buffered st_prefetch \
-      --tmpfs-cases ceil_read stream "stream[register=true]" instanttensor instanttensor_buffered st_prefetch fastsafetensors \
-      --cold-cases ceil_direct stream instanttensor \
-      2>>"$OUT/peers.txt" | tee -a "$OUT/peers.txt" ;;
-  rest)
-    $PY bench/bench_peers.py "${common[@]}" --cache warm cold tmpfs --json "$OUT/peers_rest.json" \
-      --cases ceil_h2d ceil_read stream instanttensor_buffered st_prefetch \
-      --cold-cases ceil_direct ceil_direct_seq stream instanttensor fastsafetensors load_file \
-      --tmpfs-cases ceil_read stream instanttensor instanttensor_buffered st_prefetch fastsafetensors load_file \
+  explore)
+    $PY bench/bench_peers.py "${common[@]}" --cache warm tmpfs cold --json "$OUT/peers_explore.json" \
+      --cases ceil_h2d ceil_read stream "stream[staging_buffers=10]" "stream[staging_bytes=16MiB]" \
+              "stream[staging_bytes=8MiB]" "stream[read_bytes=4MiB]" "stream[threads=12]" "stream[copy_streams=2]" \
+              instanttensor_buffered instanttensor_mmap st_prefetch \
+      --tmpfs-cases ceil_read stream "stream[staging_bytes=8MiB]" instanttensor instanttensor_buffered st_prefetch fastsafetensors \
+      --cold-cases ceil_direct stream "stream[read_bytes=32MiB]" \
       2>>"$OUT/peers.txt" | tee -a "$OUT/peers.txt" ;;
   *)
     $PY bench/bench_peers.py "${common[@]}" --cache warm cold tmpfs --json "$OUT/peers_all.json" \
-      --cases ceil_h2d ceil_read stream drain instanttensor instanttensor_buffered st_prefetch fastsafetensors runai load_file \
-      --cold-cases ceil_direct ceil_direct_seq stream instanttensor fastsafetensors load_file runai st_prefetch \
+      --cases ceil_h2d ceil_read stream drain instanttensor instanttensor_buffered instanttensor_mmap st_prefetch \
+              fastsafetensors runai load_file \
+      --cold-cases ceil_direct ceil_direct_seq stream instanttensor instanttensor_buffered fastsafetensors load_file runai \
+              st_prefetch \
       --tmpfs-cases ceil_read stream instanttensor instanttensor_buffered st_prefetch fastsafetensors load_file runai \
       2>>"$OUT/peers.txt" | tee -a "$OUT/peers.txt" ;;
 esac

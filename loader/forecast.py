@@ -34,7 +34,7 @@ from .model_registry import get_model_builder
 from .naming import EXTRA_STATE_SUFFIX
 from .memory import sample_memory
 from .placement import get_placement
-from .placement.stream import ring_geometry
+from .placement.stream import RING_READ_BYTES, ring_geometry
 from .roots import RootsArg
 
 
@@ -150,6 +150,7 @@ def _stream_staging(placement, targets, info: DeviceInfo) -> int:
         geometry = ring_geometry(
             ring_bytes, info, threads=threads, chunk_bytes=placement.staging_bytes,
             buffers=placement.staging_buffers, available=sample_memory().mem_available,
+            read_bytes=placement.read_bytes or RING_READ_BYTES,
         )
         chunk = _next_power_of_two(geometry.chunk_bytes) if pinned else geometry.chunk_bytes
         total += geometry.buffers * chunk

@@ -46,6 +46,21 @@ def _read_all(fd: int) -> bytes:
     return os.pread(fd, 65536, 0)
 
 
+def _cuda_allocator_bytes(index: int) -> tuple[int, int]:
+    """(allocated, reserved) bytes of torch's CUDA allocator on device `index`, from one stats call.
+
+    The same figures as torch.cuda.memory_allocated and memory_reserved, whose
+    flattening of the whole stats dict twice cost 0.3 ms per sample on the
+    H200 host: a tenth of a 37 GiB load's time at one sample per tensor.
+    """
+    import torch
+
+    stats = torch.cuda.memory_stats_as_nested_dict(index)
+    if not stats:  # CUDA not initialised yet: nothing allocated
+        return 0, 0
+    return stats["allocated_bytes"]["all"]["current"], stats["reserved_bytes"]["all"]["current"]
+
+
 class MemoryProbe:
     """Reads memory samples for one process and, optionally, one CUDA device.
 
@@ -86,10 +101,7 @@ class MemoryProbe:
                 break
         allocated = reserved = 0
         if self._cuda_index is not None:
-            import torch
-
-            allocated = torch.cuda.memory_allocated(self._cuda_index)
-            reserved = torch.cuda.memory_reserved(self._cuda_index)
+            allocated, reserved = _cuda_allocator_bytes(self._cuda_index)
         cgroup = None
         if self._cgroup_fd is not None:
             cgroup = int(_read_all(self._cgroup_fd).split()[0])

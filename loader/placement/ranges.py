@@ -33,8 +33,6 @@ from ..errors import CheckpointError
 ALIGN = 4096
 """O_DIRECT needs buffer address, file offset and length on this boundary (the logical block size
 of every disk seen so far is 512 or 4096)."""
-PART_MIN = 8 * 1024 * 1024
-"""A chunk is split across threads only into parts at least this large (smaller preadv calls lose rate)."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +114,8 @@ class RingStats:
     """Allocating (and pinning) buffers."""
     final_sync: float = 0.0
     """Waiting for the last copies at the end."""
+    place: float = 0.0
+    """Handing finished sources back: installing each tensor into the module and sampling memory."""
 
 
 class FileHandles:
@@ -131,6 +131,11 @@ class FileHandles:
 
     def chunk_read(self, file: Path, offset: int, length: int) -> None:
         """[offset, offset + length) of `file` now sits in a buffer (drop it from the page cache if asked)."""
+
+
+def _starts(lo: int, hi: int, step: int) -> list[int]:
+    """Where the parts of [lo, hi) begin: lo, then every multiple of `step` above it (none when empty)."""
+    return [lo, *range(lo - lo % step + step, hi, step)] if hi > lo else []
 
 
 def read_chunk(fd: int, offset: int, view: memoryview, needed: int, *, name: str) -> None:
@@ -156,12 +161,12 @@ class RangeRing:
         *,
         buffers: int,
         chunk_bytes: int,
-        threads: int,
+        read_bytes: int,
         pin: bool,
         copy_streams: int = 1,
     ):
-        if chunk_bytes % ALIGN:
-            raise ValueError(f"chunk_bytes must be a multiple of {ALIGN}, got {chunk_bytes}")
+        if chunk_bytes % ALIGN or read_bytes % ALIGN:
+            raise ValueError(f"chunk_bytes and read_bytes must be multiples of {ALIGN}, got {chunk_bytes}, {read_bytes}")
         self._device = device
         self._pool = pool
         self._files = files
@@ -169,8 +174,8 @@ class RangeRing:
         self._chunk = chunk_bytes
         self._cuda = device.type == "cuda"
         self._pin = pin and self._cuda
-        self._parts = max(1, -(-threads // (self._count - 1)))
-        """Parts each chunk's read is split into, so the count - 1 buffers in flight use every thread."""
+        self._read_bytes = read_bytes
+        """Bytes per positioned read: each chunk is read in parts this large, in parallel."""
         self._buffers: list[torch.Tensor | None] = [None] * self._count
         self._events: list = [None] * self._count
         self._streams = [torch.cuda.Stream(device) for _ in range(max(copy_streams, 1))] if self._cuda else []
@@ -256,13 +261,9 @@ class RangeRing:
         return [self._pool.submit(self._read, *a) for a in args]
 
     def _split(self, lo: int, hi: int, needed: int) -> list[tuple[int, int, int]]:
-        """[lo, hi) in up to `parts` ALIGN-aligned parts of at least PART_MIN: (start, end, needed end)."""
-        if hi <= lo:
-            return []
-        count = min(self._parts, max(1, (hi - lo) // PART_MIN))
-        step = -(-(hi - lo) // count)
-        step += -step % ALIGN
-        return [(a, min(a + step, hi), min(a + step, needed)) for a in range(lo, hi, step)]
+        """[lo, hi) in parts of `read_bytes` on ALIGN boundaries: (start, end, needed end)."""
+        bounds = _starts(lo, hi, self._read_bytes) + [hi]
+        return [(a, b, min(b, needed)) for a, b in zip(bounds, bounds[1:])]
 
     def _read(self, fd: int, direct: bool, chunk: Chunk, view: memoryview, needed: int, at: int, name: str) -> None:
         try:
@@ -293,7 +294,9 @@ class RangeRing:
         else:
             for piece, at, into, n, _ in chunk.parts:
                 piece.out[into : into + n].copy_(buf[at : at + n])
-        self.stats.copy_issue += time.perf_counter() - t2
+        t3 = time.perf_counter()
+        self.stats.copy_issue += t3 - t2
         for piece, _, _, _, last in chunk.parts:
             if last:
                 piece.done()
+        self.stats.place += time.perf_counter() - t3

@@ -66,7 +66,9 @@ def _plan(path: Path, keep=lambda name: True) -> tuple[LoadPlan, list]:
     return LoadPlan(targets=targets), metas
 
 
-def _ring_load(path: Path, *, direct_io, drop_page_cache=False, keep=lambda name: True, chunk=64 << 10, threads=3):
+def _ring_load(
+    path: Path, *, direct_io, drop_page_cache=False, keep=lambda name: True, chunk=64 << 10, read=16 << 10, threads=3
+):
     plan, _ = _plan(path, keep)
     files = OpenFiles(plan, 0, direct_io=direct_io, drop_page_cache=drop_page_cache)
     outs: dict[str, torch.Tensor] = {}
@@ -77,7 +79,7 @@ def _ring_load(path: Path, *, direct_io, drop_page_cache=False, keep=lambda name
         outs[p.name] = torch.full((meta.nbytes,), 0xAB, dtype=torch.uint8)
         pieces.append(Piece(meta, outs[p.name], lambda m=meta: (done.append(m.name), files.done(m))))
     with ThreadPoolExecutor(threads) as pool:
-        ring = RangeRing(torch.device("cpu"), pool, files, buffers=3, chunk_bytes=chunk, threads=threads, pin=False)
+        ring = RangeRing(torch.device("cpu"), pool, files, buffers=3, chunk_bytes=chunk, read_bytes=read, pin=False)
         try:
             ring.run(pieces)
             ring.finish()
@@ -114,6 +116,17 @@ def _warm(path: Path) -> None:
         finally:
             os.close(fd)
         file.read_bytes()
+
+
+@pytest.mark.parametrize("lo,hi,needed", [(0, 64 << 10, 64 << 10), (4096, 50_000, 49_000), (20_000, 20_480, 20_100), (5, 5, 5)])
+def test_a_chunk_is_read_in_read_bytes_parts_that_tile_it_on_aligned_boundaries(lo, hi, needed):
+    ring = RangeRing(torch.device("cpu"), None, None, buffers=3, chunk_bytes=64 << 10, read_bytes=16 << 10, pin=False)
+    parts = ring._split(lo, hi, needed)
+    assert [a for a, _, _ in parts[:1]] == ([lo] if hi > lo else [])
+    assert all(b == a2 for (_, b, _), (a2, _, _) in zip(parts, parts[1:])), "parts are back to back"
+    assert sum(b - a for a, b, _ in parts) == hi - lo
+    assert all(b % (16 << 10) == 0 for _, b, _ in parts[:-1]) and all(b - a <= 16 << 10 for a, b, _ in parts)
+    assert all(n == min(b, needed) for _, b, n in parts)
 
 
 def test_chunks_cover_contiguous_pieces_start_aligned_and_split_at_gaps_and_files(writer):
@@ -221,11 +234,14 @@ GB10 = _info("cuda", True, 128 * 10**9)
 H200 = _info("cuda", False, 141 * 10**9)
 
 
-def test_ring_on_a_discrete_gpu_has_a_buffer_per_reader_within_a_sixty_fourth_of_the_model():
+def test_ring_on_a_discrete_gpu_keeps_a_read_per_reader_in_flight_within_a_sixty_fourth_of_the_model():
     model = int(37.56 * GiB)
     g = ring_geometry(model, H200, threads=16, chunk_bytes=32 * _MiB, buffers=None, available=100 * GiB)
-    assert (g.buffers, g.chunk_bytes) == (18, 32 * _MiB)
+    # 16 readers x 8 MiB reads fill four 32 MiB buffers; two more are copied out or wait
+    assert (g.buffers, g.chunk_bytes, g.read_bytes) == (6, 32 * _MiB, 8 * _MiB)
     assert g.buffers * g.chunk_bytes <= model / STAGING_SHARE
+    wide = ring_geometry(model, H200, threads=16, chunk_bytes=8 * _MiB, buffers=None, available=100 * GiB)
+    assert (wide.buffers, wide.read_bytes) == (18, 8 * _MiB)
     small = ring_geometry(1 * GiB, H200, threads=16, chunk_bytes=32 * _MiB, buffers=None, available=100 * GiB)
     assert small.buffers * small.chunk_bytes <= max(1 * GiB / STAGING_SHARE, 3 * 4 * _MiB)
 
@@ -304,3 +320,15 @@ def test_cuda_ring_converts_through_staging_and_drops_the_cache_when_asked(write
         _warm(path)
         load_checkpoint(path, mode=get_placement("stream", drop_page_cache=True), device="cuda")
         assert _resident(path) == 0.0
+
+
+@pytest.mark.gpu
+@gpu
+def test_memory_probe_reads_the_allocators_own_allocated_and_reserved_bytes():
+    from loader.memory import MemoryProbe
+
+    keep = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+    with MemoryProbe("cuda") as probe:
+        sample = probe.sample()
+    assert sample.device_allocated == torch.cuda.memory_allocated() >= keep.numel()
+    assert sample.device_reserved == torch.cuda.memory_reserved() >= sample.device_allocated
