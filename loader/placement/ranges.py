@@ -2,9 +2,12 @@
 
 Tensors that keep their dtype need no per-tensor staging: their bytes lie
 back to back in each shard, so `stream` reads each shard's planned range in
-large chunks (one positioned read per buffer, many in flight on the reader
-threads) and copies every piece of a filled buffer to its destination slice
-on a side stream. A buffer is refilled once the device event of its last copy
+buffer-sized chunks, each filled by several positioned reads in flight at
+once, and copies every piece of a filled buffer to its destination slice on
+a side stream. The reads go through io_uring (`loader.uring`: the kernel's
+workers copy from the page cache, so no Python thread competes with the one
+queueing the copies) or, where io_uring is refused, a pool of reader
+threads. A buffer is refilled once the device event of its last copy
 has passed. Files the page cache does not hold are read with O_DIRECT (the
 chunks are aligned for it), so a cold load streams from the disk at its queue
 depth and leaves no pages behind.
@@ -29,6 +32,7 @@ import torch
 
 from ..checkpoint import TensorMeta
 from ..errors import CheckpointError
+from ..uring import ReadQueue, UringUnavailable
 
 ALIGN = 4096
 """O_DIRECT needs buffer address, file offset and length on this boundary (the logical block size
@@ -116,6 +120,10 @@ class RingStats:
     """Waiting for the last copies at the end."""
     place: float = 0.0
     """Handing finished sources back: installing each tensor into the module and sampling memory."""
+    reader: str = ""
+    """What read the chunks: "io_uring" (the kernel's workers) or "threads" (the reader pool)."""
+    reader_note: str = ""
+    """Why io_uring was not used, where it was not."""
 
 
 class FileHandles:
@@ -150,8 +158,36 @@ def read_chunk(fd: int, offset: int, view: memoryview, needed: int, *, name: str
         raise CheckpointError(f"{name}: file ended after {done} of {needed} bytes at offset {offset} (truncated?)")
 
 
+class _QueuedRead:
+    """One part's read on the io_uring queue, waited for like a Future."""
+
+    def __init__(self, ring: "RangeRing", read_id: int, args: tuple):
+        self._ring, self._id, self._args = ring, read_id, args
+
+    def result(self) -> None:
+        fd, direct, chunk, view, needed, at, name = self._args
+        try:
+            got = self._ring._queue.wait(self._id)
+        except OSError as exc:
+            if not direct or exc.errno != errno.EINVAL:
+                raise OSError(exc.errno, exc.strerror, str(chunk.file)) from None
+            got = 0
+            fd = self._ring._files.fallback(chunk.file)
+        if got < needed:  # a refused O_DIRECT read, a short read, or a truncated file (which read_chunk names)
+            if direct and got:
+                fd = self._ring._files.fallback(chunk.file)
+            read_chunk(fd, chunk.start + at + got, view[got:], needed - got, name=name)
+
+    def cancel(self) -> bool:
+        return False
+
+
 class RangeRing:
-    """The ring: `buffers` host buffers of `chunk_bytes`, read on `pool`, copied out in order."""
+    """The ring: `buffers` host buffers of `chunk_bytes`, read by io_uring (or on `pool`), copied out in order.
+
+    `reader` is "auto" (io_uring where the kernel allows it, else the pool),
+    "io_uring" (an error where it is refused) or "threads".
+    """
 
     def __init__(
         self,
@@ -164,7 +200,10 @@ class RangeRing:
         read_bytes: int,
         pin: bool,
         copy_streams: int = 1,
+        reader: str = "threads",
     ):
+        if reader not in ("auto", "io_uring", "threads"):
+            raise ValueError(f"reader must be auto, io_uring or threads, got {reader!r}")
         if chunk_bytes % ALIGN or read_bytes % ALIGN:
             raise ValueError(f"chunk_bytes and read_bytes must be multiples of {ALIGN}, got {chunk_bytes}, {read_bytes}")
         self._device = device
@@ -181,7 +220,9 @@ class RangeRing:
         self._streams = [torch.cuda.Stream(device) for _ in range(max(copy_streams, 1))] if self._cuda else []
         for s in self._streams:
             s.wait_stream(torch.cuda.current_stream(device))
-        self._flight: deque[tuple[Chunk, int, list[Future]]] = deque()
+        self._flight: deque[tuple[Chunk, int, list]] = deque()
+        self._reader = reader
+        self._queue: ReadQueue | None = None
         self.pinned = self._pin
         """Whether the host buffers ended up pinned (False after a failed pin: pageable fallback)."""
         self.allocated_bytes = 0
@@ -191,6 +232,7 @@ class RangeRing:
 
     def run(self, pieces: Iterable[Piece]) -> None:
         """Read and copy out every piece; returns once every copy is queued (see `finish`)."""
+        self._open_reader()
         for i, chunk in enumerate(plan_chunks(pieces, self._chunk)):
             while len(self._flight) >= self._count - 1:
                 self._retire()
@@ -217,11 +259,29 @@ class RangeRing:
         while self._flight:
             for f in self._flight.popleft()[2]:
                 f.cancel()
+        if self._queue is not None:
+            self._queue.drain()
 
     def release(self) -> None:
+        """Wait for the copies and for every read in flight, then free the buffers and the queue."""
         self.finish()
+        if self._queue is not None:
+            self._queue.close()
+            self._queue = None
         self._buffers = [None] * self._count
         self._events = [None] * self._count
+
+    def _open_reader(self) -> None:
+        """io_uring for this run where asked and allowed, else the pool; the choice goes in the stats."""
+        if self._queue is None and self._reader != "threads":
+            parts = (self._count - 1) * (self._chunk // self._read_bytes + 1)
+            try:
+                self._queue = ReadQueue.open(parts)
+            except UringUnavailable as exc:
+                if self._reader == "io_uring":
+                    raise
+                self.stats.reader_note = str(exc)
+        self.stats.reader = "io_uring" if self._queue is not None else "threads"
 
     def _buffer(self, k: int) -> torch.Tensor:
         """Buffer k, allocated on first use (so its cost overlaps the reads already in flight), ALIGN-aligned."""
@@ -254,6 +314,14 @@ class RangeRing:
         parts = self._split(lo, hi, chunk.end)
         name = f"{chunk.file.name}: tensor {chunk.parts[0][0].meta.name!r}"
         args = [(fd, direct, chunk, view[a:b], needed - a, a, name) for a, b, needed in parts]
+        if self._queue is not None:
+            base = buf.data_ptr()
+            reads = [
+                _QueuedRead(self, self._queue.submit(fd, chunk.start + a[5], base + a[5], len(a[3]), worker=not direct), a)
+                for a in args
+            ]
+            self._queue.flush()
+            return reads
         if self._pool is None:
             for a in args:
                 self._read(*a)

@@ -6,10 +6,12 @@ Three paths, chosen per tensor, in plan order:
   allocated parameter, each piece's pages faulted in with one call before its
   read, split over a few threads so the reads overlap.
 - CUDA target, checkpoint dtype: each shard's planned bytes are read as whole
-  contiguous ranges into a ring of pinned buffers sized by the model (and, on
-  unified memory, by the pool), many reads in flight, each filled buffer
-  copied to its destination slices on a side stream (`ranges.RangeRing`);
-  files the page cache does not hold are read with O_DIRECT.
+  contiguous ranges into a ring of pinned buffers sized by the readers and
+  the model (and, on unified memory, by the pool), many reads in flight on
+  io_uring's kernel workers (reader threads where io_uring is refused), each
+  filled buffer copied to its destination slices on a side stream
+  (`ranges.RangeRing`); files the page cache does not hold are read with
+  O_DIRECT.
 - A dtype change (any device): per-tensor staging through a few small
   buffers, converted on the way (`staging.Staging`), with POSIX_FADV_WILLNEED
   just ahead of the reads so a cold disk never waits between buffers.
@@ -128,7 +130,7 @@ class StreamPlacement(Placement):
 
     options = (
         "threads", "read_bytes", "staging_bytes", "staging_buffers", "readahead_bytes", "pin",
-        "direct_io", "drop_page_cache", "copy_streams", "ranges",
+        "direct_io", "drop_page_cache", "copy_streams", "ranges", "io_uring",
     )
 
     def __init__(self, **options):
@@ -147,6 +149,9 @@ class StreamPlacement(Placement):
         """O_DIRECT for the CUDA ring: None (default) for files mostly not in the page cache, True always, False never."""
         self.drop_page_cache = _flag(options, "drop_page_cache", None)
         """None (default): on for unified-memory CUDA targets, off elsewhere."""
+        self.io_uring = _flag(options, "io_uring", None)
+        """The CUDA ring's reader: None (default) io_uring where the kernel allows it, else threads;
+        True io_uring or an error; False threads."""
         self.ranges = _flag(options, "ranges", True)
         """False sends CUDA same-dtype tensors through per-tensor staging instead of the ring (for comparison)."""
         self.last_ring: RingStats | None = None
@@ -190,6 +195,7 @@ class StreamPlacement(Placement):
             ring = RangeRing(
                 ctx.device, pool, files, buffers=g.buffers, chunk_bytes=g.chunk_bytes, read_bytes=g.read_bytes,
                 pin=self.pin, copy_streams=self.copy_streams,
+                reader={None: "auto", True: "io_uring", False: "threads"}[self.io_uring],
             )
         pending: deque[tuple[PlannedTarget, torch.Tensor, list[Future]]] = deque()
         try:

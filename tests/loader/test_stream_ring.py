@@ -18,7 +18,7 @@ import torch
 from loader import load_checkpoint
 from loader.checkpoint import discover_checkpoint
 from loader.device import DeviceInfo
-from loader.errors import PlacementError
+from loader.errors import CheckpointError, PlacementError
 from loader.naming import Target
 from loader.pagecache import drop, files_resident_fraction, resident_fraction
 from loader.placement import LoadPlan, PlannedTarget, get_placement
@@ -67,9 +67,11 @@ def _plan(path: Path, keep=lambda name: True) -> tuple[LoadPlan, list]:
 
 
 def _ring_load(
-    path: Path, *, direct_io, drop_page_cache=False, keep=lambda name: True, chunk=64 << 10, read=16 << 10, threads=3
+    path: Path, *, direct_io, drop_page_cache=False, keep=lambda name: True, chunk=64 << 10, read=16 << 10, threads=3,
+    reader="auto", before_reading=lambda: None,
 ):
     plan, _ = _plan(path, keep)
+    before_reading()
     files = OpenFiles(plan, 0, direct_io=direct_io, drop_page_cache=drop_page_cache)
     outs: dict[str, torch.Tensor] = {}
     done: list[str] = []
@@ -79,7 +81,7 @@ def _ring_load(
         outs[p.name] = torch.full((meta.nbytes,), 0xAB, dtype=torch.uint8)
         pieces.append(Piece(meta, outs[p.name], lambda m=meta: (done.append(m.name), files.done(m))))
     with ThreadPoolExecutor(threads) as pool:
-        ring = RangeRing(torch.device("cpu"), pool, files, buffers=3, chunk_bytes=chunk, read_bytes=read, pin=False)
+        ring = RangeRing(torch.device("cpu"), pool, files, buffers=3, chunk_bytes=chunk, read_bytes=read, pin=False, reader=reader)
         try:
             ring.run(pieces)
             ring.finish()
@@ -152,11 +154,13 @@ def test_chunks_cover_contiguous_pieces_start_aligned_and_split_at_gaps_and_file
     assert any(c.start + c.lo == after_gap.offset for c in chunks)
 
 
+@pytest.mark.parametrize("reader", ["threads", "io_uring"])
 @pytest.mark.parametrize("direct_io", [False, True])
-def test_ring_fills_every_destination_byte_exactly_with_and_without_o_direct(writer, direct_io):
+def test_ring_fills_every_destination_byte_exactly_with_and_without_o_direct(writer, direct_io, reader):
     shards = _shards()
     path = writer(shards)
-    outs, done, stats = _ring_load(path, direct_io=direct_io, keep=lambda name: name != "s0.t2")
+    outs, done, stats = _ring_load(path, direct_io=direct_io, keep=lambda name: name != "s0.t2", reader=reader)
+    assert stats.reader == reader
     source = {k: v for s in shards for k, v in s.items()}
     assert sorted(outs) == sorted(k for k in source if k != "s0.t2")
     for name, out in outs.items():
@@ -169,11 +173,36 @@ def test_ring_fills_every_destination_byte_exactly_with_and_without_o_direct(wri
         assert stats.direct_chunks == 0
 
 
-def test_ring_reads_cold_files_with_o_direct_by_default_and_leaves_them_out_of_the_cache(writer):
+@pytest.mark.parametrize("reader", ["threads", "io_uring"])
+def test_a_shard_truncated_under_the_ring_fails_naming_its_file_and_tensor(writer, reader):
+    path = writer(_shards())
+    shard = sorted(path.glob("*.safetensors"))[1]
+    with pytest.raises(CheckpointError, match=rf"{shard.name}: tensor 's1\.t\d'.* file ended after \d+ of \d+ bytes"):
+        _ring_load(path, direct_io=False, reader=reader, before_reading=lambda: os.truncate(shard, shard.stat().st_size - 5000))
+
+
+def test_the_ring_reads_with_threads_where_io_uring_is_refused_and_says_why(writer, monkeypatch):
+    from loader import uring
+
+    def refuse(depth):
+        raise uring.UringUnavailable(1, "io_uring_setup refused: Operation not permitted")
+
+    monkeypatch.setattr(uring.ReadQueue, "open", staticmethod(refuse))
+    shards = _shards()
+    path = writer(shards)
+    outs, _, stats = _ring_load(path, direct_io=False)
+    assert stats.reader == "threads" and "Operation not permitted" in stats.reader_note
+    assert torch.equal(outs["s1.t0"], shards[1]["s1.t0"].view(-1).view(torch.uint8))
+    with pytest.raises(uring.UringUnavailable, match="not permitted"):
+        _ring_load(path, direct_io=False, reader="io_uring")
+
+
+@pytest.mark.parametrize("reader", ["threads", "io_uring"])
+def test_ring_reads_cold_files_with_o_direct_by_default_and_leaves_them_out_of_the_cache(writer, reader):
     path = writer(_shards())
     if not _cold(path):
         pytest.skip("this file system keeps pages resident after POSIX_FADV_DONTNEED (tmpfs?)")
-    _, _, stats = _ring_load(path, direct_io=None)
+    _, _, stats = _ring_load(path, direct_io=None, reader=reader)
     if stats.direct_chunks == 0:
         pytest.skip("this file system refuses O_DIRECT")
     assert stats.direct_chunks == stats.chunks
@@ -291,6 +320,8 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA dev
     {"staging_bytes": 1 << 20, "staging_buffers": 3, "threads": 4},
     {"staging_bytes": 1 << 20, "copy_streams": 2, "direct_io": True},
     {"pin": False, "staging_bytes": 1 << 20},
+    {"io_uring": False, "staging_bytes": 1 << 20},
+    {"io_uring": True, "staging_bytes": 1 << 20, "direct_io": True},
     {"ranges": False, "staging_bytes": 1 << 20},
 ])
 def test_cuda_ring_places_every_tensor_bit_for_bit(writer, options):

@@ -1,0 +1,231 @@
+"""Positioned reads through Linux io_uring, from Python, with no compiled code.
+
+Why: `stream`'s CUDA ring must read from the page cache as fast as the
+host-to-device copy runs (about 50 GB/s on an H200 host). Sixteen Python
+threads calling `preadv` read fast enough on their own, but every read they
+finish takes the GIL back, and the loader's single Python thread, which
+queues the copies, spends its time waiting for it. With io_uring the
+kernel's own workers do the reads (`IOSQE_ASYNC`), so no Python thread but
+the caller runs during a load.
+
+The binding is the smallest that does that: `io_uring_setup` and
+`io_uring_enter` through libc's `syscall`, the rings mapped with `mmap`,
+submission entries written with `struct`. Python cannot issue memory
+barriers, so entries are only read after a syscall that covers them:
+submissions are handed over by `io_uring_enter` on the thread that wrote
+them, and completions are consumed only as many at a time as the
+`io_uring_enter` that just returned waited for (on x86 loads are ordered
+anyway; on arm64 this leans on the barriers of the kernel's wait path, and
+was not run on arm64 here).
+
+Where io_uring is missing or refused (old kernels, `kernel.io_uring_disabled`,
+container seccomp profiles), `ReadQueue.open` raises `UringUnavailable` and
+the caller reads with threads instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import mmap
+import os
+import platform
+import struct
+
+_SYSCALLS = {"x86_64": (425, 426), "aarch64": (425, 426)}
+"""(io_uring_setup, io_uring_enter): the same numbers on both, from the generic syscall table."""
+_OP_READ = 22
+_SQE_ASYNC = 1 << 4
+_ENTER_GETEVENTS = 1
+_FEAT_SINGLE_MMAP = 1
+_OFF_SQ_RING, _OFF_CQ_RING, _OFF_SQES = 0, 0x8000000, 0x10000000
+_SQE = struct.Struct("<BBHiQQIIQHHiQQ")
+"""struct io_uring_sqe: opcode, flags, ioprio, fd, off, addr, len, rw_flags, user_data, buf_index,
+personality, splice_fd_in, addr3, pad (64 bytes)."""
+_CQE = struct.Struct("<QiI")
+"""struct io_uring_cqe: user_data, res, flags (16 bytes)."""
+_U32 = struct.Struct("<I")
+
+
+class _SQOffsets(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint32) for n in ("head", "tail", "ring_mask", "ring_entries", "flags", "dropped", "array", "resv1")] + [
+        ("user_addr", ctypes.c_uint64)
+    ]
+
+
+class _CQOffsets(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint32) for n in ("head", "tail", "ring_mask", "ring_entries", "overflow", "cqes", "flags", "resv1")] + [
+        ("user_addr", ctypes.c_uint64)
+    ]
+
+
+class _Params(ctypes.Structure):
+    _fields_ = [
+        ("sq_entries", ctypes.c_uint32), ("cq_entries", ctypes.c_uint32), ("flags", ctypes.c_uint32),
+        ("sq_thread_cpu", ctypes.c_uint32), ("sq_thread_idle", ctypes.c_uint32), ("features", ctypes.c_uint32),
+        ("wq_fd", ctypes.c_uint32), ("resv", ctypes.c_uint32 * 3), ("sq_off", _SQOffsets), ("cq_off", _CQOffsets),
+    ]
+
+
+class UringUnavailable(OSError):
+    """io_uring cannot be used here (the message says why); read another way."""
+
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+def _syscall(number: int, *args) -> int:
+    result = _libc.syscall(ctypes.c_long(number), *args)
+    if result < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return result
+
+
+class ReadQueue:
+    """One io_uring for positioned reads into caller-owned memory, `depth` at most in flight.
+
+    `submit` queues a read, `flush` hands the queued ones to the kernel, and
+    `wait(id)` returns that read's byte count (or raises its error). Every buffer given to
+    `submit` must stay alive until its read is waited for or `drain` returns.
+    """
+
+    def __init__(self, fd: int, enter_number: int, params: _Params, rings: list[mmap.mmap], depth: int):
+        self._fd = fd
+        self._enter_number = enter_number
+        self._rings = rings
+        self._sq, self._sqes = rings[0], rings[-1]
+        self._cq = rings[1] if len(rings) == 3 else rings[0]
+        sq, cq = params.sq_off, params.cq_off
+        self._sq_tail, self._sq_array = sq.tail, sq.array
+        self._sq_mask = _U32.unpack_from(self._sq, sq.ring_mask)[0]
+        self._cq_head, self._cqes = cq.head, cq.cqes
+        self._cq_mask = _U32.unpack_from(self._cq, cq.ring_mask)[0]
+        self.depth = depth
+        self._unsubmitted = 0
+        self._next_id = 1
+        self._in_flight: set[int] = set()
+        self._done: dict[int, int] = {}
+        """Completed reads not yet waited for: id -> result (bytes, or -errno)."""
+
+    @classmethod
+    def open(cls, depth: int) -> "ReadQueue":
+        """A queue for `depth` reads in flight; UringUnavailable where the kernel refuses io_uring."""
+        numbers = _SYSCALLS.get(platform.machine())
+        if numbers is None:
+            raise UringUnavailable(errno.ENOSYS, f"no io_uring syscall numbers known for {platform.machine()}")
+        entries = 1 << max(depth - 1, 1).bit_length()
+        params = _Params()
+        try:
+            fd = _syscall(numbers[0], ctypes.c_uint(entries), ctypes.byref(params))
+        except OSError as exc:
+            raise UringUnavailable(exc.errno, f"io_uring_setup refused: {exc.strerror}") from None
+        try:
+            rings = cls._map(fd, params)
+        except OSError as exc:
+            os.close(fd)
+            raise UringUnavailable(exc.errno, f"io_uring rings could not be mapped: {exc.strerror}") from None
+        return cls(fd, numbers[1], params, rings, depth)
+
+    @staticmethod
+    def _map(fd: int, p: _Params) -> list[mmap.mmap]:
+        flags, prot = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), mmap.PROT_READ | mmap.PROT_WRITE
+        sq_size = p.sq_off.array + p.sq_entries * 4
+        cq_size = p.cq_off.cqes + p.cq_entries * _CQE.size
+        rings = []
+        if p.features & _FEAT_SINGLE_MMAP:
+            rings.append(mmap.mmap(fd, max(sq_size, cq_size), flags, prot, offset=_OFF_SQ_RING))
+        else:
+            rings.append(mmap.mmap(fd, sq_size, flags, prot, offset=_OFF_SQ_RING))
+            rings.append(mmap.mmap(fd, cq_size, flags, prot, offset=_OFF_CQ_RING))
+        rings.append(mmap.mmap(fd, p.sq_entries * _SQE.size, flags, prot, offset=_OFF_SQES))
+        return rings
+
+    def submit(self, fd: int, offset: int, address: int, length: int, *, worker: bool = True) -> int:
+        """Queue a read of `length` bytes at `offset` of `fd` into memory at `address`; its id.
+
+        The kernel sees it at the next `flush` or `wait`.
+
+        `worker` (the default) hands the read to the kernel's worker threads
+        (`IOSQE_ASYNC`): a read served from the page cache would otherwise be
+        copied inline, by the submitting thread. O_DIRECT reads pass False:
+        the block layer runs them asynchronously by itself.
+        """
+        if len(self._in_flight) >= self.depth:
+            raise RuntimeError(f"io_uring queue full: {self.depth} reads in flight")
+        read_id = self._next_id
+        self._next_id += 1
+        tail = _U32.unpack_from(self._sq, self._sq_tail)[0]
+        index = tail & self._sq_mask
+        _SQE.pack_into(self._sqes, index * _SQE.size, _OP_READ, _SQE_ASYNC if worker else 0, 0, fd, offset, address,
+                       length, 0, read_id, 0, 0, 0, 0, 0)
+        _U32.pack_into(self._sq, self._sq_array + index * 4, index)
+        _U32.pack_into(self._sq, self._sq_tail, (tail + 1) & 0xFFFFFFFF)
+        self._in_flight.add(read_id)
+        self._unsubmitted += 1
+        return read_id
+
+    def flush(self) -> None:
+        """Hand every queued read to the kernel (one syscall), without waiting."""
+        if self._unsubmitted:
+            self._enter(0)
+
+    def wait(self, read_id: int) -> int:
+        """Block until read `read_id` completes; its byte count (short at end of file). OSError on failure."""
+        while read_id not in self._done:
+            if read_id not in self._in_flight:
+                raise KeyError(f"no read {read_id} in flight")
+            self._enter(1)
+        result = self._done.pop(read_id)
+        if result < 0:
+            raise OSError(-result, os.strerror(-result))
+        return result
+
+    def drain(self) -> None:
+        """Wait for every read in flight (their buffers may be freed after this), dropping the results."""
+        while self._in_flight:
+            self._enter(1)
+        self._done.clear()
+
+    def close(self) -> None:
+        """Drain, then unmap the rings and close the ring's descriptor (once)."""
+        if self._fd < 0:
+            return
+        try:
+            self.drain()
+        finally:
+            for ring in self._rings:
+                ring.close()
+            os.close(self._fd)
+            self._fd = -1
+
+    def _enter(self, wait: int) -> None:
+        """Hand queued entries to the kernel and, with `wait`, consume exactly that many completions."""
+        while True:
+            try:
+                _syscall(self._enter_number, ctypes.c_uint(self._fd), ctypes.c_uint(self._unsubmitted), ctypes.c_uint(wait),
+                         ctypes.c_uint(_ENTER_GETEVENTS if wait else 0), None, ctypes.c_size_t(0))
+                break
+            except OSError as exc:
+                if exc.errno != errno.EINTR:
+                    raise
+        self._unsubmitted = 0
+        if not wait:
+            return
+        # Only as many entries as the kernel just waited for: it checked the ring on this thread, which
+        # orders our reads of them after its writes on any CPU.
+        head = _U32.unpack_from(self._cq, self._cq_head)[0]
+        for _ in range(wait):
+            read_id, result, _flags = _CQE.unpack_from(self._cq, self._cqes + (head & self._cq_mask) * _CQE.size)
+            head = (head + 1) & 0xFFFFFFFF
+            self._in_flight.discard(read_id)
+            self._done[read_id] = result
+        _U32.pack_into(self._cq, self._cq_head, head)
+
+    def __enter__(self) -> "ReadQueue":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
