@@ -122,8 +122,8 @@ def _baseline_load(path: Path, device: str, assign: bool) -> dict:
     }
 
 
-_FLAGS = ("pin", "direct_io", "drop_page_cache", "ranges")
-"""Stream options that are true / false (direct_io and drop_page_cache also none: the default's choice)."""
+_FLAGS = ("pin", "direct_io", "drop_page_cache", "ranges", "io_uring")
+"""Stream options that are true / false (direct_io, drop_page_cache and io_uring also none: the default's choice)."""
 
 
 def parse_stream_option(text: str) -> tuple[str, int | bool | None]:

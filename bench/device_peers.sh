@@ -2,7 +2,7 @@
 # One GPU-host call: the peer table (bench/bench_peers.py) on the 37.56 GiB pruned-r16 DiT shapes, plus the
 # `gpu`-marked loader tests. Run from the repo root, as root (drop_caches), with the peer wheels in $WHL:
 #
-#   WHL=.whl bash bench/device_peers.sh              # PHASE=all (default): every peer, warm, cold and tmpfs, ~9 min
+#   WHL=.whl bash bench/device_peers.sh              # PHASE=all (default): the peer table, warm, tmpfs and cold, ~8 min
 #   WHL=.whl PHASE=explore bash bench/device_peers.sh  # stream's ring variants against the fastest peers, ~5 min
 #
 # Peers are benchmark-only installs, never requirements: instanttensor 0.2.2, fastsafetensors 0.5.0 and
@@ -45,19 +45,20 @@ common=("$CKPT" --prefetch-site /tmp/st09 --deadline "$left" --case-timeout 90)
 case "$PHASE" in
   explore)
     $PY bench/bench_peers.py "${common[@]}" --cache warm tmpfs cold --json "$OUT/peers_explore.json" \
-      --cases ceil_h2d ceil_read stream "stream[staging_buffers=10]" "stream[staging_bytes=16MiB]" \
-              "stream[staging_bytes=8MiB]" "stream[read_bytes=4MiB]" "stream[threads=12]" "stream[copy_streams=2]" \
+      --cases ceil_h2d ceil_read stream "stream[io_uring=false]" "stream[staging_buffers=10]" \
+              "stream[staging_bytes=16MiB]" "stream[staging_bytes=64MiB]" "stream[read_bytes=16MiB]" \
               instanttensor_buffered instanttensor_mmap st_prefetch \
-      --tmpfs-cases ceil_read stream "stream[staging_bytes=8MiB]" instanttensor instanttensor_buffered st_prefetch fastsafetensors \
+      --tmpfs-cases ceil_read stream "stream[staging_buffers=10]" instanttensor_buffered st_prefetch fastsafetensors \
       --cold-cases ceil_direct stream "stream[read_bytes=32MiB]" \
       2>>"$OUT/peers.txt" | tee -a "$OUT/peers.txt" ;;
   *)
-    $PY bench/bench_peers.py "${common[@]}" --cache warm cold tmpfs --json "$OUT/peers_all.json" \
-      --cases ceil_h2d ceil_read stream drain instanttensor instanttensor_buffered instanttensor_mmap st_prefetch \
-              fastsafetensors runai load_file \
-      --cold-cases ceil_direct ceil_direct_seq stream instanttensor instanttensor_buffered fastsafetensors load_file runai \
-              st_prefetch \
-      --tmpfs-cases ceil_read stream instanttensor instanttensor_buffered st_prefetch fastsafetensors load_file runai \
+    $PY bench/bench_peers.py "${common[@]}" --cache warm tmpfs cold --json "$OUT/peers_all.json" \
+      --cases ceil_h2d ceil_read stream "stream[staging_buffers=12]" "stream[staging_bytes=64MiB,staging_buffers=6]" \
+              "stream[io_uring=false]" drain instanttensor instanttensor_buffered instanttensor_mmap st_prefetch \
+              fastsafetensors load_file \
+      --tmpfs-cases ceil_read stream "stream[staging_buffers=12]" instanttensor instanttensor_buffered \
+              instanttensor_mmap st_prefetch fastsafetensors \
+      --cold-cases ceil_direct ceil_direct_seq stream instanttensor fastsafetensors \
       2>>"$OUT/peers.txt" | tee -a "$OUT/peers.txt" ;;
 esac
 log "total $(( $(date +%s) - start )) s"

@@ -183,6 +183,14 @@ class ReadQueue:
             raise OSError(-result, os.strerror(-result))
         return result
 
+    def complete(self, read_ids) -> None:
+        """Block until every read of `read_ids` has completed, asking the kernel for all of them at once
+        (their results are then returned by `wait` without another syscall)."""
+        missing = [i for i in read_ids if i not in self._done]
+        while missing:
+            self._enter(min(len(missing), len(self._in_flight)) or 1)
+            missing = [i for i in missing if i not in self._done]
+
     def drain(self) -> None:
         """Wait for every read in flight (their buffers may be freed after this), dropping the results."""
         while self._in_flight:

@@ -61,7 +61,7 @@ class OpenFiles(FileHandles):
         flag = getattr(os, "O_DIRECT", 0)
         if self._direct_io is False or not flag:
             return None
-        if self._direct_io is None and pagecache.resident_fraction(self._open(file)) >= COLD_BELOW:
+        if self._direct_io is None and pagecache.sampled_resident_fraction(self._open(file)) >= COLD_BELOW:
             return None
         try:
             return os.open(file, os.O_RDONLY | flag | getattr(os, "O_CLOEXEC", 0))

@@ -162,12 +162,12 @@ class _QueuedRead:
     """One part's read on the io_uring queue, waited for like a Future."""
 
     def __init__(self, ring: "RangeRing", read_id: int, args: tuple):
-        self._ring, self._id, self._args = ring, read_id, args
+        self._ring, self.read_id, self._args = ring, read_id, args
 
     def result(self) -> None:
         fd, direct, chunk, view, needed, at, name = self._args
         try:
-            got = self._ring._queue.wait(self._id)
+            got = self._ring._queue.wait(self.read_id)
         except OSError as exc:
             if not direct or exc.errno != errno.EINVAL:
                 raise OSError(exc.errno, exc.strerror, str(chunk.file)) from None
@@ -345,6 +345,8 @@ class RangeRing:
         """Wait for the oldest chunk's reads, queue its copies, and hand finished sources back."""
         chunk, k, reads = self._flight.popleft()
         t = time.perf_counter()
+        if self._queue is not None:
+            self._queue.complete(r.read_id for r in reads)
         for f in reads:
             f.result()
         t2 = time.perf_counter()

@@ -56,8 +56,9 @@ UNIFIED_POOL_SHARE = 256
 it comes out of the memory the model itself is loaded into."""
 MIN_BUFFERS = 3
 """Fewest ring buffers: two reading while one is copied out."""
-SPARE_BUFFERS = 2
-"""Ring buffers beyond those whose reads keep every reader busy: one being copied out, one slack."""
+SPARE_BUFFERS = 4
+"""Ring buffers beyond those whose reads keep every reader busy: one being copied out, the rest slack
+that keeps reads in flight while the loader's thread allocates a large destination."""
 RING_READ_BYTES = 8 * _MiB
 """The ring's positioned read size. Measured on an H200 host, 16 readers from the page cache: 8 MiB
 reads ran at 1.8x the rate of 32 MiB reads (89.6 against 49.4 GB/s, docs/benchmarks.md)."""

@@ -44,6 +44,17 @@ def test_reads_land_in_place_whatever_order_they_are_waited_for(data_file):
     assert buf.raw[: len(data)] == data
 
 
+def test_complete_waits_for_a_whole_batch_so_wait_needs_no_further_syscall(data_file, monkeypatch):
+    fd, data = data_file
+    buf = ctypes.create_string_buffer(4 * _MiB)
+    with _queue(4) as q:
+        ids = [q.submit(fd, i * _MiB, ctypes.addressof(buf) + i * _MiB, _MiB) for i in range(4)]
+        q.complete(ids)
+        monkeypatch.setattr(q, "_enter", lambda wait: pytest.fail("wait entered the kernel again"))
+        assert [q.wait(i) for i in ids] == [_MiB] * 4
+    assert buf.raw == data[: 4 * _MiB]
+
+
 def test_a_read_past_the_end_of_file_is_short_not_an_error(data_file):
     fd, data = data_file
     buf = ctypes.create_string_buffer(_MiB)
