@@ -3,7 +3,7 @@
 # `gpu`-marked loader tests. Run from the repo root, as root (drop_caches), with the peer wheels in $WHL:
 #
 #   WHL=.whl bash bench/device_peers.sh              # PHASE=all (default): the peer table, warm, tmpfs and cold, ~8 min
-#   WHL=.whl PHASE=explore bash bench/device_peers.sh  # stream's ring variants against the fastest peers, ~5 min
+#   WHL=.whl PHASE=explore bash bench/device_peers.sh  # stream against the fastest peers, warm and tmpfs, ~3 min
 #
 # Peers are benchmark-only installs, never requirements: instanttensor 0.2.2, fastsafetensors 0.5.0 and
 # runai-model-streamer 0.17.1 go to /tmp/site; safetensors 0.9.0rc1 to /tmp/st09, put first on the path of
@@ -44,12 +44,9 @@ left=$(( DEADLINE - ($(date +%s) - start) ))
 common=("$CKPT" --prefetch-site /tmp/st09 --deadline "$left" --case-timeout 90)
 case "$PHASE" in
   explore)
-    $PY bench/bench_peers.py "${common[@]}" --cache warm tmpfs cold --json "$OUT/peers_explore.json" \
-      --cases ceil_h2d ceil_read stream "stream[io_uring=false]" "stream[staging_buffers=10]" \
-              "stream[staging_bytes=16MiB]" "stream[staging_bytes=64MiB]" "stream[read_bytes=16MiB]" \
-              instanttensor_buffered instanttensor_mmap st_prefetch \
-      --tmpfs-cases ceil_read stream "stream[staging_buffers=10]" instanttensor_buffered st_prefetch fastsafetensors \
-      --cold-cases ceil_direct stream "stream[read_bytes=32MiB]" \
+    $PY bench/bench_peers.py "${common[@]}" --cache warm tmpfs --json "$OUT/peers_explore.json" \
+      --cases ceil_h2d ceil_read stream "stream[staging_buffers=8]" instanttensor_buffered instanttensor_mmap st_prefetch \
+      --tmpfs-cases stream instanttensor_buffered st_prefetch \
       2>>"$OUT/peers.txt" | tee -a "$OUT/peers.txt" ;;
   *)
     $PY bench/bench_peers.py "${common[@]}" --cache warm tmpfs cold --json "$OUT/peers_all.json" \
