@@ -56,13 +56,14 @@ UNIFIED_POOL_SHARE = 256
 it comes out of the memory the model itself is loaded into."""
 MIN_BUFFERS = 3
 """Fewest ring buffers: two reading while one is copied out."""
-SPARE_BUFFERS = 8
+SPARE_BUFFERS = 4
 """Ring buffers beyond those whose reads keep every reader busy: one being copied out, the rest slack
-that keeps reads in flight while the loader's thread allocates a large destination (12 buffers ran
-at 1.09x the rate of 8 from tmpfs on the H200 host, docs/benchmarks.md)."""
+that keeps reads in flight while the loader's thread allocates a large destination. (Eight buffers in
+all for 16 readers: 31.2 and 32.3 GB/s warm on the H200 host in two runs, against 31.6 and 27.1 for
+twelve; docs/benchmarks.md.)"""
 RING_READ_BYTES = 8 * _MiB
-"""The ring's positioned read size. Measured on an H200 host, 16 readers from the page cache: 8 MiB
-reads ran at 1.8x the rate of 32 MiB reads (89.6 against 49.4 GB/s, docs/benchmarks.md)."""
+"""The ring's positioned read size. On an H200 host, 16 C threads reading the page cache ran at 1.8x the
+rate with 8 MiB reads as with 32 MiB ones (89.6 against 49.4 GB/s, docs/benchmarks.md)."""
 
 
 @dataclass(frozen=True)
