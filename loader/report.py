@@ -64,6 +64,10 @@ class LoadReport:
     """MemFree once the load finished."""
     page_cache_dropped: bool = False
     """Whether the placement dropped what it read from the page cache (`drop_page_cache`)."""
+    ring_reader: str = ""
+    """What read `stream`'s CUDA ring: "io_uring" or "threads" ("" when no ring ran)."""
+    ring_reader_note: str = ""
+    """Why the ring read with threads, where io_uring was refused."""
     loaded: list[str] = field(default_factory=list)
     """Target names placed."""
     missing: list[str] = field(default_factory=list)
@@ -122,6 +126,10 @@ class LoadMeter:
 
     def read(self, nbytes: int) -> None:
         self.report.bytes_read += nbytes
+
+    def ring_read_with(self, reader: str, note: str = "") -> None:
+        """`stream`'s CUDA ring read with `reader` ("io_uring" or "threads"; `note` says why not io_uring)."""
+        self.report.ring_reader, self.report.ring_reader_note = reader, note
 
     def dropped_page_cache(self) -> None:
         """The placement dropped every range it read from the page cache."""

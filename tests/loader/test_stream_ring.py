@@ -335,6 +335,7 @@ def test_cuda_ring_places_every_tensor_bit_for_bit(writer, options):
     assert report.bytes_read == sum(t.nbytes for t in source.values())
     if options.get("ranges", True):
         assert placement.last_ring is not None and placement.last_ring.chunks > 0
+        assert report.ring_reader == ("threads" if options.get("io_uring") is False else "io_uring")
     else:
         assert placement.last_ring is None
 
