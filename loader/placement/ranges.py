@@ -161,21 +161,21 @@ def read_chunk(fd: int, offset: int, view: memoryview, needed: int, *, name: str
 class _QueuedRead:
     """One part's read on the io_uring queue, waited for like a Future."""
 
-    def __init__(self, ring: "RangeRing", read_id: int, args: tuple):
-        self._ring, self.read_id, self._args = ring, read_id, args
+    def __init__(self, queue: ReadQueue, files: FileHandles, read_id: int, args: tuple):
+        self._queue, self._files, self.read_id, self._args = queue, files, read_id, args
 
     def result(self) -> None:
         fd, direct, chunk, view, needed, at, name = self._args
         try:
-            got = self._ring._queue.wait(self.read_id)
+            got = self._queue.wait(self.read_id)
         except OSError as exc:
             if not direct or exc.errno != errno.EINVAL:
                 raise OSError(exc.errno, exc.strerror, str(chunk.file)) from None
             got = 0
-            fd = self._ring._files.fallback(chunk.file)
+            fd = self._files.fallback(chunk.file)
         if got < needed:  # a refused O_DIRECT read, a short read, or a truncated file (which read_chunk names)
             if direct and got:
-                fd = self._ring._files.fallback(chunk.file)
+                fd = self._files.fallback(chunk.file)
             read_chunk(fd, chunk.start + at + got, view[got:], needed - got, name=name)
 
     def cancel(self) -> bool:
@@ -304,8 +304,8 @@ class RangeRing:
     def _start_pinning(self) -> None:
         """Pin every buffer on a helper thread, in ring order, while the first reads run.
 
-        Pinning costs about 0.1 s per 500 MiB on the H200 host; done in line it
-        stalled the ring before its first copy. torch releases the GIL while
+        Pinning took 0.11-0.27 s for 192-576 MiB on the H200 host; done in line
+        it stalled the ring before its first copy. torch releases the GIL while
         it allocates, so the helper does not slow the loader's thread.
         """
         if self._pin and not self._pinning and self._buffers[0] is None:
@@ -326,7 +326,8 @@ class RangeRing:
             raw = torch.empty(self._chunk + ALIGN, dtype=torch.uint8)
         return raw
 
-    def _submit(self, chunk: Chunk, buf: torch.Tensor) -> list[Future]:
+    def _submit(self, chunk: Chunk, buf: torch.Tensor) -> list:
+        """Queue the reads filling `buf` with `chunk`: Futures on the pool, or reads on the io_uring queue."""
         fd, direct = self._files.fd_for(chunk.file)
         lo = chunk.lo - chunk.lo % ALIGN if direct else chunk.lo
         hi = min(-(-chunk.end // ALIGN) * ALIGN, self._chunk) if direct else chunk.end
@@ -339,7 +340,7 @@ class RangeRing:
         if self._queue is not None:
             base = buf.data_ptr()
             reads = [
-                _QueuedRead(self, self._queue.submit(fd, chunk.start + a[5], base + a[5], len(a[3]), worker=not direct), a)
+                _QueuedRead(self._queue, self._files, self._queue.submit(fd, chunk.start + a[5], base + a[5], len(a[3]), worker=not direct), a)
                 for a in args
             ]
             self._queue.flush()

@@ -100,8 +100,8 @@ def ring_geometry(
     staging_buffers option) fixes the count; otherwise enough buffers being
     read to give every reader thread a `read_bytes` read, plus SPARE_BUFFERS,
     as many as the budget holds, at least MIN_BUFFERS (pinning costs time:
-    about 0.1 s per 500 MiB on the H200 host, so no more are allocated than
-    the readers can fill). Buffers shrink (down to 4 MiB) before the count
+    0.11-0.27 s for 192-576 MiB on the H200 host, so no more are allocated
+    than the readers can fill). Buffers shrink (down to 4 MiB) before the count
     goes under MIN_BUFFERS, and never exceed what the model needs.
     """
     budget = min(total_bytes // STAGING_SHARE, STAGING_MAX)
