@@ -338,11 +338,10 @@ class RangeRing:
         name = f"{chunk.file.name}: tensor {chunk.parts[0][0].meta.name!r}"
         args = [(fd, direct, chunk, view[a:b], needed - a, a, name) for a, b, needed in parts]
         if self._queue is not None:
-            base = buf.data_ptr()
-            reads = [
-                _QueuedRead(self._queue, self._files, self._queue.submit(fd, chunk.start + a[5], base + a[5], len(a[3]), worker=not direct), a)
-                for a in args
-            ]
+            base, reads = buf.data_ptr(), []
+            for (a, b, _), part in zip(parts, args):
+                read_id = self._queue.submit(fd, chunk.start + a, base + a, b - a, worker=not direct)
+                reads.append(_QueuedRead(self._queue, self._files, read_id, part))
             self._queue.flush()
             return reads
         if self._pool is None:
