@@ -122,7 +122,7 @@ def _baseline_load(path: Path, device: str, assign: bool) -> dict:
     }
 
 
-_FLAGS = ("pin", "direct_io", "drop_page_cache", "ranges", "io_uring")
+_FLAGS = ("pin", "direct_io", "drop_page_cache", "ranges", "io_uring", "driver_copies", "reserve")
 """Stream options that are true / false (direct_io, drop_page_cache and io_uring also none: the default's choice)."""
 
 

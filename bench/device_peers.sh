@@ -3,7 +3,9 @@
 # `gpu`-marked loader tests. Run from the repo root, as root (drop_caches), with the peer wheels in $WHL:
 #
 #   WHL=.whl bash bench/device_peers.sh              # PHASE=all (default): the peer table, warm, tmpfs and cold, ~8 min
-#   WHL=.whl PHASE=explore bash bench/device_peers.sh  # stream against the fastest peers, warm and tmpfs, ~3 min
+#   WHL=.whl PHASE=explore VARIANTS="COPY_QUEUE=1 staging_buffers=12" bash bench/device_peers.sh
+#       # ring variants round-robin in one process (bench/bench_ring_variants.py), then stream against the
+#       # fastest peers, warm and tmpfs, ~4 min
 #
 # Peers are benchmark-only installs, never requirements: instanttensor 0.2.2, fastsafetensors 0.5.0 and
 # runai-model-streamer 0.17.1 go to /tmp/site; safetensors 0.9.0rc1 to /tmp/st09, put first on the path of
@@ -44,9 +46,11 @@ left=$(( DEADLINE - ($(date +%s) - start) ))
 common=("$CKPT" --prefetch-site /tmp/st09 --deadline "$left" --case-timeout 90)
 case "$PHASE" in
   explore)
+    # shellcheck disable=SC2086  # VARIANTS, CASES and TMPFS_CASES are word lists
+    $PY bench/bench_ring_variants.py "$CKPT" "" ${VARIANTS:-} --reps "${REPS:-5}" 2>&1 | tee -a "$OUT/peers.txt"
     $PY bench/bench_peers.py "${common[@]}" --cache warm tmpfs --json "$OUT/peers_explore.json" \
-      --cases ceil_h2d ceil_read stream "stream[staging_buffers=8]" instanttensor_buffered instanttensor_mmap st_prefetch \
-      --tmpfs-cases stream instanttensor_buffered st_prefetch \
+      --cases ${CASES:-ceil_h2d ceil_read stream instanttensor_buffered instanttensor_mmap st_prefetch stream} \
+      --tmpfs-cases ${TMPFS_CASES:-stream instanttensor_buffered st_prefetch stream} \
       2>>"$OUT/peers.txt" | tee -a "$OUT/peers.txt" ;;
   *)
     $PY bench/bench_peers.py "${common[@]}" --cache warm tmpfs cold --json "$OUT/peers_all.json" \

@@ -12,7 +12,6 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-_STATUS_FIELDS = {b"VmRSS:": "vm_rss", b"RssAnon:": "rss_anon", b"RssFile:": "rss_file", b"VmHWM:": "vm_hwm"}
 
 
 @dataclass(frozen=True)
@@ -44,6 +43,20 @@ class MemorySample:
 
 def _read_all(fd: int) -> bytes:
     return os.pread(fd, 65536, 0)
+
+
+def _kib_field(text: bytes, key: bytes) -> int:
+    """Bytes of the `key:` line of a /proc file that counts in kB (0 where the line is missing).
+
+    Found with one search rather than by splitting every line: a sample is
+    taken per placed tensor, and the split was most of its cost.
+    """
+    at = text.find(b"\n" + key + b":")
+    if at < 0:
+        return 0
+    start = at + len(key) + 2
+    end = text.find(b"\n", start)
+    return int(text[start : end if end >= 0 else None].split()[0]) * 1024
 
 
 def _cuda_allocator_bytes(index: int) -> tuple[int, int]:
@@ -91,16 +104,8 @@ class MemoryProbe:
                 self._cuda_index = torch.cuda.current_device()
 
     def sample(self) -> MemorySample:
-        status = {}
-        for line in _read_all(self._status_fd).splitlines():
-            key = line.split(None, 1)[0] if line else b""
-            if key in _STATUS_FIELDS:
-                status[_STATUS_FIELDS[key]] = int(line.split()[1]) * 1024
-        mem_available = 0
-        for line in _read_all(self._meminfo_fd).splitlines():
-            if line.startswith(b"MemAvailable:"):
-                mem_available = int(line.split()[1]) * 1024
-                break
+        status = _read_all(self._status_fd)
+        mem_available = _kib_field(_read_all(self._meminfo_fd), b"MemAvailable")
         allocated = reserved = 0
         if self._cuda_index is not None:
             allocated, reserved = _cuda_allocator_bytes(self._cuda_index)
@@ -109,10 +114,10 @@ class MemoryProbe:
             cgroup = int(_read_all(self._cgroup_fd).split()[0])
         return MemorySample(
             t=self._clock(),
-            vm_rss=status.get("vm_rss", 0),
-            rss_anon=status.get("rss_anon", 0),
-            rss_file=status.get("rss_file", 0),
-            vm_hwm=status.get("vm_hwm", 0),
+            vm_rss=_kib_field(status, b"VmRSS"),
+            rss_anon=_kib_field(status, b"RssAnon"),
+            rss_file=_kib_field(status, b"RssFile"),
+            vm_hwm=_kib_field(status, b"VmHWM"),
             mem_available=mem_available,
             device_allocated=allocated,
             device_reserved=reserved,

@@ -8,6 +8,8 @@ metrics directly.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar
 
@@ -80,10 +82,51 @@ class PlacementContext:
         transparent huge pages made first touch slower and erratic, see docs/benchmarks.md)."""
         return torch.empty(planned.target.shape, dtype=planned.dtype, device=self.device)
 
+    def reserve(self, targets: Iterable[PlannedTarget]) -> int:
+        """Size torch's CUDA allocator for the large destinations of `targets` with one block, freed at once.
+
+        The native caching allocator keeps a freed block and carves later
+        requests out of it, so each `allocate` after this is a split rather
+        than a cudaMalloc (639 of those took about 0.27 s of a 1.1 s load on
+        the H200 host), and the device holds one segment instead of 639
+        rounded ones. Call it with the targets about to be allocated, in
+        order, and allocate nothing else meanwhile. Skipped (0) on other
+        devices, where the allocator would not split the block, and where
+        the device lacks the room: the tensor that does not fit then fails
+        by name. Returns the bytes reserved.
+        """
+        if self.device.type != "cuda" or not _allocator_splits_cached_blocks():
+            return 0
+        sizes = (-(-p.nbytes // _ALLOCATOR_ROUND) * _ALLOCATOR_ROUND for p in targets)
+        total = sum(n for n in sizes if n > _SMALL_POOL_MAX)
+        if not total:
+            return 0
+        try:
+            block = torch.empty(total, dtype=torch.uint8, device=self.device)
+        except torch.OutOfMemoryError:
+            return 0
+        del block
+        return total
+
     def place(self, planned: PlannedTarget, tensor: torch.Tensor) -> None:
         """Install `tensor` under the target's name, replacing the meta placeholder, and record it."""
         install(self.module, planned.name, tensor)
         self.meter.placed(planned.name, planned.nbytes)
+
+
+_ALLOCATOR_ROUND = 512
+"""torch's CUDA caching allocator rounds every request up to a multiple of this."""
+_SMALL_POOL_MAX = 1 << 20
+"""...and serves requests up to this size from separate small segments, never from a large block."""
+
+
+def _allocator_splits_cached_blocks() -> bool:
+    """Whether torch's CUDA allocator serves requests by splitting cached blocks: the native allocator with
+    caching on and no max_split_size_mb (which keeps large blocks whole)."""
+    conf = ",".join(os.environ.get(k, "") for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"))
+    if os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") == "1" or "max_split_size_mb" in conf:
+        return False
+    return torch.cuda.get_allocator_backend() == "native"
 
 
 def install(module: nn.Module, name: str, tensor: torch.Tensor) -> None:

@@ -19,6 +19,7 @@ and O_DIRECT handling without a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import time
@@ -31,8 +32,14 @@ from pathlib import Path
 import torch
 
 from ..checkpoint import TensorMeta
-from ..errors import CheckpointError
+from ..cuda_copy import DriverCopier
+from ..errors import CheckpointError, PlacementError
 from ..uring import ReadQueue, UringUnavailable
+
+COPY_QUEUE = 2
+"""Buffers whose copies the ring keeps queued on the device before it waits for a copy to free one.
+Waiting while only one was queued (the copy just issued) left the copy engine idle for the loader's
+bookkeeping between any two chunks; waiting for reads while copies are queued leaves it busy."""
 
 ALIGN = 4096
 """O_DIRECT needs buffer address, file offset and length on this boundary (the logical block size
@@ -124,6 +131,9 @@ class RingStats:
     """What read the chunks: "io_uring" (the kernel's workers) or "threads" (the reader pool)."""
     reader_note: str = ""
     """Why io_uring was not used, where it was not."""
+    copier: str = ""
+    """What queued the host-to-device copies: "driver" (cuMemcpyHtoDAsync) or "torch" (Tensor.copy_);
+    empty on a CPU destination."""
 
 
 class FileHandles:
@@ -159,13 +169,22 @@ def read_chunk(fd: int, offset: int, view: memoryview, needed: int, *, name: str
 
 
 class _QueuedRead:
-    """One part's read on the io_uring queue, waited for like a Future."""
+    """One part's read on the io_uring queue, waited for like a Future.
 
-    def __init__(self, queue: ReadQueue, files: FileHandles, read_id: int, args: tuple):
-        self._queue, self._files, self.read_id, self._args = queue, files, read_id, args
+    The memoryview a short or refused read needs is built only then: the
+    loader's thread queues about 4,800 of these for a 37 GiB model.
+    """
+
+    def __init__(
+        self, queue: ReadQueue, files: FileHandles, read_id: int, fd: int, direct: bool, chunk: Chunk,
+        buf: torch.Tensor, part: tuple[int, int, int],
+    ):
+        self._queue, self._files, self.read_id, self._fd, self._direct = queue, files, read_id, fd, direct
+        self._chunk, self._buf, self._part = chunk, buf, part
 
     def result(self) -> None:
-        fd, direct, chunk, view, needed, at, name = self._args
+        chunk, fd, direct = self._chunk, self._fd, self._direct
+        a, b, needed = self._part
         try:
             got = self._queue.wait(self.read_id)
         except OSError as exc:
@@ -173,20 +192,28 @@ class _QueuedRead:
                 raise OSError(exc.errno, exc.strerror, str(chunk.file)) from None
             got = 0
             fd = self._files.fallback(chunk.file)
-        if got < needed:  # a refused O_DIRECT read, a short read, or a truncated file (which read_chunk names)
+        if got < needed - a:  # a refused O_DIRECT read, a short read, or a truncated file (which read_chunk names)
             if direct and got:
                 fd = self._files.fallback(chunk.file)
-            read_chunk(fd, chunk.start + at + got, view[got:], needed - got, name=name)
+            view = memoryview(self._buf.numpy())[a + got : b]
+            read_chunk(fd, chunk.start + a + got, view, needed - a - got, name=_chunk_name(chunk))
 
     def cancel(self) -> bool:
         return False
+
+
+def _chunk_name(chunk: Chunk) -> str:
+    """How errors name a chunk: its file and first tensor."""
+    return f"{chunk.file.name}: tensor {chunk.parts[0][0].meta.name!r}"
 
 
 class RangeRing:
     """The ring: `buffers` host buffers of `chunk_bytes`, read by io_uring (or on `pool`), copied out in order.
 
     `reader` is "auto" (io_uring where the kernel allows it, else the pool),
-    "io_uring" (an error where it is refused) or "threads".
+    "io_uring" (an error where it is refused) or "threads". `driver_copies`
+    queues the copies through the CUDA driver (`loader.cuda_copy`) where it
+    can, else through torch.
     """
 
     def __init__(
@@ -201,6 +228,7 @@ class RangeRing:
         pin: bool,
         copy_streams: int = 1,
         reader: str = "threads",
+        driver_copies: bool = True,
     ):
         if reader not in ("auto", "io_uring", "threads"):
             raise ValueError(f"reader must be auto, io_uring or threads, got {reader!r}")
@@ -216,7 +244,13 @@ class RangeRing:
         self._read_bytes = read_bytes
         """Bytes per positioned read: each chunk is read in parts this large, in parallel."""
         self._buffers: list[torch.Tensor | None] = [None] * self._count
-        self._events: list = [None] * self._count
+        self._events = [torch.cuda.Event() for _ in range(self._count)] if self._cuda else []
+        self._free: deque[int] = deque(range(self._count))
+        """Buffers neither being read nor holding queued copies."""
+        self._copying: deque[int] = deque()
+        """Buffers whose copies are queued on the device, oldest first (each waits on its event)."""
+        self._driver_copies = driver_copies and self._cuda
+        self._copiers: list[DriverCopier | None] = []
         self._streams = [torch.cuda.Stream(device) for _ in range(max(copy_streams, 1))] if self._cuda else []
         for s in self._streams:
             s.wait_stream(torch.cuda.current_stream(device))
@@ -236,19 +270,16 @@ class RangeRing:
         """Read and copy out every piece; returns once every copy is queued (see `finish`)."""
         self._open_reader()
         self._start_pinning()
-        for i, chunk in enumerate(plan_chunks(pieces, self._chunk)):
-            while len(self._flight) >= self._count - 1:
+        with torch.cuda.device(self._device) if self._cuda else contextlib.nullcontext():
+            self._open_copiers()
+            for chunk in plan_chunks(pieces, self._chunk):
+                while not self._free:
+                    self._make_room()
+                k = self._free.popleft()
+                self._flight.append((chunk, k, self._submit(chunk, self._buffer(k))))
+                self.stats.chunks += 1
+            while self._flight:
                 self._retire()
-            k = i % self._count
-            if self._events[k] is not None:
-                t = time.perf_counter()
-                self._events[k].synchronize()
-                self.stats.copy_wait += time.perf_counter() - t
-                self._events[k] = None
-            self._flight.append((chunk, k, self._submit(chunk, self._buffer(k))))
-            self.stats.chunks += 1
-        while self._flight:
-            self._retire()
 
     def finish(self) -> None:
         """Wait for every queued copy."""
@@ -275,12 +306,12 @@ class RangeRing:
             self._queue.close()
             self._queue = None
         self._buffers = [None] * self._count
-        self._events = [None] * self._count
+        self._free, self._copying = deque(range(self._count)), deque()
 
     def _open_reader(self) -> None:
         """io_uring for this run where asked and allowed, else the pool; the choice goes in the stats."""
         if self._queue is None and self._reader != "threads":
-            parts = (self._count - 1) * (self._chunk // self._read_bytes + 1)
+            parts = self._count * (self._chunk // self._read_bytes + 1)
             try:
                 self._queue = ReadQueue.open(parts)
             except UringUnavailable as exc:
@@ -288,6 +319,15 @@ class RangeRing:
                     raise
                 self.stats.reader_note = str(exc)
         self.stats.reader = "io_uring" if self._queue is not None else "threads"
+
+    def _open_copiers(self) -> None:
+        """One driver copier per stream where asked and possible (inside the device's context), else none."""
+        if not self._cuda:
+            return
+        if not self._copiers:
+            copiers = [DriverCopier.for_device(self._device, s) for s in self._streams] if self._driver_copies else []
+            self._copiers = copiers if copiers and all(copiers) else [None] * len(self._streams)
+        self.stats.copier = "driver" if self._copiers[0] is not None else "torch"
 
     def _buffer(self, k: int) -> torch.Tensor:
         """Buffer k, ALIGN-aligned: from the background pinning (see `_start_pinning`), else allocated here."""
@@ -333,17 +373,17 @@ class RangeRing:
         hi = min(-(-chunk.end // ALIGN) * ALIGN, self._chunk) if direct else chunk.end
         self.stats.direct_chunks += direct
         self.stats.bytes += chunk.end - chunk.lo
-        view = memoryview(buf.numpy())
         parts = self._split(lo, hi, chunk.end)
-        name = f"{chunk.file.name}: tensor {chunk.parts[0][0].meta.name!r}"
-        args = [(fd, direct, chunk, view[a:b], needed - a, a, name) for a, b, needed in parts]
         if self._queue is not None:
-            base, reads = buf.data_ptr(), []
-            for (a, b, _), part in zip(parts, args):
-                read_id = self._queue.submit(fd, chunk.start + a, base + a, b - a, worker=not direct)
-                reads.append(_QueuedRead(self._queue, self._files, read_id, part))
-            self._queue.flush()
+            base, queue, reads = buf.data_ptr(), self._queue, []
+            for part in parts:
+                a, b, _ = part
+                read_id = queue.submit(fd, chunk.start + a, base + a, b - a, worker=not direct)
+                reads.append(_QueuedRead(queue, self._files, read_id, fd, direct, chunk, buf, part))
+            queue.flush()
             return reads
+        view, name = memoryview(buf.numpy()), _chunk_name(chunk)
+        args = [(fd, direct, chunk, view[a:b], needed - a, a, name) for a, b, needed in parts]
         if self._pool is None:
             for a in args:
                 self._read(*a)
@@ -363,6 +403,22 @@ class RangeRing:
                 raise
             read_chunk(self._files.fallback(chunk.file), chunk.start + at, view, needed, name=name)
 
+    def _make_room(self) -> None:
+        """Free a buffer, or move the pipeline on so one frees: a buffer whose copies have passed is
+        taken at once; while fewer than COPY_QUEUE buffers' copies are queued, the oldest chunk's reads
+        are waited for and its copies queued (feeding the copy engine); otherwise the oldest copy."""
+        if self._copying and self._events[self._copying[0]].query():
+            self._free.append(self._copying.popleft())
+        elif self._flight and len(self._copying) < COPY_QUEUE:
+            self._retire()
+        elif self._copying:
+            t = time.perf_counter()
+            self._events[self._copying[0]].synchronize()
+            self.stats.copy_wait += time.perf_counter() - t
+            self._free.append(self._copying.popleft())
+        else:
+            self._retire()
+
     def _retire(self) -> None:
         """Wait for the oldest chunk's reads, queue its copies, and hand finished sources back."""
         chunk, k, reads = self._flight.popleft()
@@ -376,16 +432,25 @@ class RangeRing:
         buf = self._buffers[k]
         self._files.chunk_read(chunk.file, chunk.start + chunk.lo, chunk.end - chunk.lo)
         if self._cuda:
-            stream = self._streams[k % len(self._streams)]
-            with torch.cuda.stream(stream):
+            s = k % len(self._streams)
+            stream, copier = self._streams[s], self._copiers[s]
+            if copier is not None:
+                base = buf.data_ptr()
                 for piece, at, into, n, _ in chunk.parts:
-                    piece.out[into : into + n].copy_(buf[at : at + n], non_blocking=True)
-                event = torch.cuda.Event()
-                event.record(stream)
-            self._events[k] = event
+                    try:
+                        copier.copy(piece.out.data_ptr() + into, base + at, n)
+                    except PlacementError as exc:
+                        raise PlacementError(f"{piece.meta.file}: tensor {piece.meta.name!r}: {exc}") from None
+            else:
+                with torch.cuda.stream(stream):
+                    for piece, at, into, n, _ in chunk.parts:
+                        piece.out[into : into + n].copy_(buf[at : at + n], non_blocking=True)
+            self._events[k].record(stream)
+            self._copying.append(k)
         else:
             for piece, at, into, n, _ in chunk.parts:
                 piece.out[into : into + n].copy_(buf[at : at + n])
+            self._free.append(k)
         t3 = time.perf_counter()
         self.stats.copy_issue += t3 - t2
         for piece, _, _, _, last in chunk.parts:

@@ -133,7 +133,7 @@ class StreamPlacement(Placement):
 
     options = (
         "threads", "read_bytes", "staging_bytes", "staging_buffers", "readahead_bytes", "pin",
-        "direct_io", "drop_page_cache", "copy_streams", "ranges", "io_uring",
+        "direct_io", "drop_page_cache", "copy_streams", "ranges", "io_uring", "driver_copies", "reserve",
     )
 
     def __init__(self, **options):
@@ -155,6 +155,10 @@ class StreamPlacement(Placement):
         self.io_uring = _flag(options, "io_uring", None)
         """The CUDA ring's reader: None (default) io_uring where the kernel allows it, else threads;
         True io_uring or an error; False threads."""
+        self.driver_copies = _flag(options, "driver_copies", True)
+        """The CUDA ring queues its copies through the CUDA driver where it can (False: through torch)."""
+        self.reserve = _flag(options, "reserve", True)
+        """Reserve the ring's CUDA destinations in one allocator block before allocating them (False: one by one)."""
         self.ranges = _flag(options, "ranges", True)
         """False sends CUDA same-dtype tensors through per-tensor staging instead of the ring (for comparison)."""
         self.last_ring: RingStats | None = None
@@ -199,11 +203,15 @@ class StreamPlacement(Placement):
                 ctx.device, pool, files, buffers=g.buffers, chunk_bytes=g.chunk_bytes, read_bytes=g.read_bytes,
                 pin=self.pin, copy_streams=self.copy_streams,
                 reader={None: "auto", True: "io_uring", False: "threads"}[self.io_uring],
+                driver_copies=self.driver_copies,
             )
         pending: deque[tuple[PlannedTarget, torch.Tensor, list[Future]]] = deque()
         try:
             for kind, group in itertools.groupby(plan.targets, key=lambda p: kinds[p.name]):
                 if kind == "ring":
+                    group = list(group)
+                    if self.reserve:
+                        ctx.reserve(group)
                     ring.run(self._pieces(group, files, ctx))
                     continue
                 window = DIRECT_WINDOW_PIECES * self._direct_read_bytes

@@ -294,6 +294,17 @@ def test_drop_page_cache_defaults_on_for_unified_cuda_only():
     assert drop_by_default(None) is False
 
 
+@pytest.mark.parametrize("conf", ["PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"])
+def test_no_reservation_where_the_allocator_keeps_large_blocks_whole(monkeypatch, conf):
+    from loader.placement.base import _allocator_splits_cached_blocks
+
+    monkeypatch.setenv(conf, "expandable_segments:False,max_split_size_mb:512")
+    assert not _allocator_splits_cached_blocks()
+    monkeypatch.delenv(conf)
+    monkeypatch.setenv("PYTORCH_NO_CUDA_MEMORY_CACHING", "1")
+    assert not _allocator_splits_cached_blocks()
+
+
 def test_stream_rejects_bad_new_options_naming_them():
     with pytest.raises(PlacementError, match="drop_page_cache must be true or false, got 'yes'"):
         get_placement("stream", drop_page_cache="yes")
@@ -323,6 +334,7 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA dev
     {"io_uring": False, "staging_bytes": 1 << 20},
     {"io_uring": True, "staging_bytes": 1 << 20, "direct_io": True},
     {"ranges": False, "staging_bytes": 1 << 20},
+    {"driver_copies": False, "reserve": False, "staging_bytes": 1 << 20},
 ])
 def test_cuda_ring_places_every_tensor_bit_for_bit(writer, options):
     path, source = _cuda_checkpoint(writer)
@@ -336,6 +348,7 @@ def test_cuda_ring_places_every_tensor_bit_for_bit(writer, options):
     if options.get("ranges", True):
         assert placement.last_ring is not None and placement.last_ring.chunks > 0
         assert report.ring_reader == ("threads" if options.get("io_uring") is False else "io_uring")
+        assert placement.last_ring.copier == ("torch" if options.get("driver_copies") is False else "driver")
     else:
         assert placement.last_ring is None
 
@@ -364,3 +377,22 @@ def test_memory_probe_reads_the_allocators_own_allocated_and_reserved_bytes():
         sample = probe.sample()
     assert sample.device_allocated == torch.cuda.memory_allocated() >= keep.numel()
     assert sample.device_reserved == torch.cuda.memory_reserved() >= sample.device_allocated
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("reserve", [True, False])
+def test_cuda_ring_carves_its_destinations_from_one_reserved_block(writer, reserve):
+    # Above 10 MiB each: torch's allocator gives such a request its own segment when nothing is reserved.
+    g = torch.Generator().manual_seed(4)
+    source = {f"w{j}": torch.randn(3100, 2048, generator=g).to(torch.bfloat16) for j in range(4)}
+    source["norm"] = torch.randn(7, generator=g)
+    path, large = writer([source]), 4
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_stats()
+    module, _ = load_checkpoint(path, mode=get_placement("stream", reserve=reserve), device="cuda")
+    after = torch.cuda.memory_stats()
+    assert after["segment.large_pool.allocated"] - before["segment.large_pool.allocated"] == (1 if reserve else large)
+    held = sum(t.nbytes for t in module.state_dict().values() if t.nbytes > 1 << 20)
+    grown = after["reserved_bytes.large_pool.current"] - before["reserved_bytes.large_pool.current"]
+    assert held <= grown < held + (2 << 20 if reserve else large * (2 << 20))
