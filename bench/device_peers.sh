@@ -2,7 +2,7 @@
 # One GPU-host call: the peer table (bench/bench_peers.py) on the 37.56 GiB pruned-r16 DiT shapes, plus the
 # `gpu`-marked loader tests. Run from the repo root, as root (drop_caches), with the peer wheels in $WHL:
 #
-#   WHL=.whl bash bench/device_peers.sh              # PHASE=all (default): the peer table, warm, tmpfs and cold, ~8 min
+#   WHL=.whl bash bench/device_peers.sh              # PHASE=all (default): the peer table, warm, tmpfs and cold, ~7 min
 #   WHL=.whl PHASE=explore VARIANTS="COPY_QUEUE=1 staging_buffers=12" bash bench/device_peers.sh
 #       # ring variants round-robin in one process (bench/bench_ring_variants.py), then stream against the
 #       # fastest peers, warm and tmpfs, ~4 min
@@ -54,11 +54,10 @@ case "$PHASE" in
       2>>"$OUT/peers.txt" | tee -a "$OUT/peers.txt" ;;
   *)
     $PY bench/bench_peers.py "${common[@]}" --cache warm tmpfs cold --json "$OUT/peers_all.json" \
-      --cases ceil_h2d ceil_read stream "stream[staging_buffers=12]" "stream[staging_bytes=64MiB,staging_buffers=6]" \
-              "stream[io_uring=false]" drain instanttensor instanttensor_buffered instanttensor_mmap st_prefetch \
-              fastsafetensors load_file \
-      --tmpfs-cases ceil_read stream "stream[staging_buffers=12]" instanttensor instanttensor_buffered \
-              instanttensor_mmap st_prefetch fastsafetensors \
+      --cases ceil_h2d ceil_read stream "stream[staging_bytes=32MiB,read_bytes=8MiB]" \
+              "stream[driver_copies=false,reserve=false]" drain instanttensor_buffered instanttensor_mmap st_prefetch \
+              load_file \
+      --tmpfs-cases ceil_read stream instanttensor_buffered instanttensor_mmap st_prefetch fastsafetensors \
       --cold-cases ceil_direct ceil_direct_seq stream instanttensor fastsafetensors \
       2>>"$OUT/peers.txt" | tee -a "$OUT/peers.txt" ;;
 esac

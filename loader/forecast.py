@@ -34,7 +34,7 @@ from .model_registry import get_model_builder
 from .naming import EXTRA_STATE_SUFFIX
 from .memory import sample_memory
 from .placement import get_placement
-from .placement.stream import RING_READ_BYTES, ring_geometry
+from .placement.stream import ring_geometry
 from .roots import RootsArg
 
 
@@ -139,7 +139,7 @@ def _stream_staging(placement, targets, info: DeviceInfo) -> int:
     total = 0
     staged = [(m, d) for m, d, k in kinds if k == "staged"]
     if staged:
-        size = min(placement.staging_bytes, max(m.nbytes for m, _ in staged))
+        size = min(placement.converting_bytes, max(m.nbytes for m, _ in staged))
         count = placement.staging_buffers or 4
         total += count * (_next_power_of_two(size) if pinned else size)
         if cuda and any(d != m.torch_dtype for m, d in staged):
@@ -148,9 +148,9 @@ def _stream_staging(placement, targets, info: DeviceInfo) -> int:
     if ring_bytes:
         threads = placement.threads or max(2, min(16, os.cpu_count() or 2))
         geometry = ring_geometry(
-            ring_bytes, info, threads=threads, chunk_bytes=placement.staging_bytes,
+            ring_bytes, info, threads=threads, chunk_bytes=placement.ring_chunk_bytes,
             buffers=placement.staging_buffers, available=sample_memory().mem_available,
-            read_bytes=placement.read_bytes or RING_READ_BYTES,
+            read_bytes=placement.ring_read_bytes,
         )
         chunk = _next_power_of_two(geometry.chunk_bytes) if pinned else geometry.chunk_bytes
         total += geometry.buffers * chunk

@@ -57,13 +57,19 @@ it comes out of the memory the model itself is loaded into."""
 MIN_BUFFERS = 3
 """Fewest ring buffers: two reading while one is copied out."""
 SPARE_BUFFERS = 4
-"""Ring buffers beyond those whose reads keep every reader busy: one being copied out, the rest slack
-that keeps reads in flight while the loader's thread allocates a large destination. (Eight buffers in
-all for 16 readers: 31.2 and 32.3 GB/s warm on the H200 host in two runs, against 31.6 and 27.1 for
-twelve; docs/benchmarks.md.)"""
-RING_READ_BYTES = 8 * _MiB
+"""Ring buffers beyond those whose reads keep every reader busy: copies queued on the device while the
+next reads run. More staging made the copies slower on the H200 host (see RING_CHUNK_BYTES): eight
+16 MiB buffers for 16 readers beat ten and twelve (docs/benchmarks.md)."""
+RING_READ_BYTES = 4 * _MiB
 """The ring's positioned read size. On an H200 host, 16 C threads reading the page cache ran at 1.8x the
-rate with 8 MiB reads as with 32 MiB ones (89.6 against 49.4 GB/s, docs/benchmarks.md)."""
+rate with 8 MiB reads as with 32 MiB ones (89.6 against 49.4 GB/s); in the ring, 4 MiB reads into 16 MiB
+buffers beat 8 MiB ones (docs/benchmarks.md)."""
+RING_CHUNK_BYTES = 16 * _MiB
+"""The ring's buffer size. The host-to-device copies ran faster the less staging the ring cycled
+through: 48.7 GB/s from eight 16 MiB buffers, 37.6 from eight of 32 MiB and 33.3 from six of 64 MiB
+(copy-engine busy time, in one run on the H200 host; docs/benchmarks.md)."""
+STAGING_BYTES = 32 * _MiB
+"""Converting staging: the bytes of each of its buffers."""
 
 
 @dataclass(frozen=True)
@@ -143,7 +149,8 @@ class StreamPlacement(Placement):
         self.threads = _positive(options, "threads", None)
         self.read_bytes = _positive(options, "read_bytes", None)
         """Bytes per positioned read: None (default) for 16 MiB on CPU targets, RING_READ_BYTES in the CUDA ring."""
-        self.staging_bytes = _positive(options, "staging_bytes", 32 * _MiB)
+        self.staging_bytes = _positive(options, "staging_bytes", None)
+        """Bytes per staging buffer: None (default) for RING_CHUNK_BYTES in the CUDA ring, STAGING_BYTES to convert."""
         self.staging_buffers = _positive(options, "staging_buffers", None)
         self.readahead_bytes = _positive(options, "readahead_bytes", 64 * _MiB, minimum=0)
         self.copy_streams = _positive(options, "copy_streams", 1)
@@ -188,15 +195,15 @@ class StreamPlacement(Placement):
         kinds = {p.name: path(p) for p in plan.targets}
         largest = max((m.nbytes for p in plan.targets if kinds[p.name] == "staged" for m in p.sources), default=0)
         staging = Staging(
-            ctx.device, pool, files, min(self.staging_bytes, largest),
+            ctx.device, pool, files, min(self.converting_bytes, largest),
             buffers=self.staging_buffers or 4, threads=threads, pin=self.pin,
         )
         ring = None
         ring_bytes = sum(m.nbytes for p in plan.targets if kinds[p.name] == "ring" for m in p.sources)
         if ring_bytes:
             self.last_geometry = ring_geometry(
-                ring_bytes, info, threads=threads, chunk_bytes=self.staging_bytes, buffers=self.staging_buffers,
-                available=_mem_available(), read_bytes=self.read_bytes or RING_READ_BYTES,
+                ring_bytes, info, threads=threads, chunk_bytes=self.ring_chunk_bytes, buffers=self.staging_buffers,
+                available=_mem_available(), read_bytes=self.ring_read_bytes,
             )
             g = self.last_geometry
             ring = RangeRing(
@@ -255,6 +262,21 @@ class StreamPlacement(Placement):
     @property
     def _direct_read_bytes(self) -> int:
         return self.read_bytes or 16 * _MiB
+
+    @property
+    def ring_chunk_bytes(self) -> int:
+        """The CUDA ring's buffer size asked for (ring_geometry may shrink it)."""
+        return self.staging_bytes or RING_CHUNK_BYTES
+
+    @property
+    def ring_read_bytes(self) -> int:
+        """The CUDA ring's positioned read size."""
+        return self.read_bytes or RING_READ_BYTES
+
+    @property
+    def converting_bytes(self) -> int:
+        """Each converting staging buffer's size at most."""
+        return self.staging_bytes or STAGING_BYTES
 
     def _pieces(self, group, files: OpenFiles, ctx: PlacementContext):
         """Each source of the group's targets with the destination bytes it fills, allocating as it goes."""

@@ -57,7 +57,7 @@ def test_stream_on_cpu_in_the_stored_dtype_is_the_model_alone(crafted):
 def test_stream_converting_on_cpu_adds_the_staging_buffers(crafted):
     f = forecast_load(crafted, dtype="fp32")
     assert f.model_bytes == 4096 + 4 * (4096 + 2048 + 1024)
-    assert f.staging_bytes == 4 * min(STREAM.staging_bytes, 8192)  # 4 buffers sized to the largest staged source
+    assert f.staging_bytes == 4 * min(STREAM.converting_bytes, 8192)  # 4 buffers sized to the largest staged source
     assert f.predicted_peak_bytes == f.model_bytes + f.staging_bytes
 
 
@@ -70,7 +70,8 @@ H200 = DeviceInfo(
 def test_stream_to_cuda_rings_same_dtype_tensors_and_stages_converted_ones_pinned(crafted):
     same = forecast_load(crafted, device="cuda", device_info=H200)  # no device needed to forecast
     geometry = ring_geometry(18432, H200, threads=max(2, min(16, os.cpu_count() or 2)),
-                             chunk_bytes=STREAM.staging_bytes, buffers=None, available=sample_memory().mem_available)
+                             chunk_bytes=STREAM.ring_chunk_bytes, buffers=None, available=sample_memory().mem_available,
+                             read_bytes=STREAM.ring_read_bytes)
     pow2 = 1 << (geometry.chunk_bytes - 1).bit_length()
     assert same.staging_bytes == geometry.buffers * pow2 and same.mapped_bytes == 0
     converted = forecast_load(crafted, device="cuda:0", dtype="fp16", device_info=H200)

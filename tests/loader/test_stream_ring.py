@@ -24,7 +24,7 @@ from loader.pagecache import drop, files_resident_fraction, resident_fraction
 from loader.placement import LoadPlan, PlannedTarget, get_placement
 from loader.placement.files import OpenFiles
 from loader.placement.ranges import ALIGN, Piece, RangeRing, plan_chunks
-from loader.placement.stream import STAGING_SHARE, drop_by_default, ring_geometry
+from loader.placement.stream import RING_CHUNK_BYTES, STAGING_SHARE, drop_by_default, ring_geometry
 
 _MiB = 1 << 20
 GiB = 1 << 30
@@ -265,11 +265,11 @@ H200 = _info("cuda", False, 141 * 10**9)
 
 def test_ring_on_a_discrete_gpu_keeps_a_read_per_reader_in_flight_within_a_sixty_fourth_of_the_model():
     model = int(37.56 * GiB)
-    g = ring_geometry(model, H200, threads=16, chunk_bytes=32 * _MiB, buffers=None, available=100 * GiB)
-    # 16 readers x 8 MiB reads fill four 32 MiB buffers; four more are copied out or wait
-    assert (g.buffers, g.chunk_bytes, g.read_bytes) == (8, 32 * _MiB, 8 * _MiB)
+    g = ring_geometry(model, H200, threads=16, chunk_bytes=RING_CHUNK_BYTES, buffers=None, available=100 * GiB)
+    # the defaults: 16 readers x 4 MiB reads fill four 16 MiB buffers; four more are copied out or wait
+    assert (g.buffers, g.chunk_bytes, g.read_bytes) == (8, 16 * _MiB, 4 * _MiB)
     assert g.buffers * g.chunk_bytes <= model / STAGING_SHARE
-    wide = ring_geometry(model, H200, threads=16, chunk_bytes=8 * _MiB, buffers=None, available=100 * GiB)
+    wide = ring_geometry(model, H200, threads=16, chunk_bytes=8 * _MiB, buffers=None, available=100 * GiB, read_bytes=8 * _MiB)
     assert (wide.buffers, wide.read_bytes) == (20, 8 * _MiB)
     small = ring_geometry(1 * GiB, H200, threads=16, chunk_bytes=32 * _MiB, buffers=None, available=100 * GiB)
     assert small.buffers * small.chunk_bytes <= max(1 * GiB / STAGING_SHARE, 3 * 4 * _MiB)
