@@ -68,6 +68,8 @@ class LoadReport:
     """What read `stream`'s CUDA ring: "io_uring" or "threads" ("" when no ring ran)."""
     ring_reader_note: str = ""
     """Why the ring read with threads, where io_uring was refused."""
+    ring_copier: str = ""
+    """What queued the ring's host-to-device copies: "driver" (cuMemcpyHtoDAsync) or "torch"."""
     loaded: list[str] = field(default_factory=list)
     """Target names placed."""
     missing: list[str] = field(default_factory=list)
@@ -127,9 +129,10 @@ class LoadMeter:
     def read(self, nbytes: int) -> None:
         self.report.bytes_read += nbytes
 
-    def ring_read_with(self, reader: str, note: str = "") -> None:
-        """`stream`'s CUDA ring read with `reader` ("io_uring" or "threads"; `note` says why not io_uring)."""
-        self.report.ring_reader, self.report.ring_reader_note = reader, note
+    def ring_ran(self, reader: str, note: str, copier: str) -> None:
+        """`stream`'s CUDA ring read with `reader` ("io_uring" or "threads"; `note` says why not io_uring)
+        and copied with `copier` ("driver" or "torch")."""
+        self.report.ring_reader, self.report.ring_reader_note, self.report.ring_copier = reader, note, copier
 
     def dropped_page_cache(self) -> None:
         """The placement dropped every range it read from the page cache."""

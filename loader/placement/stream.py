@@ -242,7 +242,7 @@ class StreamPlacement(Placement):
             if ring is not None:
                 ring.finish()
                 self.last_ring = ring.stats
-                ctx.meter.ring_read_with(ring.stats.reader, ring.stats.reader_note)
+                ctx.meter.ring_ran(ring.stats.reader, ring.stats.reader_note, ring.stats.copier)
         finally:
             for _, _, futures in pending:
                 for f in futures:

@@ -348,7 +348,7 @@ def test_cuda_ring_places_every_tensor_bit_for_bit(writer, options):
     if options.get("ranges", True):
         assert placement.last_ring is not None and placement.last_ring.chunks > 0
         assert report.ring_reader == ("threads" if options.get("io_uring") is False else "io_uring")
-        assert placement.last_ring.copier == ("torch" if options.get("driver_copies") is False else "driver")
+        assert report.ring_copier == ("torch" if options.get("driver_copies") is False else "driver")
     else:
         assert placement.last_ring is None
 
