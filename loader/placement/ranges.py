@@ -411,13 +411,11 @@ class RangeRing:
             self._free.append(self._copying.popleft())
         elif self._flight and len(self._copying) < COPY_QUEUE:
             self._retire()
-        elif self._copying:
+        else:  # every buffer is being read or copied out, so with none in flight, copies are queued
             t = time.perf_counter()
             self._events[self._copying[0]].synchronize()
             self.stats.copy_wait += time.perf_counter() - t
             self._free.append(self._copying.popleft())
-        else:
-            self._retire()
 
     def _retire(self) -> None:
         """Wait for the oldest chunk's reads, queue its copies, and hand finished sources back."""
