@@ -4,11 +4,11 @@ Tensors that keep their dtype need no per-tensor staging: their bytes lie
 back to back in each shard, so `stream` reads each shard's planned range in
 buffer-sized chunks, each filled by several positioned reads in flight at
 once, and copies every piece of a filled buffer to its destination slice on
-a side stream. The reads go through io_uring (`loader.uring`: the kernel's
+a side stream (through the CUDA driver, `loader.cuda_copy`, where it can). The reads go through io_uring (`loader.uring`: the kernel's
 workers copy from the page cache, so no Python thread competes with the one
 queueing the copies) or, where io_uring is refused, a pool of reader
 threads. A buffer is refilled once the device event of its last copy
-has passed. Files the page cache does not hold are read with O_DIRECT (the
+has passed; the ring keeps copies queued while it waits for reads. Files the page cache does not hold are read with O_DIRECT (the
 chunks are aligned for it), so a cold load streams from the disk at its queue
 depth and leaves no pages behind.
 
