@@ -16,6 +16,7 @@ Callers fall back to torch's copies where it returns None.
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import torch
 
@@ -24,7 +25,9 @@ from .errors import PlacementError
 _CUDA_SUCCESS = 0
 
 
+@functools.cache
 def _driver() -> ctypes.CDLL | None:
+    """The driver library with the three calls used here declared (loaded once), or None without one."""
     try:
         lib = ctypes.CDLL("libcuda.so.1")
     except OSError:

@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 
-
 @dataclass(frozen=True)
 class MemorySample:
     """One reading; every size in bytes."""

@@ -9,8 +9,8 @@ Three paths, chosen per tensor, in plan order:
   contiguous ranges into a ring of pinned buffers sized by the readers and
   the model (and, on unified memory, by the pool), many reads in flight on
   io_uring's kernel workers (reader threads where io_uring is refused), each
-  filled buffer copied to its destination slices on a side stream
-  (`ranges.RangeRing`); files the page cache does not hold are read with
+  filled buffer copied to its destination slices on a side stream through
+  the CUDA driver (`ranges.RangeRing`); files the page cache does not hold are read with
   O_DIRECT.
 - A dtype change (any device): per-tensor staging through a few small
   buffers, converted on the way (`staging.Staging`), with POSIX_FADV_WILLNEED
@@ -70,6 +70,8 @@ through: 48.7 GB/s from eight 16 MiB buffers, 37.6 from eight of 32 MiB and 33.3
 (copy-engine busy time, in one run on the H200 host; docs/benchmarks.md)."""
 STAGING_BYTES = 32 * _MiB
 """Converting staging: the bytes of each of its buffers."""
+DIRECT_READ_BYTES = 16 * _MiB
+"""CPU targets: the positioned read size straight into the destination."""
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,7 @@ class StreamPlacement(Placement):
         # 16-core host needs to read from the page cache as fast as the host-to-device copy runs.
         self.threads = _positive(options, "threads", None)
         self.read_bytes = _positive(options, "read_bytes", None)
-        """Bytes per positioned read: None (default) for 16 MiB on CPU targets, RING_READ_BYTES in the CUDA ring."""
+        """Bytes per positioned read: None (default) for DIRECT_READ_BYTES on CPU targets, RING_READ_BYTES in the CUDA ring."""
         self.staging_bytes = _positive(options, "staging_bytes", None)
         """Bytes per staging buffer: None (default) for RING_CHUNK_BYTES in the CUDA ring, STAGING_BYTES to convert."""
         self.staging_buffers = _positive(options, "staging_buffers", None)
@@ -261,7 +263,7 @@ class StreamPlacement(Placement):
 
     @property
     def _direct_read_bytes(self) -> int:
-        return self.read_bytes or 16 * _MiB
+        return self.read_bytes or DIRECT_READ_BYTES
 
     @property
     def ring_chunk_bytes(self) -> int:
