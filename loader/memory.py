@@ -45,7 +45,8 @@ def _read_all(fd: int) -> bytes:
 
 
 def _kib_field(text: bytes, key: bytes) -> int:
-    """Bytes of the `key:` line of a /proc file that counts in kB (0 where the line is missing).
+    """Bytes of the `key:` line of a /proc file that counts in kB (0 where the line is missing; never the
+    first line, which in /proc/self/status and /proc/meminfo is no size).
 
     Found with one search rather than by splitting every line: a sample is
     taken per placed tensor, and the split was most of its cost.
