@@ -5,7 +5,9 @@
 #   WHL=.whl bash bench/device_peers.sh              # PHASE=all (default): the peer table, warm, tmpfs and cold, ~7 min
 #   WHL=.whl PHASE=explore VARIANTS="COPY_QUEUE=1 staging_buffers=12" bash bench/device_peers.sh
 #       # ring variants round-robin in one process (bench/bench_ring_variants.py), then stream against the
-#       # fastest peers, warm and tmpfs, ~4 min
+#       # fastest peers, warm and tmpfs, ~4 min; TMPFS_VARIANTS="..." also runs variants on a copy in /dev/shm,
+#       # CONTENTION=1 first runs bench/bench_h2d_contention.py (copy rate by size, beside reads), CASES="" skips
+#       # the fresh-process table
 #
 # Peers are benchmark-only installs, never requirements: instanttensor 0.2.2, fastsafetensors 0.5.0 and
 # runai-model-streamer 0.17.1 go to /tmp/site; safetensors 0.9.0rc1 to /tmp/st09, put first on the path of
@@ -31,6 +33,8 @@ $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target 
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 log "host: $(nproc) cores, $(grep MemTotal /proc/meminfo), /dev/shm $(df -h /dev/shm | tail -1 | awk '{print $4}') free, $(uname -r)"
 log "$(nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader)"
+bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | head -1 | tr 'A-Z' 'a-z')
+log "numa: $(ls -d /sys/devices/system/node/node* | wc -l) node(s), GPU ${bus: -12} on node $(cat "/sys/bus/pci/devices/${bus: -12}/numa_node" 2>/dev/null); $(dirname "$CKPT") is $(df -T "$(dirname "$CKPT")" | tail -1 | awk '{print $2}')"
 log "torch $($PY -c 'import torch; print(torch.__version__)'), safetensors $($PY -c 'import safetensors; print(safetensors.__version__)')"
 
 $PY -m pytest -q -m gpu --noconftest tests/loader/test_stream_ring.py -p no:cacheprovider > "$OUT/gpu_tests.txt" 2>&1
@@ -46,18 +50,27 @@ left=$(( DEADLINE - ($(date +%s) - start) ))
 common=("$CKPT" --prefetch-site /tmp/st09 --deadline "$left" --case-timeout 90)
 case "$PHASE" in
   explore)
-    # shellcheck disable=SC2086  # VARIANTS, CASES and TMPFS_CASES are word lists
+    shm=/dev/shm/$(basename "$CKPT")
+    if [ -n "${TMPFS_VARIANTS:-}${CONTENTION:-}" ]; then cp -r "$CKPT" "$shm"; fi
+    if [ -n "${CONTENTION:-}" ]; then
+      $PY bench/bench_h2d_contention.py "$CKPT" "$shm" 2>&1 | tee -a "$OUT/peers.txt"
+    fi
+    # shellcheck disable=SC2086  # VARIANTS, TMPFS_VARIANTS, CASES and TMPFS_CASES are word lists
     $PY bench/bench_ring_variants.py "$CKPT" "" ${VARIANTS:-} --reps "${REPS:-5}" 2>&1 | tee -a "$OUT/peers.txt"
-    $PY bench/bench_peers.py "${common[@]}" --cache warm tmpfs --json "$OUT/peers_explore.json" \
+    if [ -n "${TMPFS_VARIANTS:-}" ]; then
+      log "tmpfs variants, $shm:"
+      $PY bench/bench_ring_variants.py "$shm" "" $TMPFS_VARIANTS --reps "${REPS:-5}" 2>&1 | tee -a "$OUT/peers.txt"
+    fi
+    rm -rf "$shm"
+    [ "${CASES-unset}" = "" ] || $PY bench/bench_peers.py "${common[@]}" --cache warm tmpfs --json "$OUT/peers_explore.json" \
       --cases ${CASES:-ceil_h2d ceil_read stream instanttensor_buffered instanttensor_mmap st_prefetch stream} \
       --tmpfs-cases ${TMPFS_CASES:-stream instanttensor_buffered st_prefetch stream} \
       2>>"$OUT/peers.txt" | tee -a "$OUT/peers.txt" ;;
   *)
     $PY bench/bench_peers.py "${common[@]}" --cache warm tmpfs cold --json "$OUT/peers_all.json" \
-      --cases ceil_h2d ceil_read stream "stream[staging_bytes=32MiB,read_bytes=8MiB]" \
-              "stream[driver_copies=false,reserve=false]" drain instanttensor_buffered instanttensor_mmap st_prefetch \
-              load_file \
-      --tmpfs-cases ceil_read stream instanttensor_buffered instanttensor_mmap st_prefetch fastsafetensors \
+      --cases ceil_h2d ceil_read stream "stream[threads=40,staging_buffers=8]" instanttensor_buffered \
+              instanttensor_mmap st_prefetch stream instanttensor_buffered \
+      --tmpfs-cases ceil_read stream instanttensor_buffered st_prefetch fastsafetensors stream instanttensor_buffered \
       --cold-cases ceil_direct ceil_direct_seq stream instanttensor fastsafetensors \
       2>>"$OUT/peers.txt" | tee -a "$OUT/peers.txt" ;;
 esac

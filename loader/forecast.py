@@ -146,9 +146,8 @@ def _stream_staging(placement, targets, info: DeviceInfo) -> int:
             total += size
     ring_bytes = sum(m.nbytes for m, _, k in kinds if k == "ring")
     if ring_bytes:
-        threads = placement.threads or max(2, min(16, os.cpu_count() or 2))
         geometry = ring_geometry(
-            ring_bytes, info, threads=threads, chunk_bytes=placement.ring_chunk_bytes,
+            ring_bytes, info, threads=placement.reader_threads(cuda=True), chunk_bytes=placement.ring_chunk_bytes,
             buffers=placement.staging_buffers, available=sample_memory().mem_available,
             read_bytes=placement.ring_read_bytes,
         )

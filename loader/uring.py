@@ -33,8 +33,9 @@ import os
 import platform
 import struct
 
-_SYSCALLS = {"x86_64": (425, 426), "aarch64": (425, 426)}
-"""(io_uring_setup, io_uring_enter): the same numbers on both, from the generic syscall table."""
+_SYSCALLS = {"x86_64": (425, 426, 427), "aarch64": (425, 426, 427)}
+"""(io_uring_setup, io_uring_enter, io_uring_register): the same numbers on both, from the generic syscall table."""
+_REGISTER_IOWQ_MAX_WORKERS = 19
 _OP_READ = 22
 _SQE_ASYNC = 1 << 4
 _ENTER_GETEVENTS = 1
@@ -92,9 +93,9 @@ class ReadQueue:
     `submit` must stay alive until its read is waited for or `drain` returns.
     """
 
-    def __init__(self, fd: int, enter_number: int, params: _Params, rings: list[mmap.mmap], depth: int):
+    def __init__(self, fd: int, numbers: tuple[int, int, int], params: _Params, rings: list[mmap.mmap], depth: int):
         self._fd = fd
-        self._enter_number = enter_number
+        self._enter_number, self._register_number = numbers[1], numbers[2]
         self._rings = rings
         self._sq, self._sqes = rings[0], rings[-1]
         self._cq = rings[1] if len(rings) == 3 else rings[0]
@@ -127,7 +128,7 @@ class ReadQueue:
         except OSError as exc:
             os.close(fd)
             raise UringUnavailable(exc.errno, f"io_uring rings could not be mapped: {exc.strerror}") from None
-        return cls(fd, numbers[1], params, rings, depth)
+        return cls(fd, numbers, params, rings, depth)
 
     @staticmethod
     def _map(fd: int, p: _Params) -> list[mmap.mmap]:
@@ -166,6 +167,18 @@ class ReadQueue:
         self._in_flight.add(read_id)
         self._unsubmitted += 1
         return read_id
+
+    def limit_workers(self, workers: int) -> bool:
+        """Let at most `workers` kernel worker threads run this queue's reads; False where the kernel
+        (before 5.15) cannot. Its default allows one per queue entry, more than there are cores. The
+        workers belong to the calling thread, so the limit holds for its later queues too."""
+        limits = (ctypes.c_uint32 * 2)(workers, workers)
+        try:
+            _syscall(self._register_number, ctypes.c_uint(self._fd), ctypes.c_uint(_REGISTER_IOWQ_MAX_WORKERS), limits,
+                     ctypes.c_uint(2))
+        except OSError:
+            return False
+        return True
 
     def flush(self) -> None:
         """Hand every queued read to the kernel (one syscall), without waiting."""

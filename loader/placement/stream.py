@@ -146,8 +146,6 @@ class StreamPlacement(Placement):
 
     def __init__(self, **options):
         super().__init__(**options)
-        # CPU: one reader per core up to 8 (two saturate a 2-core box). CUDA: up to 16, what a
-        # 16-core host needs to read from the page cache as fast as the host-to-device copy runs.
         self.threads = _positive(options, "threads", None)
         self.read_bytes = _positive(options, "read_bytes", None)
         """Bytes per positioned read: None (default) for DIRECT_READ_BYTES on CPU targets, RING_READ_BYTES in the CUDA ring."""
@@ -183,8 +181,7 @@ class StreamPlacement(Placement):
         drop = self.drop_page_cache if self.drop_page_cache is not None else drop_by_default(info)
         self.dropped_page_cache = drop
         self.last_ring = self.last_geometry = None
-        cpus = os.cpu_count() or 2
-        threads = self.threads or (max(2, min(16, cpus)) if cuda else max(2, min(8, cpus)))
+        threads = self.reader_threads(cuda)
         files = OpenFiles(plan, self.readahead_bytes, direct_io=self.direct_io, drop_page_cache=drop)
         pool = ThreadPoolExecutor(threads, thread_name_prefix="drainboard-read") if threads > 1 else None
 
@@ -212,6 +209,7 @@ class StreamPlacement(Placement):
                 ctx.device, pool, files, buffers=g.buffers, chunk_bytes=g.chunk_bytes, read_bytes=g.read_bytes,
                 pin=self.pin, copy_streams=self.copy_streams,
                 reader={None: "auto", True: "io_uring", False: "threads"}[self.io_uring],
+                readers=threads,
                 driver_copies=self.driver_copies,
             )
         pending: deque[tuple[PlannedTarget, torch.Tensor, list[Future]]] = deque()
@@ -269,6 +267,15 @@ class StreamPlacement(Placement):
     def ring_chunk_bytes(self) -> int:
         """The CUDA ring's buffer size asked for (ring_geometry may shrink it)."""
         return self.staging_bytes or RING_CHUNK_BYTES
+
+    def reader_threads(self, cuda: bool) -> int:
+        """Readers of a load (the pool's threads, or the cap on io_uring's kernel workers): the threads
+        option, else one per core up to 8 on CPU targets (two saturate a 2-core box), and on CUDA up
+        to 16 (what a 16-core host needs to read the page cache as fast as the copies run) less two
+        cores for the loader's thread and the driver's: on the 16-core H200 host 12-14 io_uring
+        workers beat 16, and 16 beat 40 (the kernel's default for the ring's queue)."""
+        cpus = os.cpu_count() or 2
+        return self.threads or (max(2, min(16, cpus - 2)) if cuda else max(2, min(8, cpus)))
 
     @property
     def ring_read_bytes(self) -> int:

@@ -4,7 +4,6 @@ against the measured footprint_ratio of loads in fresh processes."""
 from __future__ import annotations
 
 import json
-import os
 import struct
 import subprocess
 import sys
@@ -69,7 +68,7 @@ H200 = DeviceInfo(
 
 def test_stream_to_cuda_rings_same_dtype_tensors_and_stages_converted_ones_pinned(crafted):
     same = forecast_load(crafted, device="cuda", device_info=H200)  # no device needed to forecast
-    geometry = ring_geometry(18432, H200, threads=max(2, min(16, os.cpu_count() or 2)),
+    geometry = ring_geometry(18432, H200, threads=STREAM.reader_threads(cuda=True),
                              chunk_bytes=STREAM.ring_chunk_bytes, buffers=None, available=sample_memory().mem_available,
                              read_bytes=STREAM.ring_read_bytes)
     pow2 = 1 << (geometry.chunk_bytes - 1).bit_length()

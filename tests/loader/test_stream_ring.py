@@ -81,7 +81,8 @@ def _ring_load(
         outs[p.name] = torch.full((meta.nbytes,), 0xAB, dtype=torch.uint8)
         pieces.append(Piece(meta, outs[p.name], lambda m=meta: (done.append(m.name), files.done(m))))
     with ThreadPoolExecutor(threads) as pool:
-        ring = RangeRing(torch.device("cpu"), pool, files, buffers=3, chunk_bytes=chunk, read_bytes=read, pin=False, reader=reader)
+        ring = RangeRing(torch.device("cpu"), pool, files, buffers=3, chunk_bytes=chunk, read_bytes=read, pin=False, reader=reader,
+                         readers=threads)
         try:
             ring.run(pieces)
             ring.finish()

@@ -55,6 +55,27 @@ def test_complete_waits_for_a_whole_batch_so_wait_needs_no_further_syscall(data_
     assert buf.raw == data[: 4 * _MiB]
 
 
+def _worker_limits(q: ReadQueue) -> tuple[int, int]:
+    """What the kernel holds as the queue's worker limits: zeros change nothing and read the values back."""
+    limits = (ctypes.c_uint32 * 2)(0, 0)
+    uring._syscall(q._register_number, ctypes.c_uint(q._fd), ctypes.c_uint(uring._REGISTER_IOWQ_MAX_WORKERS), limits,
+                   ctypes.c_uint(2))
+    return limits[0], limits[1]
+
+
+def test_limit_workers_caps_the_kernel_threads_and_reads_still_land(data_file):
+    fd, data = data_file
+    buf = ctypes.create_string_buffer(len(data))
+    with _queue(8) as q:
+        # the limits belong to the thread's kernel workers and outlive a queue: set two in turn
+        assert q.limit_workers(5) and _worker_limits(q) == (5, 5)
+        assert q.limit_workers(3) and _worker_limits(q) == (3, 3)
+        ids = [q.submit(fd, at, ctypes.addressof(buf) + at, min(_MiB, len(data) - at)) for at in range(0, len(data), _MiB)]
+        q.complete(ids)
+        assert sum(q.wait(i) for i in ids) == len(data)
+    assert buf.raw[: len(data)] == data
+
+
 def test_a_read_past_the_end_of_file_is_short_not_an_error(data_file):
     fd, data = data_file
     buf = ctypes.create_string_buffer(_MiB)
