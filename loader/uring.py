@@ -170,7 +170,7 @@ class ReadQueue:
 
     def limit_workers(self, workers: int) -> bool:
         """Let at most `workers` kernel worker threads run this queue's reads; False where the kernel
-        (before 5.15) cannot. Its default allows one per queue entry, more than there are cores. The
+        (before 5.15) cannot. Its default allows up to one per queue entry, more than there are cores. The
         workers belong to the calling thread, so the limit holds for its later queues too."""
         limits = (ctypes.c_uint32 * 2)(workers, workers)
         try:

@@ -212,10 +212,10 @@ class RangeRing:
 
     `reader` is "auto" (io_uring where the kernel allows it, else the pool),
     "io_uring" (an error where it is refused) or "threads". `readers` caps the
-    kernel threads io_uring reads on (0: the kernel's default, one per queue
-    entry: 40 for the default ring on 16 cores, which starved the thread that
-    queues the copies; capped at the core count the ring ran 45 GB/s warm
-    instead of 41, and 37 from tmpfs instead of 28, on the H200 host).
+    kernel threads io_uring reads on (0: the kernel's default, up to one per
+    queue entry: 40 for the default ring, which on 16 cores starved the thread
+    that queues the copies; capped at 16 the ring ran 45 GB/s warm instead of
+    41, and 37 from tmpfs instead of 28, on the H200 host).
     `driver_copies` queues the copies through the CUDA driver
     (`loader.cuda_copy`) where it can, else through torch.
     """
