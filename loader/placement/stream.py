@@ -273,7 +273,7 @@ class StreamPlacement(Placement):
         option, else one per core up to 8 on CPU targets (two saturate a 2-core box), and on CUDA up
         to 16 (what a 16-core host needs to read the page cache as fast as the copies run) less two
         cores for the loader's thread and the driver's: on the 16-core H200 host 12-14 io_uring
-        workers beat 16, and 16 beat 40 (the kernel's default for the ring's queue)."""
+        workers beat 16, and 16 beat the kernel's default (up to 40 for the ring's queue)."""
         cpus = os.cpu_count() or 2
         return self.threads or (max(2, min(16, cpus - 2)) if cuda else max(2, min(8, cpus)))
 
