@@ -4,13 +4,16 @@ Tensors that keep their dtype need no per-tensor staging: their bytes lie
 back to back in each shard, so `stream` reads each shard's planned range in
 buffer-sized chunks, each filled by several positioned reads in flight at
 once, and copies every piece of a filled buffer to its destination slice on
-a side stream (through the CUDA driver, `loader.cuda_copy`, where it can). The reads go through io_uring (`loader.uring`: the kernel's
-workers copy from the page cache, so no Python thread competes with the one
-queueing the copies) or, where io_uring is refused, a pool of reader
-threads. A buffer is refilled once the device event of its last copy
-has passed; the ring keeps copies queued while it waits for reads. Files the page cache does not hold are read with O_DIRECT (the
-chunks are aligned for it), so a cold load streams from the disk at its queue
-depth and leaves no pages behind.
+a side stream (through the CUDA driver, `loader.cuda_copy`, where it can).
+
+The reads go through io_uring (`loader.uring`: the kernel's workers, capped
+at the reader count, copy from the page cache, so no Python thread competes
+with the one queueing the copies) or, where io_uring is refused, a pool of
+reader threads. A buffer is refilled once the device event of its last copy
+has passed; the ring keeps copies queued while it waits for reads. Files the
+page cache does not hold are read with O_DIRECT (the chunks are aligned for
+it), so a cold load streams from the disk at its queue depth and leaves no
+pages behind.
 
 The pipeline is device-agnostic for the copy step: on a CPU destination the
 copy is a plain memcpy, which is how the tests check its chunking, alignment
@@ -130,7 +133,7 @@ class RingStats:
     reader: str = ""
     """What read the chunks: "io_uring" (the kernel's workers) or "threads" (the reader pool)."""
     reader_note: str = ""
-    """Why io_uring was not used, where it was not."""
+    """Why io_uring was not used, where it was not, or why its kernel workers ran uncapped."""
     copier: str = ""
     """What queued the host-to-device copies: "driver" (cuMemcpyHtoDAsync) or "torch" (Tensor.copy_);
     empty on a CPU destination."""
@@ -320,8 +323,10 @@ class RangeRing:
             parts = self._count * (self._chunk // self._read_bytes + 1)
             try:
                 self._queue = ReadQueue.open(parts)
-                if self._readers:
-                    self._queue.limit_workers(self._readers)
+                if self._readers and not self._queue.limit_workers(self._readers):
+                    self.stats.reader_note = (
+                        f"io_uring's kernel workers could not be capped at {self._readers} (kernel before 5.15?)"
+                    )
             except UringUnavailable as exc:
                 if self._reader == "io_uring":
                     raise

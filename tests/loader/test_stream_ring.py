@@ -182,6 +182,18 @@ def test_a_shard_truncated_under_the_ring_fails_naming_its_file_and_tensor(write
         _ring_load(path, direct_io=False, reader=reader, before_reading=lambda: os.truncate(shard, shard.stat().st_size - 5000))
 
 
+def test_the_ring_caps_io_urings_workers_at_its_readers_and_says_where_the_kernel_cannot(writer, monkeypatch):
+    from loader import uring
+
+    caps = []
+    monkeypatch.setattr(uring.ReadQueue, "limit_workers", lambda self, n: caps.append(n) or False)
+    shards = _shards()
+    outs, _, stats = _ring_load(writer(shards), direct_io=False, reader="io_uring", threads=3)
+    assert caps == [3] and stats.reader == "io_uring"
+    assert "could not be capped at 3" in stats.reader_note
+    assert torch.equal(outs["s1.t0"], shards[1]["s1.t0"].view(-1).view(torch.uint8))
+
+
 def test_the_ring_reads_with_threads_where_io_uring_is_refused_and_says_why(writer, monkeypatch):
     from loader import uring
 
