@@ -30,6 +30,10 @@ if not), `cold` (sync + drop_caches before each case; needs root), `tmpfs`
 
     python bench/bench_peers.py --make-checkpoint /tmp/pruned        # the 37.56 GiB pruned-r16 DiT shapes
     python bench/bench_peers.py /tmp/pruned --cache warm cold tmpfs --json out.json
+    python bench/bench_peers.py /tmp/pruned --cache warm --cases stream instanttensor_buffered --rounds 3
+
+`--rounds N` runs each cache's case list N times over, interleaved (these
+hosts drift through a call), and adds a table of each case's median.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -427,6 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefetch-site", type=Path, help="--target folder holding safetensors 0.9.0rc1 for st_prefetch")
     parser.add_argument("--deadline", type=float, default=1e9, help="seconds from start after which cases are skipped")
     parser.add_argument("--case-timeout", type=float, default=120)
+    parser.add_argument("--rounds", type=int, default=1, help="run each cache's cases this many times over, interleaved")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--options", default="{}", help=argparse.SUPPRESS)
@@ -458,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows += [{"case": n, "options": o, "cache": cache, "error": f"{args.tmpfs} too small"} for n, o in plan[cache]]
                 continue
             _drop_caches()  # the disk copy's pages go; the tmpfs copy is memory itself
-        for name, options in plan[cache]:
+        for name, options in plan[cache] * max(args.rounds, 1):
             row = {"case": name, "options": options, "cache": cache}
             left = args.deadline - (time.perf_counter() - began)
             if left < 20:
@@ -481,6 +487,9 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(path, ignore_errors=True)
     table = format_table(rows)
     print(table)
+    if args.rounds > 1:
+        print()
+        print(format_medians(rows))
     if args.json:
         args.json.write_text(json.dumps({"path": str(args.path), "rows": rows}, indent=2))
     return 0
@@ -517,6 +526,18 @@ def format_table(rows: list[dict]) -> str:
         else:
             cells += ["", "", "", ""]
         out.append(f"| {_label(r)} | {r['cache']} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def format_medians(rows: list[dict]) -> str:
+    """One line per case and cache over its runs: median and range of GB/s, in first-run order."""
+    runs: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        if "gbps" in r:
+            runs.setdefault((_label(r), r["cache"]), []).append(r["gbps"])
+    out = ["| case | cache | runs | median GB/s | min-max GB/s |", "|---|---|---|---|---|"]
+    for (label, cache), rates in runs.items():
+        out.append(f"| {label} | {cache} | {len(rates)} | {statistics.median(rates):.2f} | {min(rates):.2f}-{max(rates):.2f} |")
     return "\n".join(out)
 
 

@@ -2,7 +2,8 @@
 # One GPU-host call: the peer table (bench/bench_peers.py) on the 37.56 GiB pruned-r16 DiT shapes, plus the
 # `gpu`-marked loader tests. Run from the repo root, as root (drop_caches), with the peer wheels in $WHL:
 #
-#   WHL=.whl bash bench/device_peers.sh              # PHASE=all (default): the peer table, warm, tmpfs and cold, ~7 min
+#   WHL=.whl bash bench/device_peers.sh              # PHASE=all (default): the peer table, warm, tmpfs and cold, ~6 min
+#       # (ROUNDS=N runs every case list N times over, interleaved, and adds a table of medians)
 #   WHL=.whl PHASE=explore VARIANTS="COPY_QUEUE=1 staging_buffers=12" bash bench/device_peers.sh
 #       # ring variants round-robin in one process (bench/bench_ring_variants.py), then stream against the
 #       # fastest peers, warm and tmpfs, ~4 min; TMPFS_VARIANTS="..." also runs variants on a copy in /dev/shm,
@@ -47,7 +48,7 @@ fi
 log "checkpoint: $(du -sh "$CKPT" | cut -f1), $(ls "$CKPT"/*.safetensors | wc -l) shards, ready after $(( $(date +%s) - start )) s"
 
 left=$(( DEADLINE - ($(date +%s) - start) ))
-common=("$CKPT" --prefetch-site /tmp/st09 --deadline "$left" --case-timeout 90)
+common=("$CKPT" --prefetch-site /tmp/st09 --deadline "$left" --case-timeout 90 --rounds "${ROUNDS:-1}")
 case "$PHASE" in
   explore)
     shm=/dev/shm/$(basename "$CKPT")
