@@ -19,6 +19,8 @@ import argparse
 import ctypes
 import mmap
 import os
+import sys
+import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -26,18 +28,26 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from loader.cuda_copy import _driver  # noqa: E402
+
 _MiB = 1024 * 1024
 _READ_ONLY = 0x08  # CU_MEMHOSTREGISTER_READ_ONLY
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_cu = ctypes.CDLL("libcuda.so.1")
-_cu.cuMemHostRegister_v2.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
-_cu.cuMemHostUnregister.argtypes = [ctypes.c_void_p]
-_cu.cuMemcpyHtoDAsync_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-_cu.cuCtxGetCurrent.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
-_cu.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
+_cu = _driver()
+"""The loader's driver library (cuMemcpyHtoDAsync declared there); `_declare` adds the calls it does not make."""
+
+
+def _declare() -> None:
+    if _cu is None:
+        raise SystemExit("bench_register.py needs the CUDA driver library (libcuda.so.1)")
+    _cu.cuMemHostRegister_v2.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+    _cu.cuMemHostUnregister.argtypes = [ctypes.c_void_p]
+    _cu.cuCtxGetCurrent.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+    _cu.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
 
 
 def _check(result: int, what: str) -> None:
@@ -66,8 +76,6 @@ def load(files: list[Path], dest: torch.Tensor, window: int, helpers: int, ahead
         t = time.perf_counter()
         _check(_cu.cuMemHostRegister_v2(w[0], -(-w[1] // mmap.PAGESIZE) * mmap.PAGESIZE, _READ_ONLY), "cuMemHostRegister")
         return time.perf_counter() - t
-
-    import threading
 
     local = threading.local()
     waits = {"register_wait": 0.0, "copy_wait": 0.0, "register_s": 0.0, "unregister_s": 0.0}
@@ -130,6 +138,7 @@ def main() -> None:
     parser.add_argument("--ahead", type=int, default=8)
     parser.add_argument("--reps", type=int, default=2)
     args = parser.parse_args()
+    _declare()
     print("| path | window MiB | helpers | GB/s | register_wait | copy_wait | register s (sum) | unregister s | same |")
     print("|---|---|---|---|---|---|---|---|---|")
     for path in args.paths:

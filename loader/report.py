@@ -67,7 +67,7 @@ class LoadReport:
     ring_reader: str = ""
     """What read `stream`'s CUDA ring: "io_uring" or "threads" ("" when no ring ran)."""
     ring_reader_note: str = ""
-    """Why the ring read with threads, where io_uring was refused."""
+    """Why the ring read with threads, where io_uring was refused, or why io_uring's kernel workers ran uncapped."""
     ring_copier: str = ""
     """What queued the ring's host-to-device copies: "driver" (cuMemcpyHtoDAsync) or "torch"."""
     loaded: list[str] = field(default_factory=list)
@@ -130,8 +130,8 @@ class LoadMeter:
         self.report.bytes_read += nbytes
 
     def ring_ran(self, reader: str, note: str, copier: str) -> None:
-        """`stream`'s CUDA ring read with `reader` ("io_uring" or "threads"; `note` says why not io_uring)
-        and copied with `copier` ("driver" or "torch")."""
+        """`stream`'s CUDA ring read with `reader` ("io_uring" or "threads"; `note` says why not io_uring, or
+        why its workers ran uncapped) and copied with `copier` ("driver" or "torch")."""
         self.report.ring_reader, self.report.ring_reader_note, self.report.ring_copier = reader, note, copier
 
     def dropped_page_cache(self) -> None:
