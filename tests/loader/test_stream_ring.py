@@ -301,6 +301,16 @@ def test_ring_on_unified_memory_is_sized_by_the_pool_and_keeps_the_footprint_und
     assert (fixed.buffers, fixed.chunk_bytes) == (5, 16 * _MiB)
 
 
+@pytest.mark.parametrize("cpus, cuda_readers, cpu_readers", [(16, 14, 8), (32, 16, 8), (4, 2, 4), (2, 2, 2)])
+def test_readers_default_to_the_cores_less_two_on_cuda_up_to_16_and_the_threads_option_wins(
+    monkeypatch, cpus, cuda_readers, cpu_readers
+):
+    monkeypatch.setattr(os, "cpu_count", lambda: cpus)
+    assert get_placement("stream").reader_threads(cuda=True) == cuda_readers
+    assert get_placement("stream").reader_threads(cuda=False) == cpu_readers
+    assert get_placement("stream", threads=5).reader_threads(cuda=True) == 5
+
+
 def test_drop_page_cache_defaults_on_for_unified_cuda_only():
     assert drop_by_default(GB10) is True
     assert drop_by_default(H200) is False
