@@ -1,8 +1,8 @@
 """What starting a job costs beyond its own work, a fresh `python -m jobs.child` per job against the fork server.
 
-    python bench/bench_job_start.py [--jobs 5] [--json]
+    python bench/bench_job_start.py [--jobs 5] [--tensors 12] [--json]
 
-Queues the same small load job (a one-shard checkpoint of 12 tensors) `--jobs`
+Queues the same small load job (a one-shard checkpoint of `--tensors` tensors) `--jobs`
 times under each start method, alternating (so a noisy neighbour does not
 land on one side only), in one supervisor per method started beforehand (its
 fork server has finished importing before the first job). For each job:
@@ -57,6 +57,8 @@ def run_job(supervisor: Supervisor, db, raw: dict, config) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=5, help="jobs per start method")
+    parser.add_argument("--tensors", type=int, default=12,
+                        help="64 x 64 tensors in the checkpoint (thousands make the job's garbage collector run)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -65,7 +67,7 @@ def main() -> None:
         (model / "transformer").mkdir(parents=True)
         (model / "model_index.json").write_text(json.dumps({"transformer": ["x", "Unknown"]}))
         (model / "transformer" / "config.json").write_text(json.dumps({"_class_name": "UnknownForBench"}))
-        save_file({f"blocks.{i}.weight": torch.randn(64, 64) for i in range(12)},
+        save_file({f"blocks.{i}.weight": torch.randn(64, 64) for i in range(args.tensors)},
                   str(model / "transformer" / "model.safetensors"))
         os.environ.update(DRAINBOARD_DATA=str(data))
         os.environ.pop("DRAINBOARD_MODEL_ROOTS", None)

@@ -4,7 +4,10 @@ A fresh `python -m jobs.child` pays for importing torch, the loader and the
 models package on every job (seconds on a busy 2-core box). The fork server
 pays once: it imports exactly what a child imports before its first sample
 (`PRELOAD`), allocates nothing else, opens no database, starts no thread, and
-forks each job's child on request. The child is still a process of its own (its
+forks each job's child on request. It then freezes what the imports left
+(`gc.freeze`), so no child's garbage collector walks those objects: a full
+collection of them took 163 ms in every child on the 2-core box, and its
+writes to every object header would turn shared pages into private copies. The child is still a process of its own (its
 own memory baseline, an OOM kill takes only it), and its baseline is the same
 as a fresh child's at its first sample, since that child imports the same modules.
 
@@ -19,6 +22,7 @@ The server dies with its supervisor (PR_SET_PDEATHSIG), and each child with the 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -220,6 +224,8 @@ def main() -> None:
     sock = socket.socket(fileno=int(os.environ.pop(ENV_SOCKET_FD)))
     for module in PRELOAD:
         importlib.import_module(module)
+    gc.collect()  # what the imports left as garbage is freed, not frozen
+    gc.freeze()
     sock.send(json.dumps({"ready": True}).encode())
     serve(sock)
 

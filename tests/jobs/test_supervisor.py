@@ -120,3 +120,22 @@ def test_supervisor_status_follows_the_heartbeat(db, config):
     assert supervisor_status(db, now=1012.0)["pid"] == os.getpid()
     supervisor.stop()
     assert supervisor_status(db, now=1012.0)["alive"] is False
+
+
+def test_a_forked_child_starts_with_the_import_time_objects_frozen_and_a_spawned_one_without(
+    db, config, queue_job, run_to_end
+):
+    forked = run_to_end(queue_job("collector"))
+    assert forked["status"] == "succeeded"
+    assert forked["metrics"]["frozen_objects"] > 50_000  # torch alone leaves more than that
+    spawning = Supervisor(config, grace=1.0, start_method="spawn")
+    spawning.start()
+    try:
+        job_id = queue_job("collector")
+        deadline = time.time() + 60
+        while get_job(db, job_id)["status"] != "succeeded" and time.time() < deadline:
+            spawning.tick()
+            time.sleep(0.02)
+    finally:
+        spawning.stop()
+    assert get_job(db, job_id)["metrics"] == {"frozen_objects": 0}
