@@ -221,12 +221,14 @@ class StreamPlacement(Placement):
                         ctx.reserve(group)
                     ring.run(self._pieces(group, files, ctx))
                     continue
-                window = DIRECT_WINDOW_PIECES * self._direct_read_bytes
+                window, queued = DIRECT_WINDOW_PIECES * self._direct_read_bytes, 0
                 for planned in group:
                     dest = ctx.allocate(planned)
                     if kind == "direct":
                         pending.append((planned, dest, self._submit_direct(planned, dest, files, pool)))
-                        while len(pending) > 1 and sum(p[0].nbytes for p in pending) > window:
+                        queued += planned.nbytes  # a running total: summing the window per tensor was quadratic
+                        while len(pending) > 1 and queued > window:
+                            queued -= pending[0][0].nbytes
                             self._finish(pending.popleft(), files, ctx)
                         continue
                     flat = dest.view(-1)
@@ -238,6 +240,7 @@ class StreamPlacement(Placement):
                         start += meta.numel
                 while pending:
                     self._finish(pending.popleft(), files, ctx)
+                queued = 0
                 staging.finish()
             if ring is not None:
                 ring.finish()
