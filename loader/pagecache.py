@@ -10,12 +10,11 @@ has read when asked to (`drop_page_cache`).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import mmap
 import os
 from collections.abc import Iterable
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_libc = ctypes.CDLL(None, use_errno=True)  # the C library is already in the process: no ldconfig run to find it
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]

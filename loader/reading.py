@@ -8,7 +8,6 @@ GIL released during the read so two threads can read in parallel.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 from concurrent.futures import Executor, Future
 from pathlib import Path
@@ -26,7 +25,7 @@ _ADVICE_DEFAULT = 256 * 1024
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _MADV_POPULATE_WRITE = 23
 """Linux >= 5.14: fault a writable range in with one call."""
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_libc = ctypes.CDLL(None, use_errno=True)  # the C library is already in the process: no ldconfig run to find it
 _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 

@@ -26,7 +26,6 @@ the caller reads with threads instead.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import mmap
 import os
@@ -73,7 +72,7 @@ class UringUnavailable(OSError):
     """io_uring cannot be used here (the message says why); read another way."""
 
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_libc = ctypes.CDLL(None, use_errno=True)  # the C library is already in the process: no ldconfig run to find it
 _libc.syscall.restype = ctypes.c_long
 
 
