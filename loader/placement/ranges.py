@@ -126,6 +126,14 @@ class RingStats:
     """Waiting for a buffer's last copy before refilling it."""
     allocate: float = 0.0
     """Allocating (and pinning) buffers."""
+    setup: float = 0.0
+    """Before the first chunk: opening the reader and the copiers, starting the pinning helper."""
+    reserve: float = 0.0
+    """Reserving the destinations' device memory in one block (`PlacementContext.reserve`, timed by the placement)."""
+    plan: float = 0.0
+    """Planning chunks, which allocates each tensor's destination as its first chunk is planned."""
+    submit: float = 0.0
+    """Queueing each chunk's reads (io_uring entries and the syscall handing them over, or pool tasks)."""
     final_sync: float = 0.0
     """Waiting for the last copies at the end."""
     place: float = 0.0
@@ -277,16 +285,28 @@ class RangeRing:
 
     def run(self, pieces: Iterable[Piece]) -> None:
         """Read and copy out every piece; returns once every copy is queued (see `finish`)."""
+        stats, clock = self.stats, time.perf_counter
+        t = clock()
         self._open_reader()
         self._start_pinning()
         with torch.cuda.device(self._device) if self._cuda else contextlib.nullcontext():
             self._open_copiers()
-            for chunk in plan_chunks(pieces, self._chunk):
+            chunks = plan_chunks(pieces, self._chunk)
+            t2 = clock()
+            stats.setup += t2 - t
+            for chunk in chunks:
+                t = clock()
+                stats.plan += t - t2
                 while not self._free:
                     self._make_room()
                 k = self._free.popleft()
-                self._flight.append((chunk, k, self._submit(chunk, self._buffer(k))))
-                self.stats.chunks += 1
+                buf = self._buffer(k)
+                t = clock()
+                self._flight.append((chunk, k, self._submit(chunk, buf)))
+                t2 = clock()
+                stats.submit += t2 - t
+                stats.chunks += 1
+            stats.plan += clock() - t2
             while self._flight:
                 self._retire()
 

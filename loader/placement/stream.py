@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -218,7 +219,9 @@ class StreamPlacement(Placement):
                 if kind == "ring":
                     group = list(group)
                     if self.reserve:
+                        t = time.perf_counter()
                         ctx.reserve(group)
+                        ring.stats.reserve += time.perf_counter() - t
                     ring.run(self._pieces(group, files, ctx))
                     continue
                 window, queued = DIRECT_WINDOW_PIECES * self._direct_read_bytes, 0

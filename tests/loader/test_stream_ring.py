@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -160,7 +161,9 @@ def test_chunks_cover_contiguous_pieces_start_aligned_and_split_at_gaps_and_file
 def test_ring_fills_every_destination_byte_exactly_with_and_without_o_direct(writer, direct_io, reader):
     shards = _shards()
     path = writer(shards)
+    began = time.perf_counter()
     outs, done, stats = _ring_load(path, direct_io=direct_io, keep=lambda name: name != "s0.t2", reader=reader)
+    wall = time.perf_counter() - began
     assert stats.reader == reader
     source = {k: v for s in shards for k, v in s.items()}
     assert sorted(outs) == sorted(k for k in source if k != "s0.t2")
@@ -168,6 +171,9 @@ def test_ring_fills_every_destination_byte_exactly_with_and_without_o_direct(wri
         assert torch.equal(out, source[name].view(-1).view(torch.uint8)), name
     assert done == [k for s in shards for k in s if k != "s0.t2"], "sources finish in plan order"
     assert stats.bytes == sum(o.numel() for o in outs.values())
+    phases = (stats.setup, stats.plan, stats.submit, stats.read_wait, stats.copy_issue, stats.place, stats.allocate)
+    assert all(x > 0 for x in phases), phases
+    assert sum(phases) + stats.copy_wait + stats.final_sync <= wall, "each moment is counted once"
     if direct_io:
         assert stats.direct_chunks > 0 or pytest.skip("this file system refuses O_DIRECT")
     else:
