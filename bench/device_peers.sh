@@ -3,7 +3,8 @@
 # `gpu`-marked loader tests. Run from the repo root, as root (drop_caches), with the peer wheels in $WHL:
 #
 #   WHL=.whl bash bench/device_peers.sh              # PHASE=all (default): the peer table, warm, tmpfs and cold, ~6 min
-#       # (ROUNDS=N runs every case list N times over, interleaved, and adds a table of medians)
+#       # (ROUNDS=N runs every case list N times over, interleaved, and adds a table of medians;
+#       #  CACHES="warm tmpfs" picks the cache states, to fit several rounds into one call)
 #   WHL=.whl PHASE=explore VARIANTS="COPY_QUEUE=1 staging_buffers=12" bash bench/device_peers.sh
 #       # ring variants round-robin in one process (bench/bench_ring_variants.py), then stream against the
 #       # fastest peers, warm and tmpfs, ~4 min; TMPFS_VARIANTS="..." also runs variants on a copy in /dev/shm,
@@ -11,7 +12,7 @@
 #       # the fresh-process table
 #
 # Peers are benchmark-only installs, never requirements: instanttensor 0.2.2, fastsafetensors 0.5.0 and
-# runai-model-streamer 0.17.1 go to /tmp/site; safetensors 0.9.0rc1 to /tmp/st09, put first on the path of
+# runai-model-streamer 0.17.1 go to /tmp/site (compiled to bytecode by pip, as bench_peers.py compiles the loader); safetensors 0.9.0rc1 to /tmp/st09, put first on the path of
 # the st_prefetch child only (the loader keeps the host's safetensors). Wheels, downloaded elsewhere with:
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d $WHL \
@@ -28,9 +29,9 @@ mkdir -p "$OUT"
 log() { echo "$*" | tee -a "$OUT/peers.txt"; }
 start=$(date +%s)
 
-$PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+$PY -m pip install -q --no-index --no-deps --no-cache-dir --target /tmp/site \
   "$WHL"/instanttensor-*.whl "$WHL"/fastsafetensors-*.whl "$WHL"/runai_model_streamer-*.whl 2>&1 | tail -3
-$PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/st09 "$WHL"/safetensors-0.9*.whl 2>&1 | tail -3
+$PY -m pip install -q --no-index --no-deps --no-cache-dir --target /tmp/st09 "$WHL"/safetensors-0.9*.whl 2>&1 | tail -3
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 log "host: $(nproc) cores, $(grep MemTotal /proc/meminfo), /dev/shm $(df -h /dev/shm | tail -1 | awk '{print $4}') free, $(uname -r)"
 log "$(nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader)"
@@ -68,7 +69,8 @@ case "$PHASE" in
       --tmpfs-cases ${TMPFS_CASES:-stream instanttensor_buffered st_prefetch stream} \
       2>>"$OUT/peers.txt" | tee -a "$OUT/peers.txt" ;;
   *)
-    $PY bench/bench_peers.py "${common[@]}" --cache warm tmpfs cold --json "$OUT/peers_all.json" \
+    # shellcheck disable=SC2086  # CACHES is a word list
+    $PY bench/bench_peers.py "${common[@]}" --cache ${CACHES:-warm tmpfs cold} --json "$OUT/peers_all.json" \
       --cases ceil_h2d ceil_read stream "stream[threads=40,staging_buffers=8]" instanttensor_buffered \
               instanttensor_mmap st_prefetch stream instanttensor_buffered \
       --tmpfs-cases ceil_read stream instanttensor_buffered st_prefetch fastsafetensors stream instanttensor_buffered \
