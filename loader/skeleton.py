@@ -14,6 +14,15 @@ import torch.nn as nn
 
 from .errors import PlacementError
 
+_MODULE_ATTRIBUTES = frozenset(dir(nn.Module()))
+"""Names every plain module already has (`forward`, `training`, ...): no child or tensor may take one.
+
+`add_module` and `register_parameter` refuse these by probing the module with
+`hasattr`, which for a new name raises and catches an AttributeError inside
+torch: that probe was most of the cost of building the 639-tensor H3 DiT's
+skeleton, so the skeleton checks names against this set and fills the
+module's dicts itself."""
+
 
 def build_skeleton(tensors: Iterable[tuple[str, tuple[int, ...], torch.dtype]]) -> nn.Module:
     """A tree of plain `nn.Module`s with one meta parameter per (name, shape, dtype)."""
@@ -28,16 +37,25 @@ def build_skeleton(tensors: Iterable[tuple[str, tuple[int, ...], torch.dtype]]) 
                 if child is None:
                     if part in owner._parameters:
                         raise PlacementError(f"{name!r} nests under tensor {part!r}")
-                    child = nn.Module()
-                    owner.add_module(part, child)
+                    child = owner._modules[_free_name(part, name)] = nn.Module()
                 owner = child
             if leaf in owner._modules:
                 raise PlacementError(f"{name!r} is both a tensor and a module prefix")
-            owner.register_parameter(
-                leaf, nn.Parameter(torch.empty(shape, dtype=dtype, device="meta"), requires_grad=False)
-            )
-        except (PlacementError, KeyError) as exc:
+            if leaf in owner._parameters:
+                raise PlacementError(f"{name!r} appears twice")
+            param = nn.Parameter(torch.empty(shape, dtype=dtype, device="meta"), requires_grad=False)
+            owner._parameters[_free_name(leaf, name)] = param
+        except PlacementError as exc:
             problems.append(f"cannot build a skeleton tensor {name!r}: {exc}")
     if problems:
         raise PlacementError("; ".join(problems))
     return root
+
+
+def _free_name(part: str, name: str) -> str:
+    """`part` of tensor `name`, refused where a module could not hold it under that name."""
+    if not part:
+        raise PlacementError(f"{name!r} has an empty name part")
+    if part in _MODULE_ATTRIBUTES:
+        raise PlacementError(f"{part!r} in {name!r} is an attribute every module has")
+    return part
