@@ -36,6 +36,7 @@ export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 log "host: $(nproc) cores, $(grep MemTotal /proc/meminfo), /dev/shm $(df -h /dev/shm | tail -1 | awk '{print $4}') free, $(uname -r)"
 log "$(nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader)"
 bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | head -1 | tr 'A-Z' 'a-z')
+log "cpu: $(lscpu | sed -n 's/^Model name: *//p'), L3 $(lscpu | sed -n 's/^L3 cache: *//p')"
 log "numa: $(ls -d /sys/devices/system/node/node* | wc -l) node(s), GPU ${bus: -12} on node $(cat "/sys/bus/pci/devices/${bus: -12}/numa_node" 2>/dev/null); $(dirname "$CKPT") is $(df -T "$(dirname "$CKPT")" | tail -1 | awk '{print $2}')"
 log "torch $($PY -c 'import torch; print(torch.__version__)'), safetensors $($PY -c 'import safetensors; print(safetensors.__version__)')"
 
