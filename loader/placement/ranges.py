@@ -288,7 +288,7 @@ class RangeRing:
         stats, clock = self.stats, time.perf_counter
         t = clock()
         self._open_reader()
-        self._start_pinning()
+        self.start_pinning()
         with torch.cuda.device(self._device) if self._cuda else contextlib.nullcontext():
             self._open_copiers()
             chunks = plan_chunks(pieces, self._chunk)
@@ -363,7 +363,7 @@ class RangeRing:
         self.stats.copier = "driver" if self._copiers[0] is not None else "torch"
 
     def _buffer(self, k: int) -> torch.Tensor:
-        """Buffer k, ALIGN-aligned: from the background pinning (see `_start_pinning`), else allocated here."""
+        """Buffer k, ALIGN-aligned: from the background pinning (see `start_pinning`), else allocated here."""
         buf = self._buffers[k]
         if buf is None:
             t = time.perf_counter()
@@ -374,8 +374,9 @@ class RangeRing:
             self.stats.allocate += time.perf_counter() - t
         return buf
 
-    def _start_pinning(self) -> None:
-        """Pin every buffer on a helper thread, in ring order, while the first reads run.
+    def start_pinning(self) -> None:
+        """Pin every buffer on a helper thread, in ring order, while the loader does other set-up and the
+        first reads run (`run` starts it if no one has; starting it again does nothing).
 
         Pinning took 0.11-0.27 s for 192-576 MiB on the H200 host; done in line
         it stalled the ring before its first copy. torch releases the GIL while

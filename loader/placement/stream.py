@@ -213,6 +213,7 @@ class StreamPlacement(Placement):
                 readers=threads,
                 driver_copies=self.driver_copies,
             )
+            ring.start_pinning()  # beside the destination reserve and whatever precedes the ring's first read
         pending: deque[tuple[PlannedTarget, torch.Tensor, list[Future]]] = deque()
         try:
             for kind, group in itertools.groupby(plan.targets, key=lambda p: kinds[p.name]):
