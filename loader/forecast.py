@@ -123,9 +123,10 @@ def _stream_staging(placement, targets, info: DeviceInfo) -> int:
     """The stream placement's buffers, as it sizes them. CPU target: tensors in their stored dtype
     are read into the parameters; converted ones pass through `staging_buffers` (default 4) host
     buffers of min(staging_bytes, largest staged source). CUDA: same-dtype tensors go through the
-    ring of pinned buffers `ring_geometry` sizes; converted ones through the staging buffers, pinned
-    (the caching host allocator rounds pinned sizes up to a power of two), plus one device-side
-    buffer for the conversion. Other devices stage everything, unpinned."""
+    ring of pinned buffers `ring_geometry` sizes (deeper when the files are not in the page cache);
+    converted ones through the staging buffers, pinned (the caching host allocator rounds pinned
+    sizes up to a power of two), plus one device-side buffer for the conversion. Other devices
+    stage everything, unpinned."""
     cuda = info.kind == "cuda"
 
     def path(meta: TensorMeta, dtype: torch.dtype) -> str:
@@ -150,6 +151,7 @@ def _stream_staging(placement, targets, info: DeviceInfo) -> int:
             ring_bytes, info, threads=placement.reader_threads(cuda=True), chunk_bytes=placement.ring_chunk_bytes,
             buffers=placement.staging_buffers, available=sample_memory().mem_available,
             read_bytes=placement.ring_read_bytes,
+            disk=placement.ring_reads_disk({m.file for m, _, k in kinds if k == "ring"}),
         )
         chunk = _next_power_of_two(geometry.chunk_bytes) if pinned else geometry.chunk_bytes
         total += geometry.buffers * chunk

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from .. import pagecache
@@ -13,6 +14,15 @@ from .ranges import FileHandles
 
 COLD_BELOW = 0.5
 """A file with less than this share of its pages in the page cache is read with O_DIRECT (when allowed)."""
+
+
+def mostly_uncached(files: Iterable[Path]) -> bool:
+    """Whether most of `files`' pages are out of the page cache, by the sampled check that sends a file
+    to O_DIRECT (files that cannot be opened count as cached: reading them fails later, by name)."""
+    try:
+        return pagecache.files_resident_fraction(files, sampled=True) < COLD_BELOW
+    except OSError:
+        return False
 
 
 class OpenFiles(FileHandles):

@@ -294,6 +294,38 @@ def test_ring_on_a_discrete_gpu_keeps_a_read_per_reader_in_flight_within_a_sixty
     assert small.buffers * small.chunk_bytes <= max(1 * GiB / STAGING_SHARE, 3 * 4 * _MiB)
 
 
+def test_ring_reading_the_disk_holds_every_buffer_the_budget_allows():
+    model = int(37.56 * GiB)
+    cached = ring_geometry(model, H200, threads=14, chunk_bytes=RING_CHUNK_BYTES, buffers=None, available=100 * GiB)
+    disk = ring_geometry(model, H200, threads=14, chunk_bytes=RING_CHUNK_BYTES, buffers=None, available=100 * GiB, disk=True)
+    assert disk.disk and not cached.disk
+    assert (disk.chunk_bytes, disk.read_bytes) == (cached.chunk_bytes, cached.read_bytes)
+    assert disk.buffers == disk.budget // disk.chunk_bytes == 37 > cached.buffers  # 592 MiB in flight, not 128
+    assert disk.buffers * disk.chunk_bytes <= model / STAGING_SHARE
+    spark = ring_geometry(model, GB10, threads=14, chunk_bytes=RING_CHUNK_BYTES, buffers=None, available=42 * GiB, disk=True)
+    assert spark.buffers * spark.chunk_bytes <= 42 * GiB / 256 and spark.buffers >= 3
+    fixed = ring_geometry(model, H200, threads=14, chunk_bytes=RING_CHUNK_BYTES, buffers=5, available=100 * GiB, disk=True)
+    assert fixed.buffers == 5
+
+
+def test_the_ring_reads_the_disk_when_direct_io_is_forced_or_most_of_its_files_are_uncached(writer, tmp_path):
+    path = writer(_shards())
+    files = sorted(path.glob("*.safetensors"))
+    _warm(path)
+    default, forced, never = (get_placement("stream", **o) for o in ({}, {"direct_io": True}, {"direct_io": False}))
+    assert not default.ring_reads_disk(files) and forced.ring_reads_disk(files) and not never.ring_reads_disk(files)
+    assert not default.ring_reads_disk([tmp_path / "gone.safetensors"])  # unreadable: counts as cached
+    if not _cold(path):
+        pytest.skip("this file system keeps pages resident after POSIX_FADV_DONTNEED (tmpfs?)")
+    assert default.ring_reads_disk(files) and forced.ring_reads_disk(files) and not never.ring_reads_disk(files)
+    small, large = files  # 0.42 and 0.58 of the bytes
+    large.read_bytes()
+    assert not default.ring_reads_disk(files)  # most of the bytes are cached
+    _cold(path)
+    small.read_bytes()
+    assert default.ring_reads_disk(files)
+
+
 def test_ring_on_unified_memory_is_sized_by_the_pool_and_keeps_the_footprint_under_1_02():
     model = int(37.56 * GiB)
     roomy = ring_geometry(model, GB10, threads=16, chunk_bytes=32 * _MiB, buffers=None, available=110 * GiB)
