@@ -73,8 +73,8 @@ case "$PHASE" in
   *)
     # shellcheck disable=SC2086  # CACHES and COLD_CASES are word lists
     $PY bench/bench_peers.py "${common[@]}" --cache ${CACHES:-warm tmpfs cold} --json "$OUT/peers_all.json" \
-      --cases ceil_h2d ceil_read stream "stream[threads=40,staging_buffers=8]" instanttensor_buffered \
-              instanttensor_mmap st_prefetch stream instanttensor_buffered \
+      --cases ceil_h2d ceil_read stream instanttensor_buffered instanttensor_mmap st_prefetch stream \
+              instanttensor_buffered \
       --tmpfs-cases ceil_read stream instanttensor_buffered st_prefetch fastsafetensors stream instanttensor_buffered \
       --cold-cases ${COLD_CASES:-ceil_direct ceil_direct_seq stream instanttensor fastsafetensors} \
       2>>"$OUT/peers.txt" | tee -a "$OUT/peers.txt" ;;

@@ -297,9 +297,7 @@ class RangeRing:
             for chunk in chunks:
                 t = clock()
                 stats.plan += t - t2
-                while not self._free:
-                    self._make_room()
-                k = self._free.popleft()
+                k = self._take_free()
                 buf = self._buffer(k)
                 t = clock()
                 self._flight.append((chunk, k, self._submit(chunk, buf)))
@@ -361,6 +359,23 @@ class RangeRing:
             copiers = [DriverCopier.for_device(self._device, s) for s in self._streams] if self._driver_copies else []
             self._copiers = copiers if copiers and all(copiers) else [None] * len(self._streams)
         self.stats.copier = "driver" if self._copiers[0] is not None else "torch"
+
+    def _take_free(self) -> int:
+        """A free buffer to fill next, preferring one that is already allocated or pinned.
+
+        While the helper is still pinning, the ring cycles the buffers it has
+        rather than wait for the next one: pinning 16 MiB took 7 ms on the H200
+        host (58 ms for the eight), reading and copying it out well under 1 ms.
+        Only with nothing read or copying does it wait for the pinning.
+        """
+        while True:
+            for i, k in enumerate(self._free):
+                if self._buffers[k] is not None or k >= len(self._pinning) or self._pinning[k].done():
+                    del self._free[i]
+                    return k
+            if self._free and not self._flight and not self._copying:
+                return self._free.popleft()
+            self._make_room()
 
     def _buffer(self, k: int) -> torch.Tensor:
         """Buffer k, ALIGN-aligned: from the background pinning (see `start_pinning`), else allocated here."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -178,6 +179,37 @@ def test_ring_fills_every_destination_byte_exactly_with_and_without_o_direct(wri
         assert stats.direct_chunks > 0 or pytest.skip("this file system refuses O_DIRECT")
     else:
         assert stats.direct_chunks == 0
+
+
+def test_the_ring_cycles_the_buffers_it_has_instead_of_waiting_for_the_pinning_helper(writer):
+    """Stands in for CUDA's background pinning (the ring pins only for a CUDA target): buffer 0 is
+    ready, the helper never finishes buffers 1 and 2, and the load must still complete, through buffer 0."""
+    from concurrent.futures import Future
+
+    shards = _shards()
+    plan, _ = _plan(writer(shards))
+    files = OpenFiles(plan, 0, direct_io=False)
+    outs = {p.name: torch.zeros(p.sources[0].nbytes, dtype=torch.uint8) for p in plan.targets}
+    pieces = [Piece(p.sources[0], outs[p.name], lambda m=p.sources[0]: files.done(m)) for p in plan.targets]
+    ring = RangeRing(torch.device("cpu"), None, files, buffers=3, chunk_bytes=64 << 10, read_bytes=16 << 10, pin=False)
+    ready, never, later = Future(), Future(), Future()
+    ready.set_result(torch.empty((64 << 10) + ALIGN, dtype=torch.uint8))
+    ring._pinning = [ready, never, later]
+    worker = threading.Thread(target=lambda: (ring.run(pieces), ring.finish()))
+    worker.start()
+    worker.join(30)
+    stuck = worker.is_alive()
+    if stuck:  # free the ring to fail rather than hang the suite
+        never.set_exception(RuntimeError("the ring waited for the pinning"))
+        later.set_exception(RuntimeError("the ring waited for the pinning"))
+        worker.join()
+    ring.release()
+    files.close_all()
+    assert not stuck, "the ring waited for a buffer the helper had not pinned"
+    source = {k: v for s in shards for k, v in s.items()}
+    assert all(torch.equal(out, source[name].view(-1).view(torch.uint8)) for name, out in outs.items())
+    assert ring.stats.chunks > 3 and ring.allocated_bytes == (64 << 10) + ALIGN  # one buffer did all the work
+    assert never.cancelled() and later.cancelled()
 
 
 @pytest.mark.parametrize("reader", ["threads", "io_uring"])
