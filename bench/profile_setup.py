@@ -1,0 +1,71 @@
+"""Profile (not a test): what a fresh process pays around `stream`'s own load, step by step.
+
+The peer bench times a case from its first call (imports included) to the
+last tensor on the device; the load's report times only from the first read.
+This runs the same steps as `load_checkpoint`, one at a time, in a fresh
+process after the same preparation as the bench's children (CUDA initialised,
+torch's import-time objects frozen), and prints each step's milliseconds.
+
+    python bench/profile_setup.py /tmp/pruned-r16 [--device cuda]
+"""
+from __future__ import annotations
+
+import gc
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> None:
+    path = sys.argv[1]
+    device = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "cuda"
+    import torch
+
+    if device.startswith("cuda"):
+        torch.empty(0, device=device)
+    gc.collect()
+    gc.freeze()
+    marks = [("start", time.perf_counter())]
+
+    def mark(name: str) -> None:
+        marks.append((name, time.perf_counter()))
+
+    from loader import api
+    from loader.checkpoint import discover_checkpoint
+    from loader.dtypes import DtypePolicy
+    from loader.naming import plan_targets
+    from loader.placement import PlannedTarget, get_placement
+    from loader.report import LoadReport
+    from loader.skeleton import build_skeleton
+
+    mark("import the loader")
+    placement = get_placement("stream")
+    target = api.resolve_device(device)
+    comp = discover_checkpoint(path).component(None)
+    mark("discover (headers, index, validation)")
+    targets, skipped = plan_targets(comp.tensors, None, None)
+    policy = DtypePolicy.build(None, None, ())
+    planned = [PlannedTarget(t, policy.target_dtype(t.name, t.sources[0].torch_dtype)) for t in targets]
+    mark("plan names and dtypes")
+    module = build_skeleton((p.name, p.target.shape, p.dtype) for p in planned)
+    mark("skeleton")
+    plan, missing, unexpected = api._match_module(module, planned, skipped, comp, True)
+    report = LoadReport(mode=placement.name, device=str(target), tensors_total=len(plan.targets))
+    mark("match names and shapes, report")
+    api._fill(placement, plan, module, target, report, None, None)
+    mark("fill (the load itself, its baseline and last samples)")
+    tensors = dict(module.state_dict())
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    mark("state dict, synchronise")
+    total = marks[-1][1] - marks[0][1]
+    for (_, a), (name, b) in zip(marks, marks[1:]):
+        print(f"{name:55} {1e3 * (b - a):8.1f} ms")
+    print(f"{'of which the report timed (load_seconds)':55} {1e3 * report.load_seconds:8.1f} ms")
+    print(f"{'outside the report clock':55} {1e3 * (total - report.load_seconds):8.1f} ms  ({len(tensors)} tensors)")
+
+
+if __name__ == "__main__":
+    main()
