@@ -21,7 +21,8 @@ _MODULE_ATTRIBUTES = frozenset(dir(nn.Module()))
 `hasattr`, which for a new name raises and catches an AttributeError inside
 torch: that probe was most of the cost of building the 639-tensor H3 DiT's
 skeleton, so the skeleton checks names against this set and fills the
-module's dicts itself."""
+module's dicts itself (torch's global registration hooks, which nothing here
+installs, do not see its placeholders)."""
 
 
 def build_skeleton(tensors: Iterable[tuple[str, tuple[int, ...], torch.dtype]]) -> nn.Module:
