@@ -6,10 +6,10 @@ pays once: it imports exactly what a child imports before its first sample
 (`PRELOAD`), allocates nothing else, opens no database, starts no thread, and
 forks each job's child on request. It then freezes what the imports left
 (`gc.freeze`), so no child's garbage collector walks those objects: a full
-collection of them took 163 ms in every child on the 2-core box, and its
-writes to every object header would turn shared pages into private copies. The child is still a process of its own (its
-own memory baseline, an OOM kill takes only it), and its baseline is the same
-as a fresh child's at its first sample, since that child imports the same modules.
+collection of them took 153-163 ms in every child on the 2-core box. The
+child is still a process of its own (its own memory baseline, an OOM kill
+takes only it), and its baseline is the same as a fresh child's at its first
+sample, since that child imports the same modules.
 
 Protocol, over a SOCK_SEQPACKET socket (one JSON message each, file descriptors
 passed with SCM_RIGHTS):

@@ -94,18 +94,13 @@ class _Mapping:
         _libc.munmap(self._address, self._span)
 
 
-def files_resident_fraction(files: Iterable[str | os.PathLike], *, sampled: bool = False) -> float:
-    """Share of the pages of all `files` together that sit in the page cache (1.0 when they are empty);
-    `sampled` estimates each file's share as `sampled_resident_fraction` does."""
+def files_resident_fraction(files: Iterable[str | os.PathLike]) -> float:
+    """Share of the pages of all `files` together that sit in the page cache (1.0 when they are empty)."""
     resident = pages = 0
     for file in files:
         fd = os.open(file, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
-            if sampled:
-                n = -(-os.fstat(fd).st_size // mmap.PAGESIZE)
-                r = sampled_resident_fraction(fd) * n
-            else:
-                r, n = resident_pages(fd)
+            r, n = resident_pages(fd)
         finally:
             os.close(fd)
         resident, pages = resident + r, pages + n

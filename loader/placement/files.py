@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import mmap
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from .. import pagecache
@@ -16,13 +17,28 @@ COLD_BELOW = 0.5
 """A file with less than this share of its pages in the page cache is read with O_DIRECT (when allowed)."""
 
 
-def mostly_uncached(files: Iterable[Path]) -> bool:
-    """Whether most of `files`' pages are out of the page cache, by the sampled check that sends a file
-    to O_DIRECT (files that cannot be opened count as cached: reading them fails later, by name)."""
-    try:
-        return pagecache.files_resident_fraction(files, sampled=True) < COLD_BELOW
-    except OSError:
-        return False
+def sampled_residency(files: Iterable[Path]) -> dict[Path, tuple[float, int]]:
+    """Per file that can be opened (reading the others fails later, by name): the share of its pages
+    in the page cache, sampled (`pagecache.sampled_resident_fraction`), and its page count."""
+    residency = {}
+    for file in files:
+        try:
+            fd = os.open(file, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            continue
+        try:
+            residency[file] = (pagecache.sampled_resident_fraction(fd), -(-os.fstat(fd).st_size // mmap.PAGESIZE))
+        except OSError:
+            pass  # not measurable (mincore refused): left to the check at its first read
+        finally:
+            os.close(fd)
+    return residency
+
+
+def mostly_uncached(residency: Mapping[Path, tuple[float, int]]) -> bool:
+    """Whether most of the pages `sampled_residency` measured are out of the page cache."""
+    pages = sum(n for _, n in residency.values())
+    return pages > 0 and sum(share * n for share, n in residency.values()) < COLD_BELOW * pages
 
 
 class OpenFiles(FileHandles):
@@ -33,7 +49,10 @@ class OpenFiles(FileHandles):
     what was read from the page cache when asked to (`drop_page_cache`).
     """
 
-    def __init__(self, plan: LoadPlan, readahead: int, *, direct_io: bool | None = False, drop_page_cache: bool = False):
+    def __init__(
+        self, plan: LoadPlan, readahead: int, *, direct_io: bool | None = False, drop_page_cache: bool = False,
+        residency: Mapping[Path, tuple[float, int]] | None = None,
+    ):
         self._remaining: dict[Path, int] = {}
         for planned in plan.targets:
             for meta in planned.sources:
@@ -49,6 +68,8 @@ class OpenFiles(FileHandles):
         """True: O_DIRECT wherever the file system takes it; None: only for files mostly not cached; False: never."""
         self.drop_page_cache = drop_page_cache
         """Drop every range from the page cache once read, and each whole file when closed."""
+        self._residency = dict(residency or {})
+        """Files already sampled (`sampled_residency`), so deciding O_DIRECT does not sample them again."""
 
     def fd(self, meta: TensorMeta) -> int:
         return self._open(meta.file)
@@ -71,8 +92,11 @@ class OpenFiles(FileHandles):
         flag = getattr(os, "O_DIRECT", 0)
         if self._direct_io is False or not flag:
             return None
-        if self._direct_io is None and pagecache.sampled_resident_fraction(self._open(file)) >= COLD_BELOW:
-            return None
+        if self._direct_io is None:
+            known = self._residency.get(file)
+            share = known[0] if known else pagecache.sampled_resident_fraction(self._open(file))
+            if share >= COLD_BELOW:
+                return None
         try:
             return os.open(file, os.O_RDONLY | flag | getattr(os, "O_CLOEXEC", 0))
         except OSError:

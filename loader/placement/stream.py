@@ -10,8 +10,8 @@ Three paths, chosen per tensor, in plan order:
   the model (and, on unified memory, by the pool), many reads in flight on
   io_uring's kernel workers (reader threads where io_uring is refused), each
   filled buffer copied to its destination slices on a side stream through
-  the CUDA driver (`ranges.RangeRing`); files the page cache does not hold are read with
-  O_DIRECT.
+  the CUDA driver (`ranges.RangeRing`); files the page cache does not hold
+  are read with O_DIRECT, through a deeper ring.
 - A dtype change (any device): per-tensor staging through a few small
   buffers, converted on the way (`staging.Staging`), with POSIX_FADV_WILLNEED
   just ahead of the reads so a cold disk never waits between buffers.
@@ -39,7 +39,7 @@ from ..device import DeviceInfo, probe_device
 from ..errors import PlacementError
 from ..reading import byte_view, read_into_fresh
 from .base import LoadPlan, Placement, PlacementContext, PlannedTarget, register_placement
-from .files import OpenFiles, mostly_uncached
+from .files import OpenFiles, mostly_uncached, sampled_residency
 from .ranges import ALIGN, Piece, RangeRing, RingStats
 from .staging import Staging
 
@@ -192,7 +192,6 @@ class StreamPlacement(Placement):
         self.dropped_page_cache = drop
         self.last_ring = self.last_geometry = None
         threads = self.reader_threads(cuda)
-        files = OpenFiles(plan, self.readahead_bytes, direct_io=self.direct_io, drop_page_cache=drop)
         pool = ThreadPoolExecutor(threads, thread_name_prefix="drainboard-read") if threads > 1 else None
 
         def path(planned: PlannedTarget) -> str:
@@ -202,6 +201,9 @@ class StreamPlacement(Placement):
             return "ring" if same and cuda and self.ranges else "staged"
 
         kinds = {p.name: path(p) for p in plan.targets}
+        ring_files = {m.file for p in plan.targets if kinds[p.name] == "ring" for m in p.sources}
+        residency = sampled_residency(ring_files) if self.direct_io is None else {}
+        files = OpenFiles(plan, self.readahead_bytes, direct_io=self.direct_io, drop_page_cache=drop, residency=residency)
         largest = max((m.nbytes for p in plan.targets if kinds[p.name] == "staged" for m in p.sources), default=0)
         staging = Staging(
             ctx.device, pool, files, min(self.converting_bytes, largest),
@@ -210,10 +212,9 @@ class StreamPlacement(Placement):
         ring = None
         ring_bytes = sum(m.nbytes for p in plan.targets if kinds[p.name] == "ring" for m in p.sources)
         if ring_bytes:
-            ring_files = {m.file for p in plan.targets if kinds[p.name] == "ring" for m in p.sources}
             self.last_geometry = ring_geometry(
                 ring_bytes, info, threads=threads, chunk_bytes=self.ring_chunk_bytes, buffers=self.staging_buffers,
-                available=_mem_available(), read_bytes=self.ring_read_bytes, disk=self.ring_reads_disk(ring_files),
+                available=_mem_available(), read_bytes=self.ring_read_bytes, disk=self._reads_disk(residency),
             )
             g = self.last_geometry
             ring = RangeRing(
@@ -254,7 +255,6 @@ class StreamPlacement(Placement):
                         start += meta.numel
                 while pending:
                     self._finish(pending.popleft(), files, ctx)
-                queued = 0
                 staging.finish()
             if ring is not None:
                 ring.finish()
@@ -297,7 +297,10 @@ class StreamPlacement(Placement):
     def ring_reads_disk(self, files) -> bool:
         """Whether the CUDA ring will read `files` from the disk: O_DIRECT forced, or left to the cache
         state (the default) and most of their bytes out of the page cache."""
-        return self.direct_io is True or (self.direct_io is None and mostly_uncached(files))
+        return self._reads_disk(sampled_residency(files) if self.direct_io is None else {})
+
+    def _reads_disk(self, residency) -> bool:
+        return self.direct_io is True or (self.direct_io is None and mostly_uncached(residency))
 
     @property
     def ring_read_bytes(self) -> int:

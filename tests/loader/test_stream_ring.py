@@ -358,6 +358,26 @@ def test_the_ring_reads_the_disk_when_direct_io_is_forced_or_most_of_its_files_a
     assert default.ring_reads_disk(files)
 
 
+def test_a_file_the_placement_already_sampled_is_not_sampled_again_to_decide_o_direct(writer, monkeypatch):
+    import loader.pagecache as pagecache
+
+    path = writer(_shards())
+    plan, _ = _plan(path)
+    file = sorted(path.glob("*.safetensors"))[0]
+    calls = []
+    real = pagecache.sampled_resident_fraction
+    monkeypatch.setattr(pagecache, "sampled_resident_fraction", lambda fd: calls.append(fd) or real(fd))
+    files = OpenFiles(plan, 0, direct_io=None, residency={file: (0.0, 1)})  # sampled: none of it cached
+    try:
+        _, direct = files.fd_for(file)
+    finally:
+        files.close_all()
+    assert calls == []
+    if not direct:  # only where the file system refuses O_DIRECT
+        with pytest.raises(OSError):
+            os.close(os.open(file, os.O_RDONLY | os.O_DIRECT))
+
+
 def test_ring_on_unified_memory_is_sized_by_the_pool_and_keeps_the_footprint_under_1_02():
     model = int(37.56 * GiB)
     roomy = ring_geometry(model, GB10, threads=16, chunk_bytes=32 * _MiB, buffers=None, available=110 * GiB)
