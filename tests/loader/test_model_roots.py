@@ -205,7 +205,7 @@ def test_an_index_pointing_at_a_system_file_never_echoes_its_bytes(tmp_path):
     for roots in (None, [root, tmp_path]):  # refused by the roots; inside them, still not echoed
         with pytest.raises(CheckpointError) as err:
             discover_checkpoint(root, roots=roots)
-        message = str(err.value)
+        message = str(err.value).replace(str(tmp_path), "<tmp>")  # pytest's folder numbers (pytest-323) hold digits
         assert str(prefix) not in message and "root:x" not in message and str(len(SECRET)) not in message
 
 
