@@ -13,6 +13,12 @@ were, and the host-to-device rate from them:
   register_thp   the same with MADV_HUGEPAGE first (2 MiB pages where the kernel allows them)
 
     python bench/bench_pinning.py [--buffers 8] [--mib 16] [--repeat 3]
+
+`beside:METHOD` asks whether pinning on a helper thread holds up the loader's
+own driver calls: while a helper pins the buffers by METHOD, the main thread
+queues 1 MiB copies from a buffer pinned earlier, and the longest single
+copy call, and the copies queued per millisecond during and after the
+pinning, are reported.
 """
 from __future__ import annotations
 
@@ -99,19 +105,71 @@ def run_child(method: str, count: int, size: int) -> dict:
             "thp": thp.read_text().strip() if thp.exists() else "absent"}
 
 
+def run_beside(method: str, count: int, size: int) -> dict:
+    import threading
+
+    import torch
+
+    from loader.cuda_copy import DriverCopier
+
+    torch.empty(0, device="cuda")
+    source = torch.empty(_MiB, dtype=torch.uint8, pin_memory=True)
+    dest = torch.empty(_MiB, dtype=torch.uint8, device="cuda")
+    stream = torch.cuda.Stream()
+    with torch.cuda.device(0):
+        copier = DriverCopier.for_device(torch.device("cuda", 0), stream)
+    torch.cuda.synchronize()
+    failed: list[BaseException] = []
+
+    def pin() -> None:
+        torch.cuda.synchronize()  # makes the device's context current on this thread, for cuMemHostRegister
+        try:
+            _pinned_buffers(method, count, size)
+        except BaseException as exc:  # noqa: BLE001  (SystemExit too: re-raised below, on the main thread)
+            failed.append(exc)
+
+    helper = threading.Thread(target=pin)
+
+    def queue(until) -> tuple[int, float, float]:
+        calls, longest, t0 = 0, 0.0, time.perf_counter()
+        while until():
+            t = time.perf_counter()
+            copier.copy(dest.data_ptr(), source.data_ptr(), _MiB)
+            longest = max(longest, time.perf_counter() - t)
+            calls += 1
+            if calls % 64 == 0:
+                stream.synchronize()
+        return calls, longest, time.perf_counter() - t0
+
+    helper.start()
+    during, longest_during, during_s = queue(helper.is_alive)
+    end = time.perf_counter() + during_s
+    after, longest_after, after_s = queue(lambda: time.perf_counter() < end)
+    stream.synchronize()
+    if failed:
+        raise failed[0]
+    return {"method": f"beside:{method}", "pinning_ms": during_s * 1e3, "longest_call_ms": longest_during * 1e3,
+            "per_ms_during": during / during_s / 1e3, "per_ms_after": after / after_s / 1e3,
+            "longest_after_ms": longest_after * 1e3}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--buffers", type=int, default=8)
     parser.add_argument("--mib", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--methods", nargs="+", help="a subset of the methods (and beside:METHOD rows) to run")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(run_child(args.child, args.buffers, args.mib * _MiB)))
+        method = args.child.removeprefix("beside:")
+        run = run_beside if args.child.startswith("beside:") else run_child
+        print(json.dumps(run(method, args.buffers, args.mib * _MiB)))
         return
-    rows: dict[str, list[dict]] = {m: [] for m in METHODS}
+    rows: dict[str, list[dict]] = {m: [] for m in (*METHODS, "beside:torch_each", "beside:register")
+                                   if not args.methods or m in args.methods}
     for _ in range(args.repeat):
-        for method in METHODS:
+        for method in rows:
             out = subprocess.run([sys.executable, __file__, "--child", method, "--buffers", str(args.buffers),
                                   "--mib", str(args.mib)], capture_output=True, text=True)
             if out.returncode:
@@ -119,13 +177,21 @@ def main() -> None:
                 continue
             rows[method].append(json.loads(out.stdout))
     print(f"{args.buffers} x {args.mib} MiB, medians of {args.repeat} fresh processes; THP: "
-          f"{next((r[0]['thp'] for r in rows.values() if r), '?')}")
+          f"{next((r[0]['thp'] for r in rows.values() if r and 'thp' in r[0]), '?')}")
     print("| method | first buffer ms | all buffers ms | copy GB/s |")
     print("|---|---|---|---|")
-    for method, r in rows.items():
-        if r:
-            med = {k: statistics.median(x[k] for x in r) for k in ("first_ms", "all_ms", "copy_gbps")}
+    for method in METHODS:
+        if rows.get(method):
+            med = {k: statistics.median(x[k] for x in rows[method]) for k in ("first_ms", "all_ms", "copy_gbps")}
             print(f"| {method} | {med['first_ms']:.1f} | {med['all_ms']:.1f} | {med['copy_gbps']:.1f} |")
+    keys = ("pinning_ms", "longest_call_ms", "per_ms_during", "per_ms_after", "longest_after_ms")
+    print("\n1 MiB copies queued by the main thread while a helper pins, medians:")
+    print("| helper | pinning ms | longest copy call ms | copies per ms during | after | longest call after ms |")
+    print("|---|---|---|---|---|---|")
+    for method in ("beside:torch_each", "beside:register"):
+        if rows.get(method):
+            med = {k: statistics.median(x[k] for x in rows[method]) for k in keys}
+            print(f"| {method.removeprefix('beside:')} | " + " | ".join(f"{med[k]:.2f}" for k in keys) + " |")
 
 
 if __name__ == "__main__":

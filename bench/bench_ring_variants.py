@@ -11,7 +11,11 @@ device blocks) between loads, and the medians are compared. A variant is
 
 `engine` is the seconds the copy stream was busy (timing events around each
 chunk's copies): near the load's time, the copies are the limit and run at
-`engine GB/s`; well under it, the copy engine waited for the loader.
+`engine GB/s`; well under it, the copy engine waited for the loader. Where
+it waited: `lead` (from the call to the first copy: set-up, discovery, the
+first reads), `gaps` (between two chunks' copies, summed; `gaps_n` of them
+over 0.1 ms, before chunks of `gap_parts` tensor pieces on average against
+`parts` over all chunks) and `tail` (from the last copy to the call's return).
 """
 from __future__ import annotations
 
@@ -49,12 +53,13 @@ def _timed_retire(marks: list):
     plain = RangeRing._retire
 
     def retire(ring) -> None:
-        stream = ring._streams[ring._flight[0][1] % len(ring._streams)]
+        chunk, k, _ = ring._flight[0]
+        stream = ring._streams[k % len(ring._streams)]
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record(stream)
         plain(ring)
         end.record(stream)
-        marks.append((start, end))
+        marks.append((start, end, len(chunk.parts)))
 
     return plain, retire
 
@@ -76,6 +81,9 @@ def load_once(path: str, options: dict, constants: dict) -> dict:
     plain, ranges.RangeRing._retire = _timed_retire(marks)
     try:
         placement = get_placement("stream", **options)
+        torch.cuda.synchronize()
+        origin = torch.cuda.Event(enable_timing=True)
+        origin.record()
         start = time.perf_counter()
         model, report = load_checkpoint(path, mode=placement, device="cuda")
         torch.cuda.synchronize()
@@ -84,9 +92,14 @@ def load_once(path: str, options: dict, constants: dict) -> dict:
         ranges.RangeRing._retire = plain
         for key, (module, value) in saved.items():
             setattr(module, key, value)
-    engine = sum(a.elapsed_time(b) for a, b in marks) / 1e3
+    engine = sum(a.elapsed_time(b) for a, b, _ in marks) / 1e3
+    gaps = [(end.elapsed_time(nxt) / 1e3, parts) for (_, end, _), (nxt, _, parts) in zip(marks, marks[1:])]
+    long_gaps = [parts for g, parts in gaps if g > 1e-4]
     row = {"seconds": seconds, "gbps": report.bytes_read / seconds / 1e9, "load_seconds": report.load_seconds,
-           "engine": engine, "engine_gbps": report.bytes_read / engine / 1e9}
+           "engine": engine, "engine_gbps": report.bytes_read / engine / 1e9,
+           "lead": origin.elapsed_time(marks[0][0]) / 1e3, "gaps": sum(g for g, _ in gaps), "gaps_n": float(len(long_gaps)),
+           "parts": statistics.mean(p for *_, p in marks), "gap_parts": statistics.mean(long_gaps) if long_gaps else 0.0,
+           "tail": seconds - origin.elapsed_time(marks[-1][1]) / 1e3}
     row.update({k: v for k, v in vars(placement.last_ring).items() if isinstance(v, float)})
     del model
     gc.collect()

@@ -5,6 +5,9 @@ last tensor on the device; the load's report times only from the first read.
 This runs the same steps as `load_checkpoint`, one at a time, in a fresh
 process after the same preparation as the bench's children (CUDA initialised,
 torch's import-time objects frozen), and prints each step's milliseconds.
+Inside the fill, the first call of each set-up step up to the ring's first
+copy is timed too (start and end, from the fill's start): the copy engine
+idles until that copy.
 
     python bench/profile_setup.py /tmp/pruned-r16 [--device cuda]
 """
@@ -54,6 +57,8 @@ def main() -> None:
     plan, missing, unexpected = api._match_module(module, planned, skipped, comp, True)
     report = LoadReport(mode=placement.name, device=str(target), tensors_total=len(plan.targets))
     mark("match names and shapes, report")
+    firsts = _time_first_calls()
+    fill_start = time.perf_counter()
     api._fill(placement, plan, module, target, report, None, None)
     mark("fill (the load itself, its baseline and last samples)")
     tensors = dict(module.state_dict())
@@ -65,6 +70,41 @@ def main() -> None:
         print(f"{name:55} {1e3 * (b - a):8.1f} ms")
     print(f"{'of which the report timed (load_seconds)':55} {1e3 * report.load_seconds:8.1f} ms")
     print(f"{'outside the report clock':55} {1e3 * (total - report.load_seconds):8.1f} ms  ({len(tensors)} tensors)")
+    print("first calls inside the fill (ms from its start: start - end):")
+    for name, (a, b) in sorted(firsts.items(), key=lambda kv: kv[1][0]):
+        print(f"  {name:53} {1e3 * (a - fill_start):8.1f} - {1e3 * (b - fill_start):6.1f}")
+
+
+def _time_first_calls() -> dict[str, tuple[float, float]]:
+    """Wrap the fill's set-up steps so the first call of each records its (start, end) perf_counter."""
+    from loader import cuda_copy, report, uring
+    from loader.placement import base, ranges, stream
+
+    firsts: dict[str, tuple[float, float]] = {}
+
+    def timed(owner, attr: str) -> None:
+        plain = getattr(owner, attr)
+
+        def wrapper(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return plain(*args, **kwargs)
+            finally:
+                firsts.setdefault(f"{getattr(owner, '__name__', owner)}.{attr}", (t, time.perf_counter()))
+
+        setattr(owner, attr, wrapper)
+
+    for attr in ("baseline", "start", "placed"):
+        timed(report.LoadMeter, attr)
+    timed(cuda_copy.DriverCopier, "copy")
+    timed(uring.ReadQueue, "complete")
+    timed(base.PlacementContext, "reserve")
+    timed(base.PlacementContext, "allocate")
+    for attr in ("probe_device", "sampled_residency", "OpenFiles", "ring_geometry", "RangeRing", "Staging", "_mem_available"):
+        timed(stream, attr)
+    for attr in ("open", "start_pinning", "_open_reader", "_open_copiers", "_take_free", "_buffer", "_submit", "_retire"):
+        timed(ranges.RangeRing, attr)
+    return firsts
 
 
 if __name__ == "__main__":
