@@ -37,6 +37,7 @@ import torch
 from ..checkpoint import TensorMeta
 from ..cuda_copy import DriverCopier
 from ..errors import CheckpointError, PlacementError
+from ..pinned import POOL, current_context
 from ..uring import ReadQueue, UringUnavailable
 
 COPY_QUEUE = 2
@@ -127,9 +128,10 @@ class RingStats:
     allocate: float = 0.0
     """Allocating (and pinning) buffers."""
     setup: float = 0.0
-    """Before the first chunk: opening the reader and the copiers, starting the pinning helper."""
+    """Before the first chunk: opening the reader and the copiers, starting the pinning helper (`open`)."""
     reserve: float = 0.0
-    """Reserving the destinations' device memory in one block (`PlacementContext.reserve`, timed by the placement)."""
+    """Waiting for the destinations' device memory to be reserved in one block (`PlacementContext.reserve`,
+    run on a helper thread from the start of the load, and timed by the placement)."""
     plan: float = 0.0
     """Planning chunks, which allocates each tensor's destination as its first chunk is planned."""
     submit: float = 0.0
@@ -283,17 +285,24 @@ class RangeRing:
         self.stats = RingStats()
         """Where the main thread's time went in the last `run`."""
 
+    def open(self) -> None:
+        """Open the reader and the copiers and start pinning: the set-up before the first read, which
+        `run` does itself if no one has (the placement calls it early, beside the destination reserve)."""
+        t = time.perf_counter()
+        self._open_reader()
+        if self._cuda:
+            with torch.cuda.device(self._device):
+                self.start_pinning()
+                self._open_copiers()
+        self.stats.setup += time.perf_counter() - t
+
     def run(self, pieces: Iterable[Piece]) -> None:
         """Read and copy out every piece; returns once every copy is queued (see `finish`)."""
         stats, clock = self.stats, time.perf_counter
-        t = clock()
-        self._open_reader()
-        self.start_pinning()
+        self.open()
         with torch.cuda.device(self._device) if self._cuda else contextlib.nullcontext():
-            self._open_copiers()
             chunks = plan_chunks(pieces, self._chunk)
             t2 = clock()
-            stats.setup += t2 - t
             for chunk in chunks:
                 t = clock()
                 stats.plan += t - t2
@@ -326,12 +335,12 @@ class RangeRing:
     def release(self) -> None:
         """Wait for the copies and for every read in flight, then free the buffers and the queue."""
         self.finish()
-        for f in self._pinning:
-            f.cancel() or f.exception()
+        pinned = [f.result() for f in self._pinning if not f.cancel() and f.exception() is None]
         self._pinning = []
         if self._queue is not None:
             self._queue.close()
             self._queue = None
+        POOL.give_back(pinned + [b for b in self._buffers if b is not None])  # no read or copy uses them now
         self._buffers = [None] * self._count
         self._free, self._copying = deque(range(self._count)), deque()
 
@@ -391,25 +400,32 @@ class RangeRing:
 
     def start_pinning(self) -> None:
         """Pin every buffer on a helper thread, in ring order, while the loader does other set-up and the
-        first reads run (`run` starts it if no one has; starting it again does nothing).
+        first reads run (`open` starts it inside the device's context; starting it again does nothing).
 
-        Pinning took 0.11-0.27 s for 192-576 MiB on the H200 host; done in line
-        it stalled the ring before its first copy. torch releases the GIL while
-        it allocates, so the helper does not slow the loader's thread.
+        The helper registers memory with the driver (`loader.pinned`), which
+        lets the loader's copies run beside it: torch's pinned allocator, which
+        it uses where the driver library is not at hand, stalled them while it
+        pinned (50-60 ms for eight 16 MiB buffers on the H200 host).
         """
         if self._pin and not self._pinning and self._buffers[0] is None:
+            context = current_context() if POOL.available() else None
             helper = ThreadPoolExecutor(1, thread_name_prefix="drainboard-pin")
-            self._pinning = [helper.submit(self._allocate) for _ in range(self._count)]
+            self._pinning = [helper.submit(self._allocate, context) for _ in range(self._count)]
             helper.shutdown(wait=False)
 
-    def _allocate(self) -> torch.Tensor:
+    def _allocate(self, context: int | None = None) -> torch.Tensor:
+        """One buffer: registered through `loader.pinned` with CUDA context `context`, else from torch's
+        pinned allocator; pageable (with alignment slack) once pinning has failed, or when not pinning."""
         raw = None
         if self.pinned:
-            # Exactly chunk bytes: the pinned allocator rounds sizes up to a power of two and its
-            # blocks start on a page, so asking for alignment slack would double the staging.
             try:
-                raw = torch.empty(self._chunk, dtype=torch.uint8, pin_memory=True)
-            except RuntimeError:
+                if context is not None:
+                    raw = POOL.take(self._chunk, context)
+                else:
+                    # Exactly chunk bytes: the pinned allocator rounds sizes up to a power of two and its
+                    # blocks start on a page, so asking for alignment slack would double the staging.
+                    raw = torch.empty(self._chunk, dtype=torch.uint8, pin_memory=True)
+            except RuntimeError:  # PinFailed, or torch's allocator refusing
                 self.pinned = False
         if raw is None or raw.data_ptr() % ALIGN:
             raw = torch.empty(self._chunk + ALIGN, dtype=torch.uint8)

@@ -187,12 +187,6 @@ class StreamPlacement(Placement):
 
     def place(self, plan: LoadPlan, ctx: PlacementContext) -> None:
         cuda = ctx.device.type == "cuda"
-        info = probe_device(str(ctx.device)) if cuda else None
-        drop = self.drop_page_cache if self.drop_page_cache is not None else drop_by_default(info)
-        self.dropped_page_cache = drop
-        self.last_ring = self.last_geometry = None
-        threads = self.reader_threads(cuda)
-        pool = ThreadPoolExecutor(threads, thread_name_prefix="drainboard-read") if threads > 1 else None
 
         def path(planned: PlannedTarget) -> str:
             same = all(m.torch_dtype == planned.dtype for m in planned.sources)
@@ -201,6 +195,13 @@ class StreamPlacement(Placement):
             return "ring" if same and cuda and self.ranges else "staged"
 
         kinds = {p.name: path(p) for p in plan.targets}
+        reservation = self._reserve_ahead(plan, kinds, ctx)
+        info = probe_device(str(ctx.device)) if cuda else None
+        drop = self.drop_page_cache if self.drop_page_cache is not None else drop_by_default(info)
+        self.dropped_page_cache = drop
+        self.last_ring = self.last_geometry = None
+        threads = self.reader_threads(cuda)
+        pool = ThreadPoolExecutor(threads, thread_name_prefix="drainboard-read") if threads > 1 else None
         ring_files = {m.file for p in plan.targets if kinds[p.name] == "ring" for m in p.sources}
         residency = sampled_residency(ring_files) if self.direct_io is None else {}
         files = OpenFiles(plan, self.readahead_bytes, direct_io=self.direct_io, drop_page_cache=drop, residency=residency)
@@ -224,16 +225,20 @@ class StreamPlacement(Placement):
                 readers=threads,
                 driver_copies=self.driver_copies,
             )
-            ring.start_pinning()  # beside the destination reserve and whatever precedes the ring's first read
         pending: deque[tuple[PlannedTarget, torch.Tensor, list[Future]]] = deque()
         try:
+            if ring is not None:
+                ring.open()  # beside the destination reserve
             for kind, group in itertools.groupby(plan.targets, key=lambda p: kinds[p.name]):
                 if kind == "ring":
                     group = list(group)
-                    if self.reserve:
-                        t = time.perf_counter()
+                    t = time.perf_counter()
+                    if reservation is not None:
+                        reservation.result()
+                        reservation = None
+                    elif self.reserve:
                         ctx.reserve(group)
-                        ring.stats.reserve += time.perf_counter() - t
+                    ring.stats.reserve += time.perf_counter() - t
                     ring.run(self._pieces(group, files, ctx))
                     continue
                 window, queued = DIRECT_WINDOW_PIECES * self._direct_read_bytes, 0
@@ -261,6 +266,8 @@ class StreamPlacement(Placement):
                 self.last_ring = ring.stats
                 ctx.meter.ring_ran(ring.stats.reader, ring.stats.reader_note, ring.stats.copier)
         finally:
+            if reservation is not None:
+                reservation.exception()  # no allocation of this load may outlive it
             for _, _, futures in pending:
                 for f in futures:
                     f.cancel()
@@ -275,6 +282,30 @@ class StreamPlacement(Placement):
             files.close_all()
         if drop:
             ctx.meter.dropped_page_cache()
+
+    def _reserve_ahead(self, plan: LoadPlan, kinds: dict[str, str], ctx: PlacementContext) -> Future | None:
+        """Reserve the first ring group's destinations on a helper thread, when the plan starts with one.
+
+        Reserving 37.6 GiB took 10-43 ms on the H200 host (the driver maps
+        the block), as long as the rest of the set-up before the first read
+        (sampling the page cache, building the ring, opening io_uring): run
+        side by side, the first copy starts that much sooner. Later groups,
+        after staged tensors, reserve in line (the staged ones must not carve
+        the block).
+        """
+        first = list(itertools.takewhile(lambda p: kinds[p.name] == "ring", plan.targets))
+        if not (first and self.reserve):
+            return None
+        index = ctx.device.index if ctx.device.index is not None else torch.cuda.current_device()
+
+        def reserve() -> int:
+            with torch.cuda.device(index):  # the helper's current device is not the caller's
+                return ctx.reserve(first)
+
+        helper = ThreadPoolExecutor(1, thread_name_prefix="drainboard-reserve")
+        future = helper.submit(reserve)
+        helper.shutdown(wait=False)
+        return future
 
     @property
     def _direct_read_bytes(self) -> int:

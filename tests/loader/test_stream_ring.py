@@ -509,3 +509,57 @@ def test_cuda_ring_carves_its_destinations_from_one_reserved_block(writer, reser
     held = sum(t.nbytes for t in module.state_dict().values() if t.nbytes > 1 << 20)
     grown = after["reserved_bytes.large_pool.current"] - before["reserved_bytes.large_pool.current"]
     assert held <= grown < held + (2 << 20 if reserve else large * (2 << 20))
+
+
+@pytest.mark.gpu
+@gpu
+def test_the_reserve_runs_on_a_helper_beside_the_rings_set_up_and_a_failed_load_waits_for_it(writer, monkeypatch):
+    from loader.placement import base
+
+    g = torch.Generator().manual_seed(6)
+    source = {f"w{j}": torch.randn(3100, 2048, generator=g).to(torch.bfloat16) for j in range(2)}
+    path = writer([source])
+    plain_reserve, plain_open, reserved, opened = base.PlacementContext.reserve, RangeRing.open, [], []
+
+    def slow_reserve(ctx, targets):
+        time.sleep(0.3)
+        reserved.append((threading.current_thread().name, time.perf_counter()))
+        return plain_reserve(ctx, targets)
+
+    def timed_open(ring):
+        opened.append(time.perf_counter())
+        plain_open(ring)
+
+    monkeypatch.setattr(base.PlacementContext, "reserve", slow_reserve)
+    monkeypatch.setattr(RangeRing, "open", timed_open)
+    start = time.perf_counter()
+    module, report = load_checkpoint(path, device="cuda")
+    name, done = reserved[0]
+    assert name.startswith("drainboard-reserve") and opened[0] - start < 0.25 < done - start
+    assert all(torch.equal(getattr(module, k).cpu(), v) for k, v in source.items())
+
+    def refuse(ring):
+        raise RuntimeError("no reader")
+
+    monkeypatch.setattr(RangeRing, "open", refuse)
+    with pytest.raises(RuntimeError, match="no reader"):
+        load_checkpoint(path, device="cuda")
+    assert len(reserved) == 2  # the second load's reserve had finished before the load raised
+
+
+@pytest.mark.gpu
+@gpu
+def test_the_ring_pins_by_registering_with_the_driver_and_a_second_load_reuses_those_buffers(writer):
+    from loader.pinned import POOL
+
+    shards = _shards(seed=8)
+    path = writer(shards)
+    mode = {"staging_bytes": 37 * ALIGN, "staging_buffers": 3}  # a buffer size no other test's ring uses
+    before = len(POOL._registered)
+    first, _ = load_checkpoint(path, mode=get_placement("stream", **mode), device="cuda")
+    registered = len(POOL._registered) - before
+    second, _ = load_checkpoint(path, mode=get_placement("stream", **mode), device="cuda")
+    assert registered > 0 and len(POOL._registered) - before == registered
+    source = {k: v for s in shards for k, v in s.items()}
+    for module in (first, second):
+        assert all(torch.equal(t.cpu(), source[k]) for k, t in module.state_dict().items())
