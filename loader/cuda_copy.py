@@ -27,7 +27,7 @@ _CUDA_SUCCESS = 0
 
 @functools.cache
 def _driver() -> ctypes.CDLL | None:
-    """The driver library with the three calls used here declared (loaded once), or None without one."""
+    """The driver library with the calls used here and by `loader.pinned` declared (loaded once), or None without one."""
     try:
         lib = ctypes.CDLL("libcuda.so.1")
     except OSError:
@@ -38,6 +38,12 @@ def _driver() -> ctypes.CDLL | None:
     lib.cuCtxGetDevice.restype = ctypes.c_int
     lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
     lib.cuGetErrorName.restype = ctypes.c_int
+    lib.cuCtxGetCurrent.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+    lib.cuCtxGetCurrent.restype = ctypes.c_int
+    lib.cuCtxSetCurrent.argtypes = [ctypes.c_void_p]
+    lib.cuCtxSetCurrent.restype = ctypes.c_int
+    lib.cuMemHostRegister_v2.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+    lib.cuMemHostRegister_v2.restype = ctypes.c_int
     return lib
 
 

@@ -1,0 +1,110 @@
+"""Page-locked host buffers for the CUDA ring, registered with the driver beside the load and kept for the next.
+
+Why not torch's pinned allocator: `cudaHostAlloc` holds the driver while it
+pins, so a helper thread pinning the ring's eight 16 MiB buffers stalled the
+loader's own copies for the 50-60 ms it took (on the H200 host the loader's
+thread queued 0.22 copies per ms beside it, 45 without). Memory the kernel
+faults in first (`MADV_POPULATE_WRITE`) and that is then registered with
+`cuMemHostRegister` took as long to pin, but the copies ran beside it at 43
+per ms (`bench/bench_pinning.py`): the ring copies through its first buffer
+while the others are pinned.
+
+Buffers are never unregistered: like torch's pinned allocator, the pool
+keeps them for the process's next load (a generate job loads several
+components), so only a process's first load pays for pinning. A buffer
+registered for a load that ended without giving it back stays held too:
+unmapped while registered, its address could not be registered again.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import threading
+from collections.abc import Callable, Iterable
+
+import torch
+
+from .cuda_copy import _driver
+
+_CUDA_SUCCESS = 0
+_REGISTER_PORTABLE = 1
+"""CU_MEMHOSTREGISTER_PORTABLE: page-locked for every context, so a kept buffer serves a later load on any device."""
+_MADV_POPULATE_WRITE = 23
+"""Faults every page of a range in, writable, in one call (Linux 5.14+); older kernels get the pages zeroed instead."""
+_libc = ctypes.CDLL(None, use_errno=True)  # through ctypes, so faulting the pages in releases the GIL
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_libc.madvise.restype = ctypes.c_int
+
+
+class PinFailed(RuntimeError):
+    """The driver refused to page-lock a buffer (the message says why); fall back to pageable memory."""
+
+
+class PinnedPool:
+    """Registered host buffers by size: `take` one (kept from an earlier load, else registered now) and
+    `give_back` them after the load. Safe to call from any thread."""
+
+    def __init__(self, driver: Callable[[], object | None] = _driver):
+        self._driver = driver
+        self._lock = threading.Lock()
+        self._registered: dict[int, torch.Tensor] = {}
+        """Every buffer this pool registered, by address, held for the life of the process."""
+        self._free: dict[int, set[int]] = {}
+        """Addresses of the buffers given back, by size."""
+
+    def available(self) -> bool:
+        """Whether buffers can be registered here (the CUDA driver library loads)."""
+        return self._driver() is not None
+
+    def take(self, size: int, context: int) -> torch.Tensor:
+        """A page-locked, page-aligned uint8 buffer of `size` bytes: one given back earlier, else one
+        registered now with CUDA context `context` made current on the calling thread. PinFailed where
+        the driver refuses."""
+        with self._lock:
+            free = self._free.get(size)
+            if free:
+                return self._registered[free.pop()]
+        buffer = self._register(size, context)
+        with self._lock:
+            self._registered[buffer.data_ptr()] = buffer
+        return buffer
+
+    def give_back(self, buffers: Iterable[torch.Tensor]) -> None:
+        """Make the buffers this pool registered free for the next `take` (views of one count once);
+        others (torch's pinned or pageable memory) are ignored."""
+        with self._lock:
+            for b in buffers:
+                mine = self._registered.get(b.data_ptr())
+                if mine is not None and b.numel() == mine.numel():
+                    self._free.setdefault(mine.numel(), set()).add(b.data_ptr())
+
+    def _register(self, size: int, context: int) -> torch.Tensor:
+        lib = self._driver()
+        if lib is None:
+            raise PinFailed("the CUDA driver library (libcuda.so.1) is not loadable")
+        area = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        buffer = torch.frombuffer(area, dtype=torch.uint8)  # holds the mapping as long as the tensor lives
+        if _libc.madvise(buffer.data_ptr(), size, _MADV_POPULATE_WRITE) != 0:
+            buffer.zero_()
+        result = lib.cuCtxSetCurrent(context)
+        if result == _CUDA_SUCCESS:
+            result = lib.cuMemHostRegister_v2(buffer.data_ptr(), size, _REGISTER_PORTABLE)
+        if result != _CUDA_SUCCESS:
+            raise PinFailed(f"page-locking {size} bytes of host memory failed: CUDA driver error {result}")
+        return buffer
+
+
+def current_context() -> int | None:
+    """The CUDA context current on the calling thread (for `PinnedPool.take` on a helper), or None."""
+    lib = _driver()
+    if lib is None:
+        return None
+    context = ctypes.c_void_p()
+    if lib.cuCtxGetCurrent(ctypes.byref(context)) != _CUDA_SUCCESS or not context.value:
+        return None
+    return context.value
+
+
+POOL = PinnedPool()
+"""The process's pool, shared by every load."""

@@ -1,0 +1,69 @@
+"""The ring's pool of registered host buffers, against a fake of the CUDA driver (no GPU here; the `gpu`
+tests in test_stream_ring.py run the real registration on the GPU host)."""
+
+from __future__ import annotations
+
+import mmap
+
+import pytest
+import torch
+
+from loader.pinned import PinFailed, PinnedPool
+
+
+class FakeDriver:
+    """The two driver calls the pool makes, recording their arguments; `refuse` makes registration fail."""
+
+    def __init__(self, refuse: int = 0):
+        self.refuse = refuse
+        self.contexts: list[int] = []
+        self.registered: list[tuple[int, int, int]] = []
+
+    def cuCtxSetCurrent(self, context):
+        self.contexts.append(context)
+        return 0
+
+    def cuMemHostRegister_v2(self, address, size, flags):
+        if self.refuse:
+            return self.refuse
+        self.registered.append((address, size, flags))
+        return 0
+
+
+def test_a_buffer_is_registered_once_with_the_callers_context_and_reused_after_it_is_given_back():
+    driver = FakeDriver()
+    pool = PinnedPool(lambda: driver)
+    first = pool.take(1 << 20, context=7)
+    assert first.numel() == 1 << 20 and first.dtype == torch.uint8
+    assert first.data_ptr() % mmap.PAGESIZE == 0 and int(first.sum()) == 0
+    assert driver.contexts == [7] and driver.registered == [(first.data_ptr(), 1 << 20, 1)]  # portable
+    second = pool.take(1 << 20, context=7)
+    assert second.data_ptr() != first.data_ptr() and len(driver.registered) == 2
+    pool.give_back([first, first[: 1 << 20], torch.empty(1 << 20, dtype=torch.uint8)])  # a view counts once
+    again = pool.take(1 << 20, context=7)
+    assert again.data_ptr() == first.data_ptr() and len(driver.registered) == 2
+    fresh = pool.take(1 << 20, context=7)
+    assert fresh.data_ptr() not in (first.data_ptr(), second.data_ptr()) and len(driver.registered) == 3
+
+
+def test_buffers_are_kept_by_size_and_a_part_of_one_is_not_taken_for_the_whole():
+    pool = PinnedPool(lambda: FakeDriver())
+    big = pool.take(2 << 20, context=1)
+    pool.give_back([big[: 1 << 20]])
+    assert pool.take(2 << 20, context=1).data_ptr() != big.data_ptr()
+    pool.give_back([big])
+    assert pool.take(1 << 20, context=1).data_ptr() != big.data_ptr()
+    assert pool.take(2 << 20, context=1).data_ptr() == big.data_ptr()
+
+
+def test_a_refused_registration_is_pin_failed_naming_the_size_and_the_driver_error():
+    pool = PinnedPool(lambda: FakeDriver(refuse=2))
+    with pytest.raises(PinFailed, match=r"page-locking 4096 bytes of host memory failed: CUDA driver error 2"):
+        pool.take(4096, context=1)
+
+
+def test_without_a_driver_library_nothing_registers():
+    pool = PinnedPool(lambda: None)
+    assert not pool.available()
+    with pytest.raises(PinFailed, match="libcuda.so.1"):
+        pool.take(4096, context=1)
