@@ -82,9 +82,11 @@ def load_checkpoint(
     module, keep_fp32 = _registered_module(comp, module)
     policy = DtypePolicy.build(dtype, dtype_overrides, keep_fp32)
     planned = [PlannedTarget(t, policy.target_dtype(t.name, t.sources[0].torch_dtype)) for t in targets]
-    if module is None:
+    if module is None:  # built from the plan itself, so every name and shape matches: nothing to check
         module = build_skeleton((p.name, p.target.shape, p.dtype) for p in planned)
-    plan, missing, unexpected = _match_module(module, planned, skipped, comp, strict)
+        plan, missing, unexpected = LoadPlan(targets=planned, dropped=list(skipped)), [], []
+    else:
+        plan, missing, unexpected = _match_module(module, planned, skipped, comp, strict)
     report = LoadReport(
         mode=placement.name,
         device=str(target_device),

@@ -286,21 +286,25 @@ def read_shard_header(path: Path) -> tuple[ShardMeta | None, list[str]]:
 
 
 def _parse_entry(shard: ShardMeta, tname: str, entry: object) -> tuple[TensorMeta | None, str | None]:
-    where = f"{shard.path.name}: tensor {tname!r}"
-    if not isinstance(entry, dict):
-        return None, f"{where}: entry is not an object"
+    problem = _entry_problem(entry)
+    if problem:
+        return None, f"{shard.path.name}: tensor {tname!r}: {problem}"
+    shape, (begin, end) = entry["shape"], entry["data_offsets"]
+    return TensorMeta(tname, entry["dtype"], tuple(shape), shard.path, (begin, end), shard.data_start), None
+
+
+def _entry_problem(entry: object) -> str | None:
+    """What is wrong with one header entry, or None (`type(x) is int` also refuses JSON's true and false)."""
+    if type(entry) is not dict:
+        return "entry is not an object"
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if not isinstance(dtype, str):
-        return None, f"{where}: dtype is {dtype!r}, expected a string"
-    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-        return None, f"{where}: shape is {shape!r}, expected a list of non-negative integers"
-    if (
-        not isinstance(offsets, list)
-        or len(offsets) != 2
-        or not all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in offsets)
-    ):
-        return None, f"{where}: data_offsets is {offsets!r}, expected [begin, end] non-negative integers"
-    return TensorMeta(tname, dtype, tuple(shape), shard.path, (offsets[0], offsets[1]), shard.data_start), None
+    if type(dtype) is not str:
+        return f"dtype is {dtype!r}, expected a string"
+    if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
+        return f"shape is {shape!r}, expected a list of non-negative integers"
+    if type(offsets) is not list or len(offsets) != 2 or not all(type(o) is int and o >= 0 for o in offsets):
+        return f"data_offsets is {offsets!r}, expected [begin, end] non-negative integers"
+    return None
 
 
 def _read_json(path: Path, problems: list[str]) -> object | None:

@@ -43,19 +43,22 @@ def read_json_file(path: Path) -> object:
 
 
 def _depth(value: object) -> int:
-    """Nesting depth of a parsed value, iteratively (a deep value must not recurse here either)."""
+    """Nesting depth of a parsed value, iteratively (a deep value must not recurse here either).
+
+    Only containers go on the stack: a shard header is mostly short lists of
+    integers, and stacking each integer made this scan cost three times the
+    parse itself.
+    """
+    containers = (dict, list)  # exactly what json.loads builds
     deepest = 0
-    stack = [(value, 1)]
+    stack = [(value, 1)] if type(value) in containers else []
     while stack:
         item, level = stack.pop()
-        if isinstance(item, dict):
-            children = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, level)
-        if deepest > MAX_JSON_DEPTH:
-            return deepest
-        stack.extend((child, level + 1) for child in children)
+        if level > deepest:
+            deepest = level
+            if deepest > MAX_JSON_DEPTH:
+                return deepest
+        for child in item.values() if type(item) is dict else item:
+            if type(child) in containers:
+                stack.append((child, level + 1))
     return deepest

@@ -43,23 +43,23 @@ def _validate_shard(shard: ShardMeta) -> list[str]:
     data_size = shard.size - shard.data_start
     spans = []
     for t in shard.tensors:
-        where = f"{shard.path.name}: tensor {t.name!r}"
         begin, end = t.data_offsets
+        found = []
         if t.dtype not in SAFETENSORS_DTYPES:
-            problems.append(f"{where} has unknown dtype {t.dtype!r}; known: {', '.join(sorted(SAFETENSORS_DTYPES))}")
+            found.append(f"has unknown dtype {t.dtype!r}; known: {', '.join(sorted(SAFETENSORS_DTYPES))}")
         elif t.numel * itemsize(t.dtype) != end - begin:
-            problems.append(
-                f"{where} has shape {t.shape} x {t.dtype} = {t.numel * itemsize(t.dtype)} bytes,"
+            found.append(
+                f"has shape {t.shape} x {t.dtype} = {t.numel * itemsize(t.dtype)} bytes,"
                 f" but its data_offsets span {end - begin} bytes"
             )
         if end < begin:
-            problems.append(f"{where} has data_offsets [{begin}, {end}] that end before they begin")
-            continue
-        if end > data_size:
-            problems.append(
-                f"{where} has data_offsets [{begin}, {end}] past the end of the {data_size}-byte data area (truncated?)"
-            )
-        spans.append((begin, end, t.name))
+            found.append(f"has data_offsets [{begin}, {end}] that end before they begin")
+        elif end > data_size:
+            found.append(f"has data_offsets [{begin}, {end}] past the end of the {data_size}-byte data area (truncated?)")
+        if found:  # the tensor's name is formatted only for a problem: a sound header has 639 of them
+            problems += [f"{shard.path.name}: tensor {t.name!r} {text}" for text in found]
+        if end >= begin:
+            spans.append((begin, end, t.name))
     spans.sort()
     for (b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:]):
         if b1 < e0 and e1 > b1:
