@@ -9,10 +9,6 @@ faults in first (`MADV_POPULATE_WRITE`) and that is then registered with
 per ms (`bench/bench_pinning.py`): the ring copies through its first buffer
 while the others are pinned.
 
-`prepare` starts registering a load's buffers on a helper as soon as their
-size is known, before the ring that takes them exists; `take` waits for one
-on its way rather than register another.
-
 Buffers are never unregistered: like torch's pinned allocator, the pool
 keeps them for the process's next load (a generate job loads several
 components), so only a process's first load pays for pinning. A buffer
@@ -26,7 +22,6 @@ import ctypes
 import mmap
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -52,62 +47,33 @@ class PinnedPool:
 
     def __init__(self, driver: Callable[[], object | None] = _driver):
         self._driver = driver
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
         self._registered: dict[int, torch.Tensor] = {}
         """Every buffer this pool registered, by address, held for the life of the process."""
         self._free: dict[int, set[int]] = {}
-        """Addresses of the buffers given back (or prepared), by size."""
-        self._coming: dict[int, int] = {}
-        """Registrations `prepare` started and that have not ended, by size."""
+        """Addresses of the buffers given back, by size."""
 
     def available(self) -> bool:
         """Whether buffers can be registered here (the CUDA driver library loads)."""
         return self._driver() is not None
 
-    def prepare(self, size: int, count: int, context: int) -> None:
-        """Start registering buffers of `size` on a helper (with CUDA context `context`) until `count` of
-        them are free or on their way; returns at once."""
-        with self._changed:
-            short = count - len(self._free.get(size, ())) - self._coming.get(size, 0)
-            if short <= 0:
-                return
-            self._coming[size] = self._coming.get(size, 0) + short
-        helper = ThreadPoolExecutor(1, thread_name_prefix="drainboard-pin")
-        for _ in range(short):
-            helper.submit(self._register_free, size, context)
-        helper.shutdown(wait=False)
-
     def take(self, size: int, context: int) -> torch.Tensor:
-        """A page-locked, page-aligned uint8 buffer of `size` bytes: a free one (waiting for one `prepare`
-        has on its way), else one registered now with CUDA context `context` made current on the calling
-        thread. PinFailed where the driver refuses."""
-        with self._changed:
-            while not self._free.get(size) and self._coming.get(size, 0):
-                self._changed.wait()
+        """A page-locked, page-aligned uint8 buffer of `size` bytes: one given back earlier, else one
+        registered now with CUDA context `context` made current on the calling thread. PinFailed where
+        the driver refuses."""
+        with self._lock:
             free = self._free.get(size)
             if free:
                 return self._registered[free.pop()]
         buffer = self._register(size, context)
-        with self._changed:
+        with self._lock:
             self._registered[buffer.data_ptr()] = buffer
         return buffer
-
-    def _register_free(self, size: int, context: int) -> None:
-        try:
-            buffer = self._register(size, context)
-        except PinFailed:
-            buffer = None  # `take` then registers for itself, and raises the driver's refusal there
-        with self._changed:
-            self._coming[size] -= 1
-            if buffer is not None:
-                self._registered[buffer.data_ptr()] = buffer
-                self._free.setdefault(size, set()).add(buffer.data_ptr())
-            self._changed.notify_all()
 
     def give_back(self, buffers: Iterable[torch.Tensor]) -> None:
         """Make the buffers this pool registered free for the next `take` (views of one count once);
         others (torch's pinned or pageable memory) are ignored."""
-        with self._changed:
+        with self._lock:
             for b in buffers:
                 mine = self._registered.get(b.data_ptr())
                 if mine is not None and b.numel() == mine.numel():
@@ -117,10 +83,7 @@ class PinnedPool:
         lib = self._driver()
         if lib is None:
             raise PinFailed("the CUDA driver library (libcuda.so.1) is not loadable")
-        try:
-            area = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        except OSError as exc:
-            raise PinFailed(f"mapping {size} bytes of host memory failed: {exc.strerror}") from None
+        area = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         buffer = torch.frombuffer(area, dtype=torch.uint8)  # holds the mapping as long as the tensor lives
         if _libc.madvise(buffer.data_ptr(), size, _MADV_POPULATE_WRITE) != 0:
             buffer.zero_()

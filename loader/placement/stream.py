@@ -37,7 +37,6 @@ import torch
 from ..checkpoint import TensorMeta
 from ..device import DeviceInfo, probe_device
 from ..errors import PlacementError
-from ..pinned import POOL, current_context
 from ..reading import byte_view, read_into_fresh
 from .base import LoadPlan, Placement, PlacementContext, PlannedTarget, register_placement
 from .files import OpenFiles, mostly_uncached, sampled_residency
@@ -203,9 +202,6 @@ class StreamPlacement(Placement):
         self.last_ring = self.last_geometry = None
         threads = self.reader_threads(cuda)
         pool = ThreadPoolExecutor(threads, thread_name_prefix="drainboard-read") if threads > 1 else None
-        ring_bytes = sum(m.nbytes for p in plan.targets if kinds[p.name] == "ring" for m in p.sources)
-        if ring_bytes and self.pin:
-            self._pin_ahead(ctx.device, self._geometry(ring_bytes, info, threads, disk=False))
         ring_files = {m.file for p in plan.targets if kinds[p.name] == "ring" for m in p.sources}
         residency = sampled_residency(ring_files) if self.direct_io is None else {}
         files = OpenFiles(plan, self.readahead_bytes, direct_io=self.direct_io, drop_page_cache=drop, residency=residency)
@@ -215,8 +211,13 @@ class StreamPlacement(Placement):
             buffers=self.staging_buffers or 4, threads=threads, pin=self.pin,
         )
         ring = None
+        ring_bytes = sum(m.nbytes for p in plan.targets if kinds[p.name] == "ring" for m in p.sources)
         if ring_bytes:
-            self.last_geometry = g = self._geometry(ring_bytes, info, threads, disk=self._reads_disk(residency))
+            self.last_geometry = ring_geometry(
+                ring_bytes, info, threads=threads, chunk_bytes=self.ring_chunk_bytes, buffers=self.staging_buffers,
+                available=_mem_available(), read_bytes=self.ring_read_bytes, disk=self._reads_disk(residency),
+            )
+            g = self.last_geometry
             ring = RangeRing(
                 ctx.device, pool, files, buffers=g.buffers, chunk_bytes=g.chunk_bytes, read_bytes=g.read_bytes,
                 pin=self.pin, copy_streams=self.copy_streams,
@@ -305,25 +306,6 @@ class StreamPlacement(Placement):
         future = helper.submit(reserve)
         helper.shutdown(wait=False)
         return future
-
-    def _geometry(self, ring_bytes: int, info: DeviceInfo, threads: int, *, disk: bool) -> RingGeometry:
-        return ring_geometry(
-            ring_bytes, info, threads=threads, chunk_bytes=self.ring_chunk_bytes, buffers=self.staging_buffers,
-            available=_mem_available(), read_bytes=self.ring_read_bytes, disk=disk,
-        )
-
-    @staticmethod
-    def _pin_ahead(device: torch.device, geometry: RingGeometry) -> None:
-        """Start pinning the ring's buffers before the page cache is sampled and the ring is built: their size
-        does not depend on the cache, and the warm ring's count is the least a ring of any cache state
-        holds. The first 16 MiB took 5-10 ms to register on the H200 host, most of the set-up before the
-        first read (`loader.pinned`)."""
-        if not POOL.available():
-            return
-        with torch.cuda.device(device):
-            context = current_context()
-        if context is not None:
-            POOL.prepare(geometry.chunk_bytes, geometry.buffers, context)
 
     @property
     def _direct_read_bytes(self) -> int:

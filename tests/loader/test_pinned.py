@@ -4,7 +4,6 @@ tests in test_stream_ring.py run the real registration on the GPU host)."""
 from __future__ import annotations
 
 import mmap
-import time
 
 import pytest
 import torch
@@ -15,8 +14,8 @@ from loader.pinned import PinFailed, PinnedPool
 class FakeDriver:
     """The two driver calls the pool makes, recording their arguments; `refuse` makes registration fail."""
 
-    def __init__(self, refuse: int = 0, seconds: float = 0.0):
-        self.refuse, self.seconds = refuse, seconds
+    def __init__(self, refuse: int = 0):
+        self.refuse = refuse
         self.contexts: list[int] = []
         self.registered: list[tuple[int, int, int]] = []
 
@@ -25,7 +24,6 @@ class FakeDriver:
         return 0
 
     def cuMemHostRegister_v2(self, address, size, flags):
-        time.sleep(self.seconds)
         if self.refuse:
             return self.refuse
         self.registered.append((address, size, flags))
@@ -68,27 +66,4 @@ def test_without_a_driver_library_nothing_registers():
     pool = PinnedPool(lambda: None)
     assert not pool.available()
     with pytest.raises(PinFailed, match="libcuda.so.1"):
-        pool.take(4096, context=1)
-
-
-def test_take_waits_for_the_buffers_prepare_has_on_the_way_instead_of_registering_more():
-    driver = FakeDriver(seconds=0.05)
-    pool = PinnedPool(lambda: driver)
-    pool.prepare(1 << 20, 3, context=5)
-    pool.prepare(1 << 20, 3, context=5)  # already on their way: nothing more
-    start = time.perf_counter()
-    taken = [pool.take(1 << 20, context=5) for _ in range(3)]
-    assert time.perf_counter() - start >= 0.1  # it waited for the helper's registrations
-    assert len({t.data_ptr() for t in taken}) == 3 and len(driver.registered) == 3
-    assert pool.take(1 << 20, context=5) is not None and len(driver.registered) == 4  # none left: a new one
-    pool.give_back(taken)
-    pool.prepare(1 << 20, 2, context=5)  # two are free already
-    time.sleep(0.1)
-    assert len(driver.registered) == 4
-
-
-def test_a_refused_prepared_registration_ends_in_pin_failed_at_take():
-    pool = PinnedPool(lambda: FakeDriver(refuse=999, seconds=0.01))
-    pool.prepare(4096, 2, context=1)
-    with pytest.raises(PinFailed, match="CUDA driver error 999"):
         pool.take(4096, context=1)
