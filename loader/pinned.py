@@ -83,7 +83,10 @@ class PinnedPool:
         lib = self._driver()
         if lib is None:
             raise PinFailed("the CUDA driver library (libcuda.so.1) is not loadable")
-        area = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        try:
+            area = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        except OSError as exc:
+            raise PinFailed(f"mapping {size} bytes of host memory failed: {exc.strerror}") from None
         buffer = torch.frombuffer(area, dtype=torch.uint8)  # holds the mapping as long as the tensor lives
         if _libc.madvise(buffer.data_ptr(), size, _MADV_POPULATE_WRITE) != 0:
             buffer.zero_()

@@ -67,3 +67,16 @@ def test_without_a_driver_library_nothing_registers():
     assert not pool.available()
     with pytest.raises(PinFailed, match="libcuda.so.1"):
         pool.take(4096, context=1)
+
+
+def test_host_memory_that_cannot_be_mapped_is_pin_failed_too(monkeypatch):
+    import errno
+
+    import loader.pinned as pinned
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    monkeypatch.setattr(pinned.mmap, "mmap", refuse)
+    with pytest.raises(PinFailed, match="mapping 4096 bytes of host memory failed: Cannot allocate memory"):
+        PinnedPool(lambda: FakeDriver()).take(4096, context=1)
