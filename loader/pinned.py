@@ -26,15 +26,11 @@ from collections.abc import Callable, Iterable
 import torch
 
 from .cuda_copy import _driver
+from .reading import byte_view, populate
 
 _CUDA_SUCCESS = 0
 _REGISTER_PORTABLE = 1
 """CU_MEMHOSTREGISTER_PORTABLE: page-locked for every context, so a kept buffer serves a later load on any device."""
-_MADV_POPULATE_WRITE = 23
-"""Faults every page of a range in, writable, in one call (Linux 5.14+); older kernels get the pages zeroed instead."""
-_libc = ctypes.CDLL(None, use_errno=True)  # through ctypes, so faulting the pages in releases the GIL
-_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-_libc.madvise.restype = ctypes.c_int
 
 
 class PinFailed(RuntimeError):
@@ -88,8 +84,8 @@ class PinnedPool:
         except OSError as exc:
             raise PinFailed(f"mapping {size} bytes of host memory failed: {exc.strerror}") from None
         buffer = torch.frombuffer(area, dtype=torch.uint8)  # holds the mapping as long as the tensor lives
-        if _libc.madvise(buffer.data_ptr(), size, _MADV_POPULATE_WRITE) != 0:
-            buffer.zero_()
+        if not populate(byte_view(buffer)):  # through ctypes, so faulting the pages in releases the GIL
+            buffer.zero_()  # kernels before 5.14: touch every page instead
         result = lib.cuCtxSetCurrent(context)
         if result == _CUDA_SUCCESS:
             result = lib.cuMemHostRegister_v2(buffer.data_ptr(), size, _REGISTER_PORTABLE)

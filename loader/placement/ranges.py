@@ -131,7 +131,7 @@ class RingStats:
     """Before the first chunk: opening the reader and the copiers, starting the pinning helper (`open`)."""
     reserve: float = 0.0
     """Waiting for the destinations' device memory to be reserved in one block (`PlacementContext.reserve`,
-    run on a helper thread from the start of the load, and timed by the placement)."""
+    timed by the placement; for a plan that starts with ring tensors, run on a helper from the load's start)."""
     plan: float = 0.0
     """Planning chunks, which allocates each tensor's destination as its first chunk is planned."""
     submit: float = 0.0
