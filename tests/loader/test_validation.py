@@ -89,6 +89,21 @@ def test_a_malformed_entry_names_the_field(tmp_path):
     assert "e.safetensors: tensor 'w': shape is [-1], expected a list of non-negative integers" in problem_for(path)
 
 
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        ([1], "entry is not an object"),
+        ({"dtype": 3, "shape": [1], "data_offsets": [0, 4]}, "dtype is 3, expected a string"),
+        ({"dtype": "F32", "shape": [True], "data_offsets": [0, 4]}, "shape is [True], expected a list of non-negative integers"),
+        ({"dtype": "F32", "shape": [1], "data_offsets": [0, False]}, "data_offsets is [0, False], expected [begin, end]"),
+        ({"dtype": "F32", "shape": [1], "data_offsets": [0, 4.0]}, "data_offsets is [0, 4.0], expected [begin, end]"),
+    ],
+)
+def test_each_malformed_field_is_named_and_json_booleans_are_not_integers(tmp_path, entry, said):
+    path = write_raw(tmp_path / "f.safetensors", {"w": entry}, bytes(4))
+    assert f"f.safetensors: tensor 'w': {said}" in problem_for(path)
+
+
 def test_every_problem_is_listed_in_one_error(tmp_path):
     path = write_raw(
         tmp_path / "many.safetensors",
