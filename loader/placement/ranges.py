@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint import TensorMeta
-from ..cuda_copy import DriverCopier
+from ..cuda_copy import DriverCopier, copy_streams_for
 from ..errors import CheckpointError, PlacementError
 from ..pinned import POOL, current_context
 from ..uring import ReadQueue, UringUnavailable
@@ -269,9 +269,7 @@ class RangeRing:
         """Buffers whose copies are queued on the device, oldest first (each waits on its event)."""
         self._driver_copies = driver_copies and self._cuda
         self._copiers: list[DriverCopier | None] = []
-        self._streams = [torch.cuda.Stream(device) for _ in range(max(copy_streams, 1))] if self._cuda else []
-        for s in self._streams:
-            s.wait_stream(torch.cuda.current_stream(device))
+        self._streams = copy_streams_for(device, max(copy_streams, 1)) if self._cuda else []
         self._flight: deque[tuple[Chunk, int, list]] = deque()
         self._reader = reader
         self._readers = readers

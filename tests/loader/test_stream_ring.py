@@ -563,3 +563,24 @@ def test_the_ring_pins_by_registering_with_the_driver_and_a_second_load_reuses_t
     source = {k: v for s in shards for k, v in s.items()}
     for module in (first, second):
         assert all(torch.equal(t.cpu(), source[k]) for k, t in module.state_dict().items())
+
+
+@pytest.mark.gpu
+@gpu
+def test_the_rings_copy_streams_come_from_the_driver_are_kept_and_follow_the_current_stream():
+    from loader.cuda_copy import copy_streams_for
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    first = copy_streams_for(device, 2)
+    again = copy_streams_for(device, 1)
+    assert all(isinstance(s, torch.cuda.ExternalStream) for s in first)
+    assert len({s.cuda_stream for s in first}) == 2 and again[0].cuda_stream == first[0].cuda_stream
+    # Work queued on the current stream before the streams are handed out runs before what they queue.
+    source = torch.ones(1 << 26, device=device)
+    source.mul_(3)
+    out = torch.empty_like(source)
+    (stream,) = copy_streams_for(device, 1)
+    with torch.cuda.stream(stream):
+        out.copy_(source)
+    stream.synchronize()
+    assert bool((out == 3).all())
