@@ -58,6 +58,7 @@ def main() -> None:
     report = LoadReport(mode=placement.name, device=str(target), tensors_total=len(plan.targets))
     mark("plan and report")
     firsts = _time_first_calls()
+    allocations = _time_allocations(8)
     fill_start = time.perf_counter()
     api._fill(placement, plan, module, target, report, None, None)
     mark("fill (the load itself, its baseline and last samples)")
@@ -73,10 +74,35 @@ def main() -> None:
     print("first calls inside the fill (ms from its start: start - end):")
     for name, (a, b) in sorted(firsts.items(), key=lambda kv: kv[1][0]):
         print(f"  {name:53} {1e3 * (a - fill_start):8.1f} - {1e3 * (b - fill_start):6.1f}")
+    print(f"the first {len(allocations)} destinations (ms from the fill's start: start - end, bytes):")
+    for a, b, nbytes in allocations:
+        print(f"  {'':53} {1e3 * (a - fill_start):8.1f} - {1e3 * (b - fill_start):6.1f}  {nbytes:>12,}")
+
+
+def _time_allocations(count: int) -> list[tuple[float, float, int]]:
+    """Wrap `PlacementContext.allocate` so its first `count` calls record (start, end, bytes): the first
+    destinations are allocated on the loader's thread while the helpers pin and reserve beside it."""
+    from loader.placement import base
+
+    plain = base.PlacementContext.allocate
+    calls: list[tuple[float, float, int]] = []
+
+    def wrapper(self, planned):
+        t = time.perf_counter()
+        try:
+            return plain(self, planned)
+        finally:
+            if len(calls) < count:
+                calls.append((t, time.perf_counter(), planned.nbytes))
+
+    base.PlacementContext.allocate = wrapper
+    return calls
 
 
 def _time_first_calls() -> dict[str, tuple[float, float]]:
     """Wrap the fill's set-up steps so the first call of each records its (start, end) perf_counter."""
+    import torch
+
     from loader import cuda_copy, report, uring
     from loader.placement import base, ranges, stream
 
@@ -99,7 +125,8 @@ def _time_first_calls() -> dict[str, tuple[float, float]]:
     timed(cuda_copy.DriverCopier, "copy")
     timed(uring.ReadQueue, "complete")
     timed(base.PlacementContext, "reserve")
-    timed(base.PlacementContext, "allocate")
+    timed(torch.cuda, "Stream")
+    timed(torch.cuda, "Event")
     for attr in ("probe_device", "sampled_residency", "OpenFiles", "ring_geometry", "RangeRing", "Staging", "_mem_available"):
         timed(stream, attr)
     for attr in ("open", "start_pinning", "_open_reader", "_open_copiers", "_take_free", "_buffer", "_submit", "_retire"):
