@@ -4,10 +4,11 @@ Why not torch's pinned allocator: `cudaHostAlloc` holds the driver while it
 pins, so a helper thread pinning the ring's eight 16 MiB buffers stalled the
 loader's own copies for the 50-60 ms it took (on the H200 host the loader's
 thread queued 0.22 copies per ms beside it, 45 without). Memory the kernel
-faults in first (`MADV_POPULATE_WRITE`) and that is then registered with
-`cuMemHostRegister` took as long to pin, but the copies ran beside it at 43
-per ms (`bench/bench_pinning.py`): the ring copies through its first buffer
-while the others are pinned.
+faults in first (`MADV_POPULATE_WRITE` in that measurement, the mapping's
+own `MAP_POPULATE` now) and that is then registered with `cuMemHostRegister`
+took as long to pin, but the copies ran beside it at 43 per ms
+(`bench/bench_pinning.py`): the ring copies through its first buffer while
+the others are pinned.
 
 Buffers are never unregistered: like torch's pinned allocator, the pool
 keeps them for the process's next load (a generate job loads several
@@ -31,6 +32,10 @@ from .reading import byte_view, populate
 _CUDA_SUCCESS = 0
 _REGISTER_PORTABLE = 1
 """CU_MEMHOSTREGISTER_PORTABLE: page-locked for every context, so a kept buffer serves a later load on any device."""
+
+
+_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+"""Linux's flag to fault a mapping in as it is made (pages it cannot fault in, registration faults in)."""
 
 
 class PinFailed(RuntimeError):
@@ -80,11 +85,13 @@ class PinnedPool:
         if lib is None:
             raise PinFailed("the CUDA driver library (libcuda.so.1) is not loadable")
         try:
-            area = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            # Faulted in by the mapping call itself, which releases the GIL: on the H200 host 16 MiB took
+            # 3.7-4.2 ms this way against 4.6-6.1 mapped first and then populated (bench/probe_ring_start.py).
+            area = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_POPULATE)
         except OSError as exc:
             raise PinFailed(f"mapping {size} bytes of host memory failed: {exc.strerror}") from None
         buffer = torch.frombuffer(area, dtype=torch.uint8)  # holds the mapping as long as the tensor lives
-        if not populate(byte_view(buffer)):  # through ctypes, so faulting the pages in releases the GIL
+        if not _MAP_POPULATE and not populate(byte_view(buffer)):
             buffer.zero_()  # kernels before 5.14: touch every page instead
         result = lib.cuCtxSetCurrent(context)
         if result == _CUDA_SUCCESS:
