@@ -59,6 +59,7 @@ def main() -> None:
     mark("plan and report")
     firsts = _time_first_calls()
     allocations = _time_allocations(8)
+    copies, pinned = _time_ramp()
     fill_start = time.perf_counter()
     api._fill(placement, plan, module, target, report, None, None)
     mark("fill (the load itself, its baseline and last samples)")
@@ -70,10 +71,16 @@ def main() -> None:
     for (_, a), (name, b) in zip(marks, marks[1:]):
         print(f"{name:55} {1e3 * (b - a):8.1f} ms")
     print(f"{'of which the report timed (load_seconds)':55} {1e3 * report.load_seconds:8.1f} ms")
+    print(f"{'total':55} {1e3 * total:8.1f} ms")
     print(f"{'outside the report clock':55} {1e3 * (total - report.load_seconds):8.1f} ms  ({len(tensors)} tensors)")
     print("first calls inside the fill (ms from its start: start - end):")
     for name, (a, b) in sorted(firsts.items(), key=lambda kv: kv[1][0]):
         print(f"  {name:53} {1e3 * (a - fill_start):8.1f} - {1e3 * (b - fill_start):6.1f}")
+    print("the ramp: ring buffers ready (helper's pinning, ms from the fill's start):",
+          " ".join(f"{1e3 * (t - fill_start):.1f}" for t in pinned))
+    marks_ms = (10, 20, 30, 40, 60, 80, 100, 150, 200)
+    issued = [sum(n for t, n in copies if t - fill_start <= ms / 1e3) for ms in marks_ms]
+    print("  copies queued by (ms: GB):", "  ".join(f"{ms}: {b / 1e9:.2f}" for ms, b in zip(marks_ms, issued)))
     print(f"the first {len(allocations)} destinations (ms from the fill's start: start - end, bytes):")
     for a, b, nbytes in allocations:
         print(f"  {'':53} {1e3 * (a - fill_start):8.1f} - {1e3 * (b - fill_start):6.1f}  {nbytes:>12,}")
@@ -97,6 +104,30 @@ def _time_allocations(count: int) -> list[tuple[float, float, int]]:
 
     base.PlacementContext.allocate = wrapper
     return calls
+
+
+def _time_ramp() -> tuple[list[tuple[float, int]], list[float]]:
+    """Record every driver copy the ring queues (when, bytes) and when each ring buffer's pinning ended:
+    a fresh process's ring runs on the buffers pinned so far."""
+    from loader import cuda_copy
+    from loader.placement import ranges
+
+    copies: list[tuple[float, int]] = []
+    pinned: list[float] = []
+    plain_copy, plain_allocate = cuda_copy.DriverCopier.copy, ranges.RangeRing._allocate
+
+    def copy(self, dst, src, nbytes):
+        copies.append((time.perf_counter(), nbytes))
+        return plain_copy(self, dst, src, nbytes)
+
+    def allocate(self, *args):
+        try:
+            return plain_allocate(self, *args)
+        finally:
+            pinned.append(time.perf_counter())
+
+    cuda_copy.DriverCopier.copy, ranges.RangeRing._allocate = copy, allocate
+    return copies, pinned
 
 
 def _time_first_calls() -> dict[str, tuple[float, float]]:
