@@ -5,7 +5,7 @@
 #   WHL=.whl bash bench/device_peers.sh              # PHASE=all (default): the peer table, warm, tmpfs and cold, ~6 min
 #       # (ROUNDS=N runs every case list N times over, interleaved, and adds a table of medians;
 #       #  CACHES="warm tmpfs" picks the cache states, to fit several rounds into one call; COLD_CASES="..." the
-#       #  cold list)
+#       #  cold list; EXTRA_CASES="stream[staging_buffers=12]" adds warm cases, e.g. a variant beside the default)
 #   WHL=.whl PHASE=explore VARIANTS="COPY_QUEUE=1 staging_buffers=12" bash bench/device_peers.sh
 #       # ring variants round-robin in one process (bench/bench_ring_variants.py), then stream against the
 #       # fastest peers, warm and tmpfs, ~4 min; TMPFS_VARIANTS="..." also runs variants on a copy in /dev/shm,
@@ -71,10 +71,10 @@ case "$PHASE" in
       --tmpfs-cases ${TMPFS_CASES:-stream instanttensor_buffered st_prefetch stream} \
       2>>"$OUT/peers.txt" | tee -a "$OUT/peers.txt" ;;
   *)
-    # shellcheck disable=SC2086  # CACHES and COLD_CASES are word lists
+    # shellcheck disable=SC2086  # CACHES, COLD_CASES and EXTRA_CASES are word lists
     $PY bench/bench_peers.py "${common[@]}" --cache ${CACHES:-warm tmpfs cold} --json "$OUT/peers_all.json" \
       --cases ceil_h2d ceil_read stream instanttensor_buffered instanttensor_mmap st_prefetch stream \
-              instanttensor_buffered \
+              instanttensor_buffered ${EXTRA_CASES:-} \
       --tmpfs-cases ceil_read stream instanttensor_buffered st_prefetch fastsafetensors stream instanttensor_buffered \
       --cold-cases ${COLD_CASES:-ceil_direct ceil_direct_seq stream instanttensor fastsafetensors} \
       2>>"$OUT/peers.txt" | tee -a "$OUT/peers.txt" ;;
