@@ -13,7 +13,7 @@ target device's (torch makes it current inside `torch.cuda.device(...)`).
 Callers fall back to torch's copies where it returns None.
 
 The copy streams come from the driver too (`copy_streams_for`): a process's first
-`torch.cuda.Stream` creates torch's whole stream pool, 3.2-3.9 ms on the
+`torch.cuda.Stream` creates torch's whole stream pool, 3.2-4.6 ms on the
 H200 host, all of it before the ring's first copy.
 """
 
