@@ -27,15 +27,10 @@ from collections.abc import Callable, Iterable
 import torch
 
 from .cuda_copy import _driver
-from .reading import byte_view, populate
 
 _CUDA_SUCCESS = 0
 _REGISTER_PORTABLE = 1
 """CU_MEMHOSTREGISTER_PORTABLE: page-locked for every context, so a kept buffer serves a later load on any device."""
-
-
-_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
-"""Linux's flag to fault a mapping in as it is made (pages it cannot fault in, registration faults in)."""
 
 
 class PinFailed(RuntimeError):
@@ -87,12 +82,10 @@ class PinnedPool:
         try:
             # Faulted in by the mapping call itself, which releases the GIL: on the H200 host 16 MiB took
             # 3.7-4.2 ms this way against 4.6-6.1 mapped first and then populated (bench/probe_ring_start.py).
-            area = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_POPULATE)
+            area = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
         except OSError as exc:
             raise PinFailed(f"mapping {size} bytes of host memory failed: {exc.strerror}") from None
         buffer = torch.frombuffer(area, dtype=torch.uint8)  # holds the mapping as long as the tensor lives
-        if not _MAP_POPULATE and not populate(byte_view(buffer)):
-            buffer.zero_()  # kernels before 5.14: touch every page instead
         result = lib.cuCtxSetCurrent(context)
         if result == _CUDA_SUCCESS:
             result = lib.cuMemHostRegister_v2(buffer.data_ptr(), size, _REGISTER_PORTABLE)
