@@ -9,13 +9,15 @@ ring meets them, after the same preparation as the peer bench's children:
 
 `--stream driver` makes the copy stream with `cuStreamCreate` and wraps it
 for torch (`torch.cuda.ExternalStream`) instead of taking one from torch's
-stream pool, whose first use creates the whole pool.
+stream pool, whose first use creates the whole pool. Last, it times ways to
+fault in fresh memory (madvise, MAP_POPULATE, huge pages, two threads).
 """
 from __future__ import annotations
 
 import ctypes
 import gc
 import mmap
+import os
 import sys
 import threading
 import time
@@ -80,8 +82,6 @@ def main() -> None:
     first = buffer("buffer 1")
     buffer("buffer 2")
     file = sorted(path.glob("*.safetensors"))[0]
-    import os
-
     fd = os.open(file, os.O_RDONLY)
     t = clock()
     queue = ReadQueue.open(64)
@@ -118,6 +118,48 @@ def main() -> None:
     print(f"  then its registration {ms(r)}; map, read and register {ms(t)}")
     os.close(fd)
     queue.close()
+    _fault_in_variants()
+
+
+def _fault_in_variants() -> None:
+    """Ways to fault in fresh anonymous memory, each on a fresh mapping (faulting in is most of pinning)."""
+    from loader.reading import populate
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    madv_hugepage = 14
+
+    def madvise_populate(size: int, huge: bool = False) -> None:
+        area = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        view = memoryview(area)
+        if huge:
+            address = ctypes.addressof(ctypes.c_char.from_buffer(view))
+            libc.madvise(ctypes.c_void_p(address), ctypes.c_size_t(size), madv_hugepage)
+        assert populate(view)
+        view.release()
+
+    def map_populate(size: int) -> None:
+        mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE).close()
+
+    def two_threads(size: int) -> None:
+        threads = [threading.Thread(target=madvise_populate, args=(size,)) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    for label, run, size in [
+        ("MADV_POPULATE_WRITE, 16 MiB", madvise_populate, 16 * _MiB),
+        ("MAP_POPULATE, 16 MiB", map_populate, 16 * _MiB),
+        ("MADV_HUGEPAGE then MADV_POPULATE_WRITE, 16 MiB", lambda n: madvise_populate(n, True), 16 * _MiB),
+        ("two threads, 16 MiB each", two_threads, 16 * _MiB),
+        ("MADV_POPULATE_WRITE, 128 MiB at once", madvise_populate, 128 * _MiB),
+        ("MAP_POPULATE, 128 MiB at once", map_populate, 128 * _MiB),
+        ("MADV_POPULATE_WRITE, 16 MiB", madvise_populate, 16 * _MiB),
+        ("MAP_POPULATE, 16 MiB", map_populate, 16 * _MiB),
+    ]:
+        t = time.perf_counter()
+        run(size)
+        print(f"fault in: {label:48} {1e3 * (time.perf_counter() - t):7.2f} ms")
 
 
 if __name__ == "__main__":
