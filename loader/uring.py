@@ -10,13 +10,19 @@ the caller runs during a load.
 
 The binding is the smallest that does that: `io_uring_setup` and
 `io_uring_enter` through libc's `syscall`, the rings mapped with `mmap`,
-submission entries written with `struct`. Python cannot issue memory
-barriers, so entries are only read after a syscall that covers them:
-submissions are handed over by `io_uring_enter` on the thread that wrote
-them, and completions are consumed only as many at a time as the
-`io_uring_enter` that just returned waited for (on x86 loads are ordered
-anyway; on arm64 this leans on the barriers of the kernel's wait path, and
-was not run on arm64 here).
+submission entries written with `struct`. After every `io_uring_enter` the
+queue reads the completion ring's tail and consumes exactly the entries
+posted up to it: a wait that a signal cuts short returns with fewer than it
+asked for (or none), and the queue then simply waits again. How many entries
+were handed over is read from the kernel's own submission head, not counted
+on our side, so an exception raised by a signal handler between two
+statements cannot leave the count wrong.
+
+Python cannot issue memory barriers. On x86 loads are not reordered with
+other loads, so reading the tail before the entries it covers is enough. On
+arm64 it is not (liburing reads the tail with an acquire load), so
+`auto_refusal` keeps the ring's default reader on threads there
+(docs/architecture.md, "io_uring on arm64").
 
 Where io_uring is missing or refused (old kernels, `kernel.io_uring_disabled`,
 container seccomp profiles), `ReadQueue.open` raises `UringUnavailable` and
@@ -36,6 +42,9 @@ _SYSCALLS = {"x86_64": (425, 426, 427), "aarch64": (425, 426, 427)}
 """(io_uring_setup, io_uring_enter, io_uring_register): the same numbers on both, from the generic syscall table."""
 _REGISTER_IOWQ_MAX_WORKERS = 19
 _OP_READ = 22
+_OP_ASYNC_CANCEL = 14
+_CANCEL_ID = 0
+"""user_data of the queue's cancel requests (read ids start at 1); their own completions are dropped."""
 _SQE_ASYNC = 1 << 4
 _ENTER_GETEVENTS = 1
 _FEAT_SINGLE_MMAP = 1
@@ -99,12 +108,11 @@ class ReadQueue:
         self._sq, self._sqes = rings[0], rings[-1]
         self._cq = rings[1] if len(rings) == 3 else rings[0]
         sq, cq = params.sq_off, params.cq_off
-        self._sq_tail, self._sq_array = sq.tail, sq.array
+        self._sq_head, self._sq_tail, self._sq_array = sq.head, sq.tail, sq.array
         self._sq_mask = _U32.unpack_from(self._sq, sq.ring_mask)[0]
-        self._cq_head, self._cqes = cq.head, cq.cqes
+        self._cq_head, self._cq_tail, self._cqes = cq.head, cq.tail, cq.cqes
         self._cq_mask = _U32.unpack_from(self._cq, cq.ring_mask)[0]
         self.depth = depth
-        self._unsubmitted = 0
         self._next_id = 1
         self._in_flight: set[int] = set()
         self._done: dict[int, int] = {}
@@ -157,15 +165,18 @@ class ReadQueue:
             raise RuntimeError(f"io_uring queue full: {self.depth} reads in flight")
         read_id = self._next_id
         self._next_id += 1
+        self._queue_entry(_OP_READ, _SQE_ASYNC if worker else 0, fd, offset, address, length, read_id)
+        self._in_flight.add(read_id)
+        return read_id
+
+    def _queue_entry(self, opcode: int, flags: int, fd: int, offset: int, address: int, length: int, user_data: int) -> None:
+        """Write one submission entry and publish it at the tail (the kernel takes it at the next enter)."""
         tail = _U32.unpack_from(self._sq, self._sq_tail)[0]
         index = tail & self._sq_mask
-        _SQE.pack_into(self._sqes, index * _SQE.size, _OP_READ, _SQE_ASYNC if worker else 0, 0, fd, offset, address,
-                       length, 0, read_id, 0, 0, 0, 0, 0)
+        _SQE.pack_into(self._sqes, index * _SQE.size, opcode, flags, 0, fd, offset, address, length, 0, user_data,
+                       0, 0, 0, 0, 0)
         _U32.pack_into(self._sq, self._sq_array + index * 4, index)
         _U32.pack_into(self._sq, self._sq_tail, (tail + 1) & 0xFFFFFFFF)
-        self._in_flight.add(read_id)
-        self._unsubmitted += 1
-        return read_id
 
     def limit_workers(self, workers: int) -> bool:
         """Let at most `workers` kernel worker threads run this queue's reads; False where the kernel
@@ -181,14 +192,14 @@ class ReadQueue:
 
     def flush(self) -> None:
         """Hand every queued read to the kernel (one syscall), without waiting."""
-        if self._unsubmitted:
+        if self._unsubmitted():
             self._enter(0)
 
     def wait(self, read_id: int) -> int:
-        """Block until read `read_id` completes; its byte count (short at end of file). OSError on failure."""
+        """Block until read `read_id` completes; its byte count (short at end of file). OSError on failure,
+        KeyError for an id that is neither in flight nor completed and not yet waited for."""
+        self._check_known([read_id])
         while read_id not in self._done:
-            if read_id not in self._in_flight:
-                raise KeyError(f"no read {read_id} in flight")
             self._enter(1)
         result = self._done.pop(read_id)
         if result < 0:
@@ -198,51 +209,106 @@ class ReadQueue:
     def complete(self, read_ids) -> None:
         """Block until every read of `read_ids` has completed, asking the kernel for all of them at once
         (their results are then returned by `wait` without another syscall)."""
+        read_ids = list(read_ids)
+        self._check_known(read_ids)
         missing = [i for i in read_ids if i not in self._done]
         while missing:
-            self._enter(min(len(missing), len(self._in_flight)) or 1)
+            self._enter(len(missing))
             missing = [i for i in missing if i not in self._done]
 
     def drain(self) -> None:
         """Wait for every read in flight (their buffers may be freed after this), dropping the results."""
         while self._in_flight:
-            self._enter(1)
+            self._enter(len(self._in_flight))
         self._done.clear()
 
+    def cancel_all(self) -> None:
+        """Ask the kernel to cancel every read in flight (IORING_OP_ASYNC_CANCEL); `drain` then waits for them.
+
+        A read a kernel worker has already started may still run to its end:
+        cancelling never frees a buffer early, only waiting does.
+        """
+        pending = sorted(self._in_flight)
+        while pending:
+            room = self._sq_mask + 1 - self._unsubmitted()
+            for read_id in pending[:room]:
+                self._queue_entry(_OP_ASYNC_CANCEL, 0, -1, 0, read_id, 0, _CANCEL_ID)
+            pending = pending[room:]
+            self._enter(0)
+
+    @property
+    def in_flight(self) -> int:
+        """Reads handed to `submit` whose completion has not been seen yet."""
+        return len(self._in_flight)
+
     def close(self) -> None:
-        """Drain, then unmap the rings and close the ring's descriptor (once)."""
+        """Cancel and wait for every read still in flight, then unmap the rings and close the ring's
+        descriptor (once).
+
+        If that is cut short (a signal handler raised, the kernel refused the
+        wait), it is done once more before the error goes on. Should even that
+        fail, the ring stays open and `in_flight` stays above 0: the caller
+        must then keep its buffers, which the kernel may still write.
+        """
         if self._fd < 0:
             return
         try:
-            self.drain()
+            self._settle()
+        except BaseException:
+            self._settle()
+            raise
         finally:
-            for ring in self._rings:
-                ring.close()
-            os.close(self._fd)
-            self._fd = -1
+            if not self._in_flight:
+                for ring in self._rings:
+                    ring.close()
+                os.close(self._fd)
+                self._fd = -1
+
+    def _settle(self) -> None:
+        """Cancel what is in flight and wait for all of it (a read already finished is not disturbed)."""
+        self.cancel_all()
+        self.drain()
+
+    def _check_known(self, read_ids: list[int]) -> None:
+        for read_id in read_ids:
+            if read_id not in self._done and read_id not in self._in_flight:
+                raise KeyError(f"no read {read_id} in flight")
+
+    def _unsubmitted(self) -> int:
+        """Entries written but not yet taken by the kernel (its head, read after the syscall that moved it)."""
+        return (_U32.unpack_from(self._sq, self._sq_tail)[0] - _U32.unpack_from(self._sq, self._sq_head)[0]) & 0xFFFFFFFF
 
     def _enter(self, wait: int) -> None:
-        """Hand queued entries to the kernel and, with `wait`, consume exactly that many completions."""
-        while True:
-            try:
-                _syscall(self._enter_number, ctypes.c_uint(self._fd), ctypes.c_uint(self._unsubmitted), ctypes.c_uint(wait),
-                         ctypes.c_uint(_ENTER_GETEVENTS if wait else 0), None, ctypes.c_size_t(0))
-                break
-            except OSError as exc:
-                if exc.errno != errno.EINTR:
-                    raise
-        self._unsubmitted = 0
-        if not wait:
-            return
-        # Only as many entries as the kernel just waited for: it checked the ring on this thread, which
-        # orders our reads of them after its writes on any CPU.
+        """Hand queued entries to the kernel and, with `wait`, block until that many completions are posted
+        or a signal arrives; then consume every completion posted so far (the caller loops until its reads
+        are done). EINTR is such a signal; the kernel submitting none of the queued entries is an error."""
+        queued = self._unsubmitted()
+        try:
+            submitted = _syscall(self._enter_number, ctypes.c_uint(self._fd), ctypes.c_uint(queued), ctypes.c_uint(wait),
+                                 ctypes.c_uint(_ENTER_GETEVENTS if wait else 0), None, ctypes.c_size_t(0))
+        except OSError as exc:
+            if exc.errno != errno.EINTR:
+                raise
+            submitted = None
+        self._reap()
+        if queued and submitted == 0:
+            raise OSError(errno.EAGAIN, f"io_uring_enter took none of {queued} queued entries")
+
+    def _reap(self) -> None:
+        """Consume the completion entries between the ring's head and its tail, moving the head per entry
+        (an exception between two entries leaves none consumed twice)."""
         head = _U32.unpack_from(self._cq, self._cq_head)[0]
-        for _ in range(wait):
+        tail = _U32.unpack_from(self._cq, self._cq_tail)[0]
+        while head != tail:
             read_id, result, _flags = _CQE.unpack_from(self._cq, self._cqes + (head & self._cq_mask) * _CQE.size)
             head = (head + 1) & 0xFFFFFFFF
-            self._in_flight.discard(read_id)
-            self._done[read_id] = result
-        _U32.pack_into(self._cq, self._cq_head, head)
+            if read_id != _CANCEL_ID and read_id not in self._in_flight:
+                _U32.pack_into(self._cq, self._cq_head, head)
+                raise RuntimeError(f"io_uring posted a completion for read {read_id}, which is not in flight")
+            if read_id != _CANCEL_ID:
+                self._done[read_id] = result
+                self._in_flight.discard(read_id)
+            _U32.pack_into(self._cq, self._cq_head, head)
 
     def __enter__(self) -> "ReadQueue":
         return self
