@@ -70,6 +70,11 @@ class LoadReport:
     """Why the ring read with threads, where io_uring was refused, or why io_uring's kernel workers ran uncapped."""
     ring_copier: str = ""
     """What queued the ring's host-to-device copies: "driver" (cuMemcpyHtoDAsync) or "torch"."""
+    ring_staging: str = ""
+    """What the ring's host buffers were: "registered" (cuMemHostRegister), "torch-pinned" (torch's pinned
+    allocator, where registration was refused, as on a GB10) or "pageable" (both refused)."""
+    ring_staging_note: str = ""
+    """Why the ring's buffers were not registered, where they were not."""
     loaded: list[str] = field(default_factory=list)
     """Target names placed."""
     missing: list[str] = field(default_factory=list)
@@ -129,10 +134,13 @@ class LoadMeter:
     def read(self, nbytes: int) -> None:
         self.report.bytes_read += nbytes
 
-    def ring_ran(self, reader: str, note: str, copier: str) -> None:
-        """`stream`'s CUDA ring read with `reader` ("io_uring" or "threads"; `note` says why not io_uring, or
-        why its workers ran uncapped) and copied with `copier` ("driver" or "torch")."""
-        self.report.ring_reader, self.report.ring_reader_note, self.report.ring_copier = reader, note, copier
+    def ring_ran(self, stats) -> None:
+        """`stream`'s CUDA ring ran (`stats`: its `RingStats`): what read its chunks ("io_uring" or "threads",
+        with why not io_uring or why its workers ran uncapped), what copied them ("driver" or "torch") and
+        what its host buffers were ("registered", "torch-pinned" or "pageable", with why)."""
+        r = self.report
+        r.ring_reader, r.ring_reader_note, r.ring_copier = stats.reader, stats.reader_note, stats.copier
+        r.ring_staging, r.ring_staging_note = stats.staging, stats.staging_note
 
     def dropped_page_cache(self) -> None:
         """The placement dropped every range it read from the page cache."""

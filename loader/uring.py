@@ -77,6 +77,25 @@ class _Params(ctypes.Structure):
     ]
 
 
+ORDERED_LOADS = ("x86_64",)
+"""CPUs whose loads are not reordered with other loads, so the queue's plain read of the completion tail
+orders the entries after it (x86's TSO). Elsewhere the ring's "auto" reader is threads (`auto_refusal`)."""
+
+
+def auto_refusal(machine: str | None = None) -> str | None:
+    """Why the ring should not pick io_uring by default on this CPU (`machine`: platform.machine()), or None.
+
+    On arm64 the completion entries can be read before the tail that covers
+    them without an acquire load, which Python cannot issue; no arm64 run has
+    checked it either. io_uring asked for explicitly still opens there.
+    """
+    machine = machine or platform.machine()
+    if machine in ORDERED_LOADS:
+        return None
+    return (f"io_uring is not the default reader on {machine}: this queue reads the completion ring without the "
+            "acquire ordering that CPU needs, so the ring reads with threads")
+
+
 class UringUnavailable(OSError):
     """io_uring cannot be used here (the message says why); read another way."""
 

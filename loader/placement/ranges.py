@@ -37,8 +37,9 @@ import torch
 from ..checkpoint import TensorMeta
 from ..cuda_copy import DriverCopier, copy_streams_for
 from ..errors import CheckpointError, PlacementError
-from ..pinned import POOL, current_context
-from ..uring import ReadQueue, UringUnavailable
+from ..pinned import POOL, HostStaging, current_context
+from ..uring import ReadQueue, UringUnavailable, auto_refusal
+
 
 COPY_QUEUE = 2
 """Buffers whose copies the ring keeps queued on the device before it waits for a copy to free one.
@@ -147,6 +148,11 @@ class RingStats:
     copier: str = ""
     """What queued the host-to-device copies: "driver" (cuMemcpyHtoDAsync) or "torch" (Tensor.copy_);
     empty on a CPU destination."""
+    staging: str = ""
+    """What the host buffers are: "registered" (`loader.pinned`, cuMemHostRegister), "torch-pinned"
+    (torch's pinned allocator, cudaHostAlloc) or "pageable"; empty on a CPU destination."""
+    staging_note: str = ""
+    """Why the buffers are not registered, where they are not (the refusals, in order)."""
 
 
 class FileHandles:
@@ -215,6 +221,11 @@ class _QueuedRead:
         return False
 
 
+_UNSETTLED: list[torch.Tensor] = []
+"""Buffers of rings whose io_uring reads could not be settled (cancelled and waited for): held for the
+life of the process, since the kernel may still write into them."""
+
+
 def _chunk_name(chunk: Chunk) -> str:
     """How errors name a chunk: its file and first tensor."""
     return f"{chunk.file.name}: tensor {chunk.parts[0][0].meta.name!r}"
@@ -277,7 +288,10 @@ class RangeRing:
         self._pinning: list[Future] = []
         """The helper's allocations, one per buffer, while pinning runs in the background."""
         self.pinned = self._pin
-        """Whether the host buffers ended up pinned (False after a failed pin: pageable fallback)."""
+        """Whether the host buffers ended up page-locked (False only where registration and torch's
+        pinned allocator both refused)."""
+        self.staging = HostStaging(POOL)
+        """Where the host buffers come from, and what was refused (see `loader.pinned.HostStaging`)."""
         self.allocated_bytes = 0
         """Host bytes held by the buffers allocated so far."""
         self.stats = RingStats()
@@ -323,28 +337,41 @@ class RangeRing:
         self.stats.final_sync += time.perf_counter() - t
 
     def cancel(self) -> None:
-        """Drop queued reads after a failure (reads not yet started are cancelled, running ones end)."""
+        """Drop queued reads after a failure: pool tasks not yet started are cancelled, and the io_uring
+        queue is closed, which cancels its reads and waits for them (`release` keeps the buffers if it
+        cannot)."""
         while self._flight:
             for f in self._flight.popleft()[2]:
                 f.cancel()
-        if self._queue is not None:
-            self._queue.drain()
+        self._close_queue()
 
     def release(self) -> None:
         """Wait for the copies and for every read in flight, then free the buffers and the queue."""
         self.finish()
         pinned = [f.result() for f in self._pinning if not f.cancel() and f.exception() is None]
         self._pinning = []
+        buffers = pinned + [b for b in self._buffers if b is not None]
+        self._buffers = [None] * self._count
+        self._free, self._copying = deque(range(self._count)), deque()
+        try:
+            self._close_queue()
+        except BaseException:
+            if self._queue is not None:  # reads may still land in them: never free or reuse these
+                _UNSETTLED.extend(buffers)
+            raise
+        POOL.give_back(buffers)  # no read or copy uses them now
+
+    def _close_queue(self) -> None:
         if self._queue is not None:
             self._queue.close()
             self._queue = None
-        POOL.give_back(pinned + [b for b in self._buffers if b is not None])  # no read or copy uses them now
-        self._buffers = [None] * self._count
-        self._free, self._copying = deque(range(self._count)), deque()
 
     def _open_reader(self) -> None:
         """io_uring for this run where asked and allowed, else the pool; the choice goes in the stats."""
-        if self._queue is None and self._reader != "threads":
+        refusal = auto_refusal() if self._reader == "auto" else None
+        if refusal:
+            self.stats.reader_note = refusal
+        elif self._queue is None and self._reader != "threads":
             parts = self._count * (self._chunk // self._read_bytes + 1)
             try:
                 self._queue = ReadQueue.open(parts)
@@ -412,21 +439,13 @@ class RangeRing:
             helper.shutdown(wait=False)
 
     def _allocate(self, context: int | None = None) -> torch.Tensor:
-        """One buffer: registered through `loader.pinned` with CUDA context `context`, else from torch's
-        pinned allocator; pageable (with alignment slack) once pinning has failed, or when not pinning."""
-        raw = None
-        if self.pinned:
-            try:
-                if context is not None:
-                    raw = POOL.take(self._chunk, context)
-                else:
-                    # Exactly chunk bytes: the pinned allocator rounds sizes up to a power of two and its
-                    # blocks start on a page, so asking for alignment slack would double the staging.
-                    raw = torch.empty(self._chunk, dtype=torch.uint8, pin_memory=True)
-            except RuntimeError:  # PinFailed, or torch's allocator refusing
-                self.pinned = False
+        """One buffer: page-locked through `self.staging` (registered with CUDA context `context`, else
+        torch's pinned allocator), pageable with alignment slack where both refused or when not pinning."""
+        raw = self.staging.allocate(self._chunk, context) if self._pin else None
         if raw is None or raw.data_ptr() % ALIGN:
             raw = torch.empty(self._chunk + ALIGN, dtype=torch.uint8)
+        self.pinned = self._pin and self.staging.path != "pageable"
+        self.stats.staging, self.stats.staging_note = self.staging.path if self._cuda else "", self.staging.note
         return raw
 
     def _submit(self, chunk: Chunk, buf: torch.Tensor) -> list:

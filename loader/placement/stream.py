@@ -264,7 +264,7 @@ class StreamPlacement(Placement):
             if ring is not None:
                 ring.finish()
                 self.last_ring = ring.stats
-                ctx.meter.ring_ran(ring.stats.reader, ring.stats.reader_note, ring.stats.copier)
+                ctx.meter.ring_ran(ring.stats)
         finally:
             if reservation is not None:
                 reservation.exception()  # no allocation of this load may outlive it

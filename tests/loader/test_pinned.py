@@ -8,7 +8,7 @@ import mmap
 import pytest
 import torch
 
-from loader.pinned import PinFailed, PinnedPool
+from loader.pinned import HostStaging, PinFailed, PinnedPool
 
 
 class FakeDriver:
@@ -80,3 +80,50 @@ def test_host_memory_that_cannot_be_mapped_is_pin_failed_too(monkeypatch):
     monkeypatch.setattr(pinned.mmap, "mmap", refuse)
     with pytest.raises(PinFailed, match="mapping 4096 bytes of host memory failed: Cannot allocate memory"):
         PinnedPool(lambda: FakeDriver()).take(4096, context=1)
+
+
+class FakeTorchPinned:
+    """torch's pinned allocator as the ring sees it: page-aligned memory, or a RuntimeError when `refuse`."""
+
+    def __init__(self, refuse: bool = False):
+        self.refuse = refuse
+        self.sizes: list[int] = []
+
+    def __call__(self, size: int) -> torch.Tensor:
+        if self.refuse:
+            raise RuntimeError("CUDA error: out of memory\nmore detail")
+        self.sizes.append(size)
+        return torch.frombuffer(mmap.mmap(-1, size), dtype=torch.uint8)
+
+
+def test_staging_registers_while_the_driver_accepts():
+    staging = HostStaging(PinnedPool(lambda: FakeDriver()), FakeTorchPinned())
+    assert staging.allocate(4096, context=1) is not None
+    assert staging.path == "registered" and staging.note == ""
+
+
+def test_a_refused_registration_falls_back_to_torchs_pinned_allocator_never_to_pageable(caplog):
+    """A GB10 refuses cuMemHostRegister (CUDA_ERROR_NOT_SUPPORTED, 801): the buffers come from torch's
+    pinned allocator, and registration is not asked again for the next buffers."""
+    driver, pinned = FakeDriver(refuse=801), FakeTorchPinned()
+    staging = HostStaging(PinnedPool(lambda: driver), pinned)
+    with caplog.at_level("WARNING", logger="loader.pinned"):
+        buffers = [staging.allocate(1 << 16, context=1) for _ in range(3)]
+    assert all(b is not None and b.numel() == 1 << 16 for b in buffers) and pinned.sizes == [1 << 16] * 3
+    assert staging.path == "torch-pinned"
+    assert staging.note == "registration refused (page-locking 65536 bytes of host memory failed: CUDA driver error 801); torch's pinned allocator instead"
+    assert len(driver.contexts) == 1 and len(caplog.records) == 1  # one refusal, logged once
+
+
+def test_pageable_only_when_both_refuse_and_the_note_says_both():
+    staging = HostStaging(PinnedPool(lambda: FakeDriver(refuse=801)), FakeTorchPinned(refuse=True))
+    assert staging.allocate(4096, context=1) is None and staging.path == "pageable"
+    assert "registration refused" in staging.note
+    assert staging.note.endswith("torch's pinned allocator refused (CUDA error: out of memory); pageable memory")
+
+
+def test_without_a_driver_context_torchs_allocator_is_used_and_the_note_says_why():
+    pinned = FakeTorchPinned()
+    staging = HostStaging(PinnedPool(lambda: None), pinned)
+    assert staging.allocate(4096, context=None) is not None and staging.path == "torch-pinned"
+    assert "no CUDA driver context" in staging.note and pinned.sizes == [4096]

@@ -462,6 +462,8 @@ def test_cuda_ring_places_every_tensor_bit_for_bit(writer, options):
         assert placement.last_ring is not None and placement.last_ring.chunks > 0
         assert report.ring_reader == ("threads" if options.get("io_uring") is False else "io_uring")
         assert report.ring_copier == ("torch" if options.get("driver_copies") is False else "driver")
+        assert report.ring_staging == ("pageable" if options.get("pin") is False else "registered")
+        assert report.to_dict()["ring_staging"] == report.ring_staging
     else:
         assert placement.last_ring is None
 
@@ -563,6 +565,24 @@ def test_the_ring_pins_by_registering_with_the_driver_and_a_second_load_reuses_t
     source = {k: v for s in shards for k, v in s.items()}
     for module in (first, second):
         assert all(torch.equal(t.cpu(), source[k]) for k, t in module.state_dict().items())
+
+
+@pytest.mark.gpu
+@gpu
+def test_a_refused_registration_pins_with_torch_and_the_report_says_so(writer, monkeypatch):
+    """As on a GB10, where cuMemHostRegister is not supported: the ring must not fall to pageable memory."""
+    from loader.pinned import POOL, PinFailed
+
+    def refuse(size, context):
+        raise PinFailed(f"page-locking {size} bytes of host memory failed: CUDA driver error 801")
+
+    monkeypatch.setattr(POOL, "_register", refuse)
+    path, source = _cuda_checkpoint(writer)
+    placement = get_placement("stream", staging_bytes=41 * ALIGN, staging_buffers=3)  # no buffer kept from another test
+    module, report = load_checkpoint(path, mode=placement, device="cuda")
+    state = module.state_dict()
+    assert all(torch.equal(state[k].cpu().view(torch.uint8), t.view(torch.uint8)) for k, t in source.items())
+    assert report.ring_staging == "torch-pinned" and "CUDA driver error 801" in report.ring_staging_note
 
 
 @pytest.mark.gpu
