@@ -445,7 +445,9 @@ class RangeRing:
         if raw is None or raw.data_ptr() % ALIGN:
             raw = torch.empty(self._chunk + ALIGN, dtype=torch.uint8)
         self.pinned = self._pin and self.staging.path != "pageable"
-        self.stats.staging, self.stats.staging_note = self.staging.path if self._cuda else "", self.staging.note
+        if self._cuda:
+            self.stats.staging = self.staging.path if self.pinned else "pageable"
+            self.stats.staging_note = self.staging.note
         return raw
 
     def _submit(self, chunk: Chunk, buf: torch.Tensor) -> list:

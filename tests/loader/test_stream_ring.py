@@ -248,6 +248,24 @@ def test_the_ring_reads_with_threads_where_io_uring_is_refused_and_says_why(writ
         _ring_load(path, direct_io=False, reader="io_uring")
 
 
+def test_on_aarch64_the_ring_reads_with_threads_unless_io_uring_is_asked_for(writer, monkeypatch):
+    """No arm64 host was at hand: the platform is faked. The queue's plain read of the completion tail is
+    ordered only on x86, so "auto" must not pick io_uring elsewhere."""
+    from loader import uring
+
+    monkeypatch.setattr(uring.platform, "machine", lambda: "aarch64")
+    shards = _shards()
+    path = writer(shards)
+    source = {k: v.view(-1).view(torch.uint8) for s in shards for k, v in s.items()}
+    outs, _, stats = _ring_load(path, direct_io=False, reader="auto")
+    assert stats.reader == "threads" and "not the default reader on aarch64" in stats.reader_note
+    assert all(torch.equal(out, source[name]) for name, out in outs.items())
+    outs, _, stats = _ring_load(path, direct_io=False, reader="io_uring")
+    assert stats.reader == "io_uring" and stats.reader_note == ""
+    monkeypatch.setattr(uring.platform, "machine", lambda: "x86_64")
+    assert _ring_load(path, direct_io=False, reader="auto")[2].reader == "io_uring"
+
+
 @pytest.mark.parametrize("reader", ["threads", "io_uring"])
 def test_ring_reads_cold_files_with_o_direct_by_default_and_leaves_them_out_of_the_cache(writer, reader):
     path = writer(_shards())
