@@ -89,3 +89,55 @@ def run_collector(spec, ctx):
     with ctx.stage("load"):
         ctx.record(tensors_placed=0)
     return {"frozen_objects": gc.get_freeze_count()}
+
+
+@job_kind("ring_load")
+def run_ring_load(spec, ctx):
+    """Read DRAINBOARD_TEST_FILE through `stream`'s ring on its io_uring reader once per step, checking
+    every byte, recording a sample and keeping DRAINBOARD_TEST_MIB MiB more per step.
+
+    A CPU destination stands in for CUDA: the ring's reads and its waits on
+    the io_uring queue, where a SIGTERM lands, are the same code; only the
+    copy out of each buffer is a memcpy instead of a queued device copy.
+    """
+    from pathlib import Path
+
+    import torch
+
+    from loader.checkpoint import TensorMeta
+    from loader.placement.ranges import FileHandles, Piece, RangeRing
+
+    total, _ = _steps()
+    path = Path(os.environ["DRAINBOARD_TEST_FILE"])
+    keep = int(float(os.environ.get("DRAINBOARD_TEST_MIB", "0")) * 2**20)
+    expected = torch.frombuffer(bytearray(path.read_bytes()), dtype=torch.uint8)
+    fd = os.open(path, os.O_RDONLY)
+
+    class OneFile(FileHandles):
+        def fd_for(self, file):
+            return fd, False
+
+    kept = []
+    try:
+        with ctx.stage("load"):
+            for step in range(1, total + 1):
+                meta = TensorMeta(f"blocks.{step}.weight", "U8", (expected.numel(),), path, (0, expected.numel()), 0)
+                out = torch.zeros_like(expected)
+                ring = RangeRing(torch.device("cpu"), None, OneFile(), buffers=4, chunk_bytes=1 << 20,
+                                 read_bytes=128 << 10, pin=False, reader="io_uring")
+                try:
+                    ring.run([Piece(meta, out, lambda: None)])
+                except BaseException:
+                    ring.cancel()
+                    raise
+                finally:
+                    ring.release()
+                if not torch.equal(out, expected):
+                    raise ValueError(f"{path}: the ring read wrong bytes at step {step}")
+                if keep:
+                    kept.append(bytearray(b"\1" * keep))
+                ctx.progress(step, total)
+                ctx.record(tensors_placed=step, bytes_placed=step * expected.numel(), tensor_name=meta.name)
+    finally:
+        os.close(fd)
+    return {"steps": total}
