@@ -248,6 +248,28 @@ def test_the_ring_reads_with_threads_where_io_uring_is_refused_and_says_why(writ
         _ring_load(path, direct_io=False, reader="io_uring")
 
 
+def test_a_ring_load_on_io_uring_lands_every_byte_under_a_timer_signalling_every_millisecond(writer):
+    """A process with its own signal handler (the job child has one for SIGTERM): every wait the timer cuts
+    short must consume only the completions posted, or a read counts as done while it is still in flight."""
+    import signal
+
+    shards = _shards(seed=11)
+    path = writer(shards)
+    source = {k: v.view(-1).view(torch.uint8) for s in shards for k, v in s.items()}
+    fired = []
+    old = signal.signal(signal.SIGALRM, lambda *a: fired.append(1))
+    signal.setitimer(signal.ITIMER_REAL, 0.001, 0.001)
+    try:
+        for _ in range(30):
+            outs, _, stats = _ring_load(path, direct_io=False, reader="io_uring", chunk=16 << 10, read=4 << 10)
+            assert stats.reader == "io_uring"
+            assert all(torch.equal(out, source[name]) for name, out in outs.items())
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert len(fired) > 10
+
+
 def test_on_aarch64_the_ring_reads_with_threads_unless_io_uring_is_asked_for(writer, monkeypatch):
     """No arm64 host was at hand: the platform is faked. The queue's plain read of the completion tail is
     ordered only on x86, so "auto" must not pick io_uring elsewhere."""
