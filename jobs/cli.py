@@ -23,6 +23,7 @@ from jobs.documents import job_document, print_job, print_job_table
 from jobs.kinds import kind_names
 from jobs.queue import cancel, retry, submit
 from jobs.errors import JobSpecError
+from loader.advice import warn_about_mode
 from loader.command_line import CliParser, run_cli
 from loader.diskspace import free_bytes, is_disk_full
 from loader.errors import DiskFullError
@@ -82,6 +83,7 @@ def _with_database(run: Command) -> Callable[[argparse.Namespace], int]:
 @_with_database
 def _submit(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
     job_id = submit(db, _raw_spec(args), config)
+    warn_about_mode(args.mode, args.device)
     job = _wait(db, config, job_id) if args.wait else get_job(db, job_id)
     print_job(job_document(job, db, config), as_json=args.json)
     return 0 if job["status"] == ("succeeded" if args.wait else "queued") else 1

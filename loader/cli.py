@@ -12,6 +12,7 @@ import json
 import sys
 from typing import Sequence
 
+from .advice import warn_about_mode
 from .api import load_checkpoint
 from .checkpoint import discover_checkpoint
 from . import device_cli
@@ -73,6 +74,7 @@ def _load(args: argparse.Namespace) -> int:
     progress = _ProgressBar() if sys.stderr.isatty() else None
     if args.builder_plugins:
         load_builder_plugins()
+    warn_about_mode(args.mode, args.device)
     module, report = load_checkpoint(
         args.path, component=args.component, mode=args.mode, device=args.device, dtype=args.dtype,
         roots=args.root, on_tensor=progress, drop_page_cache=args.drop_page_cache,
