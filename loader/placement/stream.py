@@ -24,6 +24,7 @@ of the checkpoint there.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import time
@@ -187,101 +188,122 @@ class StreamPlacement(Placement):
 
     def place(self, plan: LoadPlan, ctx: PlacementContext) -> None:
         cuda = ctx.device.type == "cuda"
-
-        def path(planned: PlannedTarget) -> str:
-            same = all(m.torch_dtype == planned.dtype for m in planned.sources)
-            if same and ctx.device.type == "cpu":
-                return "direct"
-            return "ring" if same and cuda and self.ranges else "staged"
-
-        kinds = {p.name: path(p) for p in plan.targets}
-        reservation = self._reserve_ahead(plan, kinds, ctx)
+        kinds = {p.name: self._path(p, ctx.device) for p in plan.targets}
         info = probe_device(str(ctx.device)) if cuda else None
         drop = self.drop_page_cache if self.drop_page_cache is not None else drop_by_default(info)
         self.dropped_page_cache = drop
         self.last_ring = self.last_geometry = None
         threads = self.reader_threads(cuda)
+        # Threads start on the first task, so nothing runs before its shutdown is on the stack below.
         pool = ThreadPoolExecutor(threads, thread_name_prefix="drainboard-read") if threads > 1 else None
         ring_files = {m.file for p in plan.targets if kinds[p.name] == "ring" for m in p.sources}
         residency = sampled_residency(ring_files) if self.direct_io is None else {}
-        files = OpenFiles(plan, self.readahead_bytes, direct_io=self.direct_io, drop_page_cache=drop, residency=residency)
-        largest = max((m.nbytes for p in plan.targets if kinds[p.name] == "staged" for m in p.sources), default=0)
-        staging = Staging(
-            ctx.device, pool, files, min(self.converting_bytes, largest),
-            buffers=self.staging_buffers or 4, threads=threads, pin=self.pin,
-        )
-        ring = None
-        ring_bytes = sum(m.nbytes for p in plan.targets if kinds[p.name] == "ring" for m in p.sources)
-        if ring_bytes:
-            self.last_geometry = ring_geometry(
-                ring_bytes, info, threads=threads, chunk_bytes=self.ring_chunk_bytes, buffers=self.staging_buffers,
-                available=_mem_available(), read_bytes=self.ring_read_bytes, disk=self._reads_disk(residency),
-            )
-            g = self.last_geometry
-            ring = RangeRing(
-                ctx.device, pool, files, buffers=g.buffers, chunk_bytes=g.chunk_bytes, read_bytes=g.read_bytes,
-                pin=self.pin, copy_streams=self.copy_streams,
-                reader={None: "auto", True: "io_uring", False: "threads"}[self.io_uring],
-                readers=threads,
-                driver_copies=self.driver_copies,
-            )
         pending: deque[tuple[PlannedTarget, torch.Tensor, list[Future]]] = deque()
-        try:
+        with contextlib.ExitStack() as cleanup:
+            # Run last to first: cancel what is queued, stop the readers, free the buffers, close the files,
+            # and wait for the reserve helper (no allocation of this load may outlive it). One that raises
+            # does not skip the others.
+            reservation = self._reserve_ahead(plan, kinds, ctx)
+            if reservation is not None:
+                cleanup.callback(reservation.exception)
+            files = OpenFiles(plan, self.readahead_bytes, direct_io=self.direct_io, drop_page_cache=drop,
+                              residency=residency)
+            cleanup.callback(files.close_all)
+            staging = self._staging(plan, kinds, ctx, files, pool, threads)
+            ring = self._ring(plan, kinds, ctx, files, pool, threads, info, residency)
+            if ring is not None:
+                cleanup.callback(ring.release)
+            cleanup.callback(staging.release)
+            if pool is not None:
+                cleanup.callback(pool.shutdown, wait=True)
+            if ring is not None:
+                cleanup.callback(ring.cancel)
+            cleanup.callback(staging.cancel)
+            cleanup.callback(_cancel_pending, pending)
             if ring is not None:
                 ring.open()  # beside the destination reserve
             for kind, group in itertools.groupby(plan.targets, key=lambda p: kinds[p.name]):
                 if kind == "ring":
-                    group = list(group)
-                    t = time.perf_counter()
-                    if reservation is not None:
-                        reservation.result()
-                        reservation = None
-                    elif self.reserve:
-                        ctx.reserve(group)
-                    ring.stats.reserve += time.perf_counter() - t
-                    ring.run(self._pieces(group, files, ctx))
-                    continue
-                window, queued = DIRECT_WINDOW_PIECES * self._direct_read_bytes, 0
-                for planned in group:
-                    dest = ctx.allocate(planned)
-                    if kind == "direct":
-                        pending.append((planned, dest, self._submit_direct(planned, dest, files, pool)))
-                        queued += planned.nbytes  # a running total: summing the window per tensor was quadratic
-                        while len(pending) > 1 and queued > window:
-                            queued -= pending[0][0].nbytes
-                            self._finish(pending.popleft(), files, ctx)
-                        continue
-                    flat = dest.view(-1)
-                    start = 0
-                    for i, meta in enumerate(planned.sources):
-                        last = i == len(planned.sources) - 1
-                        done = partial(self._source_read, meta, files, ctx, (planned, dest) if last else None)
-                        staging.copy(meta, flat[start : start + meta.numel], done)
-                        start += meta.numel
-                while pending:
-                    self._finish(pending.popleft(), files, ctx)
-                staging.finish()
+                    self._place_ring(list(group), ring, reservation, files, ctx)
+                    reservation = None
+                elif kind == "direct":
+                    self._place_direct(group, files, pool, ctx, pending)
+                else:
+                    self._place_staged(group, staging, files, ctx)
             if ring is not None:
                 ring.finish()
                 self.last_ring = ring.stats
                 ctx.meter.ring_ran(ring.stats)
-        finally:
-            if reservation is not None:
-                reservation.exception()  # no allocation of this load may outlive it
-            for _, _, futures in pending:
-                for f in futures:
-                    f.cancel()
-            staging.cancel()
-            if ring is not None:
-                ring.cancel()
-            if pool is not None:
-                pool.shutdown(wait=True)
-            staging.release()
-            if ring is not None:
-                ring.release()
-            files.close_all()
         if drop:
             ctx.meter.dropped_page_cache()
+
+    def _path(self, planned: PlannedTarget, device: torch.device) -> str:
+        """How a target is read: "direct" (CPU, its dtype), "ring" (CUDA, its dtype) or "staged" (converted)."""
+        same = all(m.torch_dtype == planned.dtype for m in planned.sources)
+        if same and device.type == "cpu":
+            return "direct"
+        return "ring" if same and device.type == "cuda" and self.ranges else "staged"
+
+    def _staging(self, plan, kinds, ctx, files, pool, threads) -> Staging:
+        """The converting staging, sized by the largest source it will convert."""
+        largest = max((m.nbytes for p in plan.targets if kinds[p.name] == "staged" for m in p.sources), default=0)
+        return Staging(ctx.device, pool, files, min(self.converting_bytes, largest),
+                       buffers=self.staging_buffers or 4, threads=threads, pin=self.pin)
+
+    def _ring(self, plan, kinds, ctx, files, pool, threads, info, residency) -> RangeRing | None:
+        """The CUDA ring for the ring targets (None without any), its geometry kept in `last_geometry`."""
+        ring_bytes = sum(m.nbytes for p in plan.targets if kinds[p.name] == "ring" for m in p.sources)
+        if not ring_bytes:
+            return None
+        g = self.last_geometry = ring_geometry(
+            ring_bytes, info, threads=threads, chunk_bytes=self.ring_chunk_bytes, buffers=self.staging_buffers,
+            available=_mem_available(), read_bytes=self.ring_read_bytes, disk=self._reads_disk(residency),
+        )
+        return RangeRing(
+            ctx.device, pool, files, buffers=g.buffers, chunk_bytes=g.chunk_bytes, read_bytes=g.read_bytes,
+            pin=self.pin, copy_streams=self.copy_streams,
+            reader={None: "auto", True: "io_uring", False: "threads"}[self.io_uring], readers=threads,
+            driver_copies=self.driver_copies,
+        )
+
+    def _place_ring(self, group: list[PlannedTarget], ring: RangeRing, reservation: Future | None, files: OpenFiles,
+                    ctx: PlacementContext) -> None:
+        """Same-dtype CUDA targets through the ring, their destinations reserved in one block first (by the
+        helper started at the load's start, for the first group)."""
+        t = time.perf_counter()
+        if reservation is not None:
+            reservation.result()
+        elif self.reserve:
+            ctx.reserve(group)
+        ring.stats.reserve += time.perf_counter() - t
+        ring.run(self._pieces(group, files, ctx))
+
+    def _place_direct(self, group, files: OpenFiles, pool: ThreadPoolExecutor | None, ctx: PlacementContext,
+                      pending: deque) -> None:
+        """Same-dtype CPU targets read straight into their destinations, a window of reads in flight."""
+        window, queued = DIRECT_WINDOW_PIECES * self._direct_read_bytes, 0
+        for planned in group:
+            dest = ctx.allocate(planned)
+            pending.append((planned, dest, self._submit_direct(planned, dest, files, pool)))
+            queued += planned.nbytes  # a running total: summing the window per tensor was quadratic
+            while len(pending) > 1 and queued > window:
+                queued -= pending[0][0].nbytes
+                self._finish(pending.popleft(), files, ctx)
+        while pending:
+            self._finish(pending.popleft(), files, ctx)
+
+    def _place_staged(self, group, staging: Staging, files: OpenFiles, ctx: PlacementContext) -> None:
+        """Targets whose dtype changes, converted through the staging buffers."""
+        for planned in group:
+            dest = ctx.allocate(planned)
+            flat = dest.view(-1)
+            start = 0
+            for i, meta in enumerate(planned.sources):
+                last = i == len(planned.sources) - 1
+                done = partial(self._source_read, meta, files, ctx, (planned, dest) if last else None)
+                staging.copy(meta, flat[start : start + meta.numel], done)
+                start += meta.numel
+        staging.finish()
 
     def _reserve_ahead(self, plan: LoadPlan, kinds: dict[str, str], ctx: PlacementContext) -> Future | None:
         """Reserve the first ring group's destinations on a helper thread, when the plan starts with one.
@@ -393,6 +415,13 @@ class StreamPlacement(Placement):
         files.done(meta)
         if placed is not None:
             ctx.place(*placed)
+
+
+def _cancel_pending(pending: deque) -> None:
+    """Cancel the direct reads not yet started (after a failure; empty after a load that finished)."""
+    for _, _, futures in pending:
+        for f in futures:
+            f.cancel()
 
 
 def _mem_available() -> int:

@@ -270,6 +270,27 @@ def test_a_ring_load_on_io_uring_lands_every_byte_under_a_timer_signalling_every
     assert len(fired) > 10
 
 
+def test_a_cleanup_that_raises_does_not_skip_the_others(writer, monkeypatch):
+    """`place` cleans up through an ExitStack: the staging failing to release still leaves the files
+    closed and the readers stopped, and its error is the one raised."""
+    from loader.placement import staging as staging_module
+    from loader.placement import stream as stream_module
+
+    closed, stopped = [], []
+    real_close, real_shutdown = OpenFiles.close_all, ThreadPoolExecutor.shutdown
+
+    def refuse(self):
+        raise RuntimeError("staging release failed")
+
+    monkeypatch.setattr(staging_module.Staging, "release", refuse)
+    monkeypatch.setattr(OpenFiles, "close_all", lambda self: (closed.append(1), real_close(self)))
+    monkeypatch.setattr(stream_module.ThreadPoolExecutor, "shutdown",
+                        lambda self, wait=True: (stopped.append(1), real_shutdown(self, wait=wait)))
+    with pytest.raises(RuntimeError, match="staging release failed"):
+        load_checkpoint(writer(_shards()), mode=get_placement("stream", threads=2), device="cpu", dtype="fp32")
+    assert closed == [1] and stopped == [1]
+
+
 def test_on_aarch64_the_ring_reads_with_threads_unless_io_uring_is_asked_for(writer, monkeypatch):
     """No arm64 host was at hand: the platform is faked. The queue's plain read of the completion tail is
     ordered only on x86, so "auto" must not pick io_uring elsewhere."""
