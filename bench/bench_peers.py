@@ -9,6 +9,11 @@ the checkpoint's.
 
 Cases (each a fresh process):
   stream, drain                 Drainboard (`stream[key=value,...]` passes stream options)
+  stream_unregistered           stream with cuMemHostRegister refused, as a GB10 refuses it: the ring's
+                                buffers come from torch's pinned allocator (takes stream's options)
+  kvikio                        NVIDIA KvikIO (optional, `kvikio-cu12`/`-cu13`): each shard's data read whole
+                                into one device buffer with CuFile.pread, tensors as views of it;
+                                `kvikio[threads=16,task_size=16MiB,compat=on,direct=true,bounce=16MiB]`
   instanttensor                 InstantTensor, default backend (O_DIRECT on a disk, mmap on tmpfs)
   instanttensor_buffered        InstantTensor, backend=BackendPolicy.BUFFERED (io_uring buffered reads)
   instanttensor_mmap            InstantTensor, backend=Backend.MMAP (its fastest from the page cache on the H200 host)
@@ -58,9 +63,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 SPECS = Path(__file__).resolve().parent / "specs" / "h3_pruned_r16_transformer.json"
 """Names and shapes of the h3-pruned-r16 DiT (639 tensors, 37.56 GiB in bf16), written from models.config's
 profile by `--dump-specs`, so the device host needs no model code to write the checkpoint."""
-PEERS = ("instanttensor", "instanttensor_buffered", "instanttensor_mmap", "st_prefetch", "fastsafetensors", "runai", "load_file")
+PEERS = ("instanttensor", "instanttensor_buffered", "instanttensor_mmap", "st_prefetch", "fastsafetensors", "runai",
+         "load_file", "kvikio")
 CEILINGS = ("ceil_h2d", "ceil_read", "ceil_direct", "ceil_direct_seq")
-CASES = ("stream", "drain") + PEERS + CEILINGS
+CASES = ("stream", "stream_unregistered", "drain") + PEERS + CEILINGS
+_OPTIONS = {"stream": None, "stream_unregistered": None,
+            "kvikio": ("threads", "task_size", "compat", "direct", "bounce")}
+"""Cases that take options, and which (None: any stream option, checked by the placement)."""
 _MiB = 1 << 20
 _ALIGN = 4096
 
@@ -171,6 +180,61 @@ def _case_stream(path: Path, options: dict, device: str) -> tuple[object, dict]:
         extra["ring"] = vars(placement.last_ring)
         extra["geometry"] = vars(placement.last_geometry)
     return module, extra
+
+
+def _case_stream_unregistered(path: Path, options: dict, device: str) -> tuple[object, dict]:
+    """stream where the driver refuses to register host memory (forced here; a GB10 refuses for real)."""
+    from loader.pinned import POOL, PinFailed
+
+    def refuse(size, context):
+        raise PinFailed(f"page-locking {size} bytes of host memory failed: refused by the benchmark (as on a GB10)")
+
+    POOL._register = refuse
+    module, extra = _case_stream(path, options, device)
+    return module, extra
+
+
+def _case_kvikio(path: Path, options: dict) -> tuple[dict, dict]:
+    """KvikIO: every shard's data area read with one CuFile.pread into a device buffer (KvikIO splits it
+    into `task_size` tasks on its thread pool, through its pinned bounce buffers in compat mode), tensors
+    as views. Settings go in through its environment variables, read at import, and, where this KvikIO
+    has it, `kvikio.defaults.set`."""
+    env = {"threads": "KVIKIO_NTHREADS", "task_size": "KVIKIO_TASK_SIZE", "compat": "KVIKIO_COMPAT_MODE",
+           "bounce": "KVIKIO_BOUNCE_BUFFER_SIZE"}
+    for key, name in env.items():
+        if key in options:
+            os.environ[name] = str(options[key])
+    import kvikio
+    import torch
+
+    from loader.dtypes import SAFETENSORS_DTYPES
+
+    settings = {}
+    if options.get("direct") is not None:
+        kvikio.defaults.set("auto_direct_io_read", bool(options["direct"]))  # O_DIRECT where aligned (KvikIO >= 25.08)
+    for name in ("num_threads", "task_size", "compat_mode", "auto_direct_io_read", "bounce_buffer_size"):
+        try:
+            settings[name] = str(kvikio.defaults.get(name))
+        except (AttributeError, KeyError, ValueError, RuntimeError):
+            pass
+    _imported()
+    tensors, reads = {}, []
+    for file in shard_files(path):
+        with open(file, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n))
+        header.pop("__metadata__", None)
+        size = max((v["data_offsets"][1] for v in header.values()), default=0)
+        buf = torch.empty(size, dtype=torch.uint8, device="cuda")
+        handle = kvikio.CuFile(str(file), "r")
+        reads.append((handle, handle.pread(buf, size, 8 + n)))
+        for name, v in header.items():
+            lo, hi = v["data_offsets"]
+            tensors[name] = buf[lo:hi].view(SAFETENSORS_DTYPES[v["dtype"]]).reshape(v["shape"])
+    for handle, future in reads:
+        future.get()
+        handle.close()
+    return tensors, {"kvikio": kvikio.__version__, "kvikio_settings": settings}
 
 
 def _case_drain(path: Path, device: str) -> tuple[object, dict]:
@@ -347,6 +411,8 @@ def run_child(case: str, path: Path, options: dict, device: str = "cuda") -> dic
     keep: list = []
     run = {
         "stream": lambda: _case_stream(path, options, device),
+        "stream_unregistered": lambda: _case_stream_unregistered(path, options, device),
+        "kvikio": lambda: _case_kvikio(path, options),
         "drain": lambda: _case_drain(path, device),
         "instanttensor": lambda: _case_instanttensor(path, None),
         "instanttensor_buffered": lambda: _case_instanttensor(path, "BUFFERED"),
@@ -404,16 +470,39 @@ def _drop_caches() -> None:
 
 
 def parse_case(text: str) -> tuple[str, dict]:
-    """`stream[threads=8,staging_bytes=64MiB,direct_io=false]` -> ("stream", {...}); other cases take no options."""
+    """`stream[threads=8,staging_bytes=64MiB,direct_io=false]` -> ("stream", {...}); `kvikio[threads=16,...]`
+    likewise (sizes and flags read the same way); other cases take no options."""
     from bench_load import parse_stream_option
 
     name, _, rest = text.partition("[")
     if name not in CASES:
         raise argparse.ArgumentTypeError(f"unknown case {name!r}; known: {', '.join(CASES)}")
     items = [item for item in rest.rstrip("]").split(",") if item]
-    if items and name != "stream":
-        raise argparse.ArgumentTypeError(f"case {text!r}: only stream takes options")
-    return name, dict(parse_stream_option(item) for item in items)
+    if items and name not in _OPTIONS:
+        raise argparse.ArgumentTypeError(f"case {text!r}: only {', '.join(_OPTIONS)} take options")
+    options = {}
+    for item in items:
+        key = item.partition("=")[0]
+        if _OPTIONS[name] is not None and key not in _OPTIONS[name]:
+            raise argparse.ArgumentTypeError(f"case {text!r}: {name} takes {', '.join(_OPTIONS[name])}, not {key!r}")
+        options.update([_kvikio_option(item) if name == "kvikio" else parse_stream_option(item)])
+    return name, options
+
+
+def _kvikio_option(item: str) -> tuple[str, object]:
+    """compat=on|off|auto (KVIKIO_COMPAT_MODE), direct=true|false, sizes and counts as stream's options."""
+    from bench_load import parse_stream_option
+
+    key, _, value = item.partition("=")
+    if key == "compat":
+        if value.upper() not in ("ON", "OFF", "AUTO"):
+            raise argparse.ArgumentTypeError(f"kvikio option compat={value!r}: expected on, off or auto")
+        return key, value.upper()
+    if key == "direct":
+        if value.lower() not in ("true", "false", "1", "0"):
+            raise argparse.ArgumentTypeError(f"kvikio option direct={value!r}: expected true or false")
+        return key, value.lower() in ("true", "1")
+    return parse_stream_option(item)
 
 
 def _spawn(case: str, path: Path, options: dict, args: argparse.Namespace, timeout: float) -> dict:
@@ -469,6 +558,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case-timeout", type=float, default=120)
     parser.add_argument("--rounds", type=int, default=1, help="run each cache's cases this many times over, interleaved")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--goals-from", type=Path, nargs="+", metavar="JSON",
+                        help="print the medians and the goals' ratios over the rows of these --json files and exit")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--options", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -482,6 +573,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.child:
         print(json.dumps(run_child(args.child, args.path, json.loads(args.options), args.device)))
+        return 0
+    if args.goals_from:
+        rows = [r for f in args.goals_from for r in json.loads(f.read_text())["rows"]]
+        print(format_medians(rows))
+        print()
+        print(format_goals(rows))
         return 0
     if args.path is None:
         parser.error("give a checkpoint PATH (or --make-checkpoint OUT)")
@@ -581,6 +678,53 @@ def format_medians(rows: list[dict]) -> str:
         calls = [r["call_gbps"] for r in group if "call_gbps" in r]
         call = f"{statistics.median(calls):.2f}" if calls else ""
         out.append(f"| {label} | {cache} | {len(rates)} | {statistics.median(rates):.2f} | {min(rates):.2f}-{max(rates):.2f} | {call} |")
+    return "\n".join(out)
+
+
+def format_goals(rows: list[dict]) -> str:
+    """The loader's goals on the GPU host (docs/benchmarks.md), each as a ratio of medians over the rows'
+    rounds, its target, and whether it is met; KvikIO's variants against `stream` in the same cache."""
+    runs: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        if "gbps" in r:
+            runs.setdefault((_label(r), r["cache"]), []).append(r)
+
+    def median(label: str, cache: str, key: str = "gbps") -> float | None:
+        values = [r[key] for r in runs.get((label, cache), []) if key in r]
+        return statistics.median(values) if values else None
+
+    out = ["| goal | measured | target | met |", "|---|---|---|---|"]
+
+    def goal(name: str, value: float | None, target: float, *, at_most: bool = False) -> None:
+        if value is None:
+            out.append(f"| {name} | not measured | {'<=' if at_most else '>='} {target:.2f} | |")
+            return
+        met = value <= target if at_most else value >= target
+        out.append(f"| {name} | {value:.3f} | {'<=' if at_most else '>='} {target:.2f} | {'yes' if met else 'NO'} |")
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a is not None and b else None
+
+    stream_warm = median("stream", "warm")
+    goal("warm: stream / pinned h2d ceiling", ratio(stream_warm, median("ceil_h2d", "warm")), 0.88)
+    ours = [r["gbps"] for r in runs.get(("stream", "warm"), [])]
+    theirs = [r["gbps"] for r in runs.get(("instanttensor_buffered", "warm"), [])]
+    if ours and theirs:
+        ahead = sum(a > b for a, b in zip(ours, theirs))
+        goal(f"warm: rounds stream ahead of instanttensor_buffered ({ahead} of {min(len(ours), len(theirs))})",
+             ahead / min(len(ours), len(theirs)), 1.0)
+    stream_tmpfs = median("stream", "tmpfs")
+    goal("tmpfs: stream / instanttensor default (mmap)", ratio(stream_tmpfs, median("instanttensor", "tmpfs")), 1.0)
+    goal("tmpfs: stream / instanttensor_mmap", ratio(stream_tmpfs, median("instanttensor_mmap", "tmpfs")), 1.0)
+    goal("tmpfs: stream footprint", median("stream", "tmpfs", "footprint_ratio"), 1.02, at_most=True)
+    direct = [x for x in (median("ceil_direct", "cold"), median("ceil_direct_seq", "cold")) if x is not None]
+    goal("cold: stream / best raw O_DIRECT read", ratio(median("stream", "cold"), max(direct) if direct else None), 0.98)
+    goal("warm: registration refused / registered", ratio(median("stream_unregistered", "warm"), stream_warm), 0.85)
+    for (label, cache) in runs:
+        if label.startswith("kvikio"):
+            value = ratio(median(label, cache), median("stream", cache))
+            out.append(f"| {cache}: {label} / stream | {value:.3f} | (peer) | |" if value is not None
+                       else f"| {cache}: {label} / stream | no stream row | (peer) | |")
     return "\n".join(out)
 
 
