@@ -133,15 +133,15 @@ def _stream_staging(placement, targets, info: DeviceInfo) -> int:
         same = dtype == meta.torch_dtype
         if same and info.kind == "cpu":
             return "direct"
-        return "ring" if same and cuda and placement.ranges else "staged"
+        return "ring" if same and cuda and placement.tuning.ranges else "staged"
 
     kinds = [(meta, dtype, path(meta, dtype)) for meta, dtype in targets]
-    pinned = cuda and placement.pin
+    pinned = cuda and placement.tuning.pin
     total = 0
     staged = [(m, d) for m, d, k in kinds if k == "staged"]
     if staged:
         size = min(placement.converting_bytes, max(m.nbytes for m, _ in staged))
-        count = placement.staging_buffers or 4
+        count = placement.tuning.staging_buffers or 4
         total += count * (_next_power_of_two(size) if pinned else size)
         if cuda and any(d != m.torch_dtype for m, d in staged):
             total += size
@@ -149,7 +149,7 @@ def _stream_staging(placement, targets, info: DeviceInfo) -> int:
     if ring_bytes:
         geometry = ring_geometry(
             ring_bytes, info, threads=placement.reader_threads(cuda=True), chunk_bytes=placement.ring_chunk_bytes,
-            buffers=placement.staging_buffers, available=sample_memory().mem_available,
+            buffers=placement.tuning.staging_buffers, available=sample_memory().mem_available,
             read_bytes=placement.ring_read_bytes,
             disk=placement.ring_reads_disk({m.file for m, _, k in kinds if k == "ring"}),
         )

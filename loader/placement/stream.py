@@ -30,7 +30,7 @@ import os
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import partial
 
 import torch
@@ -140,6 +140,50 @@ def ring_geometry(
     return RingGeometry(count, chunk, min(read, chunk), budget, info.unified_memory, disk)
 
 
+@dataclass(frozen=True)
+class StreamTuning:
+    """`stream`'s options that exist to compare its parts on a benchmark, kept out of the product's own
+    (as vLLM keeps a load's options in one LoadConfig): every default is what the product runs."""
+
+    read_bytes: int | None = None
+    """Bytes per positioned read: None for DIRECT_READ_BYTES on CPU targets, RING_READ_BYTES in the CUDA ring."""
+    staging_bytes: int | None = None
+    """Bytes per staging buffer: None for RING_CHUNK_BYTES in the CUDA ring, STAGING_BYTES to convert."""
+    staging_buffers: int | None = None
+    """Ring buffer count (None: sized by `ring_geometry`); converting staging buffers (None: 4)."""
+    readahead_bytes: int = 64 * _MiB
+    """POSIX_FADV_WILLNEED window ahead of the converting staging's reads."""
+    copy_streams: int = 1
+    """Streams the ring's copies are spread over."""
+    pin: bool = True
+    """Page-locked staging (False: pageable buffers)."""
+    ranges: bool = True
+    """False sends CUDA same-dtype tensors through per-tensor staging instead of the ring."""
+    io_uring: bool | None = None
+    """The CUDA ring's reader: None io_uring where the kernel allows it (and on x86), else threads;
+    True io_uring or an error; False threads."""
+    driver_copies: bool = True
+    """The CUDA ring queues its copies through the CUDA driver where it can (False: through torch)."""
+    reserve: bool = True
+    """Reserve the ring's CUDA destinations in one allocator block before allocating them (False: one by one)."""
+
+    @classmethod
+    def from_options(cls, options: dict) -> "StreamTuning":
+        """From keyword options, each checked (a bad one is a PlacementError naming it); missing ones default."""
+        values = {}
+        for f in fields(cls):
+            if f.name not in options:
+                continue
+            if f.type.startswith("bool"):
+                values[f.name] = _flag(options, f.name, f.default)
+            else:
+                values[f.name] = _positive(options, f.name, f.default, minimum=0 if f.name == "readahead_bytes" else 1)
+        return cls(**values)
+
+
+TUNING_OPTIONS = tuple(f.name for f in fields(StreamTuning))
+
+
 def drop_by_default(info: DeviceInfo | None) -> bool:
     """`drop_page_cache`'s default: on for a unified-memory CUDA target (its free memory follows MemFree,
     so a cached checkpoint looks like memory in use), off elsewhere (`info` None: a CPU target)."""
@@ -150,35 +194,23 @@ def drop_by_default(info: DeviceInfo | None) -> bool:
 class StreamPlacement(Placement):
     """Positioned reads into the destination; a ring of pinned buffers to CUDA; bounded staging to convert."""
 
-    options = (
-        "threads", "read_bytes", "staging_bytes", "staging_buffers", "readahead_bytes", "pin",
-        "direct_io", "drop_page_cache", "copy_streams", "ranges", "io_uring", "driver_copies", "reserve",
-    )
+    options = ("threads", "direct_io", "drop_page_cache") + TUNING_OPTIONS
+    """The product's options, then `StreamTuning`'s, which are also taken as keywords (benchmark case strings,
+    the sharded placement)."""
 
-    def __init__(self, **options):
+    def __init__(self, *, tuning: StreamTuning | None = None, **options):
         super().__init__(**options)
         self.threads = _positive(options, "threads", None)
-        self.read_bytes = _positive(options, "read_bytes", None)
-        """Bytes per positioned read: None (default) for DIRECT_READ_BYTES on CPU targets, RING_READ_BYTES in the CUDA ring."""
-        self.staging_bytes = _positive(options, "staging_bytes", None)
-        """Bytes per staging buffer: None (default) for RING_CHUNK_BYTES in the CUDA ring, STAGING_BYTES to convert."""
-        self.staging_buffers = _positive(options, "staging_buffers", None)
-        self.readahead_bytes = _positive(options, "readahead_bytes", 64 * _MiB, minimum=0)
-        self.copy_streams = _positive(options, "copy_streams", 1)
-        self.pin = _flag(options, "pin", True)
+        """Readers of a load (see `reader_threads`); None for the default."""
         self.direct_io = _flag(options, "direct_io", None)
         """O_DIRECT for the CUDA ring: None (default) for files mostly not in the page cache, True always, False never."""
         self.drop_page_cache = _flag(options, "drop_page_cache", None)
         """None (default): on for unified-memory CUDA targets, off elsewhere."""
-        self.io_uring = _flag(options, "io_uring", None)
-        """The CUDA ring's reader: None (default) io_uring where the kernel allows it, else threads;
-        True io_uring or an error; False threads."""
-        self.driver_copies = _flag(options, "driver_copies", True)
-        """The CUDA ring queues its copies through the CUDA driver where it can (False: through torch)."""
-        self.reserve = _flag(options, "reserve", True)
-        """Reserve the ring's CUDA destinations in one allocator block before allocating them (False: one by one)."""
-        self.ranges = _flag(options, "ranges", True)
-        """False sends CUDA same-dtype tensors through per-tensor staging instead of the ring (for comparison)."""
+        given = {k: options[k] for k in TUNING_OPTIONS if k in options}
+        if tuning is not None and given:
+            raise PlacementError(f"placement mode 'stream': give {', '.join(given)} in tuning=StreamTuning(...), not beside it")
+        self.tuning = tuning if tuning is not None else StreamTuning.from_options(given)
+        """The options that exist to compare the loader's parts (defaults: what the product runs)."""
         self.last_ring: RingStats | None = None
         """Where the ring's time went in the last load (None when no tensor went through it)."""
         self.last_geometry: RingGeometry | None = None
@@ -206,7 +238,7 @@ class StreamPlacement(Placement):
             reservation = self._reserve_ahead(plan, kinds, ctx)
             if reservation is not None:
                 cleanup.callback(reservation.exception)
-            files = OpenFiles(plan, self.readahead_bytes, direct_io=self.direct_io, drop_page_cache=drop,
+            files = OpenFiles(plan, self.tuning.readahead_bytes, direct_io=self.direct_io, drop_page_cache=drop,
                               residency=residency)
             cleanup.callback(files.close_all)
             staging = self._staging(plan, kinds, ctx, files, pool, threads)
@@ -242,13 +274,13 @@ class StreamPlacement(Placement):
         same = all(m.torch_dtype == planned.dtype for m in planned.sources)
         if same and device.type == "cpu":
             return "direct"
-        return "ring" if same and device.type == "cuda" and self.ranges else "staged"
+        return "ring" if same and device.type == "cuda" and self.tuning.ranges else "staged"
 
     def _staging(self, plan, kinds, ctx, files, pool, threads) -> Staging:
         """The converting staging, sized by the largest source it will convert."""
         largest = max((m.nbytes for p in plan.targets if kinds[p.name] == "staged" for m in p.sources), default=0)
         return Staging(ctx.device, pool, files, min(self.converting_bytes, largest),
-                       buffers=self.staging_buffers or 4, threads=threads, pin=self.pin)
+                       buffers=self.tuning.staging_buffers or 4, threads=threads, pin=self.tuning.pin)
 
     def _ring(self, plan, kinds, ctx, files, pool, threads, info, residency) -> RangeRing | None:
         """The CUDA ring for the ring targets (None without any), its geometry kept in `last_geometry`."""
@@ -256,14 +288,14 @@ class StreamPlacement(Placement):
         if not ring_bytes:
             return None
         g = self.last_geometry = ring_geometry(
-            ring_bytes, info, threads=threads, chunk_bytes=self.ring_chunk_bytes, buffers=self.staging_buffers,
+            ring_bytes, info, threads=threads, chunk_bytes=self.ring_chunk_bytes, buffers=self.tuning.staging_buffers,
             available=_mem_available(), read_bytes=self.ring_read_bytes, disk=self._reads_disk(residency),
         )
         return RangeRing(
             ctx.device, pool, files, buffers=g.buffers, chunk_bytes=g.chunk_bytes, read_bytes=g.read_bytes,
-            pin=self.pin, copy_streams=self.copy_streams,
-            reader={None: "auto", True: "io_uring", False: "threads"}[self.io_uring], readers=threads,
-            driver_copies=self.driver_copies,
+            pin=self.tuning.pin, copy_streams=self.tuning.copy_streams,
+            reader={None: "auto", True: "io_uring", False: "threads"}[self.tuning.io_uring], readers=threads,
+            driver_copies=self.tuning.driver_copies,
         )
 
     def _place_ring(self, group: list[PlannedTarget], ring: RangeRing, reservation: Future | None, files: OpenFiles,
@@ -273,7 +305,7 @@ class StreamPlacement(Placement):
         t = time.perf_counter()
         if reservation is not None:
             reservation.result()
-        elif self.reserve:
+        elif self.tuning.reserve:
             ctx.reserve(group)
         ring.stats.reserve += time.perf_counter() - t
         ring.run(self._pieces(group, files, ctx))
@@ -316,7 +348,7 @@ class StreamPlacement(Placement):
         the block).
         """
         first = list(itertools.takewhile(lambda p: kinds[p.name] == "ring", plan.targets))
-        if not (first and self.reserve):
+        if not (first and self.tuning.reserve):
             return None
         index = ctx.device.index if ctx.device.index is not None else torch.cuda.current_device()
 
@@ -331,12 +363,12 @@ class StreamPlacement(Placement):
 
     @property
     def _direct_read_bytes(self) -> int:
-        return self.read_bytes or DIRECT_READ_BYTES
+        return self.tuning.read_bytes or DIRECT_READ_BYTES
 
     @property
     def ring_chunk_bytes(self) -> int:
         """The CUDA ring's buffer size asked for (ring_geometry may shrink it)."""
-        return self.staging_bytes or RING_CHUNK_BYTES
+        return self.tuning.staging_bytes or RING_CHUNK_BYTES
 
     def reader_threads(self, cuda: bool) -> int:
         """Readers of a load (the pool's threads, or the cap on io_uring's kernel workers): the threads
@@ -358,12 +390,12 @@ class StreamPlacement(Placement):
     @property
     def ring_read_bytes(self) -> int:
         """The CUDA ring's positioned read size."""
-        return self.read_bytes or RING_READ_BYTES
+        return self.tuning.read_bytes or RING_READ_BYTES
 
     @property
     def converting_bytes(self) -> int:
         """Each converting staging buffer's size at most."""
-        return self.staging_bytes or STAGING_BYTES
+        return self.tuning.staging_bytes or STAGING_BYTES
 
     def _pieces(self, group, files: OpenFiles, ctx: PlacementContext):
         """Each source of the group's targets with the destination bytes it fills, allocating as it goes."""

@@ -665,3 +665,19 @@ def test_the_rings_copy_streams_come_from_the_driver_are_kept_and_follow_the_cur
         out.copy_(source)
     stream.synchronize()
     assert bool((out == 3).all())
+
+
+def test_comparison_options_live_in_one_stream_tuning_and_keywords_still_reach_it(writer):
+    from loader.placement.stream import StreamTuning
+
+    by_keyword = get_placement("stream", staging_bytes=1 << 20, io_uring=False, threads=3)
+    assert by_keyword.tuning == StreamTuning(staging_bytes=1 << 20, io_uring=False) and by_keyword.threads == 3
+    assert get_placement("stream").tuning == StreamTuning()
+    tuned = get_placement("stream", tuning=StreamTuning(ranges=False), drop_page_cache=False)
+    assert tuned.tuning.ranges is False and tuned.drop_page_cache is False
+    with pytest.raises(PlacementError, match=r"give pin in tuning=StreamTuning\(\.\.\.\), not beside it"):
+        get_placement("stream", tuning=StreamTuning(), pin=False)
+    shards = _shards()
+    module, report = load_checkpoint(writer(shards), mode=tuned, device="cpu")
+    source = {k: v for s in shards for k, v in s.items()}
+    assert all(torch.equal(t, source[k]) for k, t in module.state_dict().items())
