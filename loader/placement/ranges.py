@@ -287,9 +287,6 @@ class RangeRing:
         self._queue: ReadQueue | None = None
         self._pinning: list[Future] = []
         """The helper's allocations, one per buffer, while pinning runs in the background."""
-        self.pinned = self._pin
-        """Whether the host buffers ended up page-locked (False only where registration and torch's
-        pinned allocator both refused)."""
         self.staging = HostStaging(POOL)
         """Where the host buffers come from, and what was refused (see `loader.pinned.HostStaging`)."""
         self.allocated_bytes = 0
@@ -444,9 +441,8 @@ class RangeRing:
         raw = self.staging.allocate(self._chunk, context) if self._pin else None
         if raw is None or raw.data_ptr() % ALIGN:
             raw = torch.empty(self._chunk + ALIGN, dtype=torch.uint8)
-        self.pinned = self._pin and self.staging.path != "pageable"
         if self._cuda:
-            self.stats.staging = self.staging.path if self.pinned else "pageable"
+            self.stats.staging = self.staging.path if self._pin else "pageable"
             self.stats.staging_note = self.staging.note
         return raw
 
