@@ -70,3 +70,13 @@ def test_every_subcommand_has_help_with_an_example():
     assert {"inspect", "load", "device"} <= set(subparsers.choices)
     for name in ("inspect", "load"):
         assert "example: python -m loader " + name in subparsers.choices[name].format_help()
+
+
+def test_load_in_an_mmap_mode_on_unified_cuda_warns_in_one_stderr_line_first(tiny_checkpoint, capsys, monkeypatch):
+    """The device is forced unified (no GPU here, so the load itself then fails on the device)."""
+    monkeypatch.setenv("DRAINBOARD_UNIFIED_MEMORY", "1")
+    main(["load", str(tiny_checkpoint.path), "--mode", "drain", "--device", "cuda", "--json"])
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("warning: mode drain reads through mmap views") and "stream, the default" in err[0]
+    main(["load", str(tiny_checkpoint.path), "--mode", "stream", "--device", "cuda", "--json"])
+    assert "warning" not in capsys.readouterr().err
