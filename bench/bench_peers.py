@@ -205,6 +205,7 @@ def _case_kvikio(path: Path, options: dict) -> tuple[dict, dict]:
         if key in options:
             os.environ[name] = str(options[key])
     import kvikio
+    import kvikio.defaults  # a submodule kvikio's __init__ does not import (26.10)
     import torch
 
     from loader.dtypes import SAFETENSORS_DTYPES
