@@ -28,7 +28,7 @@ from loader.diskspace import free_bytes, is_disk_full
 from loader.errors import DiskFullError
 from loader.sizes import MAX_SIZE
 from storage.config import Config, load_config
-from storage.connections import connect, is_database_full
+from storage.connections import connect, damage_error, is_database_full
 from storage.queries import get_job, list_jobs
 from storage.schema import FINAL_STATUSES, JOB_STATUSES
 
@@ -53,12 +53,12 @@ Command = Callable[[argparse.Namespace, Config, sqlite_utils.Database], int]
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_cli(build_parser(), argv)
+    return run_cli(build_parser, argv)
 
 
 def _with_database(run: Command) -> Callable[[argparse.Namespace], int]:
     """Give a subcommand the config and an open database; a full disk becomes a DiskFullError (exit 2)
-    saying where and how much is free."""
+    saying where and how much is free, a damaged database one line naming it (also exit 2)."""
 
     @functools.wraps(run)
     def command(args: argparse.Namespace) -> int:
@@ -70,6 +70,9 @@ def _with_database(run: Command) -> Callable[[argparse.Namespace], int]:
             finally:
                 db.conn.close()
         except Exception as e:
+            damaged = damage_error(e, config.db_path)
+            if damaged is not None:
+                raise damaged from e
             if not (is_database_full(e) or is_disk_full(e) or (
                     isinstance(e, sqlite3.OperationalError) and free_bytes(config.db_path) < LOW_DISK_SPACE)):
                 raise

@@ -31,7 +31,9 @@ import sqlite_utils
 from jobs.cgroups import CgroupError, JobCgroup, create_job_cgroup, job_cgroup_name, sweep_job_cgroups
 from jobs.child import ENV_CGROUP_USAGE, EXIT_DISK_FULL, EXIT_DONE, EXIT_INVALID_SPEC
 from jobs.forkserver import ForkedChild, ForkServer
-from jobs.guard import GuardLimits, GuardTrip, Meminfo, MemoryGuard, host_has_unified_memory, job_limits, read_meminfo
+from jobs.guard import (GuardLimits, GuardTrip, Meminfo, MemoryGuard, configured_floor, host_has_unified_memory,
+                        job_limits, read_meminfo)
+from jobs.kinds import load_kinds
 from jobs.liveness import boot_id, is_same_process, pid_alive, process_start
 from jobs.outcome import describe_sample, guard_error, kill_reason
 from jobs.queue import claim, finish
@@ -106,7 +108,11 @@ class Supervisor:
         """The disk-full error being retried (said once, until a write succeeds again)."""
 
     def start(self, now: float | None = None) -> list[int]:
-        """Register the heartbeat row, end the jobs of dead supervisors and sweep their cgroups; returns those ids."""
+        """Check the settings, register the heartbeat row, end the jobs of dead supervisors and sweep their
+        cgroups; returns those ids. A bad setting raises `ConfigError` here, before any job is claimed (a
+        job claimed and then failed for it would strand the queue, one job per restart)."""
+        configured_floor(self.config)
+        load_kinds()
         now = time.time() if now is None else now
         self.db["supervisors"].insert({"id": self.id, "pid": os.getpid(), "host": _HOST, "started_at": now,
                                        "heartbeat_at": now, "boot_id": self.boot_id})

@@ -70,7 +70,12 @@ def size_type(*, minimum: int = 1) -> Callable[[str], int]:
     return parse
 
 
-def run_cli(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
+ParserSource = argparse.ArgumentParser | Callable[[], argparse.ArgumentParser]
+"""A parser, or the function building it: one whose choices read settings (the job kinds a setting names)
+is built inside `run_cli`, so a bad setting is reported like any bad input."""
+
+
+def run_cli(parser: ParserSource, argv: Sequence[str] | None = None) -> int:
     """Parse `argv` (default `sys.argv[1:]`), run `args.func(args)`, and return the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     options = argv[: argv.index("--")] if "--" in argv else argv
@@ -80,8 +85,10 @@ def run_cli(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) 
         return _closed_stdout()
 
 
-def _run(parser: argparse.ArgumentParser, argv: list[str], *, as_json: bool) -> int:
+def _run(parser: ParserSource, argv: list[str], *, as_json: bool) -> int:
     try:
+        if not isinstance(parser, argparse.ArgumentParser):
+            parser = parser()
         args = parser.parse_args(argv)
         as_json = bool(getattr(args, "json", False))
         code = args.func(args)
