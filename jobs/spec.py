@@ -316,7 +316,8 @@ def _generate_params(raw: Mapping[str, Any], problems: _Problems) -> GeneratePar
     names = {f.name for f in fields(GenerateParams)}
     for name in sorted(set(raw) - names):
         problems.add(f"generate.{name}", f"unknown parameter; known: {', '.join(sorted(names))}")
-    values = {k: v for k, v in raw.items() if k in names}
+    unset = {f.name for f in fields(GenerateParams) if f.default is None}  # a stored spec says None for these
+    values = {k: v for k, v in raw.items() if k in names and not (v is None and k in unset)}
     ok = True
     for name in ("prompt", "negative_prompt"):
         if name in values:
