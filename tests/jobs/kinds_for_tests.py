@@ -89,3 +89,17 @@ def run_collector(spec, ctx):
     with ctx.stage("load"):
         ctx.record(tensors_placed=0)
     return {"frozen_objects": gc.get_freeze_count()}
+
+
+@job_kind("shrinking_file")
+def run_shrinking_file(spec, ctx):
+    """Map a file, truncate it under the map and read on: what a shard cut short mid-load does (SIGBUS)."""
+    import mmap
+    import tempfile
+
+    with ctx.stage("load"), tempfile.TemporaryFile() as f:
+        f.truncate(2**20)
+        mapped = mmap.mmap(f.fileno(), 2**20, access=mmap.ACCESS_READ)
+        ctx.record(tensors_placed=0)
+        f.truncate(0)
+        return {"byte": mapped[2**19]}
