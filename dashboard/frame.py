@@ -10,7 +10,7 @@ data layer when they run.
 from __future__ import annotations
 
 import sqlite3
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Iterator
 
 import streamlit as st
@@ -109,6 +109,8 @@ def _live() -> None:
     from dashboard.host_charts import pool_bar
     from dashboard.views.jobs import queue_chip
 
+    with suppress(OSError):  # a worker the dashboard started stays while a page is open (jobs.supervisor)
+        data.config().dashboard_heartbeat.touch()
     host = read_host_memory()
     chip, bar = st.columns([2, 3], vertical_alignment="center")
     chip.markdown(f"**{queue_chip(data.active_jobs(data.db_path()))}**")

@@ -120,7 +120,7 @@ def _retry(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) 
 def _worker(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
     from jobs.supervisor import Supervisor
 
-    Supervisor(config, grace=args.grace).run(once=args.once)
+    Supervisor(config, grace=args.grace, idle_exit=args.exit_when_idle).run(once=args.once)
     return 0
 
 
@@ -214,6 +214,9 @@ def build_parser() -> CliParser:
                           json_option=False)
     worker.add_argument("--once", action="store_true", help="run at most one job, then exit")
     worker.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL on cancel")
+    worker.add_argument("--exit-when-idle", type=float, metavar="SECONDS",
+                        help="exit after SECONDS with no job queued or running and no dashboard page open "
+                             "(what a worker the dashboard or `submit --wait` starts does, with 600)")
     return parser
 
 

@@ -66,6 +66,12 @@ class Config:
         """Parent of every job's artifact folder."""
         return self.data_dir / "artifacts"
 
+    @property
+    def dashboard_heartbeat(self) -> Path:
+        """A file every open dashboard page touches every few seconds: a worker started on someone's behalf
+        reads its age to tell whether anybody is left to use it (`jobs.supervisor`)."""
+        return self.data_dir / "dashboard.alive"
+
 
 def _read_file(path: Path) -> dict:
     try:
