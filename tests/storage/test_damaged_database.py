@@ -68,3 +68,14 @@ def test_a_database_truncated_under_a_live_connection_is_said_within_seconds(dat
         connect(path)
     assert time.monotonic() - started < OPEN_TIMEOUT_MS / 1000 + 5
     holder.conn.close()
+
+
+def test_a_bad_setting_is_one_line_on_the_page(data, monkeypatch):
+    import streamlit as st
+
+    monkeypatch.setenv("DRAINBOARD_MEMORY_FLOOR", "lots")
+    st.cache_data.clear()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+    assert not at.exception, at.exception
+    assert [e.value for e in at.error if e.value.startswith("memory_floor (DRAINBOARD_MEMORY_FLOOR or drainboard.toml)")]
+    assert not (data / "drainboard.db").exists()  # nothing was prepared with it
