@@ -200,10 +200,10 @@ class Supervisor:
         return busy
 
     def _tick(self, now: float) -> bool:
+        self._check_database()  # every tick: a claim from a deleted database would recreate its folder
         if self._running is not None:
             self._watch(now)  # first: a full disk that fails the heartbeat must not keep a job from ending
         if now - self._last_heartbeat >= HEARTBEAT_INTERVAL:
-            self._check_database()
             self._heartbeat(now)
             self.recover_interrupted(now)
         if self._running is not None:
