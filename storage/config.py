@@ -117,10 +117,12 @@ def memory_floor_setting(text: str | None) -> int | str | None:
 
 
 def _check_data_dir(data_dir: Path, source: str) -> None:
-    """The data folder must be a folder, or not exist yet (it is created): a file there strands every part."""
-    if data_dir.exists() and not data_dir.is_dir():
-        raise ConfigError(f"{source} names {data_dir}, which is not a folder; the data folder holds the job "
-                          f"database and artifacts")
+    """The data folder must be a folder, or not exist yet under a folder (it is created): a file there, or
+    above it, strands every part."""
+    existing = next((p for p in (data_dir, *data_dir.parents) if p.exists()), data_dir)
+    if existing.exists() and not existing.is_dir():
+        what = "which is not a folder" if existing == data_dir else f"under {existing}, which is not a folder"
+        raise ConfigError(f"{source} names {data_dir}, {what}; the data folder holds the job database and artifacts")
 
 
 def _parse_port(value: object, source: str) -> int:

@@ -19,7 +19,7 @@ from storage.queries import get_job
 
 def _jobs(tmp_path, env_changes: dict[str, str], *argv: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRAINBOARD_")}
-    env.update(DRAINBOARD_DATA=str(tmp_path / "data"), PYTHONPATH=str(REPO_ROOT), **env_changes)
+    env.update({"DRAINBOARD_DATA": str(tmp_path / "data"), "PYTHONPATH": str(REPO_ROOT), **env_changes})
     return subprocess.run([sys.executable, "-m", "jobs", *argv], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=120)
 
@@ -69,3 +69,11 @@ def test_a_worker_with_a_bad_floor_claims_nothing(tmp_path):
     with pytest.raises(ConfigError, match="memory_floor"):
         Supervisor(config, start_method="spawn").run(once=True)
     assert get_job(db, job_id)["status"] == "queued"
+
+
+def test_drainboard_data_under_a_file_is_refused(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    result = _jobs(tmp_path, {"DRAINBOARD_DATA": str(tmp_path / "file" / "data")}, "list", "--json")
+    assert result.returncode == 2, result.stderr
+    assert json.loads(result.stdout)["error"].startswith(f"DRAINBOARD_DATA names {tmp_path / 'file' / 'data'}, under "
+                                                         f"{tmp_path / 'file'}, which is not a folder")
