@@ -96,3 +96,14 @@ def test_a_worker_started_to_exit_when_idle_stays_while_a_page_is_open_then_exit
         assert "idle for 2 s (no job queued or running, no dashboard page open)" in open(log).read()
     finally:
         process.kill()
+
+
+def test_a_worker_started_on_someones_behalf_is_told_to_exit_when_idle(config, db):
+    from jobs.supervisor import LAUNCHED_IDLE_EXIT, ensure_supervisor
+
+    worker = psutil.Process(ensure_supervisor(config)["launched_pid"])
+    try:
+        assert worker.cmdline()[-3:] == ["worker", "--exit-when-idle", f"{LAUNCHED_IDLE_EXIT:g}"]
+    finally:
+        worker.terminate()
+        assert _gone(worker, 30)
