@@ -12,7 +12,8 @@ st.set_page_config(page_title="Drainboard", page_icon=":material/water_drop:", l
 st.session_state[nav.ROUTER_KEY] = True
 router = st.navigation([nav.st_page(page) for page in nav.PAGES], position="top")
 live_slot = frame.draw_header()
-frame.refuse_open_bind()
-frame.prepare_once()
-frame.draw_live(live_slot)
-router.run()
+with frame.one_line_on_setup_error():
+    frame.refuse_open_bind()
+    frame.prepare_once()
+    frame.draw_live(live_slot)
+    router.run()

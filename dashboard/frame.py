@@ -9,6 +9,10 @@ data layer when they run.
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import contextmanager, suppress
+from typing import Iterator
+
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
@@ -29,6 +33,25 @@ def draw_header() -> DeltaGenerator:
     name, live = st.columns([2, 3], vertical_alignment="center")
     name.markdown(f"**{PRODUCT}** — {TAGLINE}")
     return live
+
+
+@contextmanager
+def one_line_on_setup_error() -> Iterator[None]:
+    """A bad setting or a damaged job database: the one line the CLIs print, in place of the page (no traceback)."""
+    from storage.config import ConfigError
+    from storage.connections import DatabaseDamagedError, damage_error
+
+    try:
+        yield
+    except (ConfigError, DatabaseDamagedError) as e:
+        st.error(str(e), icon=":material/error:")
+    except sqlite3.DatabaseError as e:
+        from dashboard import data
+
+        damaged = damage_error(e, data.db_path())
+        if damaged is None:
+            raise
+        st.error(str(damaged), icon=":material/database:")
 
 
 def refuse_open_bind() -> None:
@@ -86,6 +109,8 @@ def _live() -> None:
     from dashboard.host_charts import pool_bar
     from dashboard.views.jobs import queue_chip
 
+    with suppress(OSError):  # a worker the dashboard started stays while a page is open (jobs.supervisor)
+        data.config().dashboard_heartbeat.touch()
     host = read_host_memory()
     chip, bar = st.columns([2, 3], vertical_alignment="center")
     chip.markdown(f"**{queue_chip(data.active_jobs(data.db_path()))}**")

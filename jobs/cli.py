@@ -24,12 +24,13 @@ from jobs.kinds import kind_names
 from jobs.queue import cancel, retry, submit
 from jobs.errors import JobSpecError
 from loader.advice import warn_about_mode
-from loader.command_line import CliParser, run_cli
+from loader.command_line import CliParser, add_offload_option, dtype_type, run_cli
+from loader.dtype_names import DTYPE_HELP
 from loader.diskspace import free_bytes, is_disk_full
 from loader.errors import DiskFullError
 from loader.sizes import MAX_SIZE
 from storage.config import Config, load_config
-from storage.connections import connect, is_database_full
+from storage.connections import connect, damage_error, is_database_full
 from storage.queries import get_job, list_jobs
 from storage.schema import FINAL_STATUSES, JOB_STATUSES
 
@@ -54,12 +55,12 @@ Command = Callable[[argparse.Namespace, Config, sqlite_utils.Database], int]
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_cli(build_parser(), argv)
+    return run_cli(build_parser, argv)
 
 
 def _with_database(run: Command) -> Callable[[argparse.Namespace], int]:
     """Give a subcommand the config and an open database; a full disk becomes a DiskFullError (exit 2)
-    saying where and how much is free."""
+    saying where and how much is free, a damaged database one line naming it (also exit 2)."""
 
     @functools.wraps(run)
     def command(args: argparse.Namespace) -> int:
@@ -71,6 +72,9 @@ def _with_database(run: Command) -> Callable[[argparse.Namespace], int]:
             finally:
                 db.conn.close()
         except Exception as e:
+            damaged = damage_error(e, config.db_path)
+            if damaged is not None:
+                raise damaged from e
             if not (is_database_full(e) or is_disk_full(e) or (
                     isinstance(e, sqlite3.OperationalError) and free_bytes(config.db_path) < LOW_DISK_SPACE)):
                 raise
@@ -119,7 +123,7 @@ def _retry(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) 
 def _worker(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
     from jobs.supervisor import Supervisor
 
-    Supervisor(config, grace=args.grace).run(once=args.once)
+    Supervisor(config, grace=args.grace, idle_exit=args.exit_when_idle).run(once=args.once)
     return 0
 
 
@@ -165,26 +169,16 @@ def _raw_spec(args: argparse.Namespace) -> dict[str, Any]:
         "kind": args.kind, "model": args.model, "component": args.component, "mode": args.mode,
         "device": args.device, "dtype": args.dtype, "sample_every": args.sample_every,
         "memory_limit": args.memory_limit, "memory_budget": args.memory_budget, "memory_floor": args.memory_floor,
-        "drop_page_cache": args.drop_page_cache, "gpus": args.gpus, "offload": _parse_offload(args.offload),
+        "drop_page_cache": args.drop_page_cache, "gpus": args.gpus, "offload": args.offload,
     }
     if args.kind == "generate":
         raw["sequential_components"] = args.sequential_components
         params: dict[str, Any] = {"prompt": args.prompt, "audio": not args.no_audio}
-        for name in ("negative_prompt", "frames", "height", "width", "steps", "seed", "fps", "guidance_scale"):
+        for name in ("frames", "height", "width", "steps", "seed"):
             if getattr(args, name) is not None:
                 params[name] = getattr(args, name)
         raw["generate"] = params
     return raw
-
-
-def _parse_offload(values: list[str]) -> dict[str, bool]:
-    flags = {}
-    for item in values:
-        name, _, value = item.partition("=")
-        if value not in ("on", "off", "true", "false"):
-            raise JobSpecError("offload", f"expected FLAG=on or FLAG=off, got {item!r}")
-        flags[name] = value in ("on", "true")
-    return flags
 
 
 def _positive_int(text: str) -> int:
@@ -213,6 +207,9 @@ def build_parser() -> CliParser:
                           json_option=False)
     worker.add_argument("--once", action="store_true", help="run at most one job, then exit")
     worker.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL on cancel")
+    worker.add_argument("--exit-when-idle", type=float, metavar="SECONDS",
+                        help="exit after SECONDS with no job queued or running and no dashboard page open "
+                             "(what a worker the dashboard or `submit --wait` starts does, with 600)")
     return parser
 
 
@@ -235,10 +232,10 @@ def _add_submit(commands: argparse._SubParsersAction) -> None:
                             'python -m jobs submit generate --model data/models/demo --prompt "a fox" --steps 4')
     _add_spec_options(generate)
     generate.add_argument("--prompt", required=True, help="what the clip shows")
-    generate.add_argument("--negative-prompt", help="must stay empty: MiniMax H3 is guidance-distilled")
-    for name in ("frames", "height", "width", "steps", "seed", "fps"):
-        generate.add_argument(f"--{name}", metavar="N", help="(default: the model's)")
-    generate.add_argument("--guidance-scale", metavar="G", help="must stay 1.0: MiniMax H3 uses no CFG")
+    for name, default in (("frames", "124, 5 s at 24 fps"), ("height", "the checkpoint's canvas"),
+                          ("width", "the checkpoint's canvas"), ("steps", "50, H3's; N steps make N - 1 DiT calls"),
+                          ("seed", "0")):
+        generate.add_argument(f"--{name}", metavar="N", help=f"(default: {default})")
     generate.add_argument("--no-audio", action="store_true", help="skip the stereo soundtrack")
     generate.add_argument("--sequential-components", action=argparse.BooleanOptionalAction,
                           help="load, run and free one component at a time (default: the policy's)")
@@ -249,7 +246,7 @@ def _add_spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--component", help="component of a model folder, e.g. transformer (checked at submit)")
     parser.add_argument("--mode", default="stream", help="placement mode: stream (default), drain or retain")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default cpu; checked at submit)")
-    parser.add_argument("--dtype", help="float32, bfloat16 or float16 (default: the checkpoint's)")
+    parser.add_argument("--dtype", type=dtype_type, help=f"{DTYPE_HELP} (default: the checkpoint's)")
     parser.add_argument("--sample-every", default=1, metavar="N", help="record a memory sample every N tensors (default 1)")
     parser.add_argument("--memory-limit", metavar="SIZE", help="memory cgroup limit for the job, such as 700MB or 4GiB")
     parser.add_argument("--memory-budget", metavar="SIZE",
@@ -259,6 +256,5 @@ def _add_spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drop-page-cache", action=argparse.BooleanOptionalAction,
                         help="drop each shard's page cache once placed (default: the policy's)")
     parser.add_argument("--gpus", default=1, metavar="N", help="number of GPUs (default 1)")
-    parser.add_argument("--offload", action="append", default=[], metavar="FLAG=on|off",
-                        help="set an offload flag, e.g. --offload dit_cpu_offload=off (repeatable)")
+    add_offload_option(parser)
     parser.add_argument("--wait", action="store_true", help="wait until the job ends (starts a worker if none runs)")

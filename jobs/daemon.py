@@ -6,6 +6,8 @@ grandchild takes its own session and becomes the worker, and the launcher
 exits at once, so its caller reaps it right away and the worker's parent is
 init (or the nearest subreaper), which reaps the worker in turn. The worker's
 pid is the one line on stdout; the worker's own output goes to stderr.
+The callers pass `--exit-when-idle`, so such a worker ends when nobody is
+left to use it (`jobs.supervisor`).
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from loader.sizes import SizeError, format_size, parse_size
-from storage.config import Config, ConfigError
+from loader.sizes import format_size
+from storage.config import Config, memory_floor_setting
 
 GUARD_INTERVAL = 0.05
 """Seconds between meminfo readings (20 a second)."""
@@ -86,18 +86,9 @@ def default_floor(total: int) -> int:
 def configured_floor(config: Config) -> int | str | None:
     """The configured floor: bytes, None for off, or "auto" (the default) for `default_floor` on unified memory.
 
-    Raises `ConfigError` naming the setting when the value is not a size, `off` or `auto`.
+    Raises `ConfigError` naming the setting (`load_config` already refused a bad one).
     """
-    text = (config.memory_floor or "auto").strip().lower()
-    if text in ("auto", ""):
-        return "auto"
-    if text in ("off", "0", "none"):
-        return None
-    try:
-        return parse_size(text, minimum=2**20)
-    except SizeError as e:
-        raise ConfigError(f"memory_floor (DRAINBOARD_MEMORY_FLOOR or drainboard.toml): {e}; "
-                          f"or 'auto' (the default) or 'off'") from None
+    return memory_floor_setting(config.memory_floor)
 
 
 def job_limits(budget: int | None, floor: int | None, config: Config, *, unified: bool, total: int) -> GuardLimits:

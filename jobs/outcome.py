@@ -57,7 +57,12 @@ def kill_reason(signal_name: str, *, limit: int | None, oom_kills: int | None) -
     SIGKILL with the job's cgroup counting an OOM kill is the kernel; with a
     cgroup counting none it came from outside the job (a user, another tool);
     without a cgroup the kernel's OOM killer is the likely sender, not a certain one.
+    SIGBUS in a job is a read of a memory-mapped file past its end: the file was truncated (or replaced
+    by a shorter one) after it was mapped.
     """
+    if signal_name == "SIGBUS":
+        return ("killed by SIGBUS: most likely a checkpoint file changed or shrank while it was being read "
+                "(a mapped page past the file's new end); check that nothing rewrites the files, and load again")
     if signal_name != "SIGKILL":
         return f"killed by {signal_name}"
     if limit is not None and oom_kills:

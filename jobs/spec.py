@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping
 from loader.checkpoint import discover_checkpoint
 from loader.device import DeviceInfo, parse_device_spec, probe_device
 from loader.dtypes import parse_dtype
+from loader.echo import echo
 from loader.errors import CheckpointError, DeviceError, PlacementError
 from loader.offload import OffloadSettings
 from loader.placement import known_placements
@@ -161,13 +162,13 @@ def _check_field_names(raw: Mapping[str, Any], problems: _Problems) -> None:
 
 def _kind(kind: Any, kinds: tuple[str, ...], problems: _Problems) -> Any:
     if kind not in kinds:
-        problems.add("kind", f"unknown job kind {kind!r}; known: {', '.join(kinds)}")
+        problems.add("kind", f"unknown job kind {echo(kind)}; known: {', '.join(kinds)}")
     return kind
 
 
 def _choice(value: Any, known: list[str] | tuple[str, ...], name: str, what: str, problems: _Problems) -> Any:
     if value not in known:
-        problems.add(name, f"unknown {what} {value!r}; known: {', '.join(known)}")
+        problems.add(name, f"unknown {what} {echo(value)}; known: {', '.join(known)}")
     return value
 
 
@@ -188,7 +189,7 @@ def _component(component: Any, model: str | None, config: Config, problems: _Pro
     if component is None:
         return None
     if not isinstance(component, str) or not re.fullmatch(r"[\w.-]+", component) or component in (".", ".."):
-        problems.add("component", f"must be a folder name such as transformer, got {component!r}")
+        problems.add("component", f"must be a folder name such as transformer, got {echo(component)}")
         return component
     if model is not None:
         try:
@@ -281,7 +282,7 @@ def _memory_sizes(raw: Mapping[str, Any], problems: _Problems) -> dict[str, int 
 
 def _optional_bool(value: Any, name: str, problems: _Problems) -> bool | None:
     if value is not None and not isinstance(value, bool):
-        problems.add(name, f"must be true, false or unset (the policy default), got {value!r}")
+        problems.add(name, f"must be true, false or unset (the policy default), got {echo(value)}")
         return None
     return value
 
@@ -303,7 +304,7 @@ def _int_at_least(value: Any, minimum: int, name: str, problems: _Problems) -> i
         try:
             value = int(str(value))
         except ValueError:
-            problems.add(name, f"must be an integer, got {value!r}")
+            problems.add(name, f"must be an integer, got {echo(value)}")
             return None
     if value < minimum:
         problems.add(name, f"must be at least {minimum}, got {value}")
@@ -316,7 +317,8 @@ def _generate_params(raw: Mapping[str, Any], problems: _Problems) -> GeneratePar
     names = {f.name for f in fields(GenerateParams)}
     for name in sorted(set(raw) - names):
         problems.add(f"generate.{name}", f"unknown parameter; known: {', '.join(sorted(names))}")
-    values = {k: v for k, v in raw.items() if k in names}
+    unset = {f.name for f in fields(GenerateParams) if f.default is None}  # a stored spec says None for these
+    values = {k: v for k, v in raw.items() if k in names and not (v is None and k in unset)}
     ok = True
     for name in ("prompt", "negative_prompt"):
         if name in values:
@@ -335,7 +337,7 @@ def _generate_params(raw: Mapping[str, Any], problems: _Problems) -> GeneratePar
                     raise ValueError
                 values[name] = int(str(value))
             except ValueError:
-                problems.add(f"generate.{name}", f"must be an integer, got {value!r}")
+                problems.add(f"generate.{name}", f"must be an integer, got {echo(value)}")
                 ok = False
     if "guidance_scale" in values:
         try:
@@ -343,10 +345,10 @@ def _generate_params(raw: Mapping[str, Any], problems: _Problems) -> GeneratePar
                 raise ValueError
             values["guidance_scale"] = float(values["guidance_scale"])
         except (TypeError, ValueError):
-            problems.add("generate.guidance_scale", f"must be a number, got {values['guidance_scale']!r}")
+            problems.add("generate.guidance_scale", f"must be a number, got {echo(values['guidance_scale'])}")
             ok = False
     if "audio" in values and not isinstance(values["audio"], bool):
-        problems.add("generate.audio", f"must be true or false, got {values['audio']!r}")
+        problems.add("generate.audio", f"must be true or false, got {echo(values['audio'])}")
         ok = False
     return GenerateParams(**values) if ok else None
 
@@ -365,7 +367,7 @@ def _text_problem(value: Any) -> str | None:
     """Why `value` is not storable text: not a string, or not valid UTF-8 (a command line's stray byte
     arrives as a lone surrogate, U+DC80..U+DCFF, which neither SQLite nor the tokenizer can encode)."""
     if not isinstance(value, str):
-        return f"must be text, got {value!r}"
+        return f"must be text, got {echo(value)}"
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as e:

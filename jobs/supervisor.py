@@ -9,6 +9,14 @@ under them (another boot id), kills what is left of them and removes their
 memory cgroups. While a job runs, its samples come over a pipe (`jobs.samples`)
 and a memory guard (`jobs.guard`) watches the machine on its own thread. The
 dashboard calls `ensure_supervisor` to start one, detached, when none is alive.
+
+A worker whose database is gone (its data folder deleted, or the file
+replaced) stops, its running child killed: it would serve a folder nobody
+reads. A worker started on someone's behalf (`ensure_supervisor`: the
+dashboard, `jobs submit --wait`) also ends once idle, that is, for
+`LAUNCHED_IDLE_EXIT` seconds no job was queued or running and no dashboard
+page was open (`Config.dashboard_heartbeat`), and says so in its log. Its fork
+server goes with it.
 """
 
 from __future__ import annotations
@@ -31,7 +39,9 @@ import sqlite_utils
 from jobs.cgroups import CgroupError, JobCgroup, create_job_cgroup, job_cgroup_name, sweep_job_cgroups
 from jobs.child import ENV_CGROUP_USAGE, EXIT_DISK_FULL, EXIT_DONE, EXIT_INVALID_SPEC
 from jobs.forkserver import ForkedChild, ForkServer
-from jobs.guard import GuardLimits, GuardTrip, Meminfo, MemoryGuard, host_has_unified_memory, job_limits, read_meminfo
+from jobs.guard import (GuardLimits, GuardTrip, Meminfo, MemoryGuard, configured_floor, host_has_unified_memory,
+                        job_limits, read_meminfo)
+from jobs.kinds import load_kinds
 from jobs.liveness import boot_id, is_same_process, pid_alive, process_start
 from jobs.outcome import describe_sample, guard_error, kill_reason
 from jobs.queue import claim, finish
@@ -39,7 +49,7 @@ from jobs.samples import ENV_SAMPLE_FD, SampleRelay, open_sample_pipe
 from jobs.setup import prepare_child
 from jobs.spec import JobSpec
 from loader.diskspace import free_bytes, is_disk_full
-from loader.errors import DiskFullError
+from loader.errors import DiskFullError, DrainboardError
 from storage.artifacts import job_dir, new_artifact_path, record_artifact, remove_unrecorded
 from storage.config import Config
 from storage.connections import checkpoint_wal, connect, is_database_full
@@ -54,7 +64,13 @@ STALE_AFTER = 10.0
 START_METHODS = ("fork", "spawn")
 """How a job child starts: forked by the fork server (`jobs.forkserver`, imports paid once), or a fresh
 `python -m jobs.child` (imports paid per job; what the fork server is measured against)."""
+LAUNCHED_IDLE_EXIT = 600.0
+"""Seconds of idleness after which a worker started by `ensure_supervisor` exits (see the module docstring)."""
 _HOST = socket.gethostname()
+
+
+class WorkerGone(DrainboardError):
+    """This worker cannot go on: its database is gone or replaced."""
 
 
 @dataclass
@@ -83,10 +99,12 @@ class Supervisor:
     `read_meminfo` is the memory guard's reader of /proc/meminfo (tests pass a fake).
     `start_method` is how job children start (`START_METHODS`); the fork server
     starts with the supervisor, so its imports are done before the first job.
+    `idle_exit` (seconds) makes `run` return once idle that long (None: never).
     """
 
     def __init__(self, config: Config, *, grace: float = 5.0, python: str = sys.executable,
-                 read_meminfo: Callable[[], Meminfo] = read_meminfo, start_method: str = "fork"):
+                 read_meminfo: Callable[[], Meminfo] = read_meminfo, start_method: str = "fork",
+                 idle_exit: float | None = None):
         if start_method not in START_METHODS:
             raise ValueError(f"start_method must be one of {', '.join(START_METHODS)}, got {start_method!r}")
         self.config = config
@@ -98,6 +116,10 @@ class Supervisor:
         self.id = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.boot_id = boot_id()
         self.db = connect(config.db_path)
+        self._db_file = _file_identity(config.db_path)
+        self.idle_exit = idle_exit
+        self._used_at = time.time()
+        """When a job was last in hand or queued, or a dashboard page last seen (wall clock)."""
         self.finished: list[int] = []
         """Ids of jobs this supervisor saw to the end, in order."""
         self._running: _Running | None = None
@@ -106,7 +128,11 @@ class Supervisor:
         """The disk-full error being retried (said once, until a write succeeds again)."""
 
     def start(self, now: float | None = None) -> list[int]:
-        """Register the heartbeat row, end the jobs of dead supervisors and sweep their cgroups; returns those ids."""
+        """Check the settings, register the heartbeat row, end the jobs of dead supervisors and sweep their
+        cgroups; returns those ids. A bad setting raises `ConfigError` here, before any job is claimed (a
+        job claimed and then failed for it would strand the queue, one job per restart)."""
+        configured_floor(self.config)
+        load_kinds()
         now = time.time() if now is None else now
         self.db["supervisors"].insert({"id": self.id, "pid": os.getpid(), "host": _HOST, "started_at": now,
                                        "heartbeat_at": now, "boot_id": self.boot_id})
@@ -174,6 +200,7 @@ class Supervisor:
         return busy
 
     def _tick(self, now: float) -> bool:
+        self._check_database()  # every tick: a claim from a deleted database would recreate its folder
         if self._running is not None:
             self._watch(now)  # first: a full disk that fails the heartbeat must not keep a job from ending
         if now - self._last_heartbeat >= HEARTBEAT_INTERVAL:
@@ -186,6 +213,25 @@ class Supervisor:
             return False
         self._spawn(job)
         return True
+
+    def _check_database(self) -> None:
+        """Raise `WorkerGone` once the database file this worker opened is no longer at its path."""
+        if _file_identity(self.config.db_path) != self._db_file:
+            where = "its data folder was deleted" if not self.config.data_dir.is_dir() else "the file was removed or replaced"
+            raise WorkerGone(f"supervisor {self.id}: the job database {self.config.db_path} is gone ({where}); "
+                             f"this worker stops")
+
+    def idle_for(self, now: float | None = None) -> float:
+        """Seconds since a job was last queued or in hand, or a dashboard page last open."""
+        now = time.time() if now is None else now
+        if self._running is not None or self.db.execute("SELECT 1 FROM jobs WHERE status IN ('queued', 'running') "
+                                                        "LIMIT 1").fetchone():
+            self._used_at = now
+        try:
+            self._used_at = max(self._used_at, self.config.dashboard_heartbeat.stat().st_mtime)
+        except OSError:
+            pass
+        return max(0.0, now - self._used_at)
 
     def _heartbeat(self, now: float) -> None:
         self._last_heartbeat = now
@@ -295,12 +341,18 @@ class Supervisor:
         oom_kills = running.cgroup.oom_kills() if running.cgroup else None
         if running.cgroup:
             running.cgroup.remove()
+        missing = None if running.log_path.is_file() else \
+            f"the job's artifact folder {running.log_path.parent} was deleted while it ran: its log and outputs are gone"
         if job["status"] not in FINAL_STATUSES:  # else another supervisor took it for dead meanwhile
-            self._record_end(running, job, code, oom_kills)
-        record_artifact(self.db, self.config.data_dir, running.job_id, running.log_path)
+            self._record_end(running, job, code, oom_kills, missing)
+        if missing is None:
+            record_artifact(self.db, self.config.data_dir, running.job_id, running.log_path)
+        else:
+            _say(f"supervisor {self.id}: job {running.job_id}: {missing}")
 
-    def _record_end(self, running: _Running, job: dict, code: int, oom_kills: int | None) -> None:
-        """The job's final status and error; written first, since on a nearly full disk it matters most."""
+    def _record_end(self, running: _Running, job: dict, code: int, oom_kills: int | None, missing: str | None) -> None:
+        """The job's final status and error; written first, since on a nearly full disk it matters most.
+        `missing` says what of the job's folder is gone: added to the error, or a warning event of a success."""
         metrics = {"memory_limit": running.cgroup.limit, "cgroup_oom_kills": oom_kills} if running.cgroup else None
         signal_name = signal.Signals(-code).name if code < 0 else None
         trip = running.guard.trip if running.guard else None
@@ -327,6 +379,12 @@ class Supervisor:
             error = f"{kill_reason(signal_name, limit=limit, oom_kills=oom_kills)}; {last}"
         if status != "succeeded":
             remove_unrecorded(self.db, self.config.data_dir, job["id"], keep=(running.log_path.name,))
+        if missing is not None and status == "succeeded":
+            self.db["events"].insert({"job_id": job["id"], "t": (running.relay.last or {}).get("t", 0.0),
+                                      "created_at": time.time(), "kind": "warning", "stage": None,
+                                      "message": missing, "data": None})
+        elif missing is not None:
+            error = f"{error}; {missing}" if error else missing
         finish(self.db, job["id"], status, error=error, exit_code=code, signal=signal_name, metrics=metrics)
 
     def _keep_logs_only(self, job_id: int) -> None:
@@ -383,7 +441,8 @@ class Supervisor:
             _say(f"supervisor {self.id}: disk full while stopping, the next start records what is left: {e}")
 
     def run(self, *, once: bool = False, poll: float = 0.2) -> None:
-        """Loop until stopped (SIGTERM, Ctrl-C); with `once`, run at most one job (none if none is queued)."""
+        """Loop until stopped (SIGTERM, Ctrl-C); with `once`, run at most one job (none if none is queued);
+        with `idle_exit`, until idle that long. Raises `WorkerGone` (after stopping) when the database is gone."""
         previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
         self.start()
         try:
@@ -391,12 +450,25 @@ class Supervisor:
                 busy = self.tick()
                 if once and (not busy or (self.finished and self._running is None)):
                     return
+                if not busy and self.idle_exit is not None and self.idle_for() >= self.idle_exit:
+                    _say(f"supervisor {self.id}: idle for {self.idle_exit:g} s (no job queued or running, no "
+                         f"dashboard page open), and it was started on someone's behalf: exiting")
+                    return
                 time.sleep(poll / 4 if busy else poll)
         except KeyboardInterrupt:
             pass
         finally:
             self.stop()
             signal.signal(signal.SIGTERM, previous)
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at `path`, None when there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _raise_keyboard_interrupt(signum, frame) -> None:
@@ -460,7 +532,8 @@ def ensure_supervisor(config: Config, *, wait: float = 10.0) -> dict:
 
     Detached by `jobs.daemon` (double fork, own session): it outlives the
     dashboard and is never left a zombie of it. Its output goes to
-    `<data_dir>/worker.log`. A lock file keeps two callers from starting two.
+    `<data_dir>/worker.log`. A lock file keeps two callers from starting two. It exits once idle for
+    `LAUNCHED_IDLE_EXIT` seconds (see the module docstring).
     A worker started here is named by `launched_pid`, also when it was not yet alive by `wait`.
     """
     config.data_dir.mkdir(parents=True, exist_ok=True)
@@ -472,7 +545,8 @@ def ensure_supervisor(config: Config, *, wait: float = 10.0) -> dict:
             if status["alive"]:
                 return status
             with open(config.data_dir / "worker.log", "ab") as log:
-                launched = subprocess.run([sys.executable, "-m", "jobs.daemon", "worker"], cwd=REPO_ROOT,
+                launched = subprocess.run([sys.executable, "-m", "jobs.daemon", "worker", "--exit-when-idle",
+                                           f"{LAUNCHED_IDLE_EXIT:g}"], cwd=REPO_ROOT,
                                           env=worker_env(config), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                           stderr=log, check=True)
             worker_pid = int(launched.stdout.split()[0])

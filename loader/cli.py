@@ -16,12 +16,19 @@ from .advice import warn_about_mode
 from .api import load_checkpoint
 from .checkpoint import discover_checkpoint
 from . import device_cli
-from .command_line import CliParser, run_cli
+from .command_line import CliParser, dtype_type, run_cli
+from .dtype_names import DTYPE_HELP
 from .placement import known_placements
 from .model_registry import load_builder_plugins
 from .report import TensorPlaced
 
 _GiB = 1024**3
+EXAMPLES = """examples:
+  python -m loader inspect data/models/demo --json
+  python -m loader load data/models/demo --component transformer --mode drain --dtype bf16
+  python -m loader forecast data/models/demo --component transformer --mode stream --json
+  python -m loader device --json
+"""
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -119,13 +126,13 @@ def _add_load_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--component", help="component of a model folder (default: the only one, or transformer)")
     parser.add_argument("--mode", default="stream", choices=known_placements(), help="placement mode (default: stream)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
-    parser.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], help="target dtype (default: the checkpoint's)")
+    parser.add_argument("--dtype", type=dtype_type, help=f"target dtype: {DTYPE_HELP} (default: the checkpoint's)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     _add_root_option(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CliParser(prog="python -m loader", description="Drainboard's frugal checkpoint loader")
+    parser = CliParser(prog="python -m loader", description="Drainboard's frugal checkpoint loader", epilog=EXAMPLES)
     sub = parser.add_subparsers(dest="command", required=True)
     inspect = sub.add_parser(
         "inspect",

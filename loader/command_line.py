@@ -11,7 +11,9 @@ keeps the contract the README states for every CLI:
 - a reader that closes stdout early (`| head`) ends the command quietly.
 
 Parsers are built with `CliParser`, so their subparsers raise `UsageError`
-instead of printing usage and exiting.
+instead of printing usage and exiting. The options every CLI shares are
+spelled here once: `--dtype` (`dtype_type`, `loader.dtype_names`) and
+`--offload FLAG=on|off` (`add_offload_option`).
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ import json
 import os
 import sys
 import traceback
+from dataclasses import fields
 from typing import Callable, NoReturn, Sequence
 
+from .dtype_names import dtype_name
 from .errors import DrainboardError
 from .sizes import parse_size
 
@@ -70,7 +74,48 @@ def size_type(*, minimum: int = 1) -> Callable[[str], int]:
     return parse
 
 
-def run_cli(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
+ParserSource = argparse.ArgumentParser | Callable[[], argparse.ArgumentParser]
+"""A parser, or the function building it: one whose choices read settings (the job kinds a setting names)
+is built inside `run_cli`, so a bad setting is reported like any bad input."""
+
+
+def dtype_type(text: str) -> str:
+    """An argparse `type=` for `--dtype`: any accepted name (`bf16`, `bfloat16`, ...) to the one printed."""
+    try:
+        return dtype_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_offload_option(parser: argparse.ArgumentParser) -> None:
+    """`--offload FLAG=on|off` (repeatable, `all` for every flag): how every command sets offload flags.
+    The parsed value is a dict of flag -> bool, over the flags' defaults (all on)."""
+    from .offload import OffloadSettings
+
+    names = [f.name for f in fields(OffloadSettings)]
+
+    def parse(item: str) -> tuple[str, bool]:
+        name, _, value = item.partition("=")
+        if name not in (*names, "all") or value not in ("on", "off"):
+            raise argparse.ArgumentTypeError(f"expected FLAG=on or FLAG=off with FLAG one of all, {', '.join(names)};"
+                                             f" got {item!r}")
+        return name, value == "on"
+
+    parse.__name__ = "offload flag"
+
+    class Collect(argparse.Action):
+        def __call__(self, parser, namespace, value, option_string=None):
+            flags = dict(getattr(namespace, self.dest) or {})
+            name, on = value
+            flags.update(dict.fromkeys(names, on) if name == "all" else {name: on})
+            setattr(namespace, self.dest, flags)
+
+    parser.add_argument("--offload", action=Collect, type=parse, default={}, metavar="FLAG=on|off",
+                        help="set an offload flag (repeatable; all=off for every flag; default: all on, the policy "
+                             "turns them off where they do not apply), e.g. --offload dit_cpu_offload=off")
+
+
+def run_cli(parser: ParserSource, argv: Sequence[str] | None = None) -> int:
     """Parse `argv` (default `sys.argv[1:]`), run `args.func(args)`, and return the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     options = argv[: argv.index("--")] if "--" in argv else argv
@@ -80,8 +125,10 @@ def run_cli(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) 
         return _closed_stdout()
 
 
-def _run(parser: argparse.ArgumentParser, argv: list[str], *, as_json: bool) -> int:
+def _run(parser: ParserSource, argv: list[str], *, as_json: bool) -> int:
     try:
+        if not isinstance(parser, argparse.ArgumentParser):
+            parser = parser()
         args = parser.parse_args(argv)
         as_json = bool(getattr(args, "json", False))
         code = args.func(args)

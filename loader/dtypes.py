@@ -13,6 +13,7 @@ from typing import Mapping
 
 import torch
 
+from .dtype_names import DTYPE_ALIASES
 from .errors import PlacementError
 
 SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
@@ -34,16 +35,8 @@ SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
 }
 """safetensors header dtype name -> torch dtype (the ones torch can hold)."""
 
-_ALIASES: dict[str, torch.dtype] = {
-    "bf16": torch.bfloat16,
-    "bfloat16": torch.bfloat16,
-    "fp16": torch.float16,
-    "float16": torch.float16,
-    "half": torch.float16,
-    "fp32": torch.float32,
-    "float32": torch.float32,
-    "float": torch.float32,
-}
+_ALIASES: dict[str, torch.dtype] = {alias: getattr(torch, name) for alias, name in DTYPE_ALIASES.items()}
+"""Every accepted dtype name (`loader.dtype_names`) -> its torch dtype."""
 
 
 def itemsize(safetensors_dtype: str) -> int:

@@ -5,13 +5,16 @@
 GB/s throughput metric count), also written `K` `M` `G` `T`; binary `KiB` `MiB` `GiB` `TiB`
 (2^10 .. 2^40, as memory is shown). A decimal fraction is exact (`1.5GB` is 1,500,000,000), a
 fraction of a byte is dropped; exponents (`1e30`) are refused, and so is anything above 2^63 - 1.
-Standard library only, so anything may import it without pulling in torch.
+Digits are ASCII only (`５GB` is refused). A refused text is quoted back bounded (`loader.echo`).
+Standard library (and `loader.echo`, as plain) only, so anything may import it without pulling in torch.
 """
 
 from __future__ import annotations
 
 import re
 from fractions import Fraction
+
+from loader.echo import echo
 
 MAX_SIZE = 2**63 - 1
 """The largest size accepted: what SQLite, JSON readers and cgroup files all hold exactly."""
@@ -23,7 +26,8 @@ UNITS = {
 }
 """Bytes per unit, by lower-case unit name."""
 
-_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", re.IGNORECASE)
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-z]*)\s*", re.IGNORECASE | re.ASCII)
+"""ASCII digits only: `\\d` would take `５GB` (full-width) or Arabic-Indic digits, which no setting means."""
 _MIB = 2**20
 _GIB = 2**30
 
@@ -39,17 +43,17 @@ def parse_size(text: str | int, *, minimum: int = 1) -> int:
     `minimum` (bytes) is the smallest size accepted, stated in the message.
     """
     if isinstance(text, bool) or not isinstance(text, (int, str)):
-        raise SizeError(f"{text!r} is not a size; expected a number of bytes or text such as 700MB or 4GiB")
+        raise SizeError(f"{echo(text)} is not a size; expected a number of bytes or text such as 700MB or 4GiB")
     if isinstance(text, int):
         size = text
     else:
         match = _SIZE.fullmatch(text)
         unit = match.group(2).lower() if match else None
         if text.strip().startswith("-"):
-            raise SizeError(f"{text!r} is negative; a size is a positive number of bytes")
+            raise SizeError(f"{echo(text)} is negative; a size is a positive number of bytes")
         if match is None or unit not in UNITS:
             raise SizeError(
-                f"{text!r} is not a size; expected a number with an optional unit: B, KB, MB, GB, TB"
+                f"{echo(text)} is not a size; expected a number with an optional unit: B, KB, MB, GB, TB"
                 " (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), such as 700MB or 0.5GiB"
             )
         size = int(Fraction(match.group(1)) * UNITS[unit])
@@ -57,9 +61,9 @@ def parse_size(text: str | int, *, minimum: int = 1) -> int:
         least = f"{minimum:,} byte" + ("s" if minimum != 1 else "")
         if minimum >= _MIB:
             least = f"{format_size(minimum)} ({least})"
-        raise SizeError(f"{text!r} is too small; the minimum is {least}")
+        raise SizeError(f"{echo(text)} is too small; the minimum is {least}")
     if size > MAX_SIZE:
-        raise SizeError(f"{text!r} is too large; the maximum is {MAX_SIZE:,} bytes")
+        raise SizeError(f"{echo(text)} is too large; the maximum is {MAX_SIZE:,} bytes")
     return size
 
 

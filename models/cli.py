@@ -13,7 +13,8 @@ from typing import Sequence
 
 import torch
 
-from loader.command_line import CliParser, run_cli, size_type
+from loader.command_line import CliParser, add_offload_option, dtype_type, run_cli, size_type
+from loader.dtype_names import DTYPE_HELP
 from loader.offload import OffloadSettings
 from loader.placement import known_placements
 
@@ -22,7 +23,10 @@ from .pipeline import PipelineEvent, run_generate
 from .profiles import PROFILES, get_profile
 from .progress import ProgressBar
 
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+EXAMPLES = """examples:
+  python -m models synth data/models/h3-demo --profile demo
+  python -m models generate data/models/h3-demo --prompt "a red fox in the snow" --out clip.mp4 --steps 4
+"""
 
 
 def _synth(args: argparse.Namespace) -> int:
@@ -35,7 +39,7 @@ def _synth(args: argparse.Namespace) -> int:
     from .h3synth import synth_h3
 
     report = synth_h3(
-        args.out, get_profile(args.profile), dtype=_DTYPES[args.dtype], shard_bytes=args.shard_size,
+        args.out, get_profile(args.profile), dtype=getattr(torch, args.dtype), shard_bytes=args.shard_size,
         seed=args.seed, components=args.components, dry_run=args.dry_run, on_bytes=None if bar is None else progress,
     )
     if bar is not None:
@@ -51,11 +55,8 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    params = GenerateParams(
-        prompt=args.prompt, negative_prompt=args.negative_prompt, frames=args.frames, height=args.height,
-        width=args.width, steps=args.steps, guidance_scale=args.guidance_scale, seed=args.seed, fps=args.fps,
-        audio=not args.no_audio,
-    )
+    params = GenerateParams(prompt=args.prompt, frames=args.frames, height=args.height, width=args.width,
+                            steps=args.steps, seed=args.seed, audio=not args.no_audio)
     bar = ProgressBar(params.steps - 1, "denoising", unit=" steps")
 
     def on_event(event: PipelineEvent) -> None:
@@ -65,12 +66,9 @@ def _generate(args: argparse.Namespace) -> int:
                 event.kind in ("stage_end", "placement") and args.verbose):
             print(f"[{event.stage}] {event.message}", file=sys.stderr)
 
-    offload = OffloadSettings(
-        dit_layerwise_offload=args.offload, dit_cpu_offload=args.offload, text_encoder_cpu_offload=args.offload,
-        image_encoder_cpu_offload=args.offload, vae_cpu_offload=args.offload, pin_cpu_memory=args.pin_cpu_memory,
-    )
+    offload = OffloadSettings(**args.offload)
     result = run_generate(
-        args.model_dir, params, args.out, device=args.device, dtype=_DTYPES[args.dtype] if args.dtype else None,
+        args.model_dir, params, args.out, device=args.device, dtype=getattr(torch, args.dtype) if args.dtype else None,
         mode=args.mode, offload=offload, sequential_components=args.sequential_components, on_event=on_event,
     )
     if args.json:
@@ -83,7 +81,8 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CliParser(prog="python -m models", description="MiniMax H3 in Drainboard: synthetic checkpoints, generate")
+    parser = CliParser(prog="python -m models", description="MiniMax H3 in Drainboard: synthetic checkpoints, generate",
+                       epilog=EXAMPLES)
     sub = parser.add_subparsers(dest="command", required=True)
     synth = sub.add_parser(
         "synth", help="write a random-weight MiniMax H3 checkpoint in the release's layout",
@@ -91,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     synth.add_argument("out", help="model folder to write")
     synth.add_argument("--profile", default="demo", choices=list(PROFILES), help="model size (default: demo)")
-    synth.add_argument("--dtype", default="bf16", choices=list(_DTYPES), help="stored dtype (default: bf16)")
+    synth.add_argument("--dtype", default="bfloat16", type=dtype_type, help=f"stored dtype: {DTYPE_HELP} (default: bfloat16)")
     synth.add_argument("--shard-size", type=size_type(), default=None, metavar="SIZE",
                        help="max shard size, such as 5GB or 0.5GiB (default: the profile's: 5GB; 16MiB for demo,"
                             " 1MiB for tiny)")
@@ -110,7 +109,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen.add_argument("model_dir", help="H3 model folder (modular_model_index.json and component folders)")
     gen.add_argument("--prompt", required=True)
-    gen.add_argument("--negative-prompt", default=defaults.negative_prompt, help="must stay empty for H3")
     gen.add_argument("--out", required=True, help="MP4 to write")
     gen.add_argument("--frames", type=int, default=defaults.frames, help="17n + 5 within 124..345 (default: 124)")
     gen.add_argument("--height", type=int, default=defaults.height,
@@ -118,17 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--width", type=int, default=defaults.width,
                      help="multiple of 32 (default: the checkpoint's 16:9 canvas)")
     gen.add_argument("--steps", type=int, default=defaults.steps, help="num_inference_steps, >= 2 (default: 50)")
-    gen.add_argument("--guidance-scale", type=float, default=defaults.guidance_scale, help="must stay 1.0 for H3")
     gen.add_argument("--seed", type=int, default=defaults.seed)
-    gen.add_argument("--fps", type=int, default=defaults.fps, help="must stay 24 for H3")
     gen.add_argument("--no-audio", action="store_true", help="skip decode.audio and leave out the audio track")
     gen.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
-    gen.add_argument("--dtype", choices=list(_DTYPES), help="compute dtype (default: bf16, fp32 modules kept)")
+    gen.add_argument("--dtype", type=dtype_type, help=f"compute dtype: {DTYPE_HELP} (default: bfloat16, fp32 modules kept)")
     gen.add_argument("--mode", default="stream", choices=known_placements(), help="loader placement mode (default: stream)")
-    gen.add_argument("--offload", action=argparse.BooleanOptionalAction, default=True,
-                     help="request the offload flags (the policy still turns them off on unified memory)")
-    gen.add_argument("--pin-cpu-memory", action=argparse.BooleanOptionalAction, default=True,
-                     help="pin a layerwise-offloaded DiT's host copy up front (CUDA)")
+    add_offload_option(gen)
     gen.add_argument("--sequential-components", action=argparse.BooleanOptionalAction, default=None,
                      help="load each component before its first block, release it after its last"
                           " (default: on for unified memory)")

@@ -9,6 +9,8 @@ prompt (the checkpoint is guidance-distilled). Height and width left unset
 take the checkpoint's own 16:9 canvas (`canvas_short_edge` and
 `canvas_max_pixels` in `modular_model_index.json`), which is how a small
 synthetic checkpoint gets a small default canvas without any rule of its own.
+Bounds of Drainboard's own: a canvas edge of at most `MAX_CANVAS_EDGE` px, a
+prompt of at most `MAX_PROMPT_TOKENS` tokens (`prompt_tokens`).
 
 Validation reads only JSON configs, so a job can be refused in the parent
 process before any weight is read.
@@ -35,6 +37,14 @@ INDEX_FILE = "modular_model_index.json"
 """The pipeline's index at a model root."""
 PIPELINE_CLASS = "MiniMaxH3ModularPipeline"
 """The `_class_name` a generate root must declare."""
+MAX_CANVAS_EDGE = 4096
+"""The widest and tallest canvas accepted, in pixels (H3's default is 1344 x 768; a 4K frame is 3840 wide):
+beyond it a job would only fail allocating; the memory forecast refuses what the machine cannot hold."""
+MAX_PROMPT_TOKENS = 2048
+"""The longest prompt, in tokens of the checkpoint's tokenizer: the text encoder runs on the whole prompt (no
+truncation in H3's pipeline), so a 100,000-character prompt held the queue in `text_encoder` for minutes."""
+MAX_PROMPT_BYTES = 16 * MAX_PROMPT_TOKENS
+"""A prompt longer than this (UTF-8 bytes) is refused without tokenizing it (tokenizing costs time too)."""
 WEIGHT_COMPONENTS = ("text_encoder", "transformer", "vae", "audio_vae")
 """Components with weights that `t2va` runs, in the order the pipeline first uses them."""
 
@@ -171,6 +181,30 @@ def _default_canvas(multiple: int, index: dict[str, Any]) -> tuple[int, int]:
     return resolve_canvas_size(16, 9, multiple, short_edge, max_pixels)
 
 
+def prompt_problem(prompt: str, root: Path) -> str | None:
+    """Why `prompt` is too long for a job, or None; the bound, `MAX_PROMPT_TOKENS`, is in the message.
+
+    H3's tokenizer is byte-level BPE: every token is at least one byte, so a prompt of at most
+    `MAX_PROMPT_TOKENS` UTF-8 bytes is within the bound uncounted, and one over `MAX_PROMPT_BYTES` is
+    refused uncounted too. Only in between is the checkpoint's `tokenizer/` loaded (local files only);
+    where it cannot be, the byte count is the bound used (conservative: it is never below the token count).
+    """
+    size = len(prompt.encode("utf-8", errors="replace"))
+    if size <= MAX_PROMPT_TOKENS:
+        return None
+    bound = f"a prompt is at most {MAX_PROMPT_TOKENS:,} tokens"
+    if size > MAX_PROMPT_BYTES:
+        return f"is {size:,} bytes, far over the bound ({bound}, and at most {MAX_PROMPT_BYTES:,} bytes)"
+    from .text_aux import load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(root / "tokenizer")
+    except (OSError, ValueError):
+        return f"is {size:,} bytes and the checkpoint's tokenizer cannot be read to count it; {bound}"
+    tokens = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    return f"is {tokens:,} tokens; {bound}" if tokens > MAX_PROMPT_TOKENS else None
+
+
 def validate_params(params: GenerateParams, model: ModelSpec) -> None:
     """Raise GenerateParamsError naming every field this model cannot take, with what it expects."""
     problems: dict[str, str] = {}
@@ -197,6 +231,11 @@ def validate_params(params: GenerateParams, model: ModelSpec) -> None:
         if value is not None and (value < model.canvas_multiple or value % model.canvas_multiple):
             problems[field] = (f"{value} is not a positive multiple of {model.canvas_multiple}"
                                f" (VAE {model.spatial_compression}x spatial compression x patch 2)")
+        elif value is not None and value > MAX_CANVAS_EDGE:
+            problems[field] = f"{value:,} px is more than the largest canvas edge, {MAX_CANVAS_EDGE:,} px"
+    too_long = prompt_problem(params.prompt, Path(model.root))
+    if too_long is not None:
+        problems["prompt"] = too_long
     if not 2 <= params.steps <= 1000:
         problems["steps"] = f"{params.steps} is outside 2..1000 (N steps make N - 1 DiT calls)"
     if not 0 <= params.seed < 2**63:

@@ -9,6 +9,10 @@ one-off `DRAINBOARD_DATA=/tmp/x python -m jobs list` overrides the file.
     address = "0.0.0.0"
     port = 8501
     memory_floor = "8GiB"   # the memory guard's floor: a size, "auto" (the default) or "off"
+
+Every value is checked here, when any part (worker, CLI, dashboard) starts:
+a bad setting is one `ConfigError` line naming the setting, before any job
+is claimed, never a job that fails later for it.
 """
 
 from __future__ import annotations
@@ -19,10 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from loader.echo import echo
 from loader.errors import DrainboardError
+from loader.sizes import SizeError, parse_size
 
 CONFIG_FILE_NAME = "drainboard.toml"
 _FILE_KEYS = {"data_dir", "model_roots", "address", "port", "memory_floor"}
+MIN_MEMORY_FLOOR = 2**20
+"""The smallest memory floor accepted (1 MiB), as for a job's own floor."""
 
 
 class ConfigError(DrainboardError):
@@ -58,6 +66,12 @@ class Config:
         """Parent of every job's artifact folder."""
         return self.data_dir / "artifacts"
 
+    @property
+    def dashboard_heartbeat(self) -> Path:
+        """A file every open dashboard page touches every few seconds: a worker started on someone's behalf
+        reads its age to tell whether anybody is left to use it (`jobs.supervisor`)."""
+        return self.data_dir / "dashboard.alive"
+
 
 def _read_file(path: Path) -> dict:
     try:
@@ -65,25 +79,57 @@ def _read_file(path: Path) -> dict:
             values = tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+                          f"a TOML file is UTF-8") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot be read: {e.strerror}") from None
     unknown = sorted(set(values) - _FILE_KEYS)
     if unknown:
         raise ConfigError(f"{path}: unknown keys {', '.join(unknown)}; known: {', '.join(sorted(_FILE_KEYS))}")
     if "model_roots" in values and not (
         isinstance(values["model_roots"], list) and all(isinstance(r, str) for r in values["model_roots"])
     ):
-        raise ConfigError(f"{path}: model_roots must be a list of folder paths, got {values['model_roots']!r}")
+        raise ConfigError(f"{path}: model_roots must be a list of folder paths, got {echo(values['model_roots'])}")
+    for key in ("data_dir", "address"):
+        if key in values and not isinstance(values[key], str):
+            raise ConfigError(f"{path}: {key} must be a string, got {echo(values[key])}")
     if "memory_floor" in values and (isinstance(values["memory_floor"], bool)
                                      or not isinstance(values["memory_floor"], (str, int))):
         raise ConfigError(f"{path}: memory_floor must be a size such as \"8GiB\", \"auto\" or \"off\", "
-                          f"got {values['memory_floor']!r}")
+                          f"got {echo(values['memory_floor'])}")
     return values
+
+
+def memory_floor_setting(text: str | None) -> int | str | None:
+    """The configured memory floor read: bytes, None for `off`, or "auto" (the default: the guard's
+    default floor on a unified-memory machine). Raises `ConfigError` naming the setting."""
+    text = (text or "auto").strip()
+    if text.lower() in ("auto", ""):
+        return "auto"
+    if text.lower() in ("off", "0", "none"):
+        return None
+    try:
+        return parse_size(text, minimum=MIN_MEMORY_FLOOR)
+    except SizeError as e:
+        raise ConfigError(f"memory_floor (DRAINBOARD_MEMORY_FLOOR or drainboard.toml): {e}; "
+                          f"or 'auto' (the default) or 'off'") from None
+
+
+def _check_data_dir(data_dir: Path, source: str) -> None:
+    """The data folder must be a folder, or not exist yet under a folder (it is created): a file there, or
+    above it, strands every part."""
+    existing = next((p for p in (data_dir, *data_dir.parents) if p.exists()), data_dir)
+    if existing.exists() and not existing.is_dir():
+        what = "which is not a folder" if existing == data_dir else f"under {existing}, which is not a folder"
+        raise ConfigError(f"{source} names {data_dir}, {what}; the data folder holds the job database and artifacts")
 
 
 def _parse_port(value: object, source: str) -> int:
     try:
         port = int(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise ConfigError(f"{source}: port must be an integer, got {value!r}") from None
+        raise ConfigError(f"{source}: port must be an integer, got {echo(value)}") from None
     if not 0 < port < 65536:
         raise ConfigError(f"{source}: port must be between 1 and 65535, got {port}")
     return port
@@ -104,8 +150,10 @@ def load_config(env: Mapping[str, str] | None = None, cwd: Path | None = None) -
     file_base = file_path.resolve().parent
 
     data_dir = file_base / values["data_dir"] if "data_dir" in values else cwd / "data"
+    data_source = f"data_dir in {file_path}" if "data_dir" in values else "the default data folder"
     if env.get("DRAINBOARD_DATA"):
-        data_dir = cwd / env["DRAINBOARD_DATA"]
+        data_dir, data_source = cwd / env["DRAINBOARD_DATA"], "DRAINBOARD_DATA"
+    _check_data_dir(data_dir, data_source)
     roots = [file_base / r for r in values.get("model_roots", [])]
     if env.get("DRAINBOARD_MODEL_ROOTS"):
         roots = [cwd / r for r in env["DRAINBOARD_MODEL_ROOTS"].split(os.pathsep) if r]
@@ -115,6 +163,7 @@ def load_config(env: Mapping[str, str] | None = None, cwd: Path | None = None) -
     port_source = "DRAINBOARD_PORT" if env.get("DRAINBOARD_PORT") else str(file_path)
     port = _parse_port(env.get("DRAINBOARD_PORT") or values.get("port", 8501), port_source)
     floor = env.get("DRAINBOARD_MEMORY_FLOOR") or values.get("memory_floor")
+    memory_floor_setting(None if floor is None else str(floor))
     return Config(data_dir=data_dir.resolve(), model_roots=[r.resolve() for r in roots], address=address, port=port,
                   memory_floor=None if floor is None else str(floor))
 

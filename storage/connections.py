@@ -10,6 +10,13 @@ WAL checkpoint. A `durable` connection (`synchronous = FULL`) fsyncs the WAL
 at every commit; the sample writer uses one, and since an fsync of the WAL file
 carries every frame before it, each of its commits (at least every
 `flush_interval`) also makes the other connections' earlier writes durable.
+
+Damage: a file SQLite finds malformed (garbage over a table) or not a
+database at all becomes `DatabaseDamagedError`, one line naming the file
+(`damage_error`). Opening waits at most `OPEN_TIMEOUT_MS` for a lock: in WAL
+mode an open waits only while another process holds the file in a state no
+reader should wait for (a database truncated under a live worker), so that is
+said at once instead of after the 30 s a writer may wait for another writer.
 """
 
 from __future__ import annotations
@@ -21,7 +28,26 @@ from typing import Iterator
 
 import sqlite_utils
 
+from loader.errors import DrainboardError
+
 BUSY_TIMEOUT_MS = 30_000
+"""How long a statement waits for another writer's lock (the sample writer commits at least every second)."""
+OPEN_TIMEOUT_MS = 3_000
+"""How long opening the database waits for a lock before saying why it cannot go on."""
+_DAMAGED_CODES = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+
+
+class DatabaseDamagedError(DrainboardError):
+    """The job database is malformed, not a database, or held locked by a process that truncated or
+    replaced it under the others; the message names the file."""
+
+
+def damage_error(exc: BaseException, path: str | Path) -> DatabaseDamagedError | None:
+    """The one-line error for a damaged database at `path`, or None when `exc` is something else."""
+    if isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorcode", None) in _DAMAGED_CODES:
+        return DatabaseDamagedError(f"the job database at {path} is damaged: {exc}; move it aside (the next "
+                                    f"start creates an empty one) or restore it from a copy")
+    return None
 
 
 def connect(
@@ -38,18 +64,40 @@ def connect(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(
-        str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=check_same_thread
+        str(path), timeout=OPEN_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=check_same_thread
     )
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
-    conn.execute("PRAGMA foreign_keys = ON")
-    db = sqlite_utils.Database(conn)
-    if ensure:
-        from storage.schema import ensure_schema
+    try:
+        _open(conn, path)
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        db = sqlite_utils.Database(conn)
+        if ensure:
+            from storage.schema import ensure_schema
 
-        ensure_schema(db)
+            ensure_schema(db)
+    except BaseException as e:
+        conn.close()
+        damaged = damage_error(e, path)
+        if damaged is not None:
+            raise damaged from e
+        raise
     return db
+
+
+def _open(conn: sqlite3.Connection, path: Path) -> None:
+    """WAL mode and a first read of the header, waiting `OPEN_TIMEOUT_MS` at most for a lock."""
+    conn.execute(f"PRAGMA busy_timeout = {OPEN_TIMEOUT_MS}")
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA user_version")
+    except sqlite3.OperationalError as e:
+        if getattr(e, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY:
+            raise
+        raise DatabaseDamagedError(
+            f"the job database at {path} stayed locked for {OPEN_TIMEOUT_MS / 1000:g} s on opening: a process "
+            f"that has it open holds it in a state no reader waits for, which is what a database file truncated "
+            f"or replaced under a running worker looks like; stop the worker, then check the file") from None
 
 
 @contextmanager

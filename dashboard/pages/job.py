@@ -177,7 +177,8 @@ def draw_status(job: dict, stats: jv.LiveStats, events, total_bytes: int | None)
         waited = (events["created_at"].max() if len(events) else job["started_at"]) - job["started_at"]
         if waited > 60:
             st.warning("No memory samples after 60 s: check the supervisor on the System page.")
-    with st.status(jv.status_label(job, stats, total_bytes), state=jv.status_state(job["status"]), expanded=False):
+    label = jv.status_label(job, stats, total_bytes, stalled=jv.stalled_for(job, stats, events))
+    with st.status(label, state=jv.status_state(job["status"]), expanded=False):
         st.dataframe(jv.event_table(events, last=20), hide_index=True, width="stretch")
 
 

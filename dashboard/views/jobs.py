@@ -128,8 +128,29 @@ def live_stats(samples: pd.DataFrame, mem_total: int | None) -> LiveStats:
     )
 
 
-def status_label(job: dict, stats: LiveStats, total_bytes: int | None, *, now: float | None = None) -> str:
-    """One line saying where the job is, e.g. "Killed (SIGKILL) at 81% placed (79.7 GiB) · t = 412 s"."""
+STALL_AFTER = 30.0
+"""Seconds without a new sample after which a running job is called stalled. A load records a sample per
+tensor and a generate several a second; a child stopped (SIGSTOP) or wedged records none, while its heartbeat,
+which the supervisor writes, stays fresh."""
+
+
+def stalled_for(job: dict, stats: LiveStats, events: pd.DataFrame, *, now: float | None = None) -> float | None:
+    """Seconds since a running job's last sample when over `STALL_AFTER`, else None.
+
+    The sample's time is on the child's clock (`t` from its start); any event's `created_at - t` puts that
+    start on the wall clock.
+    """
+    if job["status"] != "running" or not stats.samples or not len(events):
+        return None
+    start = float((events["created_at"] - events["t"]).iloc[0])
+    age = (time.time() if now is None else now) - (start + stats.elapsed)
+    return age if age > STALL_AFTER else None
+
+
+def status_label(job: dict, stats: LiveStats, total_bytes: int | None, *, now: float | None = None,
+                 stalled: float | None = None) -> str:
+    """One line saying where the job is, e.g. "Killed (SIGKILL) at 81% placed (79.7 GiB) · t = 412 s";
+    `stalled` (from `stalled_for`) adds "stalled: no progress for N s" to a running job's line."""
     status = job["status"]
     if total_bytes:
         where = f"{fmt.percent(stats.bytes_placed / total_bytes)} placed ({fmt.gib(stats.bytes_placed)})"
@@ -143,7 +164,8 @@ def status_label(job: dict, stats: LiveStats, total_bytes: int | None, *, now: f
         if not stats.samples:
             waited = (now or time.time()) - started if started else 0.0
             return f"Starting worker, importing, opening checkpoint… {fmt.duration(waited)}"
-        return f"{progress(job).text or 'running'} · {at}"
+        line = f"{progress(job).text or 'running'} · {at}"
+        return line if stalled is None else f"{line} · stalled: no progress for {stalled:.0f} s"
     if status == "succeeded":
         took = _took(job)
         return f"Done in {fmt.duration(took)}" if took is not None else "Done"

@@ -13,6 +13,9 @@ import importlib
 import os
 from typing import Any, Callable
 
+from loader.echo import echo
+from storage.config import ConfigError
+
 KindFunction = Callable[..., dict[str, Any]]
 
 _KINDS: dict[str, KindFunction] = {}
@@ -32,10 +35,19 @@ def job_kind(name: str) -> Callable[[KindFunction], KindFunction]:
 
 
 def load_kinds() -> None:
-    """Import the built-in kinds and those named in DRAINBOARD_KIND_MODULES."""
+    """Import the built-in kinds and those named in DRAINBOARD_KIND_MODULES.
+
+    A module of that setting that cannot be found is a `ConfigError` naming it (one line, exit 2 in a CLI).
+    """
     extra = [m.strip() for m in os.environ.get("DRAINBOARD_KIND_MODULES", "").split(",") if m.strip()]
-    for module in (*_BUILTIN_MODULES, *extra):
+    for module in _BUILTIN_MODULES:
         importlib.import_module(module)
+    for module in extra:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            raise ConfigError(f"DRAINBOARD_KIND_MODULES names {echo(module)}, which cannot be imported: "
+                              f"no module named {echo(e.name)}") from None
 
 
 def kind_names() -> tuple[str, ...]:

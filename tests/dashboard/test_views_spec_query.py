@@ -62,3 +62,18 @@ def test_labels_and_checkpoint_keys():
     job = _generate_job()
     assert job_label(job) == "#7 drain generate"
     assert checkpoint_key(job) == ("/models/demo", None, "generate")
+
+
+@pytest.mark.parametrize("name", ["job", "from"])
+def test_an_id_of_thousands_of_digits_is_one_bounded_message(name):
+    raw = "9" * 4301  # past Python's int-string limit: int() itself raises
+    with pytest.raises(QueryError, match="job ids run from 1 to") as caught:
+        job_id(raw, name=name)
+    assert len(str(caught.value)) < 200 and "4,301 characters" in str(caught.value)
+    assert job_id("0" * 30 + "7", name=name) == 7  # leading zeros are no reason to refuse
+
+
+def test_a_crafted_job_list_is_quoted_bounded():
+    with pytest.raises(QueryError) as caught:
+        job_ids(",".join(["9" * 4301] * 500))
+    assert len(str(caught.value)) < 400 and "and 497 more" in str(caught.value)

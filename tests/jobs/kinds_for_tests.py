@@ -141,3 +141,17 @@ def run_ring_load(spec, ctx):
     finally:
         os.close(fd)
     return {"steps": total}
+
+
+@job_kind("shrinking_file")
+def run_shrinking_file(spec, ctx):
+    """Map a file, truncate it under the map and read on: what a shard cut short mid-load does (SIGBUS)."""
+    import mmap
+    import tempfile
+
+    with ctx.stage("load"), tempfile.TemporaryFile() as f:
+        f.truncate(2**20)
+        mapped = mmap.mmap(f.fileno(), 2**20, access=mmap.ACCESS_READ)
+        ctx.record(tensors_placed=0)
+        f.truncate(0)
+        return {"byte": mapped[2**19]}

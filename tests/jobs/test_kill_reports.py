@@ -31,3 +31,10 @@ def test_sigkill_at_20_random_points_quotes_a_sample_within_one_step_of_the_chil
         assert job["status"] == "killed" and "last sample at" in job["error"]
         assert 0 <= reached - quoted <= 1, (attempt, reached, quoted, job["error"])
         assert sample_count(db, job_id) == quoted  # samples 1..quoted all stored, none lost with the child
+
+
+def test_a_sigbus_says_the_file_most_likely_changed_while_it_was_read(queue_job, run_to_end):
+    job = run_to_end(queue_job("shrinking_file"))
+    assert job["status"] == "killed" and job["signal"] == "SIGBUS"
+    assert job["error"].startswith("killed by SIGBUS: most likely a checkpoint file changed or shrank while it was "
+                                   "being read")

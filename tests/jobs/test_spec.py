@@ -197,3 +197,23 @@ def test_two_supervisors_never_claim_the_same_job(db, config):
     every = sorted(claimed["a"] + claimed["b"] + claimed["c"])
     assert every == ids
     assert {get_job(db, i)["supervisor_id"] for i in claimed["a"]} <= {"a"}
+
+
+def test_retry_accepts_a_generate_submitted_without_a_canvas(db, config, tiny_model):
+    """Height and width left to the checkpoint are stored as None; retrying must accept what submit did."""
+    first = submit(db, {"kind": "generate", "model": str(tiny_model), "generate": {"prompt": "a fox"}}, config)
+    assert get_job(db, first)["spec"]["generate"]["height"] is None
+    db.execute("UPDATE jobs SET status = 'failed' WHERE id = ?", [first])
+    second = retry(db, first, config)
+    assert get_job(db, second)["spec"] == get_job(db, first)["spec"]
+    edited = retry(db, first, config, changes={"mode": "drain"})
+    assert get_job(db, edited)["spec"]["generate"]["width"] is None
+
+
+@pytest.mark.parametrize("fields", [{"component": "x/" * 13_000}, {"mode": "m" * 26_000}, {"sample_every": "9z" * 13_000},
+                                    {"memory_limit": "5" * 26_000 + "XB"}])
+def test_crafted_input_is_quoted_back_bounded(config, fields):
+    """What a form field carries comes back in the page's alert: at most a short quote of it, never 26 KB."""
+    with pytest.raises(JobSpecError) as caught:
+        build_spec({"kind": "load", "model": model(config), **fields}, config, known_kinds=("load",))
+    assert len(str(caught.value)) < 400 and "characters)" in str(caught.value)

@@ -55,3 +55,15 @@ def test_the_size_module_itself_imports_no_torch():
            " m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("text", ["５GB", "٣MiB", "1.５GB", "²KB"])
+def test_only_ascii_digits_make_a_size(text):
+    with pytest.raises(SizeError, match="is not a size"):
+        parse_size(text)
+
+
+def test_a_crafted_size_is_quoted_bounded():
+    with pytest.raises(SizeError) as caught:
+        parse_size("7" * 30000 + "XB")
+    assert len(str(caught.value)) < 400
