@@ -270,6 +270,25 @@ def child_diffusers(args, tracker: Tracker) -> dict:
             **_frames_record(frames, Path(args.work), args.run)}
 
 
+def child_synth(args) -> int:
+    """Write the components `args.roots` of `args.profile` into `args.root`, logging every 16 GB."""
+    import torch
+
+    from models.h3synth import synth_h3
+    from models.profiles import get_profile
+
+    torch.set_num_threads(1)  # 8 generator threads per writer, two writers: no intra-op teams on top
+    step = [16 * 10**9]
+
+    def progress(done: int, total: int) -> None:
+        if done >= step[0]:
+            step[0] += 16 * 10**9
+            log(f"  writing {', '.join(args.roots)}: {done / 1e9:.0f} of {total / 1e9:.0f} GB")
+
+    synth_h3(args.root, get_profile(args.profile), components=args.roots, workers=8, on_bytes=progress)
+    return 0
+
+
 def child_main(args) -> int:
     tracker = Tracker(args.device)
     tracker.time_methods(set_stage=args.side == "diffusers")
@@ -318,8 +337,10 @@ def _gib(n: float) -> str:
     return f"{n / GiB:.1f} GiB" if n >= GiB / 10 else f"{n / 2**20:.1f} MiB"
 
 
-def ensure_checkpoint(profile_name: str, work: Path, shm: Path, margin: int) -> tuple[Path, list[str], dict]:
-    """The model root (in `shm`), the folders weight files live under, and what was written where."""
+def ensure_checkpoint(profile_name: str, work: Path, shm: Path, margin: int, dit: str = "auto"
+                      ) -> tuple[Path, list[str], dict]:
+    """The model root (in `shm`), the folders weight files live under, and what was written where.
+    `dit`: `auto` (to disk when it fits there, else spilled), `spill` (the fallback, forced)."""
     from models.h3synth import synth_h3
     from models.profiles import get_profile
 
@@ -336,7 +357,7 @@ def ensure_checkpoint(profile_name: str, work: Path, shm: Path, margin: int) -> 
     work.mkdir(parents=True, exist_ok=True)
     disk_free = shutil.disk_usage(work).free
     dit_done = _has(dit_root, ["transformer"])
-    dit_on_disk = dit_done or disk_free >= plan["transformer"] + margin
+    dit_on_disk = dit != "spill" and (dit_done or disk_free >= plan["transformer"] + margin)
     log(f"disk {work}: {_gib(disk_free)} free; tmpfs {shm}: {_gib(shutil.disk_usage(shm).free)} free; "
         f"DiT {_gib(plan['transformer'])}, the rest {_gib(sum(plan.values()) - plan['transformer'])}")
     rest = [n for n in names if n != "transformer"]
@@ -345,15 +366,19 @@ def ensure_checkpoint(profile_name: str, work: Path, shm: Path, margin: int) -> 
     errors: list[str] = []
 
     def write(where: Path, parts: list[str]) -> None:
-        try:
-            t = time.monotonic()
-            report = synth_h3(where, profile, components=parts, workers=8)
-            size = sum(c.bytes for c in report.components)
-            seconds = time.monotonic() - t
-            written[",".join(parts)] = {"where": str(where), "bytes": size, "seconds": round(seconds, 1)}
-            log(f"wrote {', '.join(parts)} to {where}: {_gib(size)} in {seconds:.1f} s ({size / seconds / 1e9:.2f} GB/s)")
-        except Exception as e:  # reported below, after the other writer finished
-            errors.append(f"{', '.join(parts)}: {type(e).__name__}: {e}")
+        # A process per writer: synth sets the process-wide default dtype while it builds each empty module,
+        # so two writers in one process would race on it (and on the GIL).
+        cmd = [sys.executable, __file__, "--child", "synth", "--profile", profile_name, "--root", str(where),
+               "--roots", *parts]
+        t = time.monotonic()
+        done = subprocess.run(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=Path(__file__).resolve().parents[1])
+        seconds = time.monotonic() - t
+        if done.returncode != 0:
+            errors.append(f"{', '.join(parts)}: exit {done.returncode}")
+            return
+        size = sum(plan[n] for n in parts if n in plan)
+        written[",".join(parts)] = {"where": str(where), "bytes": size, "seconds": round(seconds, 1)}
+        log(f"wrote {', '.join(parts)} to {where}: {_gib(size)} in {seconds:.1f} s ({size / seconds / 1e9:.2f} GB/s)")
 
     link = root / "transformer"
     if dit_on_disk:  # the DiT to disk and the rest to tmpfs at once
@@ -537,10 +562,12 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=540.0, help="seconds for everything, writing included")
     parser.add_argument("--margin", type=float, default=4.0, help="GiB kept free in every fit check (default 4)")
     parser.add_argument("--host-ram", type=float, help="GiB of host RAM (default: MemTotal)")
+    parser.add_argument("--dit", choices=("auto", "spill"), default="auto",
+                        help="spill: write the DiT to tmpfs and move what fits of it to disk (the fallback, forced)")
     parser.add_argument("--resume", action="store_true", help="keep results already in WORK/results")
     parser.add_argument("--out", type=Path, help="folder for generate_h3.json")
     # the child's
-    parser.add_argument("--child", choices=("ours", "diffusers"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=("ours", "diffusers", "synth"), help=argparse.SUPPRESS)
     parser.add_argument("--placement", help=argparse.SUPPRESS)
     parser.add_argument("--run", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
@@ -549,6 +576,8 @@ def main() -> int:
     parser.add_argument("--result", help=argparse.SUPPRESS)
     parser.add_argument("--roots", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child == "synth":
+        return child_synth(args)
     if args.child:
         args.side = args.child
         return child_main(args)
@@ -556,7 +585,7 @@ def main() -> int:
     margin = int(args.margin * GiB)
     log(f"bench_h3_generate: profile {args.profile}, device {args.device}, budget {args.budget:.0f} s, "
         f"{args.frames} frames, {args.steps} steps, seed {args.seed}")
-    root, roots, info = ensure_checkpoint(args.profile, args.work.resolve(), args.shm.resolve(), margin)
+    root, roots, info = ensure_checkpoint(args.profile, args.work.resolve(), args.shm.resolve(), margin, args.dit)
     args.root = root
     from models.params import GenerateParams, ModelSpec
 
