@@ -542,6 +542,25 @@ def run_child(args, run: str, geometry: tuple[int, int], timeout: float, roots: 
     return out
 
 
+def disk_cached(root: Path, shm: Path) -> float | None:
+    """Share of the weight files on disk (not under `shm`) now in the page cache, by mincore; None if none.
+    Ours reads cold files with O_DIRECT and diffusers through mmap, so this moves from run to run."""
+    from loader.pagecache import resident_pages
+
+    resident = pages = 0
+    for file in root.glob("*/*.safetensors"):
+        real = file.resolve()
+        if real.is_relative_to(shm.resolve()):
+            continue
+        fd = os.open(real, os.O_RDONLY)
+        try:
+            r, n = resident_pages(fd)
+        finally:
+            os.close(fd)
+        resident, pages = resident + r, pages + n
+    return resident / pages if pages else None
+
+
 def plan_runs(args) -> list[str]:
     if args.runs:
         return [r.strip() for r in args.runs.split(",") if r.strip()]
@@ -603,15 +622,16 @@ def main() -> int:
                "seed": args.seed, "geometries": geometries, "checkpoint": info, "sizes": sizes,
                "device_total": device_total, "host_ram": host_ram, "tmpfs_used": tmpfs_used, "runs": {}}
     walls: dict[str, float] = {}
-    for run in plan_runs(args):
-        key = run.split("@")[1] if "@" in run else "default"
-        saved = args.work / "results" / f"{run}.json"
-        if args.resume and saved.exists():
+    if args.resume:  # every run measured before, whether or not this call lists it
+        for saved in sorted((args.work / "results").glob("*.json")):
             old = json.loads(saved.read_text())
             if old.get("ok"):
-                log(f"{run}: kept from {saved}")
-                summary["runs"][run] = old
-                continue
+                log(f"{saved.stem}: kept from {saved}")
+                summary["runs"][saved.stem] = old
+    for run in plan_runs(args):
+        key = run.split("@")[1] if "@" in run else "default"
+        if summary["runs"].get(run, {}).get("ok"):
+            continue
         reason = fits(run, sizes, device_total, host_ram, tmpfs_used, margin)
         remaining = args.budget - (time.monotonic() - _T0)
         side = run.split("-")[0]
@@ -623,8 +643,12 @@ def main() -> int:
             summary["runs"][run] = {"run": run, "ok": False, "skipped": reason}
             continue
         h, w = geometries[key]
-        log(f"{run}: {h}x{w}, starting (timeout {remaining:.0f} s)")
+        cached = disk_cached(root, args.shm)
+        log(f"{run}: {h}x{w}, starting (timeout {remaining:.0f} s); page cache holds "
+            f"{'-' if cached is None else f'{cached:.0%}'} of the weights on disk, MemAvailable "
+            f"{_gib(_meminfo('MemAvailable'))}")
         out = run_child(args, run, (h, w), remaining, roots)
+        out["disk_cached_before"] = cached
         walls[side] = max(walls.get(side, 0.0), out["process_seconds"])
         summary["runs"][run] = out
         log(f"{run}: {'ok' if out.get('ok') else 'FAILED: ' + str(out.get('error'))} in {out['process_seconds']:.1f} s"
@@ -676,6 +700,21 @@ def _per_step(out: dict) -> tuple[float | None, float | None]:
     return calls[0], (sum(calls[1:]) / len(calls[1:]) if len(calls) > 1 else calls[0])
 
 
+def _ratio(a, b) -> str:
+    return "-" if a is None or not b else f"{a / b:.3f}"
+
+
+def _lowest(ok: dict) -> dict:
+    """Per side, the run with the lowest peak of VmRSS + reserved, as (run, bytes), or None."""
+    best: dict = {"ours": None, "diffusers": None}
+    for run, out in ok.items():
+        peak = max((p.get("sum", 0) for p in out.get("peaks", {}).values()), default=0)
+        side = run.split("-")[0]
+        if best[side] is None or peak < best[side][1]:
+            best[side] = (run, peak)
+    return best
+
+
 def _fmt(x, spec=".2f") -> str:
     return "-" if x is None else format(x, spec)
 
@@ -716,6 +755,14 @@ def print_tables(summary: dict) -> None:
             row(metric, lambda o, m=metric: max((p.get(m, 0) for p in o.get("peaks", {}).values()), default=0) / GiB)
         for stage in STAGES:
             row(f"sum {stage}", lambda o, s=stage: o.get("peaks", {}).get(s, {}).get("sum", 0) / GiB or None)
+        ours, lowest = ok.get("ours-resident" + suffix), _lowest(ok)
+        if base and ours:
+            print(f"goals: s/step ours/diffusers resident {_ratio(_per_step(ours)[1], _per_step(base)[1])} (<= 1.03);"
+                  f" job {_ratio(ours.get('job_seconds'), base.get('job_seconds'))} (< 1)")
+        if lowest["ours"] and lowest["diffusers"]:
+            (o, op), (d, dp) = lowest["ours"], lowest["diffusers"]
+            print(f"goals: lowest peak sum ours {o} {op / GiB:.2f} GiB vs diffusers {d} {dp / GiB:.2f} GiB"
+                  f" = {_ratio(op, dp)} (<= 1); diffusers runs not made are listed above")
         print("frames:")
         for r, o in ok.items():
             cmp = o.get("frames_vs_diffusers")
