@@ -3,14 +3,15 @@
 On one H200 (diffusers and av carried as wheels in .whl/; see bench/device_generate.sh, which runs exactly this):
 
     python bench/bench_h3_generate.py --work .h3gen --shm /dev/shm/h3gen --device cuda --budget 540 --out "$OUT"
-    python bench/bench_h3_generate.py ... --resume --runs ours-offload,diffusers-offload,ours-resident@g2,...  # call 2
+    python bench/bench_h3_generate.py ... --budget 510 --resume   # call 2: the runs call 1 did not reach
+    # (on a fresh machine, where WORK/results is gone, name them: --runs ours-resident@g2,diffusers-resident@g2,...)
 
 A dry run of the whole harness on a CPU (both sides, frames compared):
 
     python bench/bench_h3_generate.py --profile tiny --work /tmp/h3gen --shm /tmp/h3gen-shm --geometry2 64x96 --budget 300
 
 1. Checkpoint: the profile's random-weight checkpoint in the release layout. The DiT is written to `--work`
-   (disk) when it fits there, the rest to `--shm` (tmpfs), both at once; the root in `--shm` links the
+   (disk) when it fits there, the rest to `--shm` (tmpfs), by two writer processes at once; the root in `--shm` links the
    DiT folder in. Without room on disk for the whole DiT, it is written to tmpfs and as many of its shards
    as fit are moved to disk and linked back. A complete checkpoint found there is reused (nothing written).
 2. Runs, each in a fresh process, in this order (`--runs` picks and orders them; `@g2` is `--geometry2`):
@@ -35,7 +36,6 @@ also kept in `--work`/results, so `--resume` skips runs already measured there.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import functools
 import hashlib

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # MiniMax H3 t2va at real size on one H200, Drainboard against diffusers' own pipeline (bench/bench_h3_generate.py):
 #   WHL=.whl bash bench/device_generate.sh                                   # call 1, about 9 minutes
-#   WHL=.whl ARGS="--resume --runs ours-offload,diffusers-offload,ours-resident@g2,diffusers-resident@g2,ours-sequential@g2" \
-#     bash bench/device_generate.sh                                          # call 2: reuses the checkpoint if still there
+#   WHL=.whl BUDGET=510 ARGS=--resume bash bench/device_generate.sh        # call 2 within ~30 s: reuses the checkpoint
+#     and the results in .h3gen/results, runs what call 1 did not reach (on a fresh machine add
+#     --runs ours-resident@g2,diffusers-resident@g2,ours-sequential@g2,ours-offload,diffusers-offload to ARGS)
 # WHL: a folder of wheels (diffusers 0.42.1, av) installed to /tmp/site first. BUDGET: seconds for the harness
 # (default 540). The checkpoint: the DiT in .h3gen/ (disk), the rest in /dev/shm/h3gen. Log: $OUT/generate.txt,
 # summary: $OUT/generate_h3.json.
