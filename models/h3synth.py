@@ -12,8 +12,8 @@ from each class built empty, and the precision is the release's: the DiT's
 
 Values are random (the video is noise): uniform with std `1/sqrt(fan_in)`,
 norm weights of one, buffers the constructor computes. They are generated in
-chunks from a generator seeded by (seed, tensor, chunk) and streamed to disk,
-so a real-size DiT never needs to be in memory.
+chunks from a generator seeded by (seed, tensor, chunk) and streamed to disk, a few
+shard files at once, so a real-size DiT never needs to be in memory.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import json
 import math
 import os
 import re
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -62,6 +63,9 @@ AUX_CLASSES = {
 
 SCHEDULER_SHIFTS = {"scheduler": 12.0, "audio_scheduler": 3.0}
 """H3's two flow schedules: video shift 12, audio shift 3."""
+
+SHARD_WRITERS = 4
+"""Shard files written at once (each from its own thread; the random values come from the shared pool)."""
 
 _AUX_BYTES = 4 * 2**20
 """Room asked for the configs, tokenizer and processor files on top of the tensors."""
@@ -238,12 +242,14 @@ def synth_h3(
     replaced = sum(p.stat().st_size for w in weights for p in _shard_paths(root, w) if p.is_file())
     require_space(root, total + headers + _AUX_BYTES - replaced, f"the {profile.name} checkpoint")
     done = 0
+    counting = threading.Lock()
 
     def count(n: int) -> None:
         nonlocal done
-        done += n
-        if on_bytes is not None:
-            on_bytes(done, total)
+        with counting:
+            done += n
+            if on_bytes is not None:
+                on_bytes(done, total)
 
     root.mkdir(parents=True, exist_ok=True)
     touched: list[Path] = []
@@ -306,20 +312,29 @@ def _write(
             touched.append(folder / "config.json")
             touched[-1].write_text(w.config_text)
             weight_map = {}
-            for path, shard in zip(_shard_paths(root, w), w.shards):
-                touched.append(path)
 
-                def chunks(spec: TensorSpec) -> Iterator[torch.Tensor]:
-                    if spec.name in w.buffers:
-                        return iter([w.buffers[spec.name].to(spec.dtype).reshape(-1)])
-                    constant = _constant(spec)
-                    if constant is not None:
-                        return iter([torch.full((spec.numel,), constant, dtype=spec.dtype)])
-                    return random_chunks(pool, spec, seed, _bound(spec))
+            def chunks(spec: TensorSpec, w: _Weights = w) -> Iterator[torch.Tensor]:
+                if spec.name in w.buffers:
+                    return iter([w.buffers[spec.name].to(spec.dtype).reshape(-1)])
+                constant = _constant(spec)
+                if constant is not None:
+                    return iter([torch.full((spec.numel,), constant, dtype=spec.dtype)])
+                return random_chunks(pool, spec, seed, _bound(spec))
 
+            def write_shard(path: Path, shard: list[TensorSpec]) -> None:
                 write_safetensors(path, shard, chunks, on_bytes=count)
                 _check_readable(path, shard)
-                weight_map.update({spec.name: path.name for spec in shard})
+
+            # Several shard files at once: one writing stream is slower than the generator threads
+            # (0.81 GB/s into the H200 host's tmpfs with 16 of them).
+            with ThreadPoolExecutor(max_workers=SHARD_WRITERS) as writers:
+                futures = []
+                for path, shard in zip(_shard_paths(root, w), w.shards):
+                    touched.append(path)
+                    futures.append(writers.submit(write_shard, path, shard))
+                    weight_map.update({spec.name: path.name for spec in shard})
+                for future in futures:
+                    future.result()
             size = sum(s.nbytes for shard in w.shards for s in shard)
             touched.append(weight_index)
             weight_index.write_text(json.dumps({"metadata": {"total_size": size}, "weight_map": weight_map}, indent=2) + "\n")
