@@ -202,7 +202,7 @@ class StreamPlacement(Placement):
         self.last_ring = self.last_geometry = None
         threads = self.reader_threads(cuda)
         pool = ThreadPoolExecutor(threads, thread_name_prefix="drainboard-read") if threads > 1 else None
-        ring_files = {m.file for p in plan.targets if kinds[p.name] == "ring" for m in p.sources}
+        ring_files = {m.file: m.checked for p in plan.targets if kinds[p.name] == "ring" for m in p.sources}
         residency = sampled_residency(ring_files) if self.direct_io is None else {}
         files = OpenFiles(plan, self.readahead_bytes, direct_io=self.direct_io, drop_page_cache=drop, residency=residency)
         largest = max((m.nbytes for p in plan.targets if kinds[p.name] == "staged" for m in p.sources), default=0)
