@@ -257,7 +257,7 @@ class HeaderBudget:
     """Header bytes one discovery may still read: one budget for a whole checkpoint, not per shard, so
     many large crafted headers cost no more than one."""
 
-    remaining: int = MAX_CHECKPOINT_HEADER_BYTES
+    remaining: int = field(default_factory=lambda: MAX_CHECKPOINT_HEADER_BYTES)
     """Bytes left."""
 
     def take(self, name: str, length: int) -> str | None:
