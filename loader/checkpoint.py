@@ -31,9 +31,8 @@ from pathlib import Path
 import torch
 
 from .dtypes import SAFETENSORS_DTYPES
-from .confined import CheckedFile, check_name, open_checked, read_at_most, read_checked
-from .errors import CheckpointError, clip, first_of
-from . import jsonfile
+from .confined import CheckedFile, check_name, open_checked, read_at_most, read_json_checked
+from .errors import CheckpointError, clip
 from .jsonfile import JSONProblem, parse_json
 from .roots import ModelRoots, RootEscape, RootsArg
 
@@ -372,23 +371,13 @@ def _shape_overflow(shape: list[int]) -> str | None:
 def _read_json(path: Path, roots: ModelRoots, entry: str, problems: list[str]) -> object | None:
     """The parsed file (opened confined to `roots`), or None with a problem naming it (never its contents)."""
     try:
-        limit = jsonfile.MAX_JSON_BYTES
-        raw = read_checked(path, roots, entry, limit)
+        return read_json_checked(path, roots, entry)
     except RootEscape:
         raise
     except CheckpointError as exc:
         problems.extend(exc.messages())
-        return None
     except OSError as exc:
         problems.append(f"{entry}: cannot read: {exc.strerror}")
-        return None
-    if len(raw) > limit:
-        problems.append(f"{entry}: larger than the {limit}-byte limit for a JSON file")
-        return None
-    try:
-        return parse_json(raw)
-    except JSONProblem as exc:
-        problems.append(f"{entry}: {exc}")
     return None
 
 

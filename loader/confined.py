@@ -27,6 +27,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import jsonfile
 from .errors import CheckpointError
 from .roots import ModelRoots, RootEscape
 
@@ -92,6 +93,20 @@ def read_checked(path: Path, roots: ModelRoots, name: str, limit: int) -> bytes:
         return read_at_most(fd, limit + 1)
     finally:
         os.close(fd)
+
+
+def read_json_checked(path: Path, roots: ModelRoots | None = None, name: str | None = None) -> object:
+    """A checkpoint's JSON file (config, index, model index) opened with `open_checked` (default root: its
+    folder) and parsed with `jsonfile`'s bounds; any problem is one CheckpointError naming `name`."""
+    name = name or str(path)
+    limit = jsonfile.MAX_JSON_BYTES
+    raw = read_checked(path, roots or ModelRoots([path.parent]), name, limit)
+    if len(raw) > limit:
+        raise CheckpointError(f"{name}: larger than the {limit}-byte limit for a JSON file")
+    try:
+        return jsonfile.parse_json(raw)
+    except jsonfile.JSONProblem as exc:
+        raise CheckpointError(f"{name}: {exc}") from None
 
 
 def read_at_most(fd: int, limit: int, offset: int = 0) -> bytes:
