@@ -38,7 +38,7 @@ from .roots import ModelRoots, RootEscape, RootsArg
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 """Largest header accepted (safetensors' own limit); a larger length means a corrupt file."""
-MAX_CHECKPOINT_HEADER_BYTES = 128 * 1024 * 1024
+MAX_CHECKPOINT_HEADER_BYTES = 64 * 1024 * 1024
 """Most header bytes read for one whole checkpoint (the H3 DiT's 639 tensors take about 100 KB)."""
 INT64_MAX = 2**63 - 1
 """No element count or stride may pass it: torch sizes and strides are int64."""
@@ -351,10 +351,21 @@ def _shape_overflow(shape: list[int]) -> str | None:
     """Why `shape`'s element count or one of its strides would not fit in int64, or None.
 
     The element count alone is not enough: `[0, 2**63-1, 2**63-1]` holds nothing,
-    yet its first stride is (2**63-1)**2. Dimensions are checked before any product.
+    yet its first stride is (2**63-1)**2. Every stride and the count divide the
+    product of the dimensions (0 counted as 1), so when that product fits, all
+    do: the exact check runs only for the rare shape where it does not.
     """
-    if any(d > INT64_MAX for d in shape):
-        return f"shape has a dimension above 2**63-1 ({clip(repr(shape))}); torch sizes are int64"
+    bound = 1
+    for d in shape:
+        if d > INT64_MAX:
+            return f"shape has a dimension above 2**63-1 ({clip(repr(shape))}); torch sizes are int64"
+        bound *= d if d > 1 else 1
+        if bound > INT64_MAX:
+            return _exact_overflow(shape)
+    return None
+
+
+def _exact_overflow(shape: list[int]) -> str | None:
     stride = 1
     for d in reversed(shape):
         if stride > INT64_MAX:
