@@ -171,6 +171,8 @@ def _raw_spec(args: argparse.Namespace) -> dict[str, Any]:
         "memory_limit": args.memory_limit, "memory_budget": args.memory_budget, "memory_floor": args.memory_floor,
         "drop_page_cache": args.drop_page_cache, "gpus": args.gpus, "offload": args.offload,
     }
+    if args.kind == "load" and args.skeleton:
+        raw["skeleton"] = True
     if args.kind == "generate":
         raw["sequential_components"] = args.sequential_components
         params: dict[str, Any] = {"prompt": args.prompt, "audio": not args.no_audio}
@@ -228,6 +230,8 @@ def _add_submit(commands: argparse._SubParsersAction) -> None:
     load = _add_command(kinds, "load", _submit, "load a checkpoint and record memory per tensor",
                         "python -m jobs submit load --model data/models/demo --mode drain --wait")
     _add_spec_options(load)
+    load.add_argument("--skeleton", action="store_true",
+                      help="load the tensors as a generic checkpoint, even where the config names a known class")
     generate = _add_command(kinds, "generate", _submit, "generate a clip with MiniMax H3 (diffusers' t2va pipeline)",
                             'python -m jobs submit generate --model data/models/demo --prompt "a fox" --steps 4')
     _add_spec_options(generate)

@@ -18,6 +18,7 @@ from loader.echo import echo
 from loader.errors import CheckpointError, DeviceError, PlacementError
 from loader.offload import OffloadSettings
 from loader.placement import known_placements
+from loader.validate import checkpoint_problems
 from loader.sizes import parse_size
 from models.params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
 from jobs.errors import JobSpecError
@@ -25,6 +26,10 @@ from storage.config import Config, ModelPathError, resolve_model_path
 
 MIN_MEMORY_SIZE = 2**20
 """The smallest memory limit, budget or floor accepted (1 MiB): below it a job cannot even start Python."""
+
+CHECKPOINT_KINDS = ("load", "generate")
+"""Kinds whose checkpoint the loader reads: refused at submit when the loader would refuse it (a plugin
+kind may use its model path otherwise)."""
 
 __all__ = ["JobSpec", "JobSpecError", "MIN_MEMORY_SIZE", "build_spec", "parse_size"]
 
@@ -64,6 +69,9 @@ class JobSpec:
     """Generate: load, run and free one component at a time; None leaves it to the policy's default."""
     generate: GenerateParams | None = None
     """Generate parameters; set exactly when kind is `generate`."""
+    skeleton: bool = False
+    """Load: build the module from the checkpoint's own names and shapes, not its config's registered class
+    (a checkpoint of another layout); False checks names and shapes strictly, as generate does."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -137,8 +145,33 @@ def build_spec(raw: Mapping[str, Any], config: Config, *, known_kinds: tuple[str
     if values["sequential_components"] is not None and kind != "generate":
         problems.add("sequential_components", f"only applies to generate jobs, not {kind!r}")
     _check_drop_page_cache(values, problems)
+    values["skeleton"] = _skeleton(raw.get("skeleton", False), values, problems)
+    if kind in CHECKPOINT_KINDS:
+        _check_checkpoint(model, config, problems)
     problems.raise_any()
     return JobSpec(**values)
+
+
+def _skeleton(value: Any, values: Mapping[str, Any], problems: _Problems) -> bool:
+    """The load-only `skeleton` switch: a boolean, for a one-rank load."""
+    if type(value) is not bool:
+        problems.add("skeleton", f"must be true or false, got {value!r}")
+        return False
+    if value and values["kind"] != "load":
+        problems.add("skeleton", f"only load jobs build a skeleton, not {values['kind']!r}")
+    elif value and values["gpus"] is not None and values["gpus"] > 1:
+        problems.add("skeleton", f"sharded loads ({values['gpus']} GPUs) do not take it")
+    return value
+
+
+def _check_checkpoint(model: str | None, config: Config, problems: _Problems) -> None:
+    """The loader's own check of the checkpoint, the one the Run page shows (`checkpoint_problems`):
+    a checkpoint the page refuses, a truncated shard say, is refused here too, before it is queued."""
+    if model is None:
+        return
+    _, found = checkpoint_problems(model, config.model_roots)
+    if found:
+        problems.add("model", "; ".join(found))
 
 
 def _check_drop_page_cache(values: Mapping[str, Any], problems: _Problems) -> None:

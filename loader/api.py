@@ -21,7 +21,7 @@ import torch.nn as nn
 from .checkpoint import ComponentMeta, TensorMeta, discover_checkpoint
 from .dtypes import DtypePolicy
 from .device import parse_device_spec
-from .errors import DeviceError, PlacementError
+from .errors import DeviceError, PlacementError, clip
 from .memory import MemoryProbe
 from .model_registry import get_model_builder
 from .naming import EXTRA_STATE_SUFFIX, MergeRules, RenameRules, plan_targets
@@ -43,6 +43,7 @@ def load_checkpoint(
     rename: RenameRules = None,
     merges: MergeRules = None,
     strict: bool = True,
+    skeleton: bool = False,
     exclude: Callable[[str], bool] | None = None,
     roots: RootsArg = None,
     on_tensor: Callable[[TensorPlaced], None] | None = None,
@@ -53,7 +54,9 @@ def load_checkpoint(
 
     `module` (built on meta, or any module) receives the tensors; without one
     the component's registered builder is used, else a skeleton is built from
-    the checkpoint's metadata. `mode` is a placement name or instance.
+    the checkpoint's metadata; `skeleton` builds the skeleton even for a
+    registered class (a checkpoint of another layout than its config's class
+    says). `mode` is a placement name or instance.
     `dtype` (`bf16`/`fp16`/`fp32` or a torch dtype; None keeps the
     checkpoint's) applies to floating tensors, except names matching a
     `dtype_overrides` regex or the model's `keep_fp32`. `rename` is
@@ -74,19 +77,22 @@ def load_checkpoint(
     extra = {} if drop_page_cache is None else {"drop_page_cache": drop_page_cache}
     if isinstance(mode, Placement) and extra:
         raise PlacementError("drop_page_cache goes to the placement instance itself when mode is one")
+    if skeleton and module is not None:
+        raise PlacementError("skeleton builds the module from the checkpoint; do not pass a module too")
     placement = mode if isinstance(mode, Placement) else get_placement(mode, **extra)
     target_device = resolve_device(device)
     comp = discover_checkpoint(path, roots=roots).component(component)
     sources, excluded = _split_excluded(comp.tensors, exclude)
     targets, skipped = plan_targets(sources, rename, merges)
-    module, keep_fp32 = _registered_module(comp, module)
+    given = module is not None
+    module, keep_fp32 = (None, ()) if skeleton else _registered_module(comp, module)
     policy = DtypePolicy.build(dtype, dtype_overrides, keep_fp32)
     planned = [PlannedTarget(t, policy.target_dtype(t.name, t.sources[0].torch_dtype)) for t in targets]
     if module is None:  # built from the plan itself, so every name and shape matches: nothing to check
         module = build_skeleton((p.name, p.target.shape, p.dtype) for p in planned)
         plan, missing, unexpected = LoadPlan(targets=planned, dropped=list(skipped)), [], []
     else:
-        plan, missing, unexpected = _match_module(module, planned, skipped, comp, strict)
+        plan, missing, unexpected = _match_module(module, planned, skipped, comp, strict, given)
     report = LoadReport(
         mode=placement.name,
         device=str(target_device),
@@ -140,33 +146,56 @@ def _registered_module(comp: ComponentMeta, module: nn.Module | None) -> tuple[n
 
 
 def _match_module(
-    module: nn.Module, planned: list[PlannedTarget], skipped: list[TensorMeta], comp: ComponentMeta, strict: bool
+    module: nn.Module, planned: list[PlannedTarget], skipped: list[TensorMeta], comp: ComponentMeta, strict: bool,
+    given: bool,
 ) -> tuple[LoadPlan, list[str], list[str]]:
     """(plan, missing, unexpected) after checking names and shapes against the module; raises on a
-    shape mismatch, and on missing or unexpected names when `strict`."""
+    shape mismatch, and on missing or unexpected names when `strict`. Messages are bounded: counts and
+    the first few names; for a registered class (not a `given` module) they say how to load anyway."""
     expected = _module_tensors(module)
     names = {p.name for p in planned}
     unexpected = sorted(n for n in names if n not in expected)
     missing = sorted(n for n in expected if n not in names)
-    mismatched = [
-        f"tensor {p.name!r} from {p.sources[0].file.name} has shape {p.target.shape}; module expects {tuple(expected[p.name].shape)}"
+    mismatched = sorted(
+        f"{clip(repr(p.name))} from {p.sources[0].file.name} has shape {p.target.shape}; module expects {tuple(expected[p.name].shape)}"
         for p in planned
         if p.name in expected and tuple(expected[p.name].shape) != p.target.shape
-    ]
+    )
+    parts = []
     if mismatched:
-        raise PlacementError("; ".join(sorted(mismatched)))
-    if strict and (missing or unexpected):
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} missing from {comp.path}: {', '.join(missing)}")
-        if unexpected:
-            parts.append(f"{len(unexpected)} unexpected in {comp.path}: {', '.join(unexpected)}")
-        raise PlacementError("strict load failed; " + "; ".join(parts) + " (pass strict=False to load anyway)")
+        parts.append(f"{len(mismatched)} with another shape, e.g. " + "; ".join(mismatched[:SHOWN_NAMES]))
+    if strict and missing:
+        parts.append(f"{len(missing)} missing from {comp.path}, e.g. {_examples(missing)}")
+    if strict and unexpected:
+        parts.append(f"{len(unexpected)} unexpected, e.g. {_examples(unexpected)}")
+    if parts:
+        hint = "" if given else "; " + _skeleton_hint(comp, type(module).__name__)
+        raise PlacementError("tensors do not match the module: " + "; ".join(parts) + hint)
     plan = LoadPlan(
         targets=[p for p in planned if p.name in expected],
         dropped=list(skipped) + [s for p in planned if p.name not in expected for s in p.sources],
     )
     return plan, missing, unexpected
+
+
+SHOWN_NAMES = 3
+"""Names a mismatch message quotes per kind (missing, unexpected, reshaped) before "...": a wrong layout
+has hundreds."""
+
+
+def _examples(names: list[str]) -> str:
+    shown = ", ".join(clip(n) for n in names[:SHOWN_NAMES])
+    return shown + (", ..." if len(names) > SHOWN_NAMES else "")
+
+
+def _skeleton_hint(comp: ComponentMeta, class_name: str) -> str:
+    """What a mismatch against a registered class means, and the way to load the tensors anyway."""
+    library = comp.library or (
+        "diffusers" if "_diffusers_version" in comp.config else "transformers" if "transformers_version" in comp.config
+        else None
+    )
+    owner = f"{library}' {class_name}" if library and library.endswith("s") else f"{library}'s {class_name}" if library else class_name
+    return f"these tensors do not match {owner}; to load them as a generic checkpoint, use --skeleton"
 
 
 def _fill(

@@ -31,12 +31,17 @@ from pathlib import Path
 import torch
 
 from .dtypes import SAFETENSORS_DTYPES
-from .errors import CheckpointError
-from .jsonfile import JSONProblem, parse_json, read_json_file
-from .roots import ModelRoots, RootsArg
+from .confined import CheckedFile, check_name, open_checked, read_at_most, read_json_checked
+from .errors import CheckpointError, clip
+from .jsonfile import JSONProblem, parse_json
+from .roots import ModelRoots, RootEscape, RootsArg
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 """Largest header accepted (safetensors' own limit); a larger length means a corrupt file."""
+MAX_CHECKPOINT_HEADER_BYTES = 64 * 1024 * 1024
+"""Most header bytes read for one whole checkpoint (the H3 DiT's 639 tensors take about 100 KB)."""
+INT64_MAX = 2**63 - 1
+"""No element count or stride may pass it: torch sizes and strides are int64."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,8 @@ class TensorMeta:
     """[begin, end) relative to the start of the shard's data area."""
     data_start: int
     """Absolute offset of the shard's data area (8 + header length)."""
+    checked: CheckedFile | None = field(default=None, compare=False, repr=False)
+    """The shard as discovery opened and validated it: what a load reopens (`open_shard`)."""
 
     @property
     def nbytes(self) -> int:
@@ -93,6 +100,8 @@ class ShardMeta:
     """Its tensors in header order."""
     metadata: dict[str, str] = field(default_factory=dict)
     """The header's `__metadata__`."""
+    checked: CheckedFile | None = None
+    """The file as opened and validated (None only for a hand-built shard)."""
 
 
 @dataclass
@@ -242,34 +251,65 @@ MODEL_INDEX_FILES = ("modular_model_index.json", "model_index.json")
 """Model-index file names, in the order diffusers looks for them."""
 
 
-def read_shard_header(path: Path) -> tuple[ShardMeta | None, list[str]]:
-    """Parse one shard's header: (shard, problems). Reads 8 + header-length bytes only.
+@dataclass
+class HeaderBudget:
+    """Header bytes one discovery may still read: one budget for a whole checkpoint, not per shard, so
+    many large crafted headers cost no more than one."""
+
+    remaining: int = field(default_factory=lambda: MAX_CHECKPOINT_HEADER_BYTES)
+    """Bytes left."""
+
+    def take(self, name: str, length: int) -> str | None:
+        """Spend `length` bytes, or the problem to report when the budget cannot cover them."""
+        if length > self.remaining:
+            return (f"{name}: its header would pass the {MAX_CHECKPOINT_HEADER_BYTES}-byte limit on all the headers"
+                    " of one checkpoint (not safetensors, or crafted)")
+        self.remaining -= length
+        return None
+
+
+def read_shard_header(
+    path: Path, roots: ModelRoots | None = None, budget: HeaderBudget | None = None
+) -> tuple[ShardMeta | None, list[str]]:
+    """Parse one shard's header: (shard, problems). Reads 8 + header-length bytes only, from one
+    descriptor opened confined to `roots` (default: the shard's own folder), which is what a load
+    reopens and checks (`ShardMeta.checked`).
 
     Messages name the file and what was wrong, never the bytes read (a file
     that is not safetensors must not leak its start as a "length").
     """
-    name = path.name
+    name = clip(path.name)
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            prefix = f.read(8)
-            if len(prefix) < 8:
-                return None, [f"{name}: file is {size} bytes, too short for a safetensors header length"]
-            (length,) = struct.unpack("<Q", prefix)
-            if length > MAX_HEADER_BYTES:
-                return None, [f"{name}: header length exceeds the {MAX_HEADER_BYTES}-byte limit (not safetensors, or corrupt)"]
-            if 8 + length > size:
-                return None, [f"{name}: header length runs past the end of the {size}-byte file (truncated?)"]
-            raw = f.read(length)
+        fd, checked = open_checked(path, roots or ModelRoots([path.parent]), name)
+    except RootEscape:
+        raise
+    except CheckpointError as exc:
+        return None, exc.messages()
+    try:
+        size = checked.size
+        prefix = read_at_most(fd, 8)
+        if len(prefix) < 8:
+            return None, [f"{name}: file is {size} bytes, too short for a safetensors header length"]
+        (length,) = struct.unpack("<Q", prefix)
+        if length > MAX_HEADER_BYTES:
+            return None, [f"{name}: header length exceeds the {MAX_HEADER_BYTES}-byte limit (not safetensors, or corrupt)"]
+        if 8 + length > size:
+            return None, [f"{name}: header length runs past the end of the {size}-byte file (truncated?)"]
+        over = (budget or HeaderBudget()).take(name, length)
+        if over:
+            return None, [over]
+        raw = read_at_most(fd, length, 8)
     except OSError as exc:
         return None, [f"{name}: cannot read: {exc.strerror}"]
+    finally:
+        os.close(fd)
     try:
         header = parse_json(raw)
     except JSONProblem as exc:
         return None, [f"{name}: header is {exc}"]
     if not isinstance(header, dict):
         return None, [f"{name}: header is a JSON {type(header).__name__}, expected an object"]
-    shard = ShardMeta(path=path, size=size, data_start=8 + length)
+    shard = ShardMeta(path=path, size=size, data_start=8 + length, checked=checked)
     problems = []
     metadata = header.pop("__metadata__", {})
     if isinstance(metadata, dict):
@@ -288,9 +328,9 @@ def read_shard_header(path: Path) -> tuple[ShardMeta | None, list[str]]:
 def _parse_entry(shard: ShardMeta, tname: str, entry: object) -> tuple[TensorMeta | None, str | None]:
     problem = _entry_problem(entry)
     if problem:
-        return None, f"{shard.path.name}: tensor {tname!r}: {problem}"
+        return None, f"{clip(shard.path.name)}: tensor {clip(repr(tname))}: {problem}"
     shape, (begin, end) = entry["shape"], entry["data_offsets"]
-    return TensorMeta(tname, entry["dtype"], tuple(shape), shard.path, (begin, end), shard.data_start), None
+    return TensorMeta(tname, entry["dtype"], tuple(shape), shard.path, (begin, end), shard.data_start, shard.checked), None
 
 
 def _entry_problem(entry: object) -> str | None:
@@ -299,51 +339,96 @@ def _entry_problem(entry: object) -> str | None:
         return "entry is not an object"
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
     if type(dtype) is not str:
-        return f"dtype is {dtype!r}, expected a string"
+        return f"dtype is {clip(repr(dtype))}, expected a string"
     if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
-        return f"shape is {shape!r}, expected a list of non-negative integers"
+        return f"shape is {clip(repr(shape))}, expected a list of non-negative integers"
     if type(offsets) is not list or len(offsets) != 2 or not all(type(o) is int and o >= 0 for o in offsets):
-        return f"data_offsets is {offsets!r}, expected [begin, end] non-negative integers"
+        return f"data_offsets is {clip(repr(offsets))}, expected [begin, end] non-negative integers"
+    return _shape_overflow(shape)
+
+
+def _shape_overflow(shape: list[int]) -> str | None:
+    """Why `shape`'s element count or one of its strides would not fit in int64, or None.
+
+    The element count alone is not enough: `[0, 2**63-1, 2**63-1]` holds nothing,
+    yet its first stride is (2**63-1)**2. Every stride and the count divide the
+    product of the dimensions (0 counted as 1), so when that product fits, all
+    do: the exact check runs only for the rare shape where it does not.
+    """
+    bound = 1
+    for d in shape:
+        if d > INT64_MAX:
+            return f"shape has a dimension above 2**63-1 ({clip(repr(shape))}); torch sizes are int64"
+        bound *= d if d > 1 else 1
+        if bound > INT64_MAX:
+            return _exact_overflow(shape)
     return None
 
 
-def _read_json(path: Path, problems: list[str]) -> object | None:
-    """The parsed file, or None with a problem naming it (never its contents)."""
+def _exact_overflow(shape: list[int]) -> str | None:
+    stride = 1
+    for d in reversed(shape):
+        if stride > INT64_MAX:
+            return f"shape {clip(repr(shape))} has a stride above 2**63-1; torch strides are int64"
+        stride *= max(d, 1)
+    count = 1
+    for d in shape:
+        count *= d
+    if count > INT64_MAX:
+        return f"shape {clip(repr(shape))} holds more than 2**63-1 elements; torch sizes are int64"
+    return None
+
+
+def _read_json(path: Path, roots: ModelRoots, entry: str, problems: list[str]) -> object | None:
+    """The parsed file (opened confined to `roots`), or None with a problem naming it (never its contents)."""
     try:
-        return read_json_file(path)
+        return read_json_checked(path, roots, entry)
+    except RootEscape:
+        raise
+    except CheckpointError as exc:
+        problems.extend(exc.messages())
     except OSError as exc:
-        problems.append(f"{path.name}: cannot read: {exc.strerror}")
-    except JSONProblem as exc:
-        problems.append(f"{path.name}: {exc}")
+        problems.append(f"{entry}: cannot read: {exc.strerror}")
     return None
 
 
-def _has_weights(folder: Path) -> bool:
-    return any(folder.glob("*.safetensors")) or any(folder.glob("*.safetensors.index.json"))
+def _listing(folder: Path, pattern: str, name: str) -> list[Path]:
+    """`folder`'s entries matching `pattern`, sorted; a folder that cannot be listed is one CheckpointError."""
+    try:
+        if not os.access(folder, os.R_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+        return sorted(folder.glob(pattern))
+    except OSError as exc:
+        raise CheckpointError(f"{name}: cannot list the folder {folder}: {exc.strerror}") from None
 
 
-def _discover_component(name: str, folder: Path, roots: ModelRoots) -> ComponentMeta:
-    """Config, index and shard headers of one folder; every file checked against `roots` before it is opened."""
+def _has_weights(folder: Path, name: str) -> bool:
+    return bool(_listing(folder, "*.safetensors", name) or _listing(folder, "*.safetensors.index.json", name))
+
+
+def _discover_component(name: str, folder: Path, roots: ModelRoots, budget: HeaderBudget) -> ComponentMeta:
+    """Config, index and shard headers of one folder; every file opened confined to `roots`."""
     roots.check(folder, f"component {name!r} folder {folder}")
     component = ComponentMeta(name=name, path=folder)
+    indexes = _listing(folder, "*.safetensors.index.json", f"component {name!r}")
     config_path = folder / "config.json"
-    if config_path.is_file() or config_path.is_symlink():
-        config = _read_json(roots.check(config_path, f"{name}/config.json"), component.problems)
+    if os.path.lexists(config_path):
+        config = _read_json(config_path, roots, f"{name}/config.json", component.problems)
         component.config = config if isinstance(config, dict) else {}
-    indexes = sorted(folder.glob("*.safetensors.index.json"))
     if len(indexes) > 1:
         component.problems.append(
-            f"{folder}: several index files ({', '.join(p.name for p in indexes)}); keep one"
+            f"{folder}: several index files ({', '.join(clip(p.name) for p in indexes[:5])}"
+            f"{', ...' if len(indexes) > 5 else ''}); keep one"
         )
         return component
     if indexes:
-        shard_paths = _index_shards(component, roots.check(indexes[0], f"{name}/{indexes[0].name}"), roots)
+        shard_paths = _index_shards(component, indexes[0], roots)
     else:
-        shard_paths = [roots.check(p, f"{name}/{p.name}") for p in sorted(folder.glob("*.safetensors"))]
+        shard_paths = [roots.check(p, f"{name}/{clip(p.name)}") for p in _listing(folder, "*.safetensors", name)]
         if not shard_paths:
             component.problems.append(f"{folder}: no *.safetensors files")
     for path in shard_paths:
-        shard, problems = read_shard_header(path)
+        shard, problems = read_shard_header(path, roots, budget)
         component.problems.extend(problems)
         if shard is not None:
             component.shards.append(shard)
@@ -351,10 +436,13 @@ def _discover_component(name: str, folder: Path, roots: ModelRoots) -> Component
 
 
 def _index_shards(component: ComponentMeta, index_path: Path, roots: ModelRoots) -> list[Path]:
-    """Read the index's weight_map into `component`; the shard files it names (checked against `roots`)."""
+    """Read the index's weight_map into `component`; the shard files it names (checked against `roots`).
+
+    Linear in the index's entries: tensors are grouped by file once, not searched per file.
+    """
     folder = component.path
     component.index_file = index_path
-    index = _read_json(index_path, component.problems)
+    index = _read_json(index_path, roots, f"{component.name}/{clip(index_path.name)}", component.problems)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if index is not None and not (
         isinstance(weight_map, dict) and all(isinstance(v, str) for v in weight_map.values())
@@ -364,15 +452,31 @@ def _index_shards(component: ComponentMeta, index_path: Path, roots: ModelRoots)
     if weight_map is None:
         return []
     component.weight_map = dict(weight_map)
-    shard_paths = []
-    for file in sorted(set(weight_map.values())):
-        tensors = sorted(k for k, v in weight_map.items() if v == file)
-        named = f"{tensors[0]!r}" + (f" (and {len(tensors) - 1} more)" if len(tensors) > 1 else "")
-        path = roots.check(folder / file, f"{component.name}/{index_path.name} maps {named} to {file!r}, which")
-        if path.is_file():
+    by_file: dict[str, list[str]] = {}
+    for tensor, file in weight_map.items():
+        by_file.setdefault(file, []).append(tensor)
+    shard_paths, problems = [], []
+    for file in sorted(by_file):
+        tensors = by_file[file]
+        named = f"{clip(repr(min(tensors)))}" + (f" (and {len(tensors) - 1} more)" if len(tensors) > 1 else "")
+        where = f"{component.name}/{index_path.name} maps {named} to {clip(repr(file))}"
+        try:
+            check_name(file, where)
+            path = roots.check(folder / file, f"{where}, which")
+            present = os.path.lexists(path)
+        except RootEscape:
+            raise
+        except CheckpointError as exc:
+            problems.extend(exc.messages())
+            continue
+        except (OSError, ValueError) as exc:
+            problems.append(f"{where}, which cannot be looked up: {exc}")
+            continue
+        if present:
             shard_paths.append(path)
         else:
-            component.problems.append(f"{index_path.name} maps {named} to {file!r}, which is not in {folder}")
+            problems.append(f"{index_path.name} maps {named} to {clip(repr(file))}, which is not in {folder}")
+    component.problems.extend(problems)
     return shard_paths
 
 
@@ -400,10 +504,10 @@ def _index_entry(name: str, value: object) -> tuple[str, str | None, str | None]
     return subfolder, library, class_name
 
 
-def _discover_model(root: Path, index_path: Path, roots: ModelRoots) -> CheckpointIndex:
+def _discover_model(root: Path, index_path: Path, roots: ModelRoots, budget: HeaderBudget) -> CheckpointIndex:
     """A model folder: every entry of its model index, as a weight component or a non-weight folder."""
     problems: list[str] = []
-    model_index = _read_json(roots.check(index_path, index_path.name), problems)
+    model_index = _read_json(index_path, roots, index_path.name, problems)
     if problems:
         raise CheckpointError(problems)
     if not isinstance(model_index, dict):
@@ -418,16 +522,19 @@ def _discover_model(root: Path, index_path: Path, roots: ModelRoots) -> Checkpoi
         if entry is None:
             continue
         subfolder, library, class_name = entry
-        where = f"{index_path.name} entry {name!r}" + (f" (subfolder {subfolder!r})" if subfolder != name else "")
+        where = f"{index_path.name} entry {clip(repr(name))}" + (
+            f" (subfolder {clip(repr(subfolder))})" if subfolder != name else "")
+        check_name(name, where)
+        check_name(subfolder, where)
         folder = roots.check(root / subfolder, where)
         if not folder.is_dir():
             index.absent.append(name)
-        elif _has_weights(folder):
-            component = _discover_component(name, folder, roots)
+        elif _has_weights(folder, where):
+            component = _discover_component(name, folder, roots, budget)
             component.library, component.declared_class = library, class_name
             index.components[name] = component
         else:
-            files = tuple(sorted(p.name for p in folder.iterdir()))
+            files = tuple(p.name for p in _listing(folder, "*", where))
             index.aux[name] = AuxFolder(name, folder, library, class_name, files)
     if not index.components:
         raise CheckpointError(f"{root}: {index_path.name} lists no component folder with *.safetensors files")
@@ -450,21 +557,24 @@ def discover_checkpoint(
         raise CheckpointError(f"{root}: no such file or directory")
     confined = ModelRoots.for_checkpoint(root, roots)
     confined.check(root, str(root))
-    if root.is_file():
+    budget = HeaderBudget()
+    if not root.is_dir():
         if not root.name.endswith(".safetensors"):
             raise CheckpointError(f"{root}: expected a .safetensors file, a component folder or a model folder")
         component = ComponentMeta(name=root.name.removesuffix(".safetensors"), path=root)
-        shard, problems = read_shard_header(root)
+        shard, problems = read_shard_header(root, confined, budget)
         component.problems.extend(problems)
         if shard is not None:
             component.shards.append(shard)
         index = CheckpointIndex(root, "file", {component.name: component})
     else:
-        index_path = next((root / n for n in MODEL_INDEX_FILES if (root / n).is_file()), None)
+        _listing(root, "*", str(root))  # an unreadable folder is one line, not a traceback further down
+        index_path = next((root / n for n in MODEL_INDEX_FILES if os.path.lexists(root / n)), None)
         if index_path is not None:
-            index = _discover_model(root, index_path, confined)
+            index = _discover_model(root, index_path, confined, budget)
         else:
-            index = CheckpointIndex(root, "component", {root.name: _discover_component(root.name, root, confined)})
+            component = _discover_component(root.name, root, confined, budget)
+            index = CheckpointIndex(root, "component", {root.name: component})
     if validate:
         from .validate import validate_checkpoint
 

@@ -15,6 +15,7 @@ from typing import Sequence
 from .advice import warn_about_mode
 from .api import load_checkpoint
 from .checkpoint import discover_checkpoint
+from .errors import PlacementError
 from . import device_cli
 from .command_line import CliParser, dtype_type, run_cli
 from .dtype_names import DTYPE_HELP
@@ -75,6 +76,8 @@ class _ProgressBar:
 
 def _load(args: argparse.Namespace) -> int:
     if args.nproc > 1:
+        if args.skeleton:
+            raise PlacementError("--skeleton is not offered for sharded loads (--nproc); load with one process")
         from .sharded.launch import run_sharded_cli
 
         return run_sharded_cli(args)
@@ -84,7 +87,7 @@ def _load(args: argparse.Namespace) -> int:
     warn_about_mode(args.mode, args.device)
     module, report = load_checkpoint(
         args.path, component=args.component, mode=args.mode, device=args.device, dtype=args.dtype,
-        roots=args.root, on_tensor=progress, drop_page_cache=args.drop_page_cache,
+        roots=args.root, on_tensor=progress, drop_page_cache=args.drop_page_cache, skeleton=args.skeleton,
     )
     if args.json:
         print(json.dumps({**report.to_dict(), "module_class": type(module).__name__}, indent=2))
@@ -152,6 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument(
         "--drop-page-cache", action=argparse.BooleanOptionalAction, default=None,
         help="drop each shard's pages from the page cache once read (stream only; default: on for unified-memory GPUs)",
+    )
+    load.add_argument(
+        "--skeleton", action="store_true",
+        help="build the module from the checkpoint's own names and shapes, even where its config names a known"
+        " class (load tensors of another layout as a generic checkpoint)",
     )
     load.add_argument(
         "--nproc", type=int, default=1,

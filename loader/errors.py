@@ -3,6 +3,25 @@ and what was expected, so a user can act on one line."""
 
 from __future__ import annotations
 
+SHOWN_PROBLEMS = 10
+"""Problems one error lists before "and N more": a crafted checkpoint has as many as it likes."""
+MAX_NAME_SHOWN = 120
+"""Characters of a name (tensor, file) a message quotes; a longer one is cut with its length."""
+SIGBUS_MEANING = "the file changed or shrank while it was being read (a shard truncated or rewritten during the load)"
+"""What a load killed by SIGBUS most likely means: a mapped shard lost pages under it (drain, retain)."""
+
+
+def clip(text: str, limit: int = MAX_NAME_SHOWN) -> str:
+    """`text` as a message may quote it: at most `limit` characters, a cut one saying how long it was."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def first_of(items: list[str], count: int = SHOWN_PROBLEMS) -> list[str]:
+    """The first `count` of `items`, each clipped, then "and N more" when some were left out."""
+    shown = [clip(item, 8 * MAX_NAME_SHOWN) for item in items[:count]]
+    return shown + [f"and {len(items) - count} more"] if len(items) > count else shown
+
+
 
 class DrainboardError(Exception):
     """Base of every error Drainboard raises on purpose (bad input, not bugs)."""
@@ -18,11 +37,13 @@ class CheckpointError(DrainboardError):
     def __init__(self, problems: list[str] | str):
         if isinstance(problems, str):
             problems = [problems]
-        self.problems = sorted(problems) if len(problems) > 1 else list(problems)
+        self.total = len(problems)
+        """How many problems were found; `problems` lists the first SHOWN_PROBLEMS and "and N more"."""
+        self.problems = first_of(sorted(problems) if len(problems) > 1 else list(problems))
         if len(self.problems) == 1:
             message = self.problems[0]
         else:
-            message = f"{len(self.problems)} problems:\n  " + "\n  ".join(self.problems)
+            message = f"{self.total} problems:\n  " + "\n  ".join(self.problems)
         super().__init__(message)
 
     def messages(self) -> list[str]:

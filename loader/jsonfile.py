@@ -4,7 +4,7 @@ nesting limit, so a crafted file ends in one CheckpointError naming it, never a 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import sys
 
 MAX_JSON_BYTES = 64 * 1024 * 1024
 """Largest side file (index, config, model index) read; real ones are a few MB at most."""
@@ -28,18 +28,11 @@ def parse_json(raw: bytes | str) -> object:
         raise JSONProblem(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except RecursionError:
         raise JSONProblem(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError:  # Python's int-string limit: a number of thousands of digits
+        raise JSONProblem(f"not usable: it holds a number of more than {sys.get_int_max_str_digits()} digits") from None
     if _depth(value) > MAX_JSON_DEPTH:
         raise JSONProblem(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     return value
-
-
-def read_json_file(path: Path) -> object:
-    """Parse the file at `path` (at most MAX_JSON_BYTES); OSError passes through."""
-    with open(path, "rb") as f:
-        raw = f.read(MAX_JSON_BYTES + 1)
-    if len(raw) > MAX_JSON_BYTES:
-        raise JSONProblem(f"larger than the {MAX_JSON_BYTES}-byte limit for a JSON file")
-    return parse_json(raw)
 
 
 def _depth(value: object) -> int:

@@ -18,6 +18,11 @@ RootsArg = Iterable[str | os.PathLike] | None
 """What `roots=` accepts: folders (resolved here), or None for the checkpoint's own root."""
 
 
+class RootEscape(CheckpointError):
+    """A file a checkpoint names resolves, or came to resolve, outside the model roots: always raised,
+    never collected as one more problem of a checkpoint."""
+
+
 class ModelRoots:
     """The resolved folders a load may read from."""
 
@@ -42,7 +47,7 @@ class ModelRoots:
     def check(self, path: Path, entry: str) -> Path:
         """`path` unchanged if it resolves under a root, else a CheckpointError naming `entry`."""
         if not self.contains(path):
-            raise CheckpointError(f"{entry}: resolves outside the model roots ({self.describe()}); refused")
+            raise RootEscape(f"{entry}: resolves outside the model roots ({self.describe()}); refused")
         return path
 
     def describe(self) -> str:

@@ -2,8 +2,26 @@
 
 from __future__ import annotations
 
-from .checkpoint import CheckpointIndex, ComponentMeta, ShardMeta
+from pathlib import Path
+
+from .checkpoint import CheckpointIndex, ComponentMeta, ShardMeta, discover_checkpoint
 from .dtypes import SAFETENSORS_DTYPES, itemsize
+from .errors import DrainboardError, clip, first_of
+from .roots import RootsArg
+
+
+def checkpoint_problems(path: str | Path, roots: RootsArg) -> tuple[CheckpointIndex | None, list[str]]:
+    """(what discovery found, the problems that keep it from loading), bounded ("and N more").
+
+    The one check every submitter runs before a job is queued (the Run page,
+    `jobs submit`): discovery confined to `roots`, then `validate_checkpoint`.
+    The index is None when discovery itself failed.
+    """
+    try:
+        index = discover_checkpoint(path, validate=False, roots=roots)
+    except DrainboardError as exc:
+        return None, exc.messages()
+    return index, first_of(validate_checkpoint(index))
 
 
 def validate_checkpoint(index: CheckpointIndex) -> list[str]:
@@ -22,7 +40,7 @@ def validate_component(component: ComponentMeta) -> list[str]:
         problems.extend(_validate_shard(shard))
         for t in shard.tensors:
             if t.name in owner:
-                problems.append(f"tensor {t.name!r} appears in both {owner[t.name]} and {shard.path.name}")
+                problems.append(f"tensor {clip(repr(t.name))} appears in both {owner[t.name]} and {shard.path.name}")
             else:
                 owner[t.name] = shard.path.name
     if component.weight_map is not None and component.index_file is not None:
@@ -31,10 +49,10 @@ def validate_component(component: ComponentMeta) -> list[str]:
         for name, file in sorted(component.weight_map.items()):
             if file in read_files and owner.get(name) != file:
                 actual = f"is in {owner[name]}" if name in owner else "is in no shard header"
-                problems.append(f"{index_name} maps {name!r} to {file}, but the tensor {actual}")
+                problems.append(f"{index_name} maps {clip(repr(name))} to {clip(file)}, but the tensor {actual}")
         for name, file in sorted(owner.items()):
             if name not in component.weight_map:
-                problems.append(f"{file} holds {name!r}, which {index_name} does not list")
+                problems.append(f"{file} holds {clip(repr(name))}, which {index_name} does not list")
     return problems
 
 
@@ -46,7 +64,7 @@ def _validate_shard(shard: ShardMeta) -> list[str]:
         begin, end = t.data_offsets
         found = []
         if t.dtype not in SAFETENSORS_DTYPES:
-            found.append(f"has unknown dtype {t.dtype!r}; known: {', '.join(sorted(SAFETENSORS_DTYPES))}")
+            found.append(f"has unknown dtype {clip(repr(t.dtype))}; known: {', '.join(sorted(SAFETENSORS_DTYPES))}")
         elif t.numel * itemsize(t.dtype) != end - begin:
             found.append(
                 f"has shape {t.shape} x {t.dtype} = {t.numel * itemsize(t.dtype)} bytes,"
@@ -57,11 +75,13 @@ def _validate_shard(shard: ShardMeta) -> list[str]:
         elif end > data_size:
             found.append(f"has data_offsets [{begin}, {end}] past the end of the {data_size}-byte data area (truncated?)")
         if found:  # the tensor's name is formatted only for a problem: a sound header has 639 of them
-            problems += [f"{shard.path.name}: tensor {t.name!r} {text}" for text in found]
+            problems += [f"{shard.path.name}: tensor {clip(repr(t.name))} {text}" for text in found]
         if end >= begin:
             spans.append((begin, end, t.name))
     spans.sort()
     for (b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:]):
         if b1 < e0 and e1 > b1:
-            problems.append(f"{shard.path.name}: tensors {n0!r} [{b0}, {e0}] and {n1!r} [{b1}, {e1}] overlap")
+            problems.append(
+                f"{shard.path.name}: tensors {clip(repr(n0))} [{b0}, {e0}] and {clip(repr(n1))} [{b1}, {e1}] overlap"
+            )
     return problems

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import os
 import re
 from pathlib import Path
@@ -38,6 +37,7 @@ import torch
 import torch.nn as nn
 
 from loader import load_checkpoint
+from loader.confined import read_json_checked
 from loader.dtypes import parse_dtype
 from loader.errors import CheckpointError, PlacementError
 from loader.memory import MemoryProbe
@@ -250,12 +250,9 @@ def load_aux(root: str | os.PathLike, name: str):
 
 def _read_config(folder: Path, file: str = "config.json") -> dict:
     path = folder / file
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no such file (expected the component's {file})") from None
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: cannot read a JSON config: {exc}") from None
+    if not os.path.lexists(path):
+        raise CheckpointError(f"{path}: no such file (expected the component's {file})")
+    data = read_json_checked(path)  # bounded, regular files only: a FIFO config never hangs a job
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a JSON object")
     return data

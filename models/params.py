@@ -18,13 +18,13 @@ process before any weight is read.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from loader.confined import read_json_checked
 from loader.errors import DrainboardError
 
 FPS = 24
@@ -158,9 +158,10 @@ class ModelSpec:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    """The file parsed as the loader reads a checkpoint's JSON: bounded, regular files only (a FIFO never hangs)."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        data = read_json_checked(path)
+    except (OSError, DrainboardError) as exc:
         raise GenerateParamsError({"model": f"cannot read {path}: {exc}"}) from None
     if not isinstance(data, dict):
         raise GenerateParamsError({"model": f"{path} is not a JSON object"})

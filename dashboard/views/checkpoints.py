@@ -14,9 +14,8 @@ from pathlib import Path
 import pandas as pd
 
 from dashboard import format as fmt
-from loader.checkpoint import discover_checkpoint
 from loader.errors import DrainboardError
-from loader.validate import validate_checkpoint
+from loader.validate import checkpoint_problems
 from storage.config import ModelPathError, resolve_model_path
 
 @dataclass(frozen=True)
@@ -133,10 +132,11 @@ def describe_checkpoint(path: Path, root: Path, roots: list[Path]) -> Checkpoint
     """Components and sizes from headers, then the loader's validation, every file confined to
     the model roots as a job's would be; a checkpoint that fails either is listed with every message."""
     try:
-        index = discover_checkpoint(path, validate=False, roots=roots)
-        problems = validate_checkpoint(index)
+        index, problems = checkpoint_problems(path, roots)  # the check `jobs submit` runs too
     except Exception as exc:  # one bad folder is a broken entry, never a broken page
         return CheckpointChoice(path, root, "unknown", (), problems=tuple(_failure(exc)))
+    if index is None:
+        return CheckpointChoice(path, root, "unknown", (), problems=tuple(problems))
     components = tuple(
         Component(c.name, c.total_bytes, c.tensor_count, len(c.shards)) for c in index.components.values()
     )

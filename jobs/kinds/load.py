@@ -16,8 +16,11 @@ if TYPE_CHECKING:
 def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     """Probe the device, resolve the offload policy once (decisions become events), load the
     checkpoint recording a sample every `spec.sample_every` tensors, and return the loader's report.
-    Every file the checkpoint names must resolve under the configured model roots."""
+    Every file the checkpoint names must resolve under the configured model roots. A component whose
+    class is registered (the models package's builders) is built as that class and must match it
+    name for name and shape for shape, as a generate's load must; `spec.skeleton` loads it generically."""
     from loader.api import load_checkpoint
+    from loader.model_registry import load_builder_plugins
     from storage.config import load_config
 
     device, _ = decide_offload(spec, ctx)
@@ -31,11 +34,14 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     if spec.gpus > 1:
         return _run_sharded(spec, ctx)
     roots = load_config().model_roots
+    if not spec.skeleton:
+        load_builder_plugins()  # a known class is built as generate builds it, and checked as strictly
     forecast = _record_forecast(spec, ctx, roots, device)
     with ctx.stage("load"):
         _, report = load_checkpoint(
             spec.model, component=spec.component, mode=spec.mode, device=spec.device, dtype=spec.dtype,
             roots=roots, on_tensor=on_tensor, probe=ctx.probe, drop_page_cache=spec.drop_page_cache,
+            skeleton=spec.skeleton,
         )
     return {**report.to_dict(), "forecast": forecast}
 

@@ -1,9 +1,16 @@
 """`retain` and `drain`: the classic dict-of-views path.
 
-Every checkpoint tensor is collected with safetensors' `safe_open` into one
-dict of zero-copy views into the mmap'd shards (this is what keeps the files
-resident), then each target is copied out of it. The two modes differ only
-in whether an entry is popped as soon as it is placed.
+Every checkpoint tensor is collected, as safetensors' `safe_open` would, into
+one dict of zero-copy views into the mmap'd shards (this is what keeps the
+files resident), then each target is copied out of it. Each shard is mapped
+from the descriptor discovery's validated file reopens to (`confined`), never
+by path, with the header offsets discovery read from it. The two modes differ
+only in whether an entry is popped as soon as it is placed.
+
+A mapped file that shrinks under the load kills the process with SIGBUS when
+a vanished page is touched; before each tensor is copied its file's size is
+checked, so a shard truncated mid-load is, in most cases, one line instead
+(`errors.SIGBUS_MEANING` is what the signal itself most likely means).
 
 - `retain`: the classic loader, the dict lives until every tensor is placed
   (the "before" curve: host footprint about twice the model).
@@ -13,11 +20,16 @@ in whether an entry is popped as soon as it is placed.
 
 from __future__ import annotations
 
+import mmap
+import os
+from pathlib import Path
 from typing import ClassVar
 
 import torch
-from safetensors import safe_open
 
+from ..checkpoint import TensorMeta
+from ..confined import reopen
+from ..errors import CheckpointError, clip
 from .base import LoadPlan, Placement, PlacementContext, register_placement
 
 
@@ -32,15 +44,37 @@ class DictPlacement(Placement):
 
         Subclasses (and tests) may wrap this to observe the dict.
         """
+        by_file: dict[Path, list[TensorMeta]] = {}
+        for meta in [s for planned in plan.targets for s in planned.sources] + list(plan.dropped):
+            by_file.setdefault(meta.file, []).append(meta)
         state: dict[str, torch.Tensor] = {}
-        for file in plan.files:
-            with safe_open(str(file), framework="pt", device="cpu") as f:
-                for name in f.keys():
-                    state[name] = f.get_tensor(name)
+        for file, metas in by_file.items():
+            fd = reopen(file, metas[0].checked)
+            self._sizes[file] = (fd, metas[0].checked.size if metas[0].checked else os.fstat(fd).st_size)
+            self._check_size(metas[0])
+            mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_COPY) if self._sizes[file][1] else None
+            for meta in metas:
+                state[meta.name] = _view(mapped, meta)
         return state
 
+    def _check_size(self, meta: TensorMeta) -> None:
+        """Refuse to touch `meta`'s pages when its file shrank since it was mapped (touching them is SIGBUS)."""
+        fd, size = self._sizes[meta.file]
+        now = os.fstat(fd).st_size
+        if now < size:
+            raise CheckpointError(
+                f"{meta.file.name}: shrank from {size} to {now} bytes after it was validated, before tensor"
+                f" {clip(repr(meta.name))} was read: the file changed or shrank while it was being read; copy it again"
+            )
+
     def place(self, plan: LoadPlan, ctx: PlacementContext) -> None:
-        state = self.collect(plan)
+        self._sizes: dict[Path, tuple[int, int]] = {}
+        """Per mapped file, a descriptor kept open and its size when mapped."""
+        try:
+            state = self.collect(plan)
+        except BaseException:
+            self._close()
+            raise
         try:
             if self.pop:
                 for meta in plan.dropped:
@@ -50,6 +84,7 @@ class DictPlacement(Placement):
                 flat = dest.view(-1)
                 start = 0
                 for meta in planned.sources:
+                    self._check_size(meta)
                     source = state.pop(meta.name) if self.pop else state[meta.name]
                     flat[start : start + meta.numel].copy_(source.reshape(-1))
                     start += meta.numel
@@ -58,6 +93,20 @@ class DictPlacement(Placement):
                 ctx.place(planned, dest)
         finally:
             state.clear()
+            self._close()
+
+    def _close(self) -> None:
+        for fd, _ in self._sizes.values():
+            os.close(fd)
+        self._sizes.clear()
+
+
+def _view(mapped: mmap.mmap | None, meta: TensorMeta) -> torch.Tensor:
+    """A zero-copy view of `meta`'s bytes in its file's mapping (an empty tensor when it holds none)."""
+    if meta.numel == 0 or mapped is None:
+        return torch.empty(meta.shape, dtype=meta.torch_dtype)
+    flat = torch.frombuffer(mapped, dtype=meta.torch_dtype, count=meta.numel, offset=meta.offset)
+    return flat.view(meta.shape)
 
 
 @register_placement("retain")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 from collections.abc import Iterable, Mapping
@@ -9,7 +10,9 @@ from pathlib import Path
 
 from .. import pagecache
 from ..checkpoint import TensorMeta
+from ..confined import CheckedFile, reopen
 from ..reading import advice_step, advise_willneed
+from ..errors import CheckpointError
 from .base import LoadPlan
 from .ranges import FileHandles
 
@@ -17,14 +20,21 @@ COLD_BELOW = 0.5
 """A file with less than this share of its pages in the page cache is read with O_DIRECT (when allowed)."""
 
 
-def sampled_residency(files: Iterable[Path]) -> dict[Path, tuple[float, int]]:
+def plan_files(plan: LoadPlan) -> dict[Path, CheckedFile | None]:
+    """Every shard `plan` reads, with what discovery validated of it (None for a hand-built one)."""
+    return {meta.file: meta.checked for planned in plan.targets for meta in planned.sources}
+
+
+def sampled_residency(files: Mapping[Path, CheckedFile | None] | Iterable[Path]) -> dict[Path, tuple[float, int]]:
     """Per file that can be opened (reading the others fails later, by name): the share of its pages
-    in the page cache, sampled (`pagecache.sampled_resident_fraction`), and its page count."""
+    in the page cache, sampled (`pagecache.sampled_resident_fraction`), and its page count. Files
+    come with what discovery validated of them (`plan_files`), or as bare paths (a forecast)."""
     residency = {}
-    for file in files:
+    pairs = files.items() if isinstance(files, Mapping) else ((file, None) for file in files)
+    for file, checked in pairs:
         try:
-            fd = os.open(file, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except OSError:
+            fd = reopen(file, checked)
+        except CheckpointError:
             continue
         try:
             residency[file] = (pagecache.sampled_resident_fraction(fd), -(-os.fstat(fd).st_size // mmap.PAGESIZE))
@@ -54,6 +64,8 @@ class OpenFiles(FileHandles):
         residency: Mapping[Path, tuple[float, int]] | None = None,
     ):
         self._remaining: dict[Path, int] = {}
+        self._checked = plan_files(plan)
+        """Per file, what discovery validated: every descriptor is opened through it (`confined`)."""
         for planned in plan.targets:
             for meta in planned.sources:
                 self._remaining[meta.file] = self._remaining.get(meta.file, 0) + 1
@@ -77,7 +89,7 @@ class OpenFiles(FileHandles):
     def _open(self, file: Path) -> int:
         fd = self._fds.get(file)
         if fd is None:
-            fd = self._fds[file] = os.open(file, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            fd = self._fds[file] = reopen(file, self._checked.get(file))
             if hasattr(os, "posix_fadvise"):
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
         return fd
@@ -97,10 +109,13 @@ class OpenFiles(FileHandles):
             share = known[0] if known else pagecache.sampled_resident_fraction(self._open(file))
             if share >= COLD_BELOW:
                 return None
+        fd = reopen(file, self._checked.get(file))
         try:
-            return os.open(file, os.O_RDONLY | flag | getattr(os, "O_CLOEXEC", 0))
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | flag)
         except OSError:
+            os.close(fd)
             return None  # the file system refuses O_DIRECT (tmpfs before Linux 6.6, some FUSE): read buffered
+        return fd
 
     def fallback(self, file: Path) -> int:
         direct = self._direct.get(file)
@@ -144,7 +159,7 @@ class OpenFiles(FileHandles):
         fd = self._fds.pop(file, None)
         if self.drop_page_cache:
             if fd is None:  # read with O_DIRECT only: the header pages discovery read are still cached
-                fd = os.open(file, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                fd = reopen(file, self._checked.get(file))
             pagecache.drop(fd)
         if fd is not None:
             os.close(fd)

@@ -228,7 +228,7 @@ class StreamPlacement(Placement):
         threads = self.reader_threads(cuda)
         # Threads start on the first task, so nothing runs before its shutdown is on the stack below.
         pool = ThreadPoolExecutor(threads, thread_name_prefix="drainboard-read") if threads > 1 else None
-        ring_files = {m.file for p in plan.targets if kinds[p.name] == "ring" for m in p.sources}
+        ring_files = {m.file: m.checked for p in plan.targets if kinds[p.name] == "ring" for m in p.sources}
         residency = sampled_residency(ring_files) if self.direct_io is None else {}
         pending: deque[tuple[PlannedTarget, torch.Tensor, list[Future]]] = deque()
         with contextlib.ExitStack() as cleanup:

@@ -10,12 +10,18 @@ from storage.queries import get_job
 from storage.schema import FINAL_STATUSES
 
 
+TINY_SAFETENSORS = (lambda header: len(header).to_bytes(8, "little") + header + bytes(4))(
+    b'{"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+)
+"""A sound one-tensor checkpoint: `jobs submit` refuses, as the Run page does, what the loader would."""
+
+
 @pytest.fixture
 def config(tmp_path, monkeypatch):
     """Config of a fresh data folder whose model root holds `dummy.safetensors`; test kinds enabled."""
     data = tmp_path / "data"
     (data / "models").mkdir(parents=True)
-    (data / "models" / "dummy.safetensors").write_bytes(b"")
+    (data / "models" / "dummy.safetensors").write_bytes(TINY_SAFETENSORS)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DRAINBOARD_DATA", str(data))
     monkeypatch.delenv("DRAINBOARD_MODEL_ROOTS", raising=False)

@@ -7,6 +7,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from jobs.errors import JobSpecError
 from storage.config import load_config
 from tests.jobs.test_kind_load import write_component
 
@@ -19,7 +20,7 @@ def config(config, tmp_path, monkeypatch):
     return load_config()
 
 
-def test_a_load_whose_index_escapes_the_roots_fails_naming_the_entry(queue_job, run_to_end, config, tmp_path):
+def test_a_load_whose_index_escapes_the_roots_is_refused_at_submit_naming_the_entry(queue_job, config, tmp_path):
     root = config.model_roots[0] / "escape"
     write_component(root, {"w": torch.ones(4)})
     outside = tmp_path / "elsewhere"
@@ -28,9 +29,9 @@ def test_a_load_whose_index_escapes_the_roots_fails_naming_the_entry(queue_job, 
     component = root / "transformer"
     rel = os.path.relpath(outside / "outside.safetensors", component)
     (component / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": rel}}))
-    job = run_to_end(queue_job("load", model=str(root), component="transformer"))
-    assert job["status"] == "failed"
-    assert "resolves outside the model roots" in job["error"] and rel in job["error"]
+    with pytest.raises(JobSpecError) as refused:
+        queue_job("load", model=str(root), component="transformer")
+    assert "resolves outside the model roots" in str(refused.value) and rel in str(refused.value)
 
 
 def test_a_component_linked_into_another_configured_root_loads(queue_job, run_to_end, config):

@@ -83,11 +83,12 @@ def test_an_unknown_component_is_refused_at_once_listing_the_checkpoints_own(con
     assert build_spec({"kind": "load", "model": str(tiny_model), "component": "vae"}, config).component == "vae"
 
 
-def test_a_component_of_an_unreadable_checkpoint_is_left_for_the_job_to_report(config):
+def test_an_unreadable_checkpoint_is_refused_at_submit_naming_its_file(config):
     broken = config.model_roots[0] / "broken"
     broken.mkdir()
     (broken / "model_index.json").write_text("{")
-    assert build_spec({"kind": "load", "model": str(broken), "component": "transformer"}, config).component
+    with pytest.raises(JobSpecError, match=r"model: model_index.json: not valid JSON"):
+        build_spec({"kind": "load", "model": str(broken), "component": "transformer"}, config)
 
 
 def test_a_prompt_with_a_byte_that_is_not_utf8_is_refused_naming_the_byte(config, tiny_model):

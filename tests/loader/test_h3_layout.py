@@ -110,17 +110,17 @@ def _unused_by_t2va(name: str) -> bool:
 def test_excluded_tensors_are_never_read_not_unexpected_and_reported_with_bytes(h3_root, mode, monkeypatch):
     opened: list[str] = []
     reads: list[tuple[str, int, int]] = []
-    real_safe_open, real_preadv = dict_modes.safe_open, os.preadv
+    real_reopen, real_preadv = dict_modes.reopen, os.preadv
 
-    def spying_safe_open(file, *args, **kwargs):
+    def spying_reopen(file, *args, **kwargs):
         opened.append(Path(file).name)
-        return real_safe_open(file, *args, **kwargs)
+        return real_reopen(file, *args, **kwargs)
 
     def spying_preadv(fd, buffers, offset, *args):
         reads.append((Path(os.readlink(f"/proc/self/fd/{fd}")).name, offset, sum(len(memoryview(b).cast("B")) for b in buffers)))
         return real_preadv(fd, buffers, offset, *args)
 
-    monkeypatch.setattr(dict_modes, "safe_open", spying_safe_open)
+    monkeypatch.setattr(dict_modes, "reopen", spying_reopen)
     monkeypatch.setattr(os, "preadv", spying_preadv)
     module, report = load_checkpoint(h3_root, component="text_encoder", mode=mode, exclude=_unused_by_t2va)
 
