@@ -164,6 +164,7 @@ def _raw_spec(args: argparse.Namespace) -> dict[str, Any]:
         "device": args.device, "dtype": args.dtype, "sample_every": args.sample_every,
         "memory_limit": args.memory_limit, "memory_budget": args.memory_budget, "memory_floor": args.memory_floor,
         "drop_page_cache": args.drop_page_cache, "gpus": args.gpus, "offload": _parse_offload(args.offload),
+        "forced": args.force,
     }
     if args.kind == "generate":
         raw["sequential_components"] = args.sequential_components
@@ -260,3 +261,5 @@ def _add_spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--offload", action="append", default=[], metavar="FLAG=on|off",
                         help="set an offload flag, e.g. --offload dit_cpu_offload=off (repeatable)")
     parser.add_argument("--wait", action="store_true", help="wait until the job ends (starts a worker if none runs)")
+    parser.add_argument("--force", action="store_true",
+                        help="queue it even when the forecast says it cannot fit (the job records it was forced)")
