@@ -80,18 +80,22 @@ Probe = Callable[[str], DeviceInfo]
 
 def assess(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = None, *, probe: Probe = probe_device,
            available: int | None = None, total: int | None = None) -> Admission | None:
-    """The forecast of `spec` against its walls; None for a kind without a forecast. `available` and
+    """The forecast of `spec` against its walls; None for a kind without a forecast or a checkpoint it
+    cannot read (build_spec lets those through for the job to name the file). `available` and
     `total` (MemAvailable, MemTotal) default to a reading now."""
     from jobs.guard import read_meminfo
     from models.eta import device_key
 
     info = probe(spec.device)
-    if spec.kind == "generate":
-        needs, process_host, process_device, eta, work = _generate_needs(spec, info, db)
-    elif spec.kind == "load" and spec.gpus == 1:
-        needs, process_host, process_device, eta, work = _load_needs(spec, info), 0, 0, [], {}
-    else:
-        return None
+    try:
+        if spec.kind == "generate":
+            needs, process_host, process_device, eta, work = _generate_needs(spec, info, db)
+        elif spec.kind == "load" and spec.gpus == 1:
+            needs, process_host, process_device, eta, work = _load_needs(spec, info), 0, 0, [], {}
+        else:
+            return None
+    except (DrainboardError, ValueError, OSError):
+        return None  # a checkpoint the forecast cannot read: the job itself reports it, naming the file
     if available is None or total is None:
         reading = read_meminfo()
         available = reading.available if available is None else available
@@ -114,12 +118,15 @@ def _generate_needs(spec: JobSpec, info: DeviceInfo, db):
     from jobs.history import stage_records
     from loader.dtypes import parse_dtype
     from models.eta import device_key, estimate, stage_work
-    from models.forecast import forecast_generate
+    from models.forecast import forecast_generate, resolve_for_generate
 
     dtype = parse_dtype(spec.dtype) if spec.dtype else None
-    forecast = forecast_generate(spec.model, spec.generate, device_info=info, settings=spec.offload,
-                                 dtype_bytes=dtype.itemsize if dtype is not None else 2,
-                                 sequential_components=spec.sequential_components)
+    dtype_bytes = dtype.itemsize if dtype is not None else 2
+    settings, _ = resolve_for_generate(spec.model, spec.generate, spec.offload, info, user_set=spec.offload_set,
+                                       dtype_bytes=dtype_bytes, sequential_components=spec.sequential_components)
+    forecast = forecast_generate(spec.model, spec.generate, device_info=info, settings=settings,
+                                 dtype_bytes=dtype_bytes, sequential_components=spec.sequential_components,
+                                 resolved=True)
     needs = [StageNeed(s.stage, s.host_bytes, s.device_bytes, 0) for s in forecast.stages]
     work = stage_work(forecast)
     records = stage_records(db) if db is not None else []

@@ -88,7 +88,7 @@ def _forecast(args: argparse.Namespace) -> int:
     from loader.errors import DrainboardError
 
     from .eta import NO_HISTORY, StageRecord, device_key, estimate, stage_work, total_seconds
-    from .forecast import forecast_generate
+    from .forecast import forecast_generate, resolve_for_generate
     from .params import ModelSpec, validate_params
 
     class ForecastInputError(DrainboardError):
@@ -98,13 +98,17 @@ def _forecast(args: argparse.Namespace) -> int:
                             steps=args.steps, audio=not args.no_audio)
     validate_params(params, ModelSpec.read(args.model_dir))
     info = probe_device(args.device)
-    offload = OffloadSettings(**{name: args.offload for name in (
-        "dit_layerwise_offload", "dit_cpu_offload", "text_encoder_cpu_offload", "image_encoder_cpu_offload",
-        "vae_cpu_offload")})
+    flags = ("dit_layerwise_offload", "dit_cpu_offload", "text_encoder_cpu_offload", "image_encoder_cpu_offload",
+             "vae_cpu_offload")
+    offload = OffloadSettings(**{name: bool(args.offload) for name in flags})
+    dtype_bytes = _DTYPES[args.dtype].itemsize
     try:
-        forecast = forecast_generate(args.model_dir, params, device_info=info, settings=offload,
-                                     dtype_bytes=_DTYPES[args.dtype].itemsize,
-                                     sequential_components=args.sequential_components)
+        settings, decisions = resolve_for_generate(
+            args.model_dir, params, offload, info, user_set=flags if args.offload is not None else (),
+            dtype_bytes=dtype_bytes, sequential_components=args.sequential_components)
+        forecast = forecast_generate(args.model_dir, params, device_info=info, settings=settings,
+                                     dtype_bytes=dtype_bytes, sequential_components=args.sequential_components,
+                                     resolved=True)
     except ValueError as e:
         raise ForecastInputError(str(e)) from None
     records = []
@@ -126,7 +130,8 @@ def _forecast(args: argparse.Namespace) -> int:
         "unified_memory": info.unified_memory, "width": forecast.width, "height": forecast.height,
         "frames": params.frames, "steps": params.steps, "text_tokens": forecast.text_tokens,
         "tokens": forecast.tokens, "sequential_components": forecast.sequential_components,
-        "placements": forecast.placements, "process_host_bytes": forecast.process_host_bytes,
+        "placements": forecast.placements, "decisions": [str(d) for d in decisions],
+        "process_host_bytes": forecast.process_host_bytes,
         "process_device_bytes": forecast.process_device_bytes, "stages": stages, "loads": loads,
         "peak_stage": forecast.peak_stage, "peak_bytes": forecast.predicted_peak_bytes,
         "peak_with_process_bytes": forecast.predicted_peak_bytes + forecast.process_host_bytes
@@ -219,8 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     fc.add_argument("--no-audio", action="store_true", help="no decode.audio")
     fc.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps; probed without a CUDA context")
     fc.add_argument("--dtype", default="bf16", choices=list(_DTYPES), help="compute dtype (default: bf16)")
-    fc.add_argument("--offload", action=argparse.BooleanOptionalAction, default=False,
-                    help="request every offload flag (default: off, every component resident)")
+    fc.add_argument("--offload", action=argparse.BooleanOptionalAction, default=None,
+                    help="set every offload flag on or off (default: the policy's: on a discrete GPU each"
+                         " component resident where the forecast fits)")
     fc.add_argument("--sequential-components", action=argparse.BooleanOptionalAction, default=None,
                     help="per-stage residency (default: on for unified memory)")
     fc.add_argument("--history", metavar="FILE", help="JSON list of past stage records (stage, seconds, work,"
