@@ -95,7 +95,10 @@ def retry(db: sqlite_utils.Database, job_id: int, config: Config, *, changes: Ma
     from jobs.admission import admit
     from jobs.spec import build_spec
 
-    raw = {k: v for k, v in {**job["spec"], **(changes or {})}.items() if k not in ("forecast", "offload_set")}
+    stored = dict(job["spec"])
+    if "offload_set" in stored:  # only the flags the user set are input again; the policy decides the others
+        stored["offload"] = {k: v for k, v in (stored.get("offload") or {}).items() if k in stored["offload_set"]}
+    raw = {k: v for k, v in {**stored, **(changes or {})}.items() if k not in ("forecast", "offload_set")}
     return enqueue(db, admit(build_spec(raw, config), config, db), retry_of=job_id)
 
 
