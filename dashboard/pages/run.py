@@ -293,8 +293,8 @@ def generate_fields(choice) -> dict[str, Any]:
 
 
 def offload_fields(device: DeviceInfo) -> dict[str, bool]:
-    """The offered offload flags, collapsed under a line saying what the policy does with them
-    (open when the user changed one, so they see what becomes of it)."""
+    """The offload flags the user changed from the defaults, collapsed under a line saying what the policy
+    does with them (open when the user changed one, so they see what becomes of it)."""
     defaults = OffloadSettings()
     for name in OFFERED_FLAGS:
         seed(f"offload_{name}", getattr(defaults, name))
@@ -311,7 +311,8 @@ def offload_fields(device: DeviceInfo) -> dict[str, bool]:
             preview, hide_index=True, width="stretch",
             column_config={"requested": st.column_config.CheckboxColumn(), "used": st.column_config.CheckboxColumn()},
         )
-    return flags
+    # Only the flags the user changed are set: the policy (fit-aware on a discrete GPU) decides the others.
+    return {name: value for name, value in flags.items() if value != getattr(defaults, name)}
 
 
 def typed_size(name: str) -> int | None:
