@@ -74,6 +74,7 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"forecast": forecast.to_dict(), "result": result.to_dict(),
                                                "baseline_bytes": baseline, "wall_seconds": wall,
+                                               "prompt": params.prompt, "steps": params.steps,
                                                "stages": rows}, indent=2))
     return 0
 

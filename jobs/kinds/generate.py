@@ -16,8 +16,9 @@ if TYPE_CHECKING:
 SAMPLE_INTERVAL = 0.1
 """Seconds between timer samples during generate stages."""
 
-_EVENT_KINDS = {"load": "load", "release": "release", "placement": "placement", "offload_decision": "decision"}
-"""Pipeline event kinds recorded as job events, and the job event kind each becomes."""
+_EVENT_KINDS = {"load": "load", "release": "release", "placement": "placement"}
+"""Pipeline event kinds recorded as job events, and the job event kind each becomes (the offload decisions
+are the probe stage's, recorded there; the pipeline takes them as handed down and only repeats them)."""
 
 
 class _Stages:
