@@ -42,6 +42,7 @@ EXAMPLES = """examples:
   python -m jobs submit load --model data/models/demo --component transformer --mode drain --wait --json
   python -m jobs submit load --model data/models/demo --memory-limit 700MB --memory-budget 0.5GiB
   python -m jobs submit generate --model data/models/demo --prompt "a red fox" --frames 141 --steps 8
+  python -m jobs submit generate --model data/models/demo --prompt "a red fox" --memory-budget 8GiB --force
   python -m jobs list --status failed
   python -m jobs show 12 --json
   python -m jobs cancel 12

@@ -357,7 +357,8 @@ def fit_panel(choice: CheckpointChoice | None, kind: str, component: str | None,
     if dtype != DTYPES[0]:
         notes.append("The forecast uses the checkpoint's bytes; a dtype change scales what is placed.")
     if kind == "generate":
-        notes.append("For a generate job it counts the weights only, not activations or decoded frames.")
+        notes.append("For a generate job this bar counts the weights only; the submit check below uses the whole"
+                     " forecast (activations, decoded frames, the process).")
     if notes:
         st.caption(" ".join(notes))
 
