@@ -5,7 +5,9 @@
 
 Runs `models.forecast_generate` and then `models.run_generate` on the same parameters and prints, per
 computing stage, the predicted bytes and the measured peak (VmRSS + CUDA allocated) above the peak of the
-`prepare` stage (pipeline built and every library imported, no weight read yet), with their ratio. `--unified` forces the unified-memory policy (as
+`prepare` stage (pipeline built and every library imported, no weight read yet), with their ratio; then
+host (VmRSS above `prepare`) and device (allocated, and reserved: what the forecast's device column
+predicts, the CUDA context aside) predicted / measured. `--unified` forces the unified-memory policy (as
 DRAINBOARD_UNIFIED_MEMORY=1 does): every offload flag off, sequential residency on.
 """
 
@@ -53,27 +55,45 @@ def main() -> int:
     with MemoryProbe(args.device if args.device.startswith("cuda") else None) as probe, \
             tempfile.TemporaryDirectory() as tmp:
         start = time.monotonic()
+        split: dict[str, dict[str, int]] = {}
+
+        def on_sample(stage, sample) -> None:
+            peaks = split.setdefault(stage, {"host": 0, "allocated": 0, "reserved": 0})
+            peaks["host"] = max(peaks["host"], sample.vm_rss)
+            peaks["allocated"] = max(peaks["allocated"], sample.device_allocated)
+            peaks["reserved"] = max(peaks["reserved"], sample.device_reserved)
+
         result = run_generate(args.root, params, Path(tmp) / "clip.mp4", device=args.device, device_info=info,
-                              sequential_components=args.sequential, probe=probe, sample_interval=0.02)
+                              sequential_components=args.sequential, probe=probe, sample_interval=0.02,
+                              on_sample=on_sample)
         wall = time.monotonic() - start
     baseline = result.stage_peaks["prepare"]
     rows = []
     print(f"{args.root}: {forecast.width}x{forecast.height}, {params.frames} frames, {params.steps} steps,"
           f" {forecast.tokens} tokens, sequential={result.sequential_components}, on {info.name}; {wall:.1f} s")
-    print(f"{'stage':<18}{'predicted MiB':>15}{'measured MiB':>15}{'ratio':>8}{'seconds':>9}")
+    print(f"{'stage':<18}{'predicted MiB':>15}{'measured MiB':>15}{'ratio':>8}{'seconds':>9}"
+          f"{'host p/m MiB':>20}{'device p/m (reserved) MiB':>30}")
+    base = split.get("prepare", {"host": 0, "allocated": 0, "reserved": 0})
     for stage in forecast.stages:
         measured = max(result.stage_peaks.get(stage.stage, 0) - baseline, 0)
         ratio = stage.total_bytes / measured if measured else float("nan")
+        peaks = split.get(stage.stage, base)
+        host = peaks["host"] - base["host"]
         rows.append({"stage": stage.stage, "predicted_bytes": stage.total_bytes, "measured_bytes": measured,
-                     "ratio": ratio, "seconds": result.stage_seconds.get(stage.stage, 0.0)})
+                     "ratio": ratio, "seconds": result.stage_seconds.get(stage.stage, 0.0),
+                     "predicted_host_bytes": stage.host_bytes, "predicted_device_bytes": stage.device_bytes,
+                     "measured_host_bytes": host, "measured_allocated_bytes": peaks["allocated"],
+                     "measured_reserved_bytes": peaks["reserved"]})
         print(f"{stage.stage:<18}{stage.total_bytes / 2**20:15.1f}{measured / 2**20:15.1f}{ratio:8.2f}"
-              f"{rows[-1]['seconds']:9.2f}")
+              f"{rows[-1]['seconds']:9.2f}{stage.host_bytes / 2**20:>10.1f}/{host / 2**20:<9.1f}"
+              f"{stage.device_bytes / 2**20:>12.1f}/{peaks['allocated'] / 2**20:.1f} ({peaks['reserved'] / 2**20:.1f})")
     peak = max(result.stage_peaks.values()) - baseline
     print(f"{'peak':<18}{forecast.predicted_peak_bytes / 2**20:15.1f}{peak / 2**20:15.1f}"
           f"{forecast.predicted_peak_bytes / peak:8.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"forecast": forecast.to_dict(), "result": result.to_dict(),
                                                "baseline_bytes": baseline, "wall_seconds": wall,
+                                               "prompt": params.prompt, "steps": params.steps,
                                                "stages": rows}, indent=2))
     return 0
 

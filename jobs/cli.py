@@ -44,6 +44,7 @@ EXAMPLES = """examples:
   python -m jobs submit load --model data/models/demo --component transformer --mode drain --wait --json
   python -m jobs submit load --model data/models/demo --memory-limit 700MB --memory-budget 0.5GiB
   python -m jobs submit generate --model data/models/demo --prompt "a red fox" --frames 141 --steps 8
+  python -m jobs submit generate --model data/models/demo --prompt "a red fox" --memory-budget 8GiB --force
   python -m jobs list --status failed
   python -m jobs show 12 --json
   python -m jobs cancel 12
@@ -170,6 +171,7 @@ def _raw_spec(args: argparse.Namespace) -> dict[str, Any]:
         "device": args.device, "dtype": args.dtype, "sample_every": args.sample_every,
         "memory_limit": args.memory_limit, "memory_budget": args.memory_budget, "memory_floor": args.memory_floor,
         "drop_page_cache": args.drop_page_cache, "gpus": args.gpus, "offload": args.offload,
+        "forced": args.force,
     }
     if args.kind == "load" and args.skeleton:
         raw["skeleton"] = True
@@ -262,3 +264,5 @@ def _add_spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus", default=1, metavar="N", help="number of GPUs (default 1)")
     add_offload_option(parser)
     parser.add_argument("--wait", action="store_true", help="wait until the job ends (starts a worker if none runs)")
+    parser.add_argument("--force", action="store_true",
+                        help="queue it even when the forecast says it cannot fit (the job records it was forced)")

@@ -49,7 +49,11 @@ def print_job(document: dict[str, Any], *, as_json: bool) -> None:
         return
     retried = f", retry of job {document['retry_of']}" if document["retry_of"] else ""
     print(f"job {document['id']} ({document['kind']}{retried}): {document['status']}")
-    print(f"  model: {(document['spec'] or {}).get('model', '')}")
+    spec = document["spec"] or {}
+    print(f"  model: {spec.get('model', '')}")
+    if spec.get("forced"):
+        refusal = (spec.get("forecast") or {}).get("refusal")
+        print("  forced: queued over the forecast" + (f" ({refusal})" if refusal else ""))
     times = [(label, document[key]) for label, key in
              (("created", "created_at"), ("started", "started_at"), ("finished", "finished_at"))]
     print("  " + ", ".join(f"{label} {timestamp(value)}" for label, value in times if value))

@@ -9,14 +9,15 @@ from jobs.context import JobContext
 if TYPE_CHECKING:
     from jobs.spec import JobSpec  # annotations only: jobs.spec imports torch, listing kinds must not
     from loader.device import DeviceInfo
-    from loader.offload import OffloadSettings
+    from loader.offload import OffloadDecision, OffloadSettings
 
 
-def decide_offload(spec: JobSpec, ctx: JobContext) -> tuple["DeviceInfo", "OffloadSettings"]:
+def decide_offload(spec: JobSpec, ctx: JobContext) -> tuple["DeviceInfo", "OffloadSettings", list["OffloadDecision"]]:
     """Probe `spec.device` and resolve `spec.offload` for it, once, in a `probe` stage.
 
-    The device and every policy decision become job events, so the dashboard can
-    say why a flag was turned off; every later site reads the returned settings.
+    A generate on a discrete GPU is resolved against its forecast (`models.forecast.policy_fit`): the
+    flags the user did not set keep each component resident where it fits. The device and every policy
+    decision become job events, so the dashboard can say why; every later site reads the returned settings.
     """
     from loader.device import probe_device
     from loader.offload import resolve_offload
@@ -24,8 +25,17 @@ def decide_offload(spec: JobSpec, ctx: JobContext) -> tuple["DeviceInfo", "Offlo
     with ctx.stage("probe"):
         device = probe_device(spec.device)
         ctx.event("device", device.reason, data=device.to_dict())
-        settings, decisions = resolve_offload(spec.offload, device)
+        if spec.kind == "generate" and spec.generate is not None:
+            from loader.dtypes import parse_dtype
+            from models.forecast import resolve_for_generate
+
+            dtype = parse_dtype(spec.dtype) if spec.dtype else None
+            settings, decisions = resolve_for_generate(
+                spec.model, spec.generate, spec.offload, device, user_set=spec.offload_set,
+                dtype_bytes=dtype.itemsize if dtype else 2, sequential_components=spec.sequential_components)
+        else:
+            settings, decisions = resolve_offload(spec.offload, device)
         for decision in decisions:
             ctx.event("decision", str(decision), data=decision.to_dict())
         ctx.record()
-    return device, settings
+    return device, settings, decisions

@@ -34,10 +34,12 @@ def enqueue(db: sqlite_utils.Database, spec: JobSpec, *, retry_of: int | None = 
 
 
 def submit(db: sqlite_utils.Database, raw: Mapping[str, Any], config: Config) -> int:
-    """Validate user input (raises `JobSpecError`, nothing queued) and queue it; returns the job id."""
+    """Validate user input (raises `JobSpecError`, nothing queued), check its forecast fits (raises
+    `jobs.admission.JobRefused` unless forced, nothing queued) and queue it; returns the job id."""
+    from jobs.admission import admit
     from jobs.spec import build_spec
 
-    return enqueue(db, build_spec(raw, config))
+    return enqueue(db, admit(build_spec(raw, config), config, db))
 
 
 def claim(db: sqlite_utils.Database, supervisor_id: str, *, boot_id: str | None = None) -> dict | None:
@@ -90,9 +92,14 @@ def retry(db: sqlite_utils.Database, job_id: int, config: Config, *, changes: Ma
         raise JobStateError(f"job {job_id} does not exist")
     if job["status"] not in FINAL_STATUSES:
         raise JobStateError(f"job {job_id} is still {job['status']}; cancel it before retrying")
+    from jobs.admission import admit
     from jobs.spec import build_spec
 
-    return enqueue(db, build_spec({**job["spec"], **(changes or {})}, config), retry_of=job_id)
+    stored = dict(job["spec"])
+    if "offload_set" in stored:  # only the flags the user set are input again; the policy decides the others
+        stored["offload"] = {k: v for k, v in (stored.get("offload") or {}).items() if k in stored["offload_set"]}
+    raw = {k: v for k, v in {**stored, **(changes or {})}.items() if k not in ("forecast", "offload_set")}
+    return enqueue(db, admit(build_spec(raw, config), config, db), retry_of=job_id)
 
 
 def finish(

@@ -72,6 +72,12 @@ class JobSpec:
     skeleton: bool = False
     """Load: build the module from the checkpoint's own names and shapes, not its config's registered class
     (a checkpoint of another layout); False checks names and shapes strictly, as generate does."""
+    offload_set: tuple[str, ...] = ()
+    """The offload flags the user set; the fit-aware policy decides the others (`loader.offload`)."""
+    forced: bool = False
+    """Queued with `--force` (or the Run page's "Queue anyway"): a refusal of the forecast was overridden."""
+    forecast: dict[str, Any] | None = None
+    """What `jobs.admission` predicted at submit: per stage bytes, work and seconds, and any refusal."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,6 +89,7 @@ class JobSpec:
         values["offload"] = OffloadSettings.from_dict(values.get("offload", {}))
         if values.get("generate") is not None:
             values["generate"] = GenerateParams(**values["generate"])
+        values["offload_set"] = tuple(values.get("offload_set", ()))
         return cls(**values)
 
 
@@ -136,6 +143,8 @@ def build_spec(raw: Mapping[str, Any], config: Config, *, known_kinds: tuple[str
         "drop_page_cache": _optional_bool(raw.get("drop_page_cache"), "drop_page_cache", problems),
         "sequential_components": _optional_bool(raw.get("sequential_components"), "sequential_components", problems),
         "generate": _generate(kind, raw.get("generate"), model, problems),
+        "offload_set": tuple(sorted(raw.get("offload") or {})),
+        "forced": bool(_optional_bool(raw.get("forced"), "forced", problems)),
     }
     if device is not None and gpus is not None:
         if gpus > 1 and not device.startswith("cuda"):

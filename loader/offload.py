@@ -93,15 +93,75 @@ def unified_memory_reason(device: DeviceInfo) -> str:
     return f"{device.name} has unified memory: moving weights to host frees nothing"
 
 
+@dataclass(frozen=True)
+class ComponentFit:
+    """What a forecast says the components need on a discrete device, for the fit-aware policy."""
+
+    component_bytes: dict[str, int]
+    """Weight bytes per component (`transformer`, `text_encoder`, `vae`, `audio_vae`)."""
+    working_bytes: int
+    """Device bytes besides weights at the largest stage: activations, workspaces, allocator reserve, context."""
+    capacity: int
+    """The device's memory in bytes."""
+    sequential: bool
+    """Per-stage residency: a stage holds only its own component (plus any resident ones when off)."""
+
+
+_COMPONENT_FLAGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "transformer": (("transformer",), ("dit_layerwise_offload", "dit_cpu_offload")),
+    "text_encoder": (("text_encoder",), ("text_encoder_cpu_offload", "image_encoder_cpu_offload")),
+    "vae": (("vae", "audio_vae"), ("vae_cpu_offload",)),
+}
+"""Per policy group: the components it holds and the flags that offload it (the first is the one turned on)."""
+
+
+def _fit_groups(values: dict[str, bool], fit: ComponentFit, user_set: frozenset[str],
+                changes: dict[str, str]) -> None:
+    """On a discrete device: every group the user left alone stays resident if the forecast fits, else the
+    largest such groups are offloaded one by one until it does. Writes each group's flags and reason."""
+    sizes = {g: sum(fit.component_bytes.get(c, 0) for c in comps) for g, (comps, _) in _COMPONENT_FLAGS.items()}
+    free = [g for g, (_, flags) in _COMPONENT_FLAGS.items() if not set(flags) & user_set]
+    offloaded = {g for g, (_, flags) in _COMPONENT_FLAGS.items() if g not in free and any(values[f] for f in flags)}
+
+    def need(out: set[str]) -> int:
+        resident = [sizes[g] for g in sizes if g not in out]
+        # While an offloaded group runs, model offload brings it in whole (layerwise: a block, counted as none).
+        running = [0 if g == "transformer" else sizes[g] for g in out]
+        held = max(resident + running, default=0) if fit.sequential else sum(resident) + max(running, default=0)
+        return held + fit.working_bytes
+
+    gib = 2**30
+    for group in sorted(free, key=lambda g: -sizes[g]):
+        if need(offloaded) <= fit.capacity:
+            break
+        before = need(offloaded)
+        offloaded.add(group)
+        flags = _COMPONENT_FLAGS[group][1]
+        for flag in flags:
+            values[flag] = flag == flags[0]
+            changes[flag] = (f"{group} offloaded: with it resident the predicted peak is {before / gib:.1f} of "
+                             f"{fit.capacity / gib:.1f} GiB")
+    peak = need(offloaded)
+    for group in free:
+        if group not in offloaded:
+            for flag in _COMPONENT_FLAGS[group][1]:
+                values[flag] = False
+                changes[flag] = f"{group} resident: predicted {peak / gib:.1f} of {fit.capacity / gib:.1f} GiB"
+
+
 def resolve_offload(
-    settings: OffloadSettings, device: DeviceInfo
+    settings: OffloadSettings, device: DeviceInfo, *, fit: ComponentFit | None = None,
+    user_set: frozenset[str] | set[str] | tuple[str, ...] = frozenset(),
 ) -> tuple[OffloadSettings, list[OffloadDecision]]:
-    """Return the settings every site must use on `device`, and one decision per changed flag.
+    """Return the settings every site must use on `device`, and one decision per flag it decided.
 
     Rules, in order (each sees the result of the previous one):
     unified memory turns off each of UNIFIED_MEMORY_OFFLOAD_FLAGS that is on;
+    on a discrete device with a forecast (`fit`), the flags the user did not set (`user_set`) follow it:
+    every component resident when it fits, else the largest offloaded one by one until it does (each such
+    flag gets a decision with its reason, changed or not);
     layerwise offload, when still on, wins over dit_cpu_offload.
-    Flags already off produce no decision. Pure: no torch, no logging.
+    Other flags already off produce no decision. Pure: no torch, no logging.
     """
     changes: dict[str, str] = {}
     values = settings.to_dict()
@@ -115,6 +175,8 @@ def resolve_offload(
         reason = unified_memory_reason(device)
         for flag in UNIFIED_MEMORY_OFFLOAD_FLAGS:
             turn_off(flag, reason)
+    elif fit is not None and device.kind == "cuda":
+        _fit_groups(values, fit, frozenset(user_set), changes)
     if values["dit_layerwise_offload"]:
         turn_off(
             "dit_cpu_offload",

@@ -1,4 +1,5 @@
-"""`python -m models synth|generate`: write a synthetic MiniMax H3 checkpoint, or generate a clip.
+"""`python -m models synth|generate|forecast`: write a synthetic MiniMax H3 checkpoint, generate a clip, or
+forecast a generate's memory and seconds per stage.
 
 With `--json` exactly one JSON object goes to stdout; progress goes to stderr.
 Bad input exits 2 with `{"ok": false, "error": ..., "errors": [...]}`.
@@ -80,6 +81,78 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _forecast(args: argparse.Namespace) -> int:
+    from loader.device import probe_device
+    from loader.errors import DrainboardError
+
+    from .eta import NO_HISTORY, StageRecord, device_key, estimate, stage_work, total_seconds
+    from .forecast import forecast_generate, resolve_for_generate
+    from .params import ModelSpec, validate_params
+
+    class ForecastInputError(DrainboardError):
+        """A model folder or history file the forecast cannot read."""
+
+    params = GenerateParams(prompt=args.prompt, frames=args.frames, height=args.height, width=args.width,
+                            steps=args.steps, audio=not args.no_audio)
+    validate_params(params, ModelSpec.read(args.model_dir))
+    info = probe_device(args.device)
+    flags = ("dit_layerwise_offload", "dit_cpu_offload", "text_encoder_cpu_offload", "image_encoder_cpu_offload",
+             "vae_cpu_offload")
+    offload = OffloadSettings(**{name: bool(args.offload) for name in flags})
+    dtype_bytes = _DTYPES[args.dtype].itemsize
+    try:
+        settings, decisions = resolve_for_generate(
+            args.model_dir, params, offload, info, user_set=flags if args.offload is not None else (),
+            dtype_bytes=dtype_bytes, sequential_components=args.sequential_components)
+        forecast = forecast_generate(args.model_dir, params, device_info=info, settings=settings,
+                                     dtype_bytes=dtype_bytes, sequential_components=args.sequential_components,
+                                     resolved=True)
+    except ValueError as e:
+        raise ForecastInputError(str(e)) from None
+    records = []
+    if args.history:
+        try:
+            records = [StageRecord(**r) for r in json.loads(open(args.history).read())]
+        except (OSError, ValueError, TypeError) as e:
+            raise ForecastInputError(f"{args.history}: expected a JSON list of stage records "
+                                     f"(stage, seconds, work, device): {e}") from None
+    etas = {e.stage: e for e in estimate(stage_work(forecast), records, device_key(info.kind, info.name))}
+    stages = []
+    for s in forecast.stages:
+        eta = etas[s.stage]
+        stages.append({"stage": s.stage, "host_bytes": s.host_bytes, "device_bytes": s.device_bytes,
+                       "sum_bytes": s.total_bytes, "seconds": eta.seconds, "seconds_basis": eta.basis})
+    loads = [etas[k].to_dict() for k in etas if k.startswith("load.")]
+    document = {
+        "ok": True, "model": str(args.model_dir), "device": info.spec, "device_name": info.name,
+        "unified_memory": info.unified_memory, "width": forecast.width, "height": forecast.height,
+        "frames": params.frames, "steps": params.steps, "text_tokens": forecast.text_tokens,
+        "tokens": forecast.tokens, "sequential_components": forecast.sequential_components,
+        "placements": forecast.placements, "decisions": [str(d) for d in decisions],
+        "process_host_bytes": forecast.process_host_bytes,
+        "process_device_bytes": forecast.process_device_bytes, "stages": stages, "loads": loads,
+        "peak_stage": forecast.peak_stage, "peak_bytes": forecast.predicted_peak_bytes,
+        "peak_with_process_bytes": forecast.predicted_peak_bytes + forecast.process_host_bytes
+        + forecast.process_device_bytes,
+        "total_seconds": total_seconds(etas.values()),
+    }
+    if args.json:
+        print(json.dumps(document, indent=2))
+        return 0
+    print(f"{args.model_dir}: {forecast.width}x{forecast.height}, {params.frames} frames, {params.steps} steps,"
+          f" {forecast.text_tokens} prompt tokens, {forecast.tokens} packed rows, on {info.name}")
+    print(f"{'stage':<18}{'host GiB':>10}{'device GiB':>12}{'sum GiB':>10}{'seconds':>10}")
+    for row in stages:
+        seconds = f"{row['seconds']:.1f}" if row["seconds"] is not None else "-"
+        print(f"{row['stage']:<18}{row['host_bytes'] / 2**30:10.2f}{row['device_bytes'] / 2**30:12.2f}"
+              f"{row['sum_bytes'] / 2**30:10.2f}{seconds:>10}")
+    total = document["total_seconds"]
+    print(f"peak {forecast.predicted_peak_bytes / 2**30:.2f} GiB at {forecast.peak_stage} above the process"
+          f" ({document['peak_with_process_bytes'] / 2**30:.2f} GiB with it); total "
+          + (f"{total:.1f} s" if total is not None else f"unknown: {NO_HISTORY}"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = CliParser(prog="python -m models", description="MiniMax H3 in Drainboard: synthetic checkpoints, generate",
                        epilog=EXAMPLES)
@@ -128,6 +201,31 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--verbose", action="store_true", help="print every stage and placement")
     gen.add_argument("--json", action="store_true", help="print the GenerateResult as one JSON object")
     gen.set_defaults(func=_generate)
+
+    fc = sub.add_parser(
+        "forecast", help="predict a generate's peak memory (host, device, sum) and seconds per stage, from"
+                         " configs, safetensors headers and the tokenizer only",
+        epilog="example: python -m models forecast /models/h3 --prompt 'a red fox in the snow' --frames 124"
+               " --steps 50 --device cuda --json",
+    )
+    fc.add_argument("model_dir", help="H3 model folder (modular_model_index.json and component folders)")
+    fc.add_argument("--prompt", required=True)
+    fc.add_argument("--frames", type=int, default=defaults.frames, help="17n + 5 within 124..345 (default: 124)")
+    fc.add_argument("--height", type=int, default=defaults.height, help="(default: the checkpoint's 16:9 canvas)")
+    fc.add_argument("--width", type=int, default=defaults.width, help="(default: the checkpoint's 16:9 canvas)")
+    fc.add_argument("--steps", type=int, default=defaults.steps, help="num_inference_steps (default: 50)")
+    fc.add_argument("--no-audio", action="store_true", help="no decode.audio")
+    fc.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps; probed without a CUDA context")
+    fc.add_argument("--dtype", default="bf16", choices=list(_DTYPES), help="compute dtype (default: bf16)")
+    fc.add_argument("--offload", action=argparse.BooleanOptionalAction, default=None,
+                    help="set every offload flag on or off (default: the policy's: on a discrete GPU each"
+                         " component resident where the forecast fits)")
+    fc.add_argument("--sequential-components", action=argparse.BooleanOptionalAction, default=None,
+                    help="per-stage residency (default: on for unified memory)")
+    fc.add_argument("--history", metavar="FILE", help="JSON list of past stage records (stage, seconds, work,"
+                                                      " device) for the seconds; without it: no history")
+    fc.add_argument("--json", action="store_true", help="print one JSON object")
+    fc.set_defaults(func=_forecast)
     return parser
 
 

@@ -1,25 +1,34 @@
 """What a generate run will hold, stage by stage, before any weight is read.
 
-Per stage that computes (`text_encoder`, `denoise.denoise`, `decode.video`,
-`decode.audio`): the weights resident under the resolved policy (from the
-safetensors headers, at the run's dtype with H3's fp32 modules kept fp32;
-with `sequential_components` only the stage's own component, otherwise all
-of them), the activations from the token count of the geometry, and the
-decoded frames and audio. Offloaded weights still count: they sit in host
-memory, which on a unified-memory machine is the same pool.
+Reads configs, safetensors headers and the local tokenizer only. Per computing
+stage of the workflow's plan (`STAGE_PLANS`: stage -> the weight component it
+runs), the forecast adds, above the process's own footprint once the pipeline
+is built (what `bench/bench_generate.py` measures against):
 
-The activation terms are deliberately simple (one layer's working set of the
-packed sequence, attention scores for one head group, the VAE decoder's
-widest feature map); docs/benchmarks.md records predicted vs measured per
-stage on the synthetic checkpoints.
+- weights resident under the resolved policy (header sizes at the run's dtype,
+  H3's fp32 modules kept fp32; with `sequential_components` only the stage's
+  own component, otherwise all of them), split into host and device;
+- the stage's working set: `fixed + per_unit * driver`, where the driver is
+  the stage's size in its own unit (text tokens x hidden x hidden states kept,
+  packed sequence rows x DiT widths, output pixels, audio samples) and the two
+  constants per stage are fitted on measured runs (`CPU_TERMS`; the fit and the
+  geometries it was checked on are in docs/benchmarks.md);
+- what earlier stages left behind (embeddings, latents, decoded frames, audio);
+- on CUDA, the costs outside tensors: the context (process level), the
+  cuBLAS/cuDNN workspaces, and the caching allocator's reserve over what is
+  allocated (`CUDA_TERMS`: constants of stated origin, not yet checked on a GPU).
+
+Each stage reports host, device and their sum: the sum is what a unified-memory
+machine pays. Offloaded weights count on the host.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from loader.checkpoint import read_shard_header
 from loader.device import DeviceInfo
@@ -28,31 +37,92 @@ from loader.offload import OffloadSettings, resolve_offload
 from .params import FPS, TEXT_ENCODER_LAYER, WEIGHT_COMPONENTS, GenerateParams, ModelSpec
 from .residency import ON_DEVICE, plan_placements
 
-STAGE_COMPONENT = {"text_encoder": "text_encoder", "denoise.denoise": "transformer",
-                   "decode.video": "vae", "decode.audio": "audio_vae"}
-"""The forecast's stages and the weight component each one runs."""
+STAGE_PLANS: dict[str, tuple[tuple[str, str], ...]] = {
+    "t2va": (("text_encoder", "text_encoder"), ("denoise.denoise", "transformer"), ("decode.video", "vae"),
+             ("decode.audio", "audio_vae")),
+}
+"""Per workflow, its computing stages in run order and the weight component each one runs (a workflow
+that adds an image encoder or reference DiT adds its rows and a driver in `_drivers`)."""
 AUDIO_CHANNELS, AUDIO_LATENTS_PER_SECOND = 2, 40
 """H3's stereo soundtrack and its latent rate."""
+MiB = 2**20
+
+
+@dataclass(frozen=True)
+class StageTerm:
+    """A stage's working set beyond weights and carried outputs: `fixed + per_unit * driver` bytes."""
+
+    fixed: int
+    """Bytes whatever the size (kernels' scratch, thread pools, the allocator's first arenas)."""
+    per_unit: float
+    """Bytes per unit of the stage's driver (see `_drivers`)."""
+
+
+CPU_TERMS: dict[str, StageTerm] = {
+    "text_encoder": StageTerm(16183689, 10.4499),
+    "denoise.denoise": StageTerm(15534192, 8.6497),
+    "decode.video": StageTerm(13374304, 25.2241),
+    "decode.audio": StageTerm(59009555, 202.3175),
+}
+"""Fitted by `bench/fit_generate_forecast.py` on CPU runs (see docs/benchmarks.md for the runs and the
+check on other geometries)."""
+CPU_RETAINED = 0.65
+"""Share of the largest earlier working set a CPU stage still holds: glibc keeps freed heap pages mapped, so
+RSS does not fall back between stages (fitted with CPU_TERMS)."""
+
+
+@dataclass(frozen=True)
+class CudaTerms:
+    """What a CUDA run holds outside its tensors. Origin of each default: see the field; every one is to be
+    checked against the H200 run (`bench/bench_generate.py --device cuda`), none has been yet."""
+
+    context: int = 600 * MiB
+    """The CUDA context and torch's loaded kernels, device side (nvidia-smi's per-process figure for torch 2.x
+    with lazy module loading on Hopper is 500-600 MiB); once per process."""
+    host_runtime: int = 1024 * MiB
+    """Host RSS the CUDA libraries add (cudart, cuBLAS, cuDNN mapped and initialised): run 10 measured the
+    `prepare` stage at 0.96 GiB on the H200, against 0.40 GiB on this CPU; once per process."""
+    workspaces: int = 96 * MiB
+    """cuBLAS (torch's default 32 MiB per handle on sm90 for cuBLAS and again for cuBLASLt) plus a cuDNN
+    convolution workspace for the VAEs (32 MiB assumed); per stage, on the device."""
+    reserve_fraction: float = 0.10
+    """The caching allocator's reserved-over-allocated: block rounding (2 MiB, 20 MiB segments) and freed
+    blocks kept cached; 10 % of a stage's device tensors assumed."""
+
+
+CUDA_TERMS = CudaTerms()
 
 
 @dataclass(frozen=True)
 class StageForecast:
-    """Predicted bytes held during one stage."""
+    """Predicted bytes held during one stage, above the process's own footprint."""
 
     stage: str
     """Pipeline block name."""
+    component: str
+    """The weight component the stage runs."""
     weight_bytes: int
     """Weights resident anywhere (device or host) during the stage."""
     device_weight_bytes: int
-    """Of those, on the device while the stage computes (all of them on unified memory or a CPU)."""
+    """Of those, on the device while the stage computes (0 on a CPU; unified memory counts them here)."""
     activation_bytes: int
-    """Working set of the stage's forward."""
+    """Working set of the stage's forward (fitted term), on the device where the stage runs."""
     output_bytes: int
-    """What the stage leaves behind: embeddings, latents, decoded frames or audio."""
+    """What this and earlier stages leave behind: embeddings, latents, decoded frames or audio (host); on a
+    CPU also the heap earlier stages freed but the allocator kept (CPU_RETAINED)."""
+    overhead_bytes: int
+    """CUDA only: workspaces and the caching allocator's reserve over allocated."""
+    host_bytes: int
+    """Host memory of the stage: weights not on the device, outputs; everything on a CPU."""
+    device_bytes: int
+    """Device memory of the stage (reserved, not only allocated); 0 on a CPU."""
+    driver: float
+    """The stage's size in its own unit (what the working set and the seconds scale with)."""
 
     @property
     def total_bytes(self) -> int:
-        return self.weight_bytes + self.activation_bytes + self.output_bytes
+        """Host + device: what a unified-memory machine pays."""
+        return self.host_bytes + self.device_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "total_bytes": self.total_bytes}
@@ -66,6 +136,12 @@ class GenerateForecast:
     """Pixels."""
     width: int
     """Pixels."""
+    frames: int
+    """Video frames."""
+    steps: int
+    """num_inference_steps."""
+    text_tokens: int
+    """The prompt's tokens, counted with the checkpoint's own tokenizer."""
     tokens: int
     """Rows of the packed sequence the DiT attends over (text + audio + video patches)."""
     sequential_components: bool
@@ -74,24 +150,49 @@ class GenerateForecast:
     """Each weight component's bytes at the run's dtype."""
     placements: dict[str, str]
     """Component -> diffusers mechanism under the resolved policy."""
+    process_host_bytes: int
+    """The process before any weight: libraries and the pipeline built (plus the CUDA runtime on CUDA)."""
+    process_device_bytes: int
+    """The CUDA context (0 elsewhere)."""
     stages: list[StageForecast] = field(default_factory=list)
     """One entry per computing stage, in run order."""
 
     @property
     def predicted_peak_bytes(self) -> int:
+        """The largest stage's host + device, above the process."""
         return max((s.total_bytes for s in self.stages), default=0)
 
     @property
     def peak_stage(self) -> str:
         return max(self.stages, key=lambda s: s.total_bytes).stage if self.stages else ""
 
+    def stage(self, name: str) -> StageForecast:
+        return next(s for s in self.stages if s.stage == name)
+
     def to_dict(self) -> dict[str, Any]:
         return {
-            "height": self.height, "width": self.width, "tokens": self.tokens,
+            "height": self.height, "width": self.width, "frames": self.frames, "steps": self.steps,
+            "text_tokens": self.text_tokens, "tokens": self.tokens,
             "sequential_components": self.sequential_components, "component_bytes": dict(self.component_bytes),
-            "placements": dict(self.placements), "stages": [s.to_dict() for s in self.stages],
+            "placements": dict(self.placements), "process_host_bytes": self.process_host_bytes,
+            "process_device_bytes": self.process_device_bytes, "stages": [s.to_dict() for s in self.stages],
             "predicted_peak_bytes": self.predicted_peak_bytes, "peak_stage": self.peak_stage,
         }
+
+
+CPU_PROCESS_BYTES = 404 * MiB
+"""VmRSS at the end of `prepare` on CPU (torch, diffusers and transformers imported, pipeline built, no
+weight): measured 404 MiB on this machine (torch 2.13 CPU) on both tiny and demo."""
+
+
+def count_prompt_tokens(root: str | Path, prompt: str) -> int:
+    """Tokens of `prompt` as the t2va text step makes them (the checkpoint's tokenizer, no special tokens)."""
+    from tokenizers import Tokenizer
+
+    path = Path(root) / "tokenizer" / "tokenizer.json"
+    if not path.is_file():
+        raise ValueError(f"{path}: no tokenizer.json, so the prompt's tokens cannot be counted")
+    return len(Tokenizer.from_file(str(path)).encode(prompt, add_special_tokens=False).ids)
 
 
 def forecast_generate(
@@ -102,22 +203,79 @@ def forecast_generate(
     settings: OffloadSettings,
     dtype_bytes: int = 2,
     sequential_components: bool | None = None,
+    workflow: str = "t2va",
+    resolved: bool = False,
 ) -> GenerateForecast:
-    """Forecast a t2va run of `params` on the model at `root` under `settings` resolved for `device_info`.
+    """Forecast a run of `params` on the model at `root` under `settings` for `device_info`.
 
-    Reads configs and safetensors headers only. `sequential_components`
-    defaults as `run_generate` does (on for unified memory).
+    `resolved`: the settings are the policy's answer already (a job's probe stage resolved them); else
+    they are resolved here. `sequential_components` defaults as `run_generate` does (on for unified memory).
     """
-    import torch
-
     root = Path(root)
     model = ModelSpec.read(root)
-    resolved, _ = resolve_offload(settings, device_info)
+    if not resolved:
+        settings, _ = resolve_offload(settings, device_info)
     sequential = device_info.unified_memory if sequential_components is None else sequential_components
-    device = torch.device("cpu" if device_info.kind == "cpu" else "cuda")
-    placements = plan_placements(resolved, device, WEIGHT_COMPONENTS)
-    sizes = {name: component_bytes(root / name, _keep_fp32(root, name), dtype_bytes) for name in WEIGHT_COMPONENTS}
+    cuda = device_info.kind == "cuda"
+    placements = plan_placements(settings, _torch_device(device_info), WEIGHT_COMPONENTS)
+    sizes = weight_bytes(root, dtype_bytes)
     height, width = model.geometry(params)
+    text_tokens = count_prompt_tokens(root, params.prompt)
+    tokens, drivers, outputs = _drivers(model, params, height, width, text_tokens, dtype_bytes)
+    layers = max(int(model.configs["transformer"]["num_layers"]), 1)
+    stages = []
+    carried = retained = 0
+    for stage, component in STAGE_PLANS[workflow]:
+        if stage == "decode.audio" and not params.audio:
+            continue
+        resident = [component] if sequential else list(WEIGHT_COMPONENTS)
+        weights = sum(sizes[c] for c in resident)
+        on_device = 0
+        if device_info.kind != "cpu":
+            on_device = sum(sizes[c] for c in resident if placements[c].mechanism == ON_DEVICE)
+            if placements[component].mechanism != ON_DEVICE:  # the offloaded component comes in while it runs
+                layerwise = component == "transformer" and settings.dit_layerwise_offload
+                on_device += sizes[component] // layers if layerwise else sizes[component]
+        term = CPU_TERMS[stage]
+        activations = int(term.fixed + term.per_unit * drivers[stage])
+        carried += outputs[stage]
+        held = carried + (retained if device_info.kind == "cpu" else 0)
+        if device_info.kind == "cpu":
+            overhead, host, device = 0, weights + activations + held, 0
+            retained = max(retained, int(CPU_RETAINED * activations))
+        else:
+            overhead = int(CUDA_TERMS.workspaces + CUDA_TERMS.reserve_fraction * (on_device + activations)) \
+                if cuda else 0
+            host = weights - _host_copies_freed(placements, resident, sizes, component) + carried
+            device = on_device + activations + overhead
+        stages.append(StageForecast(stage, component, weights, on_device, activations, held, overhead,
+                                    host, device, drivers[stage]))
+    return GenerateForecast(
+        height, width, params.frames, params.steps, text_tokens, tokens, sequential, sizes,
+        {c: p.mechanism for c, p in placements.items()},
+        CUDA_TERMS.host_runtime if cuda else CPU_PROCESS_BYTES, CUDA_TERMS.context if cuda else 0, stages)
+
+
+def _host_copies_freed(placements, resident: list[str], sizes: Mapping[str, int], component: str) -> int:
+    """Weights placed on the device hold no host copy; offloaded ones stay on the host (model offload moves
+    the module in, so its host copy is gone while it runs; group offload keeps the host copy)."""
+    freed = sum(sizes[c] for c in resident if placements[c].mechanism == ON_DEVICE)
+    from .residency import MODEL_OFFLOAD
+
+    if placements[component].mechanism == MODEL_OFFLOAD:
+        freed += sizes[component]
+    return freed
+
+
+def _torch_device(info: DeviceInfo):
+    import torch
+
+    return torch.device("cpu" if info.kind == "cpu" else info.kind)
+
+
+def _drivers(model: ModelSpec, params: GenerateParams, height: int, width: int, text_tokens: int,
+             dtype_bytes: int) -> tuple[int, dict[str, float], dict[str, int]]:
+    """The packed sequence's rows, each stage's driver, and each stage's output bytes."""
     dit = model.configs["transformer"]
     text_hidden = int(model.configs["text_encoder"]["text_config"]["hidden_size"])
     video_latents = _video_latents(params.frames, model) * (height // model.spatial_compression) * (
@@ -125,56 +283,48 @@ def forecast_generate(
     latent_channels = int(model.configs["vae"].get("latent_channels", 24))
     patch = math.prod(int(p) for p in dit["patch_size"])
     audio_rows = round(params.frames / FPS * AUDIO_LATENTS_PER_SECOND) * AUDIO_CHANNELS
-    text_tokens = len(params.prompt.encode()) + 16
     tokens = text_tokens + audio_rows + video_latents // patch
-    hidden, ffn, heads = int(dit["hidden_size"]), int(dit["ffn_dim"]), int(dit["num_attention_heads"])
+    hidden, ffn = int(dit["hidden_size"]), int(dit["ffn_dim"])
     pixels = params.frames * height * width
-    samples = round(params.frames / FPS * model.sampling_rate)
-    latents_out = (video_latents * latent_channels + audio_rows * 32) * 4
-    work = {
-        # Qwen3-VL over the prompt: a layer's hidden states, all hidden states kept (output_hidden_states).
-        "text_encoder": (text_tokens * text_hidden * dtype_bytes * (model.text_encoder_layers + 8),
-                         text_tokens * text_hidden * dtype_bytes),
-        # One joint block over the packed sequence: q, k, v, out, the fused SwiGLU, and one score matrix.
-        "denoise.denoise": (tokens * (6 * hidden + 3 * ffn) * dtype_bytes + heads * tokens * tokens * 4,
-                            latents_out),
-        # The ViT decoder's patch tokens at the widest width, then float32 RGB frames.
-        "decode.video": (pixels * 3 * 4 * 4 + video_latents * 4 * 64, pixels * 3 * 4),
-        # The BigVGAN decoder's feature maps at the output rate, both channels as a batch of two (the
-        # constant, 192 float32 values per output sample and channel, is fitted to the demo on a CPU).
-        "decode.audio": (samples * AUDIO_CHANNELS * 4 * 192, samples * AUDIO_CHANNELS * 4),
+    samples = round(params.frames / FPS * model.sampling_rate) * AUDIO_CHANNELS
+    states = min(model.text_encoder_layers, TEXT_ENCODER_LAYER + 1) + 1
+    drivers = {
+        # Qwen3-VL over the prompt keeping every hidden state (output_hidden_states): bytes of those states.
+        "text_encoder": text_tokens * text_hidden * dtype_bytes * states,
+        # One joint block over the packed sequence: its rows times the block's widths, in bytes.
+        "denoise.denoise": tokens * (hidden + ffn) * dtype_bytes,
+        # The ViT decoder's output: pixels of the clip.
+        "decode.video": pixels,
+        # The BigVGAN decoder's output: samples of both channels.
+        "decode.audio": samples,
     }
-    stages = []
-    carried = 0
-    for stage, component in STAGE_COMPONENT.items():
-        if stage == "decode.audio" and not params.audio:
-            continue
-        resident = [component] if sequential else list(WEIGHT_COMPONENTS)
-        weights = sum(sizes[c] for c in resident)
-        on_device = sum(sizes[c] for c in resident if placements[c].mechanism == ON_DEVICE)
-        if placements[component].mechanism != ON_DEVICE:
-            on_device += sizes[component] if component != "transformer" or not resolved.dit_layerwise_offload \
-                else sizes[component] // max(int(dit["num_layers"]), 1)
-        activations, output = work[stage]
-        stages.append(StageForecast(stage, weights, on_device, activations, carried + output))
-        carried += output if stage.startswith("decode") else 0
-    return GenerateForecast(height, width, tokens, sequential, sizes,
-                            {c: p.mechanism for c, p in placements.items()}, stages)
-
-
-def _keep_fp32(root: Path, name: str) -> tuple[str, ...]:
-    """The component class's `_keep_in_fp32_modules` (diffusers' dtype rule), from the index's class name."""
-    import importlib
-    import json
-
-    library, class_name = json.loads((root / "modular_model_index.json").read_text())[name][:2]
-    cls = getattr(importlib.import_module(library), class_name)
-    return tuple(getattr(cls, "_keep_in_fp32_modules", None) or ())
+    outputs = {
+        "text_encoder": text_tokens * text_hidden * dtype_bytes,
+        "denoise.denoise": (video_latents * latent_channels + audio_rows * 32) * 4,
+        "decode.video": pixels * 3 * 4,  # float32 RGB frames (output_type="np")
+        "decode.audio": samples * 4,
+    }
+    return tokens, drivers, outputs
 
 
 def _video_latents(frames: int, model: ModelSpec) -> int:
     """Latent frames the video VAE makes of `frames` (5n + 2 for 17n + 5)."""
     return (frames - model.latents_per_chunk) // model.frames_per_chunk * model.latents_per_chunk + 2
+
+
+def weight_bytes(root: str | Path, dtype_bytes: int = 2) -> dict[str, int]:
+    """Each weight component's bytes at the run's dtype, from the headers."""
+    root = Path(root)
+    return {name: component_bytes(root / name, _keep_fp32(root, name), dtype_bytes) for name in WEIGHT_COMPONENTS}
+
+
+def _keep_fp32(root: Path, name: str) -> tuple[str, ...]:
+    """The component class's `_keep_in_fp32_modules` (diffusers' dtype rule), from the index's class name."""
+    import importlib
+
+    library, class_name = json.loads((root / "modular_model_index.json").read_text())[name][:2]
+    cls = getattr(importlib.import_module(library), class_name)
+    return tuple(getattr(cls, "_keep_in_fp32_modules", None) or ())
 
 
 def unread_by_t2va(name: str) -> bool:
@@ -204,3 +354,34 @@ def component_bytes(folder: Path, keep_fp32: tuple[str, ...], dtype_bytes: int) 
             else:
                 total += t.numel * dtype_bytes
     return total
+
+
+def policy_fit(root: str | Path, params: GenerateParams, device_info: DeviceInfo, *, dtype_bytes: int = 2,
+               sequential_components: bool | None = None):
+    """What the fit-aware offload policy weighs (`loader.offload.ComponentFit`): each component's bytes, and
+    the device working set of the largest stage with every component resident, against the device's memory.
+    None where the device's memory is unknown."""
+    from loader.offload import ComponentFit
+
+    if not device_info.total_memory:
+        return None
+    resident = OffloadSettings(**{f: False for f in ("dit_layerwise_offload", "dit_cpu_offload",
+                                                     "text_encoder_cpu_offload", "image_encoder_cpu_offload",
+                                                     "vae_cpu_offload")})
+    forecast = forecast_generate(root, params, device_info=device_info, settings=resident, dtype_bytes=dtype_bytes,
+                                 sequential_components=sequential_components, resolved=True)
+    working = max((s.activation_bytes + s.overhead_bytes for s in forecast.stages), default=0)
+    return ComponentFit(dict(forecast.component_bytes), working + forecast.process_device_bytes,
+                        device_info.total_memory, forecast.sequential_components)
+
+
+def resolve_for_generate(root: str | Path, params: GenerateParams, settings: OffloadSettings,
+                         device_info: DeviceInfo, *, user_set: tuple[str, ...] | frozenset[str] = (),
+                         dtype_bytes: int = 2, sequential_components: bool | None = None):
+    """The offload policy's answer for a generate: fit-aware on a discrete GPU (`policy_fit`), the plain rules
+    elsewhere. Returns (settings, decisions)."""
+    fit = None
+    if device_info.kind == "cuda" and not device_info.unified_memory:
+        fit = policy_fit(root, params, device_info, dtype_bytes=dtype_bytes,
+                         sequential_components=sequential_components)
+    return resolve_offload(settings, device_info, fit=fit, user_set=user_set)

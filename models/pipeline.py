@@ -271,6 +271,7 @@ def run_generate(
     dtype: torch.dtype | None = None,
     mode: str = "stream",
     offload: OffloadSettings = OffloadSettings(),
+    decided: list[OffloadDecision] | None = None,
     device_info: DeviceInfo | None = None,
     sequential_components: bool | None = None,
     on_event: EventSink | None = None,
@@ -282,7 +283,8 @@ def run_generate(
     """Generate one clip (t2va) from the H3 model at `model_dir` into the MP4 `out_path`.
 
     `dtype` defaults to bfloat16 (the checkpoint's; fp32 modules stay fp32);
-    `mode` is the loader's placement mode. `device_info` replaces the device
+    `mode` is the loader's placement mode. `decided`: `offload` is the policy's answer already (a job's
+    probe stage resolved it, these are its decisions), so it is not resolved again. `device_info` replaces the device
     probe (tests, or a job that probed already). `sequential_components`
     defaults to on for unified memory and off elsewhere. `probe` is the job's
     memory probe (with its cgroup file, when it runs under a limit). `roots`:
@@ -294,7 +296,7 @@ def run_generate(
     info = device_info or probe_device(device)
     torch_device = torch.device(device)
     dtype = dtype or torch.bfloat16
-    settings, decisions = resolve_offload(offload, info)
+    settings, decisions = (offload, list(decided)) if decided is not None else resolve_offload(offload, info)
     sequential = info.unified_memory if sequential_components is None else sequential_components
     model = ModelSpec.read(root)
     validate_params(params, model)

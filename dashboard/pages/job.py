@@ -1,6 +1,7 @@
 """Job: one job live (charts refresh in a fragment), then why it ended, its parameters, metrics, video and downloads."""
 
 import json
+import time
 
 import pandas as pd
 import streamlit as st
@@ -8,6 +9,7 @@ import streamlit as st
 from dashboard import charts, data, nav
 from dashboard import format as fmt
 from dashboard.host import memory_kind, read_host_memory
+from dashboard.views import eta as ev
 from dashboard.views import jobs as jv
 from dashboard.views.query import QueryError, job_id as parse_job_id
 from dashboard.views.spec import generate_parameters, job_parameters, spec_checkpoint_name, spec_of
@@ -168,6 +170,8 @@ def draw_body(job_id: int, x: str, fit: str) -> None:
     with right:
         if jv.is_final(job):
             draw_video(job)
+            if job["kind"] == "generate":
+                draw_seconds_vs_forecast(job)
         else:
             draw_progress(job, stats, events)
 
@@ -234,9 +238,27 @@ def draw_progress(job: dict, stats: jv.LiveStats, events) -> None:
         st.progress(where.fraction, text=where.text)
     elif job["status"] == "queued":
         st.info("Waiting for the worker to pick this job up.")
+    draw_time_left(job, events, where.fraction)
     if stats.samples == 0:
         st.info("Starting worker, importing, opening checkpoint…")
     st.dataframe(jv.event_table(events, last=8), hide_index=True, width="stretch")
+
+
+def draw_time_left(job: dict, events, fraction: float | None) -> None:
+    """A generate's time left, from the seconds its forecast predicted at submit."""
+    if job["kind"] != "generate" or job["status"] != "running":
+        return
+    done, current, elapsed = ev.stage_progress(events.to_dict("records"), time.time())
+    share = fraction if current == "denoise.denoise" else None
+    st.caption(ev.time_left_text(spec_of(job).get("forecast"), done, current, elapsed, share))
+
+
+def draw_seconds_vs_forecast(job: dict) -> None:
+    """At the end of a generate: predicted and measured seconds per stage."""
+    rows = ev.predicted_vs_measured(spec_of(job).get("forecast"), (job.get("metrics") or {}).get("stage_seconds") or {})
+    if rows:
+        st.subheader("Seconds: predicted vs measured")
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="job_seconds_vs_forecast")
 
 
 def draw_video(job: dict) -> None:

@@ -9,6 +9,7 @@ survives a refresh); `?from=<job id>` fills the form from that job: edit and re-
 
 from __future__ import annotations
 
+import json
 import shutil
 from typing import Any
 
@@ -18,6 +19,7 @@ from dashboard import data, frame, nav
 from dashboard import format as fmt
 from dashboard.host import read_host_memory
 from dashboard.host_charts import fit_bar
+from dashboard.views import eta as ev
 from dashboard.views import fit, query
 from dashboard.views.checkpoints import CheckpointChoice, components_table
 from dashboard.views.jobs import describe_supervisor, progress
@@ -26,9 +28,10 @@ from dashboard.views.run import (
     form_values, generate_defaults, generate_geometry, offload_preview, offload_summary,
 )
 from dashboard.views.spec import field_errors, job_label
+from jobs.admission import JobRefused, admit, assess
 from jobs.kinds import kind_names
 from jobs.queue import JobStateError, cancel, enqueue
-from jobs.spec import JobSpecError, build_spec
+from jobs.spec import JobSpec, JobSpecError, build_spec
 from loader.device import DeviceInfo
 from loader.offload import OffloadSettings
 from loader.sizes import parse_size
@@ -290,8 +293,8 @@ def generate_fields(choice) -> dict[str, Any]:
 
 
 def offload_fields(device: DeviceInfo) -> dict[str, bool]:
-    """The offered offload flags, collapsed under a line saying what the policy does with them
-    (open when the user changed one, so they see what becomes of it)."""
+    """The offload flags the user changed from the defaults, collapsed under a line saying what the policy
+    does with them (open when the user changed one, so they see what becomes of it)."""
     defaults = OffloadSettings()
     for name in OFFERED_FLAGS:
         seed(f"offload_{name}", getattr(defaults, name))
@@ -308,7 +311,8 @@ def offload_fields(device: DeviceInfo) -> dict[str, bool]:
             preview, hide_index=True, width="stretch",
             column_config={"requested": st.column_config.CheckboxColumn(), "used": st.column_config.CheckboxColumn()},
         )
-    return flags
+    # Only the flags the user changed are set: the policy (fit-aware on a discrete GPU) decides the others.
+    return {name: value for name, value in flags.items() if value != getattr(defaults, name)}
 
 
 def typed_size(name: str) -> int | None:
@@ -353,23 +357,59 @@ def fit_panel(choice: CheckpointChoice | None, kind: str, component: str | None,
     if dtype != DTYPES[0]:
         notes.append("The forecast uses the checkpoint's bytes; a dtype change scales what is placed.")
     if kind == "generate":
-        notes.append("For a generate job it counts the weights only, not activations or decoded frames.")
+        notes.append("For a generate job this bar counts the weights only; the submit check below uses the whole"
+                     " forecast (activations, decoded frames, the process).")
     if notes:
         st.caption(" ".join(notes))
 
 
+@st.cache_data(ttl=10, show_spinner="Forecasting…")
+def admission(spec_json: str, db: str) -> dict | None:
+    """jobs.admission.assess of a spec (as JSON, so it caches): the forecast, its refusal and seconds."""
+    found = assess(JobSpec.from_dict(json.loads(spec_json)), data.config(), connect(db, ensure=False))
+    return None if found is None else found.to_dict()
+
+
+def forecast_panel(raw: dict[str, Any], choice: CheckpointChoice | None, db: str) -> None:
+    """The submit check before Queue is pressed: the refusal in red with its numbers, a checkbox to queue
+    anyway, and a generate's predicted seconds per stage."""
+    if choice is None or not choice.ok:
+        return
+    try:
+        spec = build_spec({**raw, "forced": False}, data.config())
+    except JobSpecError:
+        return  # the queue button names the bad fields
+    found = admission(json.dumps(spec.to_dict()), db)
+    if found is None:
+        return
+    if found["refusal"]:
+        st.error(found["refusal"] + ". The job would be refused at submit.", icon=":material/block:")
+        st.checkbox("Queue anyway (forced)", key=key("forced"),
+                    help="Queue it over the forecast; the job records that it was forced. The memory guard still "
+                         "stops it if it crosses the budget or the floor.")
+    if found["eta"]:
+        st.caption(ev.duration_summary(found))
+        st.dataframe(ev.duration_rows(found), hide_index=True, width="stretch", key=key("durations"))
+
+
 def queue_button(raw: dict[str, Any], choice: CheckpointChoice | None, db: str) -> None:
-    """Queue job: build and validate the spec, enqueue, go to the job's page."""
+    """Queue job: build and validate the spec, check its forecast fits (or that it is forced), enqueue, go to
+    the job's page."""
     blocked = choice is None or not choice.ok
     if st.button("Queue job", type="primary", icon=":material/play_arrow:", key=key("submit"), disabled=blocked,
                  help="The loader refuses the chosen checkpoint (see under it)." if blocked else None):
+        connection = connect(db, ensure=False)
         try:
-            spec = build_spec(raw, data.config())
+            spec = admit(build_spec({**raw, "forced": bool(st.session_state.get(key("forced")))}, data.config()),
+                         data.config(), connection)
         except JobSpecError as e:
             st.session_state[ERRORS_KEY] = field_errors(e.errors)
             st.rerun()
+        except JobRefused as e:
+            st.session_state[ERRORS_KEY] = {"forecast": [str(e)]}
+            st.rerun()
         st.session_state.pop(ERRORS_KEY, None)
-        job_id = enqueue(connect(db, ensure=False), spec)
+        job_id = enqueue(connection, spec)
         data.jobs.clear()
         st.toast(f"Queued job {job_id}")
         nav.goto("job", job=str(job_id))
@@ -446,6 +486,7 @@ def main() -> None:
     with side:
         with st.container():  # a fixed slot: the button below keeps its place whatever the forecast draws
             fit_panel(choice, kind, component, mode, device, dtype, db)
+            forecast_panel(raw, choice, db)
         queue_button(raw, choice, db)
         ready_panel(choice, device, db)
         queue_panel(db)

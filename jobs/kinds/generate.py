@@ -16,8 +16,9 @@ if TYPE_CHECKING:
 SAMPLE_INTERVAL = 0.1
 """Seconds between timer samples during generate stages."""
 
-_EVENT_KINDS = {"load": "load", "release": "release", "placement": "placement", "offload_decision": "decision"}
-"""Pipeline event kinds recorded as job events, and the job event kind each becomes."""
+_EVENT_KINDS = {"load": "load", "release": "release", "placement": "placement"}
+"""Pipeline event kinds recorded as job events, and the job event kind each becomes (the offload decisions
+are the probe stage's, recorded there; the pipeline takes them as handed down and only repeats them)."""
 
 
 class _Stages:
@@ -62,7 +63,7 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
 
     if spec.generate is None:
         raise ValueError("a generate job needs generate parameters")
-    device, settings = decide_offload(spec, ctx)
+    device, settings, decisions = decide_offload(spec, ctx)
 
     stages = _Stages(ctx)
 
@@ -78,10 +79,10 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
 
     out_path = ctx.artifact_path("video", ".mp4")
     try:
-        # The settings are already resolved for `device`: the pipeline's own resolve changes nothing.
+        # The settings are already resolved for `device`: the pipeline takes them and their decisions as they are.
         result = run_generate(
             spec.model, spec.generate, out_path, device=spec.device, dtype=parse_dtype(spec.dtype), mode=spec.mode,
-            offload=settings, device_info=device, sequential_components=getattr(spec, "sequential_components", None),
+            offload=settings, decided=decisions, device_info=device, sequential_components=getattr(spec, "sequential_components", None),
             on_event=on_event,
             on_sample=lambda stage, sample: ctx.record(sample, stage=stage), sample_interval=SAMPLE_INTERVAL,
             probe=ctx.probe, roots=load_config().model_roots,

@@ -23,7 +23,7 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     from loader.model_registry import load_builder_plugins
     from storage.config import load_config
 
-    device, _ = decide_offload(spec, ctx)
+    device, _, _ = decide_offload(spec, ctx)
 
     def on_tensor(placed) -> None:
         done = placed.index  # 1-based

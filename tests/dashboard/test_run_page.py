@@ -114,7 +114,8 @@ def test_edit_and_requeue_fills_the_form_from_the_job_and_queues_the_same_spec(f
     assert at.selectbox(key="run_drop_page_cache").value == "on"
     at.button(key="run_submit").click().run()
     queued = _queued(fresh_db)[-1]
-    assert queued == original.to_dict()
+    assert queued["forecast"]["refusal"] is None  # the submit check's forecast is stored with the spec
+    assert {**queued, "forecast": None} == json.loads(json.dumps(original.to_dict()))
 
 
 def test_edit_and_requeue_of_a_generate_job_fills_prompt_and_seed(fresh_db, tiny_checkpoint):
@@ -185,3 +186,21 @@ def test_requeue_of_a_job_whose_checkpoint_is_gone_says_so(fresh_db, tiny_checkp
                for w in at.warning)
     assert at.selectbox(key="run_checkpoint").value == str(tiny_checkpoint)
     assert at.segmented_control(key="run_mode").value == "retain"
+
+
+def test_a_refused_job_shows_the_refusal_in_red_before_queueing_and_queue_anyway_records_it(fresh_db, tiny_checkpoint):
+    from dashboard.host import read_host_memory
+
+    at = run_page().run()
+    assert not any(e.value.startswith("refused:") for e in at.error)
+    at.text_input(key="run_memory_floor").input(f"{read_host_memory().total // 2**20}MiB").run()
+    refusal = next(e.value for e in at.error if e.value.startswith("refused:"))
+    assert refusal.startswith("refused: load.") and " would peak at " in refusal and "MemAvailable less the" in refusal
+    at.button(key="run_submit").click().run()
+    assert _queued(fresh_db) == []
+    assert any("Nothing was queued: forecast: refused: load." in e.value for e in at.error)
+    at.checkbox(key="run_forced").check().run()
+    at.button(key="run_submit").click().run()
+    [spec] = _queued(fresh_db)
+    assert spec["forced"] is True and spec["forecast"]["refusal"] == refusal.removesuffix(
+        ". The job would be refused at submit.")

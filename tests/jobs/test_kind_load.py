@@ -72,7 +72,9 @@ needs_cgroup = pytest.mark.skipif(memory_limit_support() is not None, reason=f"{
 def test_a_load_over_its_memory_limit_is_killed_and_the_cgroup_confirms_the_oom(
     db, queue_job, run_to_end, big_checkpoint
 ):
-    limited = queue_job("load", model=str(big_checkpoint), component="transformer", memory_limit="320MiB")
+    # Forced: the submit check refuses it (jobs.admission); the cgroup is the line behind it.
+    limited = queue_job("load", model=str(big_checkpoint), component="transformer", memory_limit="320MiB",
+                        forced=True)
     job = run_to_end(limited)
     assert job["status"] == "killed" and job["signal"] == "SIGKILL", job["error"]
     assert "by the kernel OOM killer in the job's memory cgroup" in job["error"]

@@ -164,3 +164,58 @@ def test_guard_keeps_the_request_otherwise_and_logs_nothing(requested, unified, 
     with caplog.at_level(logging.DEBUG, logger="loader.offload"):
         assert guard_cpu_offload(requested, device, site="load_checkpoint") is requested
     assert caplog.messages == []
+
+
+GIB = 2**30
+REAL_SIZES = {"transformer": int(61.7 * GIB), "text_encoder": int(47.8 * GIB), "vae": 8 * GIB, "audio_vae": 2 * GIB}
+"""The release's component sizes at bf16 (the text encoder as t2va reads it)."""
+
+
+def _fit(sizes, *, working=GIB, capacity=int(139.8 * GIB), sequential=False):
+    from loader.offload import ComponentFit
+
+    return ComponentFit(dict(sizes), working, capacity, sequential)
+
+
+def test_fit_aware_policy_keeps_every_component_resident_when_the_forecast_fits(h200):
+    small = {name: 30 * 2**20 for name in REAL_SIZES}
+    settings, decisions = resolve_offload(OffloadSettings(), h200, fit=_fit(small, capacity=128 * GIB))
+    assert settings.to_dict() == {**ALL_OFF, "pin_cpu_memory": True}
+    reasons = {d.flag: d.reason for d in decisions}
+    assert reasons["text_encoder_cpu_offload"] == "text_encoder resident: predicted 1.1 of 128.0 GiB"
+    assert reasons["dit_layerwise_offload"].startswith("transformer resident")
+
+
+def test_fit_aware_policy_offloads_only_the_largest_component_that_must_leave(h200):
+    settings, decisions = resolve_offload(OffloadSettings(), h200, fit=_fit(REAL_SIZES, working=25 * GIB))
+    assert settings.dit_layerwise_offload and not settings.dit_cpu_offload
+    assert not settings.text_encoder_cpu_offload and not settings.vae_cpu_offload
+    reasons = {d.flag: d.reason for d in decisions}
+    assert reasons["dit_layerwise_offload"] == "transformer offloaded: with it resident the predicted peak is 144.5 of 139.8 GiB"
+    assert reasons["text_encoder_cpu_offload"] == "text_encoder resident: predicted 82.8 of 139.8 GiB"
+
+
+def test_fit_aware_policy_offloads_further_components_until_the_forecast_fits(h200):
+    # Without the DiT 82.8 GiB; an offloaded text encoder still comes in whole while it runs, so the VAEs go too.
+    settings, _ = resolve_offload(OffloadSettings(), h200, fit=_fit(REAL_SIZES, working=25 * GIB, capacity=80 * GIB))
+    assert settings.dit_layerwise_offload and settings.text_encoder_cpu_offload and settings.vae_cpu_offload
+    settings, _ = resolve_offload(OffloadSettings(), h200, fit=_fit(REAL_SIZES, working=25 * GIB, capacity=83 * GIB))
+    assert settings.dit_layerwise_offload and not settings.text_encoder_cpu_offload and not settings.vae_cpu_offload
+
+
+def test_sequential_residency_fits_what_all_resident_does_not(h200):
+    settings, _ = resolve_offload(OffloadSettings(), h200, fit=_fit(REAL_SIZES, working=20 * GIB, sequential=True))
+    assert settings.to_dict() == {**ALL_OFF, "pin_cpu_memory": True}
+
+
+def test_flags_the_user_set_win_over_the_fit(h200):
+    small = {name: 2**20 for name in REAL_SIZES}
+    settings, decisions = resolve_offload(OffloadSettings(), h200, fit=_fit(small),
+                                          user_set={"text_encoder_cpu_offload"})
+    assert settings.text_encoder_cpu_offload and not settings.dit_layerwise_offload
+    assert "text_encoder_cpu_offload" not in {d.flag for d in decisions}
+
+
+def test_on_unified_memory_the_fit_changes_nothing(gb10):
+    with_fit = resolve_offload(OffloadSettings(), gb10, fit=_fit(REAL_SIZES))
+    assert with_fit == resolve_offload(OffloadSettings(), gb10)

@@ -40,3 +40,28 @@ def test_every_command_has_help_with_an_example():
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     for name, parser in sub.choices.items():
         assert "example: python -m models " + name in parser.format_help()
+
+
+def test_forecast_json_prints_each_stage_s_host_device_sum_and_seconds_and_the_job_s_peak(capsys, h3_tiny: Path,
+                                                                                        tmp_path: Path):
+    history = tmp_path / "history.json"
+    history.write_text(json.dumps([{"stage": "text_encoder", "seconds": 2.0, "work": 1.0, "device": "cpu:x"}]))
+    code = main(["forecast", str(h3_tiny), "--prompt", "a red fox", "--frames", "141", "--height", "96",
+                 "--width", "160", "--steps", "4", "--history", str(history), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["ok"] is True and out["text_tokens"] > 0
+    assert [s["stage"] for s in out["stages"]] == ["text_encoder", "denoise.denoise", "decode.video", "decode.audio"]
+    for s in out["stages"]:
+        assert s["sum_bytes"] == s["host_bytes"] + s["device_bytes"] > 0
+        assert s["seconds"] is None and s["seconds_basis"] == "no history on this machine"  # another device's
+    assert out["peak_bytes"] == max(s["sum_bytes"] for s in out["stages"]) and out["total_seconds"] is None
+
+
+def test_forecast_bad_input_exits_2_in_one_line(capsys, h3_tiny: Path, tmp_path: Path):
+    assert main(["forecast", str(h3_tiny), "--prompt", "x", "--frames", "7", "--json"]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is False and out["error"].startswith("frames: 7 is not 17n + 5")
+    (tmp_path / "bad.json").write_text("{")
+    assert main(["forecast", str(h3_tiny), "--prompt", "x", "--history", str(tmp_path / "bad.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {tmp_path / 'bad.json'}: expected a JSON list")

@@ -1,0 +1,175 @@
+"""Refuse at submit a job whose forecast cannot fit, before any byte of the checkpoint is read.
+
+The forecast (a generate's per stage, `models.forecast_generate`; a load's,
+`loader.forecast_load`) is checked against every wall that applies:
+
+- the memory budget: growth of system in use over the job's start (host memory;
+  host + device on unified memory, where CUDA allocations count too);
+- the MemAvailable floor: what is available now, less the floor, must hold the
+  new process and the stage (with no floor the wall is MemAvailable itself);
+- the memory limit, a cgroup limit: it charges file-backed pages too, but those
+  are reclaimable, so it is compared with anonymous memory only (the process,
+  weights, activations and outputs; not a load's mapped checkpoint pages);
+- the device's pool on a discrete GPU: its memory less the CUDA context.
+
+The first stage over a wall makes one line: `refused: decode.video would peak
+at 71.2 GiB, over the 64.0 GiB budget`. `forced` queues it anyway and the spec
+keeps the line. The memory guard stays the last line of defence while the job
+runs. The forecast (and a generate's ETA, from this machine's history) is
+stored on the spec so the Job page can show time left and predicted vs measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Callable
+
+import sqlite_utils
+
+from jobs.spec import JobSpec
+from loader.device import DeviceInfo, probe_device
+from loader.errors import DrainboardError
+from storage.config import Config
+
+GiB = 2**30
+
+
+class JobRefused(DrainboardError):
+    """The forecast says the job cannot fit; nothing was queued."""
+
+
+@dataclass(frozen=True)
+class StageNeed:
+    """What one stage of the job is predicted to hold, above the process."""
+
+    stage: str
+    """Stage name (`text_encoder`, `decode.video`, `load.transformer`)."""
+    host: int
+    """Host bytes."""
+    device: int
+    """Device bytes (0 on CPU; on unified memory the same pool as the host)."""
+    file_backed: int
+    """Of `host`, checkpoint pages mapped from files (reclaimable: a cgroup limit does not hold them)."""
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The verdict on one spec."""
+
+    stages: list[StageNeed]
+    """Per stage, in run order."""
+    process_host: int
+    """What the new process holds before any weight (libraries; the CUDA runtime on CUDA)."""
+    process_device: int
+    """The CUDA context."""
+    refusal: str | None
+    """The one line, or None when every stage fits."""
+    eta: list[dict[str, Any]]
+    """A generate's seconds per stage (`models.eta.StageEta` dicts); empty for a load."""
+    work: dict[str, float]
+    """A generate's work per stage (what history records), empty for a load."""
+    device: str
+    """`models.eta.device_key` of the device the forecast is for."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "peak_bytes": max((s.host + s.device for s in self.stages), default=0)}
+
+
+Probe = Callable[[str], DeviceInfo]
+
+
+def assess(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = None, *, probe: Probe = probe_device,
+           available: int | None = None, total: int | None = None) -> Admission | None:
+    """The forecast of `spec` against its walls; None for a kind without a forecast or a checkpoint it
+    cannot read (build_spec lets those through for the job to name the file). `available` and
+    `total` (MemAvailable, MemTotal) default to a reading now."""
+    from jobs.guard import read_meminfo
+    from models.eta import device_key
+
+    info = probe(spec.device)
+    try:
+        if spec.kind == "generate":
+            needs, process_host, process_device, eta, work = _generate_needs(spec, info, db)
+        elif spec.kind == "load" and spec.gpus == 1:
+            needs, process_host, process_device, eta, work = _load_needs(spec, info), 0, 0, [], {}
+        else:
+            return None
+    except (DrainboardError, ValueError, OSError):
+        return None  # a checkpoint the forecast cannot read: the job itself reports it, naming the file
+    if available is None or total is None:
+        reading = read_meminfo()
+        available = reading.available if available is None else available
+        total = reading.total if total is None else total
+    refusal = _first_refusal(spec, config, info, needs, process_host, process_device, available, total)
+    return Admission(needs, process_host, process_device, refusal, eta, work, device_key(info.kind, info.name))
+
+
+def admit(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = None, **kwargs) -> JobSpec:
+    """`spec` with its forecast attached, or JobRefused (one line) when it cannot fit and is not forced."""
+    admission = assess(spec, config, db, **kwargs)
+    if admission is None:
+        return spec
+    if admission.refusal is not None and not spec.forced:
+        raise JobRefused(admission.refusal + "; --force queues it anyway")
+    return replace(spec, forecast=admission.to_dict())
+
+
+def _generate_needs(spec: JobSpec, info: DeviceInfo, db):
+    from jobs.history import stage_records
+    from loader.dtypes import parse_dtype
+    from models.eta import device_key, estimate, stage_work
+    from models.forecast import forecast_generate, resolve_for_generate
+
+    dtype = parse_dtype(spec.dtype) if spec.dtype else None
+    dtype_bytes = dtype.itemsize if dtype is not None else 2
+    settings, _ = resolve_for_generate(spec.model, spec.generate, spec.offload, info, user_set=spec.offload_set,
+                                       dtype_bytes=dtype_bytes, sequential_components=spec.sequential_components)
+    forecast = forecast_generate(spec.model, spec.generate, device_info=info, settings=settings,
+                                 dtype_bytes=dtype_bytes, sequential_components=spec.sequential_components,
+                                 resolved=True)
+    needs = [StageNeed(s.stage, s.host_bytes, s.device_bytes, 0) for s in forecast.stages]
+    work = stage_work(forecast)
+    records = stage_records(db) if db is not None else []
+    eta = [e.to_dict() for e in estimate(work, records, device_key(info.kind, info.name))]
+    return needs, forecast.process_host_bytes, forecast.process_device_bytes, eta, work
+
+
+def _load_needs(spec: JobSpec, info: DeviceInfo) -> list[StageNeed]:
+    from loader.forecast import forecast_load
+
+    f = forecast_load(spec.model, component=spec.component, mode=spec.mode, device=spec.device, dtype=spec.dtype,
+                      device_info=info)
+    on_device = f.model_bytes if info.kind != "cpu" else 0
+    return [StageNeed(f"load.{f.component}", f.predicted_peak_bytes - on_device, on_device, f.mapped_bytes)]
+
+
+def _first_refusal(spec: JobSpec, config: Config, info: DeviceInfo, needs: list[StageNeed], process_host: int,
+                   process_device: int, available: int, total: int) -> str | None:
+    from jobs.guard import job_limits
+
+    shared = info.kind == "cpu" or info.unified_memory
+    limits = job_limits(spec.memory_budget, spec.memory_floor, config, unified=info.unified_memory, total=total)
+    for need in needs:
+        pooled = need.host + (need.device if shared else 0)
+        walls = []
+        if limits.budget is not None:
+            walls.append((pooled, limits.budget, f"the {_gib(limits.budget)} budget"))
+        floor = limits.floor or 0
+        walls.append((process_host + pooled, available - floor,
+                      f"the {_gib(available)} MemAvailable less the {_gib(floor)} floor" if floor
+                      else f"the {_gib(available)} MemAvailable"))
+        if spec.memory_limit is not None:
+            walls.append((process_host + need.host - need.file_backed, spec.memory_limit,
+                          f"the {_gib(spec.memory_limit)} memory limit (anonymous memory; file-backed pages are "
+                          f"reclaimable)"))
+        if not shared and info.total_memory:
+            walls.append((need.device, info.total_memory - process_device,
+                          f"{info.name}'s {_gib(info.total_memory)} less the {_gib(process_device)} CUDA context"))
+        for peak, allowance, label in walls:
+            if peak > allowance:
+                return f"refused: {need.stage} would peak at {_gib(peak)}, over {label}"
+    return None
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / GiB:.1f} GiB" if abs(nbytes) >= GiB / 10 else f"{nbytes / 2**20:.1f} MiB"

@@ -1,0 +1,36 @@
+"""The pure views of predicted seconds: Run page durations, Job page time left and predicted vs measured."""
+
+from dashboard.views import eta as ev
+
+FORECAST = {"eta": [{"stage": "load.transformer", "seconds": 10.0, "basis": "median of 2 past runs"},
+                    {"stage": "denoise.denoise", "seconds": 100.0, "basis": "median of 2 past runs"},
+                    {"stage": "decode.video", "seconds": 30.0, "basis": "median of 2 past runs"}]}
+NO_HISTORY = {"eta": [{"stage": "text_encoder", "seconds": None, "basis": "no history on this machine"},
+                      {"stage": "decode.video", "seconds": 5.0, "basis": "median of 1 past run"}]}
+
+
+def test_durations_per_stage_and_the_total_or_why_there_is_none():
+    assert ev.duration_rows(FORECAST)[1] == {"stage": "denoise.denoise", "predicted": "1 min 40 s",
+                                             "basis": "median of 2 past runs"}
+    assert ev.duration_summary(FORECAST).startswith("Predicted duration 2 min 20 s")
+    assert ev.duration_summary(NO_HISTORY) == "Predicted duration unknown: no history on this machine for 1 of 2 stages."
+    assert ev.duration_rows(NO_HISTORY)[0]["predicted"] == "-"
+
+
+def test_time_left_counts_the_stages_to_come_and_what_remains_of_the_running_one():
+    events = [{"kind": "stage_start", "stage": "load.transformer", "created_at": 0.0},
+              {"kind": "stage_end", "stage": "load.transformer", "created_at": 9.0},
+              {"kind": "stage_start", "stage": "denoise.denoise", "created_at": 9.0}]
+    done, current, elapsed = ev.stage_progress(events, now=29.0)
+    assert (done, current, elapsed) == (["load.transformer"], "denoise.denoise", 20.0)
+    assert ev.time_left_text(FORECAST, done, current, elapsed) == "About 1 min 50 s left."
+    assert ev.time_left_text(FORECAST, done, current, elapsed, step_share=0.5) == "About 1 min 20 s left."
+    assert ev.time_left_text(NO_HISTORY, [], "text_encoder", 1.0).startswith("Time left unknown: no history")
+    assert ev.time_left_text(None, [], None, 0.0) == "Time left unknown: the job recorded no forecast."
+
+
+def test_predicted_against_measured_seconds_per_stage():
+    rows = ev.predicted_vs_measured(FORECAST, {"denoise.denoise": 120.0, "decode.video": 30.0})
+    assert rows[1] == {"stage": "denoise.denoise", "predicted": "1 min 40 s", "measured": "2 min 0 s",
+                       "measured / predicted": "1.20"}
+    assert rows[0]["measured"] == "-" and rows[0]["measured / predicted"] == "-"

@@ -1,0 +1,79 @@
+"""Refusal at submit: a job whose forecast cannot fit is refused with one line (stage, peak, wall), exit 2,
+nothing queued; --force queues it and the job records it; the walls agree with the forecast's host/device."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jobs.admission import JobRefused, StageNeed, _first_refusal, admit
+from jobs.cli import main
+from jobs.spec import JobSpec
+from loader.device import DeviceInfo
+from storage.queries import list_jobs
+
+GIB = 2**30
+CPU = DeviceInfo("cpu", "cpu", None, "test CPU", True, 64 * GIB, "cpu", "a CPU")
+H200 = DeviceInfo("cuda", "cuda", 0, "NVIDIA H200", False, int(139.8 * GIB), "cuda-driver", "made up for a test")
+
+
+def _submit(model, *extra):
+    return ["submit", "generate", "--model", str(model), "--prompt", "a red fox", "--frames", "124",
+            "--height", "64", "--width", "64", "--steps", "3", *extra]
+
+
+def test_an_over_budget_generate_is_refused_in_one_line_exit_2_and_nothing_is_queued(db, config, tiny_model,
+                                                                                     capsys):
+    code = main(_submit(tiny_model, "--memory-budget", "10MiB", "--json"))
+    out = json.loads(capsys.readouterr().out)
+    assert code == 2 and out["ok"] is False and len(out["errors"]) == 1
+    assert out["error"].startswith("refused: text_encoder would peak at ")
+    assert "over the 10.0 MiB budget" in out["error"]
+    assert list_jobs(db) == []
+
+
+def test_force_queues_it_and_the_job_records_that_it_was_forced(db, config, tiny_model, capsys):
+    code = main(_submit(tiny_model, "--memory-budget", "10MiB", "--force", "--json"))
+    job = json.loads(capsys.readouterr().out)
+    assert code == 0 and job["status"] == "queued"
+    spec = list_jobs(db)[0]["spec"]
+    assert spec["forced"] is True and spec["forecast"]["refusal"].startswith("refused: text_encoder")
+    assert [s["stage"] for s in spec["forecast"]["stages"]] == ["text_encoder", "denoise.denoise", "decode.video",
+                                                                "decode.audio"]
+    main(["show", str(job["id"])])
+    assert "forced: queued over the forecast (refused: text_encoder" in capsys.readouterr().out
+
+
+def test_a_generate_that_fits_is_queued_with_its_forecast_and_no_history_eta(db, config, tiny_model):
+    spec = JobSpec("generate", str(tiny_model), generate=__import__("models").GenerateParams(
+        prompt="a red fox", frames=124, height=64, width=64, steps=3))
+    admitted = admit(spec, config, db, probe=lambda _: CPU, available=32 * GIB, total=64 * GIB)
+    assert admitted.forecast["refusal"] is None and not admitted.forced
+    assert {e["basis"] for e in admitted.forecast["eta"]} == {"no history on this machine"}
+    with pytest.raises(JobRefused, match=r"^refused: text_encoder would peak at .* over the 0\.5 GiB MemAvailable less the .* floor"):
+        admit(spec, config, db, probe=lambda _: CPU, available=GIB // 2, total=64 * GIB)
+
+
+def _spec(**fields):
+    return JobSpec("generate", "/m", **fields)
+
+
+def test_a_memory_limit_counts_anonymous_memory_only_and_says_so(config):
+    need = [StageNeed("load.transformer", host=3 * GIB, device=0, file_backed=2 * GIB)]
+    args = (config, CPU, need, 0, 0, 100 * GIB, 128 * GIB)
+    assert _first_refusal(_spec(memory_limit=2 * GIB), *args) is None  # 1 GiB anonymous under a 2 GiB limit
+    line = _first_refusal(_spec(memory_limit=GIB // 2), *args)
+    assert line == ("refused: load.transformer would peak at 1.0 GiB, over the 0.5 GiB memory limit "
+                    "(anonymous memory; file-backed pages are reclaimable)")
+
+
+def test_a_discrete_gpu_refuses_on_its_pool_and_unified_memory_on_the_sum(config):
+    need = [StageNeed("denoise.denoise", host=10 * GIB, device=139 * GIB, file_backed=0)]
+    line = _first_refusal(_spec(), config, H200, need, GIB, GIB, 500 * GIB, 512 * GIB)
+    assert line == "refused: denoise.denoise would peak at 139.0 GiB, over NVIDIA H200's 139.8 GiB less the 1.0 GiB CUDA context"
+    gb10 = DeviceInfo("cuda", "cuda", 0, "NVIDIA GB10", True, 121 * GIB, "cuda-driver", "made up")
+    need = [StageNeed("decode.video", host=40 * GIB, device=60 * GIB, file_backed=0)]
+    line = _first_refusal(_spec(memory_floor=20 * GIB), config, gb10, need, GIB, 0, 110 * GIB, 121 * GIB)
+    assert line == ("refused: decode.video would peak at 101.0 GiB, over the 110.0 GiB MemAvailable less the "
+                    "20.0 GiB floor")

@@ -1,0 +1,84 @@
+"""The generate forecast against a measured run on a geometry its terms were not fitted on, its token count,
+its CUDA terms (faked device) and the ETA from history."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loader.device import DeviceInfo
+from loader.offload import OffloadSettings
+from models.eta import NO_HISTORY, StageRecord, estimate, stage_work, time_left, total_seconds
+from models.forecast import CUDA_TERMS, count_prompt_tokens, forecast_generate
+from models.params import GenerateParams
+
+CPU = DeviceInfo("cpu", "cpu", None, "test CPU", True, 64 * 2**30, "cpu", "a CPU")
+H200 = DeviceInfo("cuda", "cuda", 0, "NVIDIA H200", False, int(139.8 * 2**30), "cuda-driver", "made up for a test")
+UNSEEN = GenerateParams(prompt="a red fox running through fresh snow at dawn", frames=124, height=96, width=160,
+                        steps=3)
+"""Not one of the geometries CPU_TERMS was fitted on (tiny 124x128x64, 158x160x96; demo 124x288x160)."""
+
+_MEASURE = """
+import json, sys
+from models.pipeline import run_generate
+from models.params import GenerateParams
+p = GenerateParams(**json.loads(sys.argv[2]))
+r = run_generate(sys.argv[1], p, sys.argv[3], device="cpu", sample_interval=0.02)
+print(json.dumps(r.stage_peaks))
+"""
+
+
+def test_the_forecast_is_within_10_percent_per_stage_of_a_measured_tiny_run_on_an_unseen_geometry(
+        h3_tiny: Path, tmp_path: Path):
+    params = {"prompt": UNSEEN.prompt, "frames": UNSEEN.frames, "height": UNSEEN.height, "width": UNSEEN.width,
+              "steps": UNSEEN.steps}
+    run = subprocess.run([sys.executable, "-c", _MEASURE, str(h3_tiny), json.dumps(params), str(tmp_path / "c.mp4")],
+                         capture_output=True, text=True, check=True, timeout=300)
+    peaks = json.loads(run.stdout.strip().splitlines()[-1])
+    forecast = forecast_generate(h3_tiny, UNSEEN, device_info=CPU, settings=OffloadSettings())
+    for stage in forecast.stages:
+        measured = peaks[stage.stage] - peaks["prepare"]
+        assert stage.total_bytes == pytest.approx(measured, rel=0.10), stage.stage
+
+
+def test_the_prompt_is_counted_in_the_checkpoint_s_own_tokens(h3_tiny: Path):
+    short, long = count_prompt_tokens(h3_tiny, "a fox"), count_prompt_tokens(h3_tiny, "a fox " * 40)
+    assert 0 < short < len("a fox") and long > 20 * short
+    f = forecast_generate(h3_tiny, GenerateParams(prompt="a fox " * 40), device_info=CPU, settings=OffloadSettings())
+    assert f.text_tokens == long
+
+
+def test_on_cuda_the_forecast_adds_context_workspaces_and_the_allocator_s_reserve(h3_tiny: Path):
+    resident = OffloadSettings(**{f: False for f in ("dit_layerwise_offload", "dit_cpu_offload",
+                                                     "text_encoder_cpu_offload", "image_encoder_cpu_offload",
+                                                     "vae_cpu_offload")})
+    f = forecast_generate(h3_tiny, UNSEEN, device_info=H200, settings=resident, sequential_components=True)
+    assert f.process_device_bytes == CUDA_TERMS.context
+    for s in f.stages:
+        assert s.device_bytes == s.device_weight_bytes + s.activation_bytes + s.overhead_bytes
+        assert s.overhead_bytes >= CUDA_TERMS.workspaces
+        assert s.host_bytes == s.output_bytes  # every weight is on the device, no host copy
+        assert s.total_bytes == s.host_bytes + s.device_bytes
+    offloaded = forecast_generate(h3_tiny, UNSEEN, device_info=H200, settings=OffloadSettings(),
+                                  sequential_components=False)
+    denoise = offloaded.stage("denoise.denoise")
+    assert denoise.host_bytes > sum(offloaded.component_bytes.values()) - offloaded.component_bytes["transformer"]
+
+
+def test_the_eta_scales_past_rates_by_work_and_says_so_without_history(h3_tiny: Path):
+    f = forecast_generate(h3_tiny, UNSEEN, device_info=CPU, settings=OffloadSettings())
+    work = stage_work(f)
+    none = estimate(work, [], "cpu:test CPU")
+    assert {e.basis for e in none} == {NO_HISTORY} and total_seconds(none) is None
+    past = [StageRecord(stage, 2.0, amount / 2, "cpu:test CPU") for stage, amount in work.items()]
+    past.append(StageRecord("denoise.denoise", 100.0, 1.0, "cuda:other"))  # another device does not count
+    etas = estimate(work, past, "cpu:test CPU")
+    assert all(e.seconds == pytest.approx(4.0) for e in etas)
+    assert total_seconds(etas) == pytest.approx(4.0 * len(work))
+    done = [e.stage for e in etas[:2]]
+    assert time_left(etas, done, etas[2].stage, 1.0) == pytest.approx(4.0 * (len(work) - 2) - 1.0)
+    assert time_left(etas, done, etas[2].stage, 0.0, step_share=0.5) == pytest.approx(4.0 * (len(work) - 2) - 2.0)
