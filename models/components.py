@@ -45,6 +45,7 @@ from loader.model_registry import get_model_builder, register_model_builder
 from loader.report import LoadReport, TensorPlaced
 
 from .profiles import HIDDEN_STATE_LAYER
+from .workflows import WORKFLOWS
 
 CLASS_LIBRARIES: dict[str, str] = {
     "MiniMaxH3Transformer3DModel": "diffusers",
@@ -52,10 +53,9 @@ CLASS_LIBRARIES: dict[str, str] = {
     "AutoencoderKLMiniMaxH3Audio": "diffusers",
     "Qwen3VLForConditionalGeneration": "transformers",
 }
-"""The weight classes of a MiniMax H3 checkpoint and the library defining each."""
+"""The weight classes of a MiniMax H3 checkpoint and the library defining each. Only `t2va` runs without the
+text encoder's vision tower: `fl2va` and `ref2va` present their images to it."""
 
-WORKFLOWS = ("t2va", "fl2va", "ref2va")
-"""diffusers' MiniMax H3 workflows; only `t2va` runs without the text encoder's vision tower."""
 
 
 def class_name_of(config: dict) -> str | None:
