@@ -54,7 +54,10 @@ def check_image(path: str | os.PathLike) -> tuple[str, tuple[int, int]]:
                 image.load()
     except InputImageError:
         raise
-    except (UnidentifiedImageError, Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise InputImageError(f"{path}: a decompression bomb (its header declares more pixels than Pillow's limit);"
+                              f" at most {MAX_IMAGE_PIXELS:,} pixels are accepted") from None
+    except UnidentifiedImageError as e:
         raise InputImageError(f"{path}: not a readable image: {e}") from None
     except (OSError, SyntaxError, ValueError) as e:  # Pillow reports truncated or corrupt data with these
         raise InputImageError(f"{path}: truncated or corrupt image: {e}") from None
