@@ -27,6 +27,7 @@ from loader.command_line import CliParser, run_cli
 from loader.diskspace import free_bytes, is_disk_full
 from loader.errors import DiskFullError
 from loader.sizes import MAX_SIZE
+from models.request_args import add_workflow_arguments, workflow_fields
 from storage.config import Config, load_config
 from storage.connections import connect, is_database_full
 from storage.queries import get_job, list_jobs
@@ -171,6 +172,7 @@ def _raw_spec(args: argparse.Namespace) -> dict[str, Any]:
         for name in ("negative_prompt", "frames", "height", "width", "steps", "seed", "fps", "guidance_scale"):
             if getattr(args, name) is not None:
                 params[name] = getattr(args, name)
+        params.update(workflow_fields(args))
         raw["generate"] = params
     return raw
 
@@ -229,7 +231,7 @@ def _add_submit(commands: argparse._SubParsersAction) -> None:
     load = _add_command(kinds, "load", _submit, "load a checkpoint and record memory per tensor",
                         "python -m jobs submit load --model data/models/demo --mode drain --wait")
     _add_spec_options(load)
-    generate = _add_command(kinds, "generate", _submit, "generate a clip with MiniMax H3 (diffusers' t2va pipeline)",
+    generate = _add_command(kinds, "generate", _submit, "generate a clip with MiniMax H3 (t2va, fl2va or ref2va)",
                             'python -m jobs submit generate --model data/models/demo --prompt "a fox" --steps 4')
     _add_spec_options(generate)
     generate.add_argument("--prompt", required=True, help="what the clip shows")
@@ -238,6 +240,7 @@ def _add_submit(commands: argparse._SubParsersAction) -> None:
         generate.add_argument(f"--{name}", metavar="N", help="(default: the model's)")
     generate.add_argument("--guidance-scale", metavar="G", help="must stay 1.0: MiniMax H3 uses no CFG")
     generate.add_argument("--no-audio", action="store_true", help="skip the stereo soundtrack")
+    add_workflow_arguments(generate)
     generate.add_argument("--sequential-components", action=argparse.BooleanOptionalAction,
                           help="load, run and free one component at a time (default: the policy's)")
 

@@ -28,16 +28,31 @@ class JobStateError(DrainboardError):
 
 def enqueue(db: sqlite_utils.Database, spec: JobSpec, *, retry_of: int | None = None) -> int:
     """Queue a validated spec; returns the new job's id."""
-    row = {"kind": spec.kind, "spec": json.dumps(spec.to_dict()), "status": "queued", "created_at": time.time(),
-           "retry_of": retry_of}
-    return db["jobs"].insert(row).last_rowid
+    return db["jobs"].insert(_job_row(spec, retry_of)).last_rowid
+
+
+def _job_row(spec: JobSpec, retry_of: int | None) -> dict[str, Any]:
+    return {"kind": spec.kind, "spec": json.dumps(spec.to_dict()), "status": "queued", "created_at": time.time(),
+            "retry_of": retry_of}
 
 
 def submit(db: sqlite_utils.Database, raw: Mapping[str, Any], config: Config) -> int:
-    """Validate user input (raises `JobSpecError`, nothing queued) and queue it; returns the job id."""
+    """Validate user input (raises `JobSpecError`, nothing queued) and queue it; returns the job id.
+    A generate job's input images are copied into its folder in the same transaction (`jobs.inputs`)."""
     from jobs.spec import build_spec
 
-    return enqueue(db, build_spec(raw, config))
+    spec = build_spec(raw, config)
+    images = spec.generate.input_images() if spec.generate is not None else {}
+    if not images:
+        return enqueue(db, spec)
+    from jobs.inputs import copy_inputs
+
+    row = _job_row(spec, None)
+    with transaction(db) as conn:
+        job_id = conn.execute(f"INSERT INTO jobs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                              list(row.values())).lastrowid
+        copy_inputs(conn, config.data_dir, job_id, images)
+    return job_id
 
 
 def claim(db: sqlite_utils.Database, supervisor_id: str, *, boot_id: str | None = None) -> dict | None:

@@ -25,6 +25,8 @@ from typing import Any
 
 from loader.errors import DrainboardError
 
+from .request_args import QUANTIZATIONS, VAE_DTYPES
+
 FPS = 24
 """MiniMax H3's fixed frame rate (`MiniMaxH3ModularPipeline.fps`)."""
 MIN_SECONDS, MAX_SECONDS = 5.0, 15.0
@@ -40,10 +42,7 @@ WEIGHT_COMPONENTS = ("text_encoder", "transformer", "vae", "audio_vae")
 `models.workflows.workflow_components`)."""
 DEFAULT_STEPS = 50
 """H3's `num_inference_steps` where the scheduler config names none (a distilled checkpoint's does)."""
-VAE_DTYPES = ("bf16", "fp32")
-"""Video VAE decode precision: the run's bfloat16 (diffusers' `load_components(dtype=bf16)`) or the checkpoint's fp32."""
-QUANTIZATIONS = ("int8", "fp8")
-"""Weight-only DiT quantizations (torchao): int8 on CPU and CUDA, fp8 on CUDA compute capability 8.9+."""
+
 
 
 class GenerateParamsError(DrainboardError):
