@@ -119,6 +119,8 @@ class GenerateResult:
     """Whether the video VAE encoded and decoded on its 256 px tiles."""
     vae_dtype: str = "bf16"
     """The video VAE's precision."""
+    quantize: str | None = None
+    """The DiT's weight-only quantization (frames then differ from bf16's); None: bf16."""
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Input field -> {file, size [w, h], note}: the image as given and what diffusers does to fit it."""
     notes: list[str] = field(default_factory=list)
@@ -173,6 +175,7 @@ class _Run:
         self.stage = PREPARE
         self.components = tuple(placements)
         self.vae_tiling = True
+        self.quantize: str | None = None
         self.dtypes: dict[str, torch.dtype] = {}
         self.resident: dict[str, Residency] = {}
         self.shells: dict[str, nn.Module] = {}
@@ -329,7 +332,8 @@ def run_generate(
     result = GenerateResult(str(out_path), params.frames, params.fps, params.duration, width, height, params.audio,
                             sequential_components=sequential, offload=settings.to_dict(),
                             decisions=[d.to_dict() for d in decisions], workflow=workflow,
-                            num_inference_steps=steps, vae_tiling=params.vae_tiling, vae_dtype=params.vae_dtype)
+                            num_inference_steps=steps, vae_tiling=params.vae_tiling, vae_dtype=params.vae_dtype,
+                            quantize=params.quantize)
     _describe_inputs(result, params, images, model)
     own_probe = probe is None
     probe = probe or MemoryProbe(str(torch_device) if torch_device.type == "cuda" else None)
@@ -375,7 +379,7 @@ def _prepare(root: Path, params: GenerateParams, device: torch.device, dtype: to
     pipe.run_device = device
     run = _Run(root, pipe, device, dtype, mode, settings, placements, sequential, on_event, on_sample, interval,
                result, probe)
-    run.vae_tiling = params.vae_tiling
+    run.vae_tiling, run.quantize = params.vae_tiling, params.quantize
     run.dtypes = {"vae": torch.float32} if params.vae_dtype == "fp32" else {}
     loop = blocks.sub_blocks["denoise.denoise"]
     loop.sub_blocks["report_step"] = _step_block(run)
@@ -461,12 +465,17 @@ def _load_aux(root: Path, name: str):
 
 def _load_weights(run: _Run, name: str, target: torch.device) -> tuple[nn.Module, dict[str, Any]]:
     from .components import load_component
+    from .quantize import DIT_COMPONENTS, held_bytes
 
     def on_tensor(placed) -> None:
         if placed.sample is not None:
             run.record(placed.sample)
 
+    quantize = run.quantize if name in DIT_COMPONENTS else None
     module, report = load_component(run.root, name, mode=run.mode, device=str(target),
                                     dtype=run.dtypes.get(name, run.dtype), workflow=run.result.workflow,
-                                    on_tensor=on_tensor, probe=run.probe, roots=run.roots)
-    return module, report.to_dict()
+                                    on_tensor=on_tensor, probe=run.probe, roots=run.roots, quantize=quantize)
+    out = report.to_dict()
+    if quantize is not None:
+        out |= {"quantize": quantize, "bytes_held": held_bytes(module)}
+    return module, out
