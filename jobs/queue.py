@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 import sqlite_utils
@@ -37,11 +38,15 @@ def _job_row(spec: JobSpec, retry_of: int | None) -> dict[str, Any]:
 
 
 def submit(db: sqlite_utils.Database, raw: Mapping[str, Any], config: Config) -> int:
-    """Validate user input (raises `JobSpecError`, nothing queued) and queue it; returns the job id.
-    A generate job's input images are copied into its folder in the same transaction (`jobs.inputs`)."""
+    """Validate user input (raises `JobSpecError`, nothing queued) and queue it; returns the job id."""
     from jobs.spec import build_spec
 
-    spec = build_spec(raw, config)
+    return queue_spec(db, build_spec(raw, config), config.data_dir)
+
+
+def queue_spec(db: sqlite_utils.Database, spec: JobSpec, data_dir: str | Path) -> int:
+    """Queue a validated spec; a generate job's input images are copied into its folder in the same
+    transaction (`jobs.inputs`), so no worker claims it before they are there. Returns the job id."""
     images = spec.generate.input_images() if spec.generate is not None else {}
     if not images:
         return enqueue(db, spec)
@@ -51,7 +56,7 @@ def submit(db: sqlite_utils.Database, raw: Mapping[str, Any], config: Config) ->
     with transaction(db) as conn:
         job_id = conn.execute(f"INSERT INTO jobs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
                               list(row.values())).lastrowid
-        copy_inputs(conn, config.data_dir, job_id, images)
+        copy_inputs(conn, data_dir, job_id, images)
     return job_id
 
 
