@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from models.inputs import IMAGE_FORMATS, check_image
 from storage.artifacts import artifact_row, job_dir, new_artifact_path, resolve_artifact
@@ -44,3 +45,13 @@ def input_copies(data_dir: str | Path, job_id: int, fields: list[str]) -> dict[s
         found = [n for n in names if (job_dir(data_dir, job_id) / n).is_file()]
         copies[field] = str(resolve_artifact(data_dir, job_id, found[0] if found else names[0]))
     return copies
+
+
+def reuse_inputs(raw: dict[str, Any], original: dict[str, Any], data_dir: str | Path, job_id: int) -> dict[str, Any]:
+    """`raw` (a retry's spec) with each image still as job `job_id` had it pointing at that job's own copy,
+    so a retry never depends on the user's file still being there; images changed in `raw` are kept."""
+    generate, before = raw.get("generate") or {}, original.get("generate") or {}
+    same = [f for f in INPUT_FIELDS if generate.get(f) is not None and generate.get(f) == before.get(f)]
+    if not same:
+        return raw
+    return {**raw, "generate": {**generate, **input_copies(data_dir, job_id, same)}}

@@ -44,15 +44,15 @@ def submit(db: sqlite_utils.Database, raw: Mapping[str, Any], config: Config) ->
     return queue_spec(db, build_spec(raw, config), config.data_dir)
 
 
-def queue_spec(db: sqlite_utils.Database, spec: JobSpec, data_dir: str | Path) -> int:
+def queue_spec(db: sqlite_utils.Database, spec: JobSpec, data_dir: str | Path, *, retry_of: int | None = None) -> int:
     """Queue a validated spec; a generate job's input images are copied into its folder in the same
     transaction (`jobs.inputs`), so no worker claims it before they are there. Returns the job id."""
     images = spec.generate.input_images() if spec.generate is not None else {}
     if not images:
-        return enqueue(db, spec)
+        return enqueue(db, spec, retry_of=retry_of)
     from jobs.inputs import copy_inputs
 
-    row = _job_row(spec, None)
+    row = _job_row(spec, retry_of)
     with transaction(db) as conn:
         job_id = conn.execute(f"INSERT INTO jobs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
                               list(row.values())).lastrowid
@@ -110,9 +110,11 @@ def retry(db: sqlite_utils.Database, job_id: int, config: Config, *, changes: Ma
         raise JobStateError(f"job {job_id} does not exist")
     if job["status"] not in FINAL_STATUSES:
         raise JobStateError(f"job {job_id} is still {job['status']}; cancel it before retrying")
+    from jobs.inputs import reuse_inputs
     from jobs.spec import build_spec
 
-    return enqueue(db, build_spec({**job["spec"], **(changes or {})}, config), retry_of=job_id)
+    raw = reuse_inputs({**job["spec"], **(changes or {})}, job["spec"], config.data_dir, job_id)
+    return queue_spec(db, build_spec(raw, config), config.data_dir, retry_of=job_id)
 
 
 def finish(

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from jobs.queue import submit
+from jobs.queue import retry, submit
 from jobs.spec import JobSpecError
 from storage.artifacts import job_dir
 from storage.queries import artifacts, events, list_jobs
@@ -37,6 +37,8 @@ def test_an_fl2va_job_runs_from_its_own_copy_of_the_image(db, config, run_to_end
     assert "80x48 is stretched onto the 64x64 canvas" in metrics["inputs"]["image"]["note"]
     assert metrics["vae_tiling"] is True
     assert any(e["kind"] == "note" and "80x48" in e["message"] for e in events(db, job_id))
+    again = retry(db, job_id, config)  # the user's file is gone: the retry takes the first job's copy
+    assert (job_dir(config.data_dir, again) / "image.jpg").read_bytes() == copy.read_bytes()
 
 
 def test_a_truncated_image_is_refused_at_submit_and_nothing_is_queued(db, config, tiny_model, frame):
