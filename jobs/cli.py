@@ -29,6 +29,7 @@ from loader.dtype_names import DTYPE_HELP
 from loader.diskspace import free_bytes, is_disk_full
 from loader.errors import DiskFullError
 from loader.sizes import MAX_SIZE
+from models.request_args import add_workflow_arguments, workflow_fields
 from storage.config import Config, load_config
 from storage.connections import connect, damage_error, is_database_full
 from storage.queries import get_job, list_jobs
@@ -181,6 +182,7 @@ def _raw_spec(args: argparse.Namespace) -> dict[str, Any]:
         for name in ("frames", "height", "width", "steps", "seed"):
             if getattr(args, name) is not None:
                 params[name] = getattr(args, name)
+        params.update(workflow_fields(args))
         raw["generate"] = params
     return raw
 
@@ -234,7 +236,7 @@ def _add_submit(commands: argparse._SubParsersAction) -> None:
     _add_spec_options(load)
     load.add_argument("--skeleton", action="store_true",
                       help="load the tensors as a generic checkpoint, even where the config names a known class")
-    generate = _add_command(kinds, "generate", _submit, "generate a clip with MiniMax H3 (diffusers' t2va pipeline)",
+    generate = _add_command(kinds, "generate", _submit, "generate a clip with MiniMax H3 (t2va, fl2va or ref2va)",
                             'python -m jobs submit generate --model data/models/demo --prompt "a fox" --steps 4')
     _add_spec_options(generate)
     generate.add_argument("--prompt", required=True, help="what the clip shows")
@@ -243,6 +245,7 @@ def _add_submit(commands: argparse._SubParsersAction) -> None:
                           ("seed", "0")):
         generate.add_argument(f"--{name}", metavar="N", help=f"(default: {default})")
     generate.add_argument("--no-audio", action="store_true", help="skip the stereo soundtrack")
+    add_workflow_arguments(generate)
     generate.add_argument("--sequential-components", action=argparse.BooleanOptionalAction,
                           help="load, run and free one component at a time (default: the policy's)")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 import sqlite_utils
@@ -28,9 +29,12 @@ class JobStateError(DrainboardError):
 
 def enqueue(db: sqlite_utils.Database, spec: JobSpec, *, retry_of: int | None = None) -> int:
     """Queue a validated spec; returns the new job's id."""
-    row = {"kind": spec.kind, "spec": json.dumps(spec.to_dict()), "status": "queued", "created_at": time.time(),
-           "retry_of": retry_of}
-    return db["jobs"].insert(row).last_rowid
+    return db["jobs"].insert(_job_row(spec, retry_of)).last_rowid
+
+
+def _job_row(spec: JobSpec, retry_of: int | None) -> dict[str, Any]:
+    return {"kind": spec.kind, "spec": json.dumps(spec.to_dict()), "status": "queued", "created_at": time.time(),
+            "retry_of": retry_of}
 
 
 def submit(db: sqlite_utils.Database, raw: Mapping[str, Any], config: Config) -> int:
@@ -39,7 +43,23 @@ def submit(db: sqlite_utils.Database, raw: Mapping[str, Any], config: Config) ->
     from jobs.admission import admit
     from jobs.spec import build_spec
 
-    return enqueue(db, admit(build_spec(raw, config), config, db))
+    return queue_spec(db, admit(build_spec(raw, config), config, db), config.data_dir)
+
+
+def queue_spec(db: sqlite_utils.Database, spec: JobSpec, data_dir: str | Path, *, retry_of: int | None = None) -> int:
+    """Queue a validated spec; a generate job's input images are copied into its folder in the same
+    transaction (`jobs.inputs`), so no worker claims it before they are there. Returns the job id."""
+    images = spec.generate.input_images() if spec.generate is not None else {}
+    if not images:
+        return enqueue(db, spec, retry_of=retry_of)
+    from jobs.inputs import copy_inputs
+
+    row = _job_row(spec, retry_of)
+    with transaction(db) as conn:
+        job_id = conn.execute(f"INSERT INTO jobs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                              list(row.values())).lastrowid
+        copy_inputs(conn, data_dir, job_id, images)
+    return job_id
 
 
 def claim(db: sqlite_utils.Database, supervisor_id: str, *, boot_id: str | None = None) -> dict | None:
@@ -93,13 +113,15 @@ def retry(db: sqlite_utils.Database, job_id: int, config: Config, *, changes: Ma
     if job["status"] not in FINAL_STATUSES:
         raise JobStateError(f"job {job_id} is still {job['status']}; cancel it before retrying")
     from jobs.admission import admit
+    from jobs.inputs import reuse_inputs
     from jobs.spec import build_spec
 
     stored = dict(job["spec"])
     if "offload_set" in stored:  # only the flags the user set are input again; the policy decides the others
         stored["offload"] = {k: v for k, v in (stored.get("offload") or {}).items() if k in stored["offload_set"]}
-    raw = {k: v for k, v in {**stored, **(changes or {})}.items() if k not in ("forecast", "offload_set")}
-    return enqueue(db, admit(build_spec(raw, config), config, db), retry_of=job_id)
+    raw = reuse_inputs({k: v for k, v in {**stored, **(changes or {})}.items() if k not in ("forecast", "offload_set")},
+                       job["spec"], config.data_dir, job_id)
+    return queue_spec(db, admit(build_spec(raw, config), config, db), config.data_dir, retry_of=job_id)
 
 
 def finish(

@@ -11,9 +11,19 @@ import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-from .forecast import GenerateForecast, forecast_generate  # noqa: E402
-from .params import GenerateParams, GenerateParamsError, ModelSpec, validate_params  # noqa: E402
-from .pipeline import GenerateResult, PipelineEvent, run_generate  # noqa: E402
+_EXPORTS = {"GenerateForecast": "forecast", "forecast_generate": "forecast", "GenerateParams": "params",
+            "GenerateParamsError": "params", "ModelSpec": "params", "validate_params": "params",
+            "GenerateResult": "pipeline", "PipelineEvent": "pipeline", "run_generate": "pipeline"}
+"""Exported name -> its module, imported on first use so that `import models.request_args` loads no torch."""
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'models' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+
 
 __all__ = ["GenerateForecast", "GenerateParams", "GenerateParamsError", "GenerateResult", "ModelSpec",
            "PipelineEvent", "forecast_generate", "run_generate", "validate_params"]

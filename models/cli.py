@@ -20,6 +20,7 @@ from loader.offload import OffloadSettings
 from loader.placement import known_placements
 
 from .params import GenerateParams
+from .request_args import add_workflow_arguments, workflow_fields
 from .pipeline import PipelineEvent, run_generate
 from .profiles import PROFILES, get_profile
 from .progress import ProgressBar
@@ -57,13 +58,14 @@ def _synth(args: argparse.Namespace) -> int:
 
 def _generate(args: argparse.Namespace) -> int:
     params = GenerateParams(prompt=args.prompt, frames=args.frames, height=args.height, width=args.width,
-                            steps=args.steps, seed=args.seed, audio=not args.no_audio)
-    bar = ProgressBar(params.steps - 1, "denoising", unit=" steps")
+                            steps=args.steps, seed=args.seed, audio=not args.no_audio, **workflow_fields(args))
+    bar = ProgressBar(1, "denoising", unit=" steps")
 
     def on_event(event: PipelineEvent) -> None:
         if event.kind == "step":
+            bar.total = event.data["steps"]
             bar.update(event.data["step"])
-        elif event.kind in ("offload_decision", "load", "release") or (
+        elif event.kind in ("offload_decision", "load", "release", "note") or (
                 event.kind in ("stage_end", "placement") and args.verbose):
             print(f"[{event.stage}] {event.message}", file=sys.stderr)
 
@@ -177,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     defaults = GenerateParams(prompt="")
     gen = sub.add_parser(
-        "generate", help="generate a clip (MP4, H.264 + stereo AAC) with MiniMax H3's t2va pipeline",
+        "generate", help="generate a clip (MP4, H.264 + stereo AAC) with MiniMax H3 (t2va, fl2va or ref2va)",
         epilog="example: python -m models generate /models/h3-demo --prompt 'a red fox in the snow' --out clip.mp4",
     )
     gen.add_argument("model_dir", help="H3 model folder (modular_model_index.json and component folders)")
@@ -188,9 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="multiple of 32 (default: the checkpoint's 16:9 canvas)")
     gen.add_argument("--width", type=int, default=defaults.width,
                      help="multiple of 32 (default: the checkpoint's 16:9 canvas)")
-    gen.add_argument("--steps", type=int, default=defaults.steps, help="num_inference_steps, >= 2 (default: 50)")
+    gen.add_argument("--steps", type=int, default=defaults.steps,
+                     help="num_inference_steps, >= 2 (default: the scheduler config's, else 50)")
     gen.add_argument("--seed", type=int, default=defaults.seed)
     gen.add_argument("--no-audio", action="store_true", help="skip decode.audio and leave out the audio track")
+    add_workflow_arguments(gen)
     gen.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
     gen.add_argument("--dtype", type=dtype_type, help=f"compute dtype: {DTYPE_HELP} (default: bfloat16, fp32 modules kept)")
     gen.add_argument("--mode", default="stream", choices=known_placements(), help="loader placement mode (default: stream)")

@@ -45,6 +45,7 @@ from loader.model_registry import get_model_builder, register_model_builder
 from loader.report import LoadReport, TensorPlaced
 
 from .profiles import HIDDEN_STATE_LAYER
+from .workflows import WORKFLOWS
 
 CLASS_LIBRARIES: dict[str, str] = {
     "MiniMaxH3Transformer3DModel": "diffusers",
@@ -52,10 +53,9 @@ CLASS_LIBRARIES: dict[str, str] = {
     "AutoencoderKLMiniMaxH3Audio": "diffusers",
     "Qwen3VLForConditionalGeneration": "transformers",
 }
-"""The weight classes of a MiniMax H3 checkpoint and the library defining each."""
+"""The weight classes of a MiniMax H3 checkpoint and the library defining each. Only `t2va` runs without the
+text encoder's vision tower: `fl2va` and `ref2va` present their images to it."""
 
-WORKFLOWS = ("t2va", "fl2va", "ref2va")
-"""diffusers' MiniMax H3 workflows; only `t2va` runs without the text encoder's vision tower."""
 
 
 def class_name_of(config: dict) -> str | None:
@@ -175,11 +175,13 @@ def load_component(
     on_tensor: Callable[[TensorPlaced], None] | None = None,
     probe: MemoryProbe | None = None,
     roots: list[str | os.PathLike] | None = None,
+    quantize: str | None = None,
 ) -> tuple[nn.Module, LoadReport]:
     """Component `name` of the MiniMax H3 checkpoint at `root`, built empty and filled by the loader.
 
     Returns the module in eval mode on `device` and the loader's report (for the
     text encoder, `excluded` / `excluded_bytes` say what was left unread).
+    `quantize` (a DiT only) quantizes each Linear as its tensors are placed (`models.quantize`).
     Raises CheckpointError / PlacementError naming the folder and tensor.
     """
     folder = Path(root) / name
@@ -193,11 +195,18 @@ def load_component(
         prune(module, paths)
         exclude = _excluder(paths)
     overrides = {p: torch.float32 for p in fp32_patterns(cls)} if target_dtype is not None else None
+    quantizer = None
+    if quantize is not None:
+        from .quantize import LinearQuantizer
+
+        quantizer = on_tensor = LinearQuantizer(module, quantize, torch.device(device), fp32_patterns(cls), on_tensor)
     module, report = load_checkpoint(
         root, component=name, module=module, mode=mode, device=device, dtype=target_dtype,
         dtype_overrides=overrides, exclude=exclude, on_tensor=on_tensor, probe=probe,
         roots=roots if roots is not None else [root],
     )
+    if quantizer is not None:
+        quantizer.finish()
     _place_computed_buffers(module, torch.device(report.device))
     left = [n for n, t in [*module.named_parameters(), *module.named_buffers()] if t.is_meta]
     if left:

@@ -303,6 +303,8 @@ def _write(
                    "_drainboard_profile": profile.name, "_drainboard_seed": seed}
     if profile.canvas is not None:
         index["canvas_short_edge"], index["canvas_max_pixels"] = profile.canvas
+        # A reference image is resized to this short edge before the VAE encodes it (2048 by default).
+        index["reference_image_short_edge"] = profile.canvas[0]
     with ThreadPoolExecutor(max_workers=workers or min(16, os.cpu_count() or 1)) as pool:
         for w in weights:
             folder = root / w.name

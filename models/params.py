@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from loader.confined import read_json_checked
 from loader.errors import DrainboardError
+
+from .request_args import QUANTIZATIONS, VAE_DTYPES
 
 FPS = 24
 """MiniMax H3's fixed frame rate (`MiniMaxH3ModularPipeline.fps`)."""
@@ -46,7 +48,11 @@ truncation in H3's pipeline), so a 100,000-character prompt held the queue in `t
 MAX_PROMPT_BYTES = 16 * MAX_PROMPT_TOKENS
 """A prompt longer than this (UTF-8 bytes) is refused without tokenizing it (tokenizing costs time too)."""
 WEIGHT_COMPONENTS = ("text_encoder", "transformer", "vae", "audio_vae")
-"""Components with weights that `t2va` runs, in the order the pipeline first uses them."""
+"""Components with weights that `t2va` runs, in the order the pipeline first uses them (every workflow's:
+`models.workflows.workflow_components`)."""
+DEFAULT_STEPS = 50
+"""H3's `num_inference_steps` where the scheduler config names none (a distilled checkpoint's does)."""
+
 
 
 class GenerateParamsError(DrainboardError):
@@ -63,7 +69,8 @@ class GenerateParamsError(DrainboardError):
 
 @dataclass(frozen=True)
 class GenerateParams:
-    """What to generate (the `t2va` workflow: text to video with audio)."""
+    """What to generate: `t2va` (text to video with audio), `fl2va` (from a first and/or last frame) or `ref2va`
+    (from a reference image)."""
 
     prompt: str
     """Text describing the clip."""
@@ -75,8 +82,9 @@ class GenerateParams:
     """Pixels, a multiple of 32 for H3; None takes the checkpoint's default 16:9 canvas."""
     width: int | None = None
     """Pixels, a multiple of 32 for H3; None takes the checkpoint's default 16:9 canvas."""
-    steps: int = 50
-    """`num_inference_steps` (H3's default 50); N steps make N - 1 DiT calls, so at least 2."""
+    steps: int | None = None
+    """`num_inference_steps`; None takes the checkpoint's (`ModelSpec.default_steps`); N steps make N - 1 DiT
+    calls, so at least 2."""
     guidance_scale: float = 1.0
     """Must stay 1.0: guidance is baked into H3's weights, every step is one forward pass."""
     seed: int = 0
@@ -85,6 +93,21 @@ class GenerateParams:
     """Must be 24, H3's own rate."""
     audio: bool = True
     """Decode the stereo soundtrack and put it in the MP4 (off skips the `decode.audio` block)."""
+    workflow: str | None = None
+    """`t2va`, `fl2va` or `ref2va`; None picks it from the images given, as diffusers' blocks do."""
+    image: str | None = None
+    """fl2va: the image file the clip starts from (a job holds its own copy)."""
+    last_image: str | None = None
+    """fl2va: the image file the clip ends on."""
+    ref_image: str | None = None
+    """ref2va: the reference image file (subject, style or scene)."""
+    vae_tiling: bool = True
+    """Decode the video on the VAE's 256 px tiles (H3's release setting); off is noisier and, at high
+    resolution, can exhaust a unified-memory box."""
+    vae_dtype: str = "bf16"
+    """Video VAE precision, one of VAE_DTYPES."""
+    quantize: str | None = None
+    """Weight-only quantization of the DiT, one of QUANTIZATIONS (frames then differ from bf16's); None keeps bf16."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -93,6 +116,20 @@ class GenerateParams:
     def duration(self) -> float:
         """Seconds of video."""
         return self.frames / self.fps
+
+    @property
+    def resolved_workflow(self) -> str:
+        """The workflow named, or the one the images given select (diffusers' triggers)."""
+        if self.workflow is not None:
+            return self.workflow
+        if self.ref_image is not None:
+            return "ref2va"
+        return "fl2va" if self.image is not None or self.last_image is not None else "t2va"
+
+    def input_images(self) -> dict[str, str]:
+        """Field -> image file, for the images given."""
+        return {name: getattr(self, name) for name in ("image", "last_image", "ref_image")
+                if getattr(self, name) is not None}
 
 
 @dataclass(frozen=True)
@@ -117,6 +154,12 @@ class ModelSpec:
     """Audio samples per second (32 kHz for H3)."""
     configs: dict[str, dict[str, Any]]
     """Each weight component's `config.json`, by component name."""
+    default_steps: int = DEFAULT_STEPS
+    """`num_inference_steps` of the checkpoint: `scheduler/scheduler_config.json`'s, else DEFAULT_STEPS."""
+    shift: float | None = None
+    """The scheduler config's `shift` (None: the scheduler class default)."""
+    index: dict[str, Any] = field(default_factory=dict)
+    """`modular_model_index.json` (canvas and reference configs)."""
 
     @classmethod
     def read(cls, model_dir: str | os.PathLike) -> "ModelSpec":
@@ -142,7 +185,8 @@ class ModelSpec:
             root=str(root), canvas_multiple=multiple, spatial_compression=spatial, frames_per_chunk=clip_length,
             latents_per_chunk=math.ceil(clip_length / temporal),
             canvas=_default_canvas(multiple, index),
-            text_encoder_layers=layers, sampling_rate=rate, configs=configs,
+            text_encoder_layers=layers, sampling_rate=rate, configs=configs, index=index,
+            **_scheduler_facts(root),
         )
 
     def frame_counts(self) -> list[int]:
@@ -150,11 +194,18 @@ class ModelSpec:
         lo, hi = math.ceil(MIN_SECONDS * FPS), math.floor(MAX_SECONDS * FPS)
         return [f for f in range(lo, hi + 1) if f % self.frames_per_chunk == self.latents_per_chunk]
 
-    def geometry(self, params: GenerateParams) -> tuple[int, int]:
-        """(height, width) the run uses: the params', or the checkpoint's default canvas."""
-        if params.height is None or params.width is None:
-            return self.canvas
-        return params.height, params.width
+    def geometry(self, params: GenerateParams, first_image: tuple[int, int] | None = None) -> tuple[int, int]:
+        """(height, width) the run uses: the params', else for fl2va the canvas of the first keyframe's
+        aspect (`first_image` is its (width, height)), else the checkpoint's default 16:9 canvas."""
+        if params.height is not None and params.width is not None:
+            return params.height, params.width
+        if first_image is not None and params.resolved_workflow == "fl2va":
+            return _canvas(self.index, self.canvas_multiple, *first_image)
+        return self.canvas
+
+    def steps(self, params: GenerateParams) -> int:
+        """`num_inference_steps` the run uses: the params', else the checkpoint's."""
+        return self.default_steps if params.steps is None else params.steps
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -171,6 +222,11 @@ def _read_json(path: Path) -> dict[str, Any]:
 def _default_canvas(multiple: int, index: dict[str, Any]) -> tuple[int, int]:
     """The canvas diffusers' t2va layout step picks when no size is given: 16:9 from the index's
     `canvas_short_edge` / `canvas_max_pixels`, or the blocks' own defaults where the index has none."""
+    return _canvas(index, multiple, 16, 9)
+
+
+def _canvas(index: dict[str, Any], multiple: int, width: int, height: int) -> tuple[int, int]:
+    """diffusers' `resolve_canvas_size` for an aspect of `width`:`height` under the index's canvas configs."""
     from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3Blocks
     from diffusers.modular_pipelines.minimax_h3.modular_pipeline import resolve_canvas_size
 
@@ -179,7 +235,22 @@ def _default_canvas(multiple: int, index: dict[str, Any]) -> tuple[int, int]:
         short_edge, max_pixels = (int(index.get(k, defaults[k])) for k in ("canvas_short_edge", "canvas_max_pixels"))
     except (TypeError, ValueError) as e:
         raise GenerateParamsError({"model": f"{INDEX_FILE}: canvas_short_edge / canvas_max_pixels: {e}"}) from None
-    return resolve_canvas_size(16, 9, multiple, short_edge, max_pixels)
+    return resolve_canvas_size(width, height, multiple, short_edge, max_pixels)
+
+
+def _scheduler_facts(root: Path) -> dict[str, Any]:
+    """`default_steps` and `shift` from `scheduler/scheduler_config.json` (a few-step checkpoint names its steps
+    as `num_inference_steps`, which diffusers' scheduler ignores and Drainboard reads)."""
+    path = root / "scheduler" / "scheduler_config.json"
+    if not path.is_file():
+        return {}
+    config = _read_json(path)
+    try:
+        steps = int(config.get("num_inference_steps", DEFAULT_STEPS))
+        shift = None if config.get("shift") is None else float(config["shift"])
+    except (TypeError, ValueError) as e:
+        raise GenerateParamsError({"model": f"{path}: num_inference_steps / shift: {e}"}) from None
+    return {"default_steps": steps, "shift": shift}
 
 
 def prompt_problem(prompt: str, root: Path) -> str | None:
@@ -227,22 +298,67 @@ def validate_params(params: GenerateParams, model: ModelSpec) -> None:
         )
     if (params.height is None) != (params.width is None):
         problems["height" if params.height is None else "width"] = "give width and height together, or neither"
-    for field in ("height", "width"):
-        value = getattr(params, field)
+    for name in ("height", "width"):
+        value = getattr(params, name)
         if value is not None and (value < model.canvas_multiple or value % model.canvas_multiple):
-            problems[field] = (f"{value} is not a positive multiple of {model.canvas_multiple}"
+            problems[name] = (f"{value} is not a positive multiple of {model.canvas_multiple}"
                                f" (VAE {model.spatial_compression}x spatial compression x patch 2)")
         elif value is not None and value > MAX_CANVAS_EDGE:
-            problems[field] = f"{value:,} px is more than the largest canvas edge, {MAX_CANVAS_EDGE:,} px"
+            problems[name] = f"{value:,} px is more than the largest canvas edge, {MAX_CANVAS_EDGE:,} px"
     too_long = prompt_problem(params.prompt, Path(model.root))
     if too_long is not None:
         problems["prompt"] = too_long
-    if not 2 <= params.steps <= 1000:
-        problems["steps"] = f"{params.steps} is outside 2..1000 (N steps make N - 1 DiT calls)"
+    steps = model.steps(params)
+    if not 2 <= steps <= 1000:
+        problems["steps"] = f"{steps} is outside 2..1000 (N steps make N - 1 DiT calls)"
     if not 0 <= params.seed < 2**63:
         problems["seed"] = f"{params.seed} is outside 0..2**63-1"
     if model.text_encoder_layers <= TEXT_ENCODER_LAYER:
         problems["model"] = (f"{model.root}/text_encoder has {model.text_encoder_layers} decoder layers; H3 reads"
                              f" hidden_states[{TEXT_ENCODER_LAYER}] and needs more than {TEXT_ENCODER_LAYER}")
+    problems.update(_knob_problems(params))
+    problems.update(_workflow_problems(params))
     if problems:
         raise GenerateParamsError(problems)
+
+
+def _knob_problems(params: GenerateParams) -> dict[str, str]:
+    problems = {}
+    if not isinstance(params.vae_tiling, bool):
+        problems["vae_tiling"] = f"must be true or false, got {params.vae_tiling!r}"
+    if params.vae_dtype not in VAE_DTYPES:
+        problems["vae_dtype"] = f"{params.vae_dtype!r} given; expected one of {', '.join(VAE_DTYPES)}"
+    if params.quantize is not None and params.quantize not in QUANTIZATIONS:
+        problems["quantize"] = f"{params.quantize!r} given; expected one of {', '.join(QUANTIZATIONS)} or unset"
+    return problems
+
+
+def _workflow_problems(params: GenerateParams) -> dict[str, str]:
+    """The workflow and its images: each file must pass `models.inputs.check_image`."""
+    from .inputs import MAX_ASPECT, InputImageError, check_image
+    from .workflows import WORKFLOW_INPUTS, WORKFLOWS
+
+    workflow = params.resolved_workflow
+    if workflow not in WORKFLOWS:
+        return {"workflow": f"{workflow!r} given; expected one of {', '.join(WORKFLOWS)}"}
+    problems = {}
+    given = params.input_images()
+    for name in sorted(set(given) - set(WORKFLOW_INPUTS[workflow])):
+        problems[name] = f"{workflow} takes no {name}" + (
+            f" (it takes {' or '.join(WORKFLOW_INPUTS[workflow])})" if WORKFLOW_INPUTS[workflow] else "")
+    if WORKFLOW_INPUTS[workflow] and not set(given) & set(WORKFLOW_INPUTS[workflow]):
+        problems["workflow"] = f"{workflow} needs {' or '.join(WORKFLOW_INPUTS[workflow])}"
+    for name, path in given.items():
+        if name in problems:
+            continue
+        if not isinstance(path, str):
+            problems[name] = f"must be an image file path, got {path!r}"
+            continue
+        try:
+            _, (w, h) = check_image(path)
+        except InputImageError as e:
+            problems[name] = str(e)
+            continue
+        if name == "ref_image" and (w > MAX_ASPECT * h or h > MAX_ASPECT * w):
+            problems[name] = f"{path}: {w}x{h}; a reference image must be within 1:{MAX_ASPECT} and {MAX_ASPECT}:1"
+    return problems

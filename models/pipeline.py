@@ -1,22 +1,28 @@
 """Generate with MiniMax H3: diffusers' modular pipeline, fed by Drainboard's loader, policy and telemetry.
 
-The computation is diffusers' `MiniMaxH3ModularPipeline` running the `t2va`
-workflow; nothing of the model is re-implemented here. What this module adds:
+The computation is diffusers' `MiniMaxH3ModularPipeline` running one of H3's
+workflows (`t2va`, `fl2va`, `ref2va`) on the blocks diffusers builds for it
+(`MiniMaxH3Blocks().get_workflow(...)`, handed over as `blocks=`); nothing of
+the model is re-implemented here. What this module adds:
 
 - every weight component is built empty and filled by Drainboard's loader
   (`models.components.load_component`), with per-tensor samples and a load
   report each; tokenizer, processor and schedulers come from `load_aux`;
 - the offload settings, resolved once (`loader.offload.resolve_offload`), are
   mapped onto diffusers' mechanisms (`models.residency`);
-- stage-by-stage residency (`sequential_components`): each component is loaded
-  just before the first block that uses it and released after its last one,
-  so the peak is the largest stage, not the sum of all weights;
+- stage-by-stage residency (`sequential_components`), as `models.workflows`
+  plans it: each component is loaded just before a block that uses it and
+  released after it, so the peak is the largest stage, not the sum of all
+  weights;
 - a stage per pipeline block (`text_encoder`, `denoise.*`, `decode.video`,
-  `decode.audio`), an event per denoising step, timer samples throughout, and
-  the MP4 written with PyAV.
+  `decode.audio`), an event per denoising step (a loop block of our own,
+  appended to the denoising loop), timer samples throughout, and the MP4
+  written with PyAV;
+- the VAE knobs (tiling, decode precision) and the input images, opened from
+  the job's own copies.
 
-Blocks are timed by wrapping the entries of `pipe._blocks.sub_blocks`
-(`ModularPipeline.blocks` returns a copy). Components not loaded yet, or
+Blocks are timed by wrapping the entries of the workflow's `sub_blocks` before
+the pipeline is built from them. Components not loaded yet, or
 released, are held as empty (meta-device) shells built from their config, so
 the blocks that read model facts (patch size, VAE compression, latent
 channels) see the checkpoint's own values without any weight resident; the
@@ -44,11 +50,10 @@ from loader.memory import MemoryProbe, MemorySample, PeriodicSampler
 from loader.offload import OffloadDecision, OffloadSettings, resolve_offload
 
 from .encode import write_mp4
-from .params import WEIGHT_COMPONENTS, GenerateParams, ModelSpec, validate_params
+from .params import GenerateParams, ModelSpec, validate_params
 from .residency import Placement, Residency, observe, plan_placements
+from .workflows import PlannedStage, block_reads, plan_from_reads, workflow_blocks
 
-WORKFLOW = "t2va"
-"""The diffusers workflow a generate job runs."""
 PREPARE, ENCODE = "prepare", "encode"
 """Drainboard's own stages around the pipeline's blocks."""
 AUX_COMPONENTS = ("tokenizer", "processor", "scheduler", "audio_scheduler")
@@ -106,6 +111,20 @@ class GenerateResult:
     """Peak footprint per stage in bytes: max of VmRSS + CUDA allocated over the stage's samples."""
     steps: int = 0
     """DiT calls made (num_inference_steps - 1)."""
+    workflow: str = "t2va"
+    """The diffusers workflow run."""
+    num_inference_steps: int = 0
+    """Steps asked of the scheduler: the request's or the checkpoint's scheduler config's."""
+    vae_tiling: bool = True
+    """Whether the video VAE encoded and decoded on its 256 px tiles."""
+    vae_dtype: str = "bf16"
+    """The video VAE's precision."""
+    quantize: str | None = None
+    """The DiT's weight-only quantization (frames then differ from bf16's); None: bf16."""
+    inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Input field -> {file, size [w, h], note}: the image as given and what diffusers does to fit it."""
+    notes: list[str] = field(default_factory=list)
+    """Lines for people: resized inputs, tiling off."""
     sequential_components: bool = False
     """Whether components were loaded per stage and released after their last block."""
     offload: dict[str, bool] = field(default_factory=dict)
@@ -154,6 +173,10 @@ class _Run:
         self.on_event, self.on_sample, self.interval = on_event, on_sample, interval
         self.result, self.probe = result, probe
         self.stage = PREPARE
+        self.components = tuple(placements)
+        self.vae_tiling = True
+        self.quantize: str | None = None
+        self.dtypes: dict[str, torch.dtype] = {}
         self.resident: dict[str, Residency] = {}
         self.shells: dict[str, nn.Module] = {}
         self.roots: list[Path] | None = None
@@ -181,7 +204,7 @@ class _Run:
         synchronize(self.device)
         self.record(self.probe.sample())
         seconds = time.monotonic() - start
-        self.result.stage_seconds[name] = seconds
+        self.result.stage_seconds[name] = self.result.stage_seconds.get(name, 0.0) + seconds  # a reload adds up
         self.emit("stage_end", f"{name} done in {seconds:.2f} s", seconds=seconds,
                   peak_bytes=self.result.stage_peaks.get(name, 0))
 
@@ -190,6 +213,8 @@ class _Run:
         placement = self.placements[name]
         with self.stage_of(load_stage(name)):
             module, report = _load_weights(self, name, torch.device(placement.load_device))
+            if name == "vae" and not self.vae_tiling:
+                module.disable_tiling()
             self.resident[name] = Residency(placement, module, self.device, self.settings)
             self.pipe.update_components(**{name: module})
         self.result.loads[name] = report
@@ -215,7 +240,7 @@ class _Run:
 
     def observe(self, block: str) -> None:
         where = {}
-        for name in WEIGHT_COMPONENTS:
+        for name in self.components:
             residency = self.resident.get(name)
             where[name] = {**observe(residency.module), "mechanism": residency.placement.mechanism} \
                 if residency else observe(None)
@@ -223,20 +248,20 @@ class _Run:
 
 
 class _Block:
-    """A pipeline block run as a stage: loads what it needs first, releases what it used last."""
+    """A pipeline block run as a stage: loads what the plan loads before it, releases what it releases after."""
 
-    def __init__(self, name: str, block, run: _Run, needs: list[str], last_for: list[str]):
-        self._name, self._block, self._run, self._needs, self._last_for = name, block, run, needs, last_for
+    def __init__(self, block, run: _Run, stage: PlannedStage):
+        self._block, self._run, self._stage = block, run, stage
 
     def __call__(self, pipeline, state):
-        run = self._run
-        for component in self._needs:
+        run, stage = self._run, self._stage
+        for component in stage.loads:
             if component not in run.resident:
                 run.load(component)
-        with run.stage_of(self._name):
+        with run.stage_of(stage.block):
             out = self._block(pipeline, state)
-        run.observe(self._name)
-        for component in self._last_for:
+        run.observe(stage.block)
+        for component in stage.releases:
             run.done_with(component)
         return out
 
@@ -244,22 +269,24 @@ class _Block:
         return getattr(self._block, attr)
 
 
-class _Step:
-    """The denoising loop's last sub-block, reporting each finished step."""
+def _step_block(run: _Run):
+    """A block of our own for the end of diffusers' denoising loop: reports each finished step."""
+    from diffusers.modular_pipelines import ModularPipelineBlocks
 
-    def __init__(self, block, run: _Run):
-        self._block, self._run = block, run
+    class ReportStep(ModularPipelineBlocks):
+        model_name = "minimax-h3"
 
-    def __call__(self, components, block_state, **kwargs):
-        out = self._block(components, block_state, **kwargs)
-        step, total = kwargs["i"] + 1, len(block_state.timesteps)
-        self._run.result.steps = step
-        self._run.emit("step", f"step {step}/{total}", step=step, steps=total,
-                       timestep=float(kwargs["t"]))
-        return out
+        @property
+        def description(self) -> str:
+            return "Reports a finished denoising step to Drainboard."
 
-    def __getattr__(self, attr: str):
-        return getattr(self._block, attr)
+        def __call__(self, components, block_state, i: int, t):
+            step, total = i + 1, len(block_state.timesteps)
+            run.result.steps = step
+            run.emit("step", f"step {step}/{total}", step=step, steps=total, timestep=float(t))
+            return components, block_state
+
+    return ReportStep()
 
 
 def run_generate(
@@ -280,7 +307,7 @@ def run_generate(
     probe: MemoryProbe | None = None,
     roots: list[str | os.PathLike] | None = None,
 ) -> GenerateResult:
-    """Generate one clip (t2va) from the H3 model at `model_dir` into the MP4 `out_path`.
+    """Generate one clip (`params.resolved_workflow`) from the H3 model at `model_dir` into the MP4 `out_path`.
 
     `dtype` defaults to bfloat16 (the checkpoint's; fp32 modules stay fp32);
     `mode` is the loader's placement mode. `decided`: `offload` is the policy's answer already (a job's
@@ -300,10 +327,16 @@ def run_generate(
     sequential = info.unified_memory if sequential_components is None else sequential_components
     model = ModelSpec.read(root)
     validate_params(params, model)
-    height, width = model.geometry(params)
+    images = {name: _open_image(path) for name, path in params.input_images().items()}
+    first = images.get("image") or images.get("last_image")
+    height, width = model.geometry(params, None if first is None else first.size)
+    workflow, steps = params.resolved_workflow, model.steps(params)
     result = GenerateResult(str(out_path), params.frames, params.fps, params.duration, width, height, params.audio,
                             sequential_components=sequential, offload=settings.to_dict(),
-                            decisions=[d.to_dict() for d in decisions])
+                            decisions=[d.to_dict() for d in decisions], workflow=workflow,
+                            num_inference_steps=steps, vae_tiling=params.vae_tiling, vae_dtype=params.vae_dtype,
+                            quantize=params.quantize)
+    _describe_inputs(result, params, images, model)
     own_probe = probe is None
     probe = probe or MemoryProbe(str(torch_device) if torch_device.type == "cuda" else None)
     try:
@@ -311,11 +344,11 @@ def run_generate(
                        on_sample, sample_interval, result, probe)
         run.roots = None if roots is None else [Path(r) for r in roots]
         if not sequential:
-            for name in WEIGHT_COMPONENTS:
+            for name in run.components:
                 run.load(name)
         generator = torch.Generator("cpu").manual_seed(params.seed)
         state = run.pipe(prompt=params.prompt, num_frames=params.frames, height=height, width=width,
-                         num_inference_steps=params.steps, generator=generator, output_type="np")
+                         num_inference_steps=steps, generator=generator, output_type="np", **_workflow_inputs(images))
         for name in list(run.resident):
             run.done_with(name)
         video = np.asarray(state.get("videos"))[0]
@@ -337,42 +370,77 @@ def run_generate(
 def _prepare(root: Path, params: GenerateParams, device: torch.device, dtype: torch.dtype, mode: str,
              settings: OffloadSettings, decisions: list[OffloadDecision], sequential: bool, on_event, on_sample,
              interval: float, result: GenerateResult, probe: MemoryProbe) -> _Run:
-    """Build the pipeline for the workflow, its aux components and shells, and wrap its blocks."""
-    placements = plan_placements(settings, device, WEIGHT_COMPONENTS)
+    """Build the workflow's blocks (each a stage, the loop reporting its steps), the pipeline over them,
+    its aux components and shells."""
+    blocks = workflow_blocks(result.workflow, params.audio)
+    plan = plan_from_reads(block_reads(blocks), sequential)
+    components = tuple(dict.fromkeys(c for stage in plan for c in stage.reads))
+    placements = plan_placements(settings, device, components)
     result.placements = {name: p.to_dict() for name, p in placements.items()}
-    pipe = _pipeline_class()(pretrained_model_name_or_path=str(root), workflow=WORKFLOW)
+    pipe = _pipeline_class()(blocks=blocks, pretrained_model_name_or_path=str(root))
     pipe.run_device = device
     run = _Run(root, pipe, device, dtype, mode, settings, placements, sequential, on_event, on_sample, interval,
                result, probe)
+    run.vae_tiling, run.quantize = params.vae_tiling, params.quantize
+    run.dtypes = {"vae": torch.float32} if params.vae_dtype == "fp32" else {}
+    loop = blocks.sub_blocks["denoise.denoise"]
+    loop.sub_blocks["report_step"] = _step_block(run)
+    for stage in plan:
+        blocks.sub_blocks[stage.block] = _Block(blocks.sub_blocks[stage.block], run, stage)
     with run.stage_of(PREPARE):
         for decision in decisions:
             run.emit("offload_decision", str(decision), **decision.to_dict())
         for name, placement in placements.items():
             run.emit("placement", f"{name}: {placement.mechanism}" + (f" ({placement.flag})" if placement.flag else ""),
                      **placement.to_dict())
+        for note in result.notes:
+            run.emit("note", note)
         pipe.update_components(**{name: _load_aux(root, name) for name in AUX_COMPONENTS})
-        run.shells = {name: _shell(root, name) for name in WEIGHT_COMPONENTS if name != "text_encoder"}
+        run.shells = {name: _shell(root, name) for name in components if name != "text_encoder"}
         pipe.update_components(**run.shells)
         pipe.set_progress_bar_config(disable=True)
-        _wrap_blocks(run, params)
     return run
 
 
-def _wrap_blocks(run: _Run, params: GenerateParams) -> None:
-    """Make each of the workflow's blocks a stage; the denoising loop reports its steps."""
-    blocks = run.pipe._blocks.sub_blocks
-    if not params.audio:
-        del blocks["decode.audio"]
-    uses = {name: [c.name for c in block.expected_components if c.name in WEIGHT_COMPONENTS]
-            for name, block in blocks.items()}
-    last_use = {c: name for name in blocks for c in uses[name]}
-    for name, block in list(blocks.items()):
-        if name == "denoise.denoise":
-            inner = block.sub_blocks
-            last = list(inner)[-1]
-            inner[last] = _Step(inner[last], run)
-        blocks[name] = _Block(name, block, run, needs=uses[name],
-                              last_for=[c for c, n in last_use.items() if n == name])
+def _open_image(path: str):
+    from .inputs import open_image
+
+    return open_image(path)
+
+
+def _workflow_inputs(images: dict[str, Any]) -> dict[str, Any]:
+    """The pipeline's keyword inputs for the images: fl2va's `image` / `last_image`, ref2va's `references`."""
+    inputs = {name: images[name] for name in ("image", "last_image") if name in images}
+    if "ref_image" in images:
+        from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3ImageReference
+
+        inputs["references"] = [MiniMaxH3ImageReference(image=images["ref_image"])]
+    return inputs
+
+
+def _describe_inputs(result: GenerateResult, params: GenerateParams, images: dict[str, Any], model: ModelSpec) -> None:
+    """Record each image and what diffusers does to it on this canvas; say when tiling is off."""
+    canvas = (result.width, result.height)
+    short_edge = int(model.index.get("reference_image_short_edge", 2048))
+    for name, image in images.items():
+        note = ""
+        if name == "ref_image":
+            if min(image.size) != short_edge:
+                note = f"ref_image {image.size[0]}x{image.size[1]} is resized (LANCZOS) to a {short_edge} px short edge"
+        elif image.size != canvas:
+            how = "stretched" if name == "image" or "image" not in images else "scaled to cover and centre-cropped"
+            note = f"{name} {image.size[0]}x{image.size[1]} is {how} onto the {canvas[0]}x{canvas[1]} canvas (LANCZOS)"
+        result.inputs[name] = {"file": Path(getattr(params, name)).name, "size": list(image.size), "note": note}
+        if note:
+            result.notes.append(note)
+    if not params.vae_tiling:
+        result.notes.append(VAE_TILING_WARNING)
+
+
+VAE_TILING_WARNING = ("VAE tiling is off: H3's VAE decodes cleanly only on its 256 px tiles (36.4 dB tiled against"
+                      " 21.5 dB untiled, as reported), and an untiled high-resolution decode can exhaust a"
+                      " unified-memory box")
+"""Said whenever a run turns VAE tiling off."""
 
 
 def _shell(root: Path, name: str) -> nn.Module:
@@ -399,11 +467,17 @@ def _load_aux(root: Path, name: str):
 
 def _load_weights(run: _Run, name: str, target: torch.device) -> tuple[nn.Module, dict[str, Any]]:
     from .components import load_component
+    from .quantize import DIT_COMPONENTS, held_bytes
 
     def on_tensor(placed) -> None:
         if placed.sample is not None:
             run.record(placed.sample)
 
-    module, report = load_component(run.root, name, mode=run.mode, device=str(target), dtype=run.dtype,
-                                    workflow=WORKFLOW, on_tensor=on_tensor, probe=run.probe, roots=run.roots)
-    return module, report.to_dict()
+    quantize = run.quantize if name in DIT_COMPONENTS else None
+    module, report = load_component(run.root, name, mode=run.mode, device=str(target),
+                                    dtype=run.dtypes.get(name, run.dtype), workflow=run.result.workflow,
+                                    on_tensor=on_tensor, probe=run.probe, roots=run.roots, quantize=quantize)
+    out = report.to_dict()
+    if quantize is not None:
+        out |= {"quantize": quantize, "bytes_held": held_bytes(module)}
+    return module, out

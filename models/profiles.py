@@ -51,7 +51,8 @@ class Profile:
     """Folders written by default."""
     canvas: tuple[int, int] | None = None
     """(`canvas_short_edge`, `canvas_max_pixels`) of the pipeline's default 16:9 canvas, written into the
-    model index; None keeps diffusers' release default (768, 768 x 1344)."""
+    model index (the short edge is also `reference_image_short_edge`); None keeps diffusers' release default
+    (768, 768 x 1344; references at 2048)."""
     adaln_rank: int | None = None
     """Set for the pruned layout: the DiT's AdaLN projections read a shared rank-r basis (no diffusers class)."""
 
@@ -106,6 +107,10 @@ def _small_audio(encoder_dim: int, latent_dim: int, decoder_dim: int) -> dict[st
     }
 
 
+WITH_REFERENCE_DIT = ("text_encoder", "tokenizer", "processor", "transformer", "transformer_ref", "vae", "audio_vae",
+                      "scheduler", "audio_scheduler")
+"""Every folder, `ref2va`'s second DiT included: what the small profiles write, so all three workflows run."""
+
 _H3_DIT: dict[str, Any] = {}
 """The class defaults are the release: 5376 wide, 56 heads x 128, 50 blocks + 2 refiner blocks, ffn 14336."""
 
@@ -125,8 +130,7 @@ PROFILES: dict[str, Profile] = {
             bpe_merges=64,
             shard_bytes=1 << 20,
             canvas=(64, 8192),
-            components=("text_encoder", "tokenizer", "processor", "transformer", "transformer_ref", "vae",
-                        "audio_vae", "scheduler", "audio_scheduler"),
+            components=WITH_REFERENCE_DIT,
         ),
         Profile(
             "demo", "about 100 MB; the dashboard's default, a 124-frame clip in about a minute on a 2-core CPU",
@@ -141,6 +145,7 @@ PROFILES: dict[str, Profile] = {
             bpe_merges=256,
             shard_bytes=16 * 2**20,
             canvas=(160, 46080),
+            components=WITH_REFERENCE_DIT,
         ),
         Profile(
             "h3", "MiniMax H3's released shapes: DiT 638 tensors, 33.12 B parameters; Qwen3-VL-32B text encoder",

@@ -2,8 +2,8 @@
 
 | flag | mechanism |
 |---|---|
-| `dit_layerwise_offload` | diffusers group offload of the transformer at block level (CUDA streams on a GPU) |
-| `dit_cpu_offload` | model-level offload of the transformer (accelerate's `cpu_offload_with_hook`) |
+| `dit_layerwise_offload` | diffusers group offload of the DiT (`transformer`, or `transformer_ref` for ref2va) at block level (CUDA streams on a GPU) |
+| `dit_cpu_offload` | model-level offload of the DiT (accelerate's `cpu_offload_with_hook`) |
 | `text_encoder_cpu_offload` | model-level offload of the Qwen3-VL text encoder |
 | `image_encoder_cpu_offload` | model-level offload of the Qwen3-VL vision tower (fl2va/ref2va only) |
 | `vae_cpu_offload` | model-level offload of both VAEs |
@@ -54,7 +54,7 @@ class Placement:
         return asdict(self)
 
 
-_FLAGS = {"transformer": "dit_cpu_offload", "text_encoder": "text_encoder_cpu_offload",
+_FLAGS = {"transformer": "dit_cpu_offload", "transformer_ref": "dit_cpu_offload", "text_encoder": "text_encoder_cpu_offload",
           "vae": "vae_cpu_offload", "audio_vae": "vae_cpu_offload"}
 """The model-level flag of each weight component."""
 
@@ -64,7 +64,7 @@ def plan_placements(settings: OffloadSettings, device: torch.device, components:
     plans = {}
     for name in components:
         flag = _FLAGS[name]
-        if name == "transformer" and settings.dit_layerwise_offload:
+        if name in ("transformer", "transformer_ref") and settings.dit_layerwise_offload:
             mechanism, flag = GROUP_OFFLOAD, "dit_layerwise_offload"
         elif getattr(settings, flag):
             mechanism = MODEL_OFFLOAD

@@ -19,6 +19,8 @@ MEDIA_TYPES = {
     ".mp4": "video/mp4",
     ".wav": "audio/wav",
     ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".webp": "image/webp",
     ".json": "application/json",
     ".csv": "text/csv",
     ".log": "text/plain",
@@ -60,16 +62,21 @@ def new_artifact_path(data_dir: str | Path, job_id: int, role: str, suffix: str)
 
 def record_artifact(db: sqlite_utils.Database, data_dir: str | Path, job_id: int, path: str | Path) -> dict:
     """Register a finished file in the job's folder; returns its row (name, size, media type)."""
+    row = artifact_row(data_dir, job_id, path)
+    db["artifacts"].insert(row, replace=True)
+    return row
+
+
+def artifact_row(data_dir: str | Path, job_id: int, path: str | Path) -> dict:
+    """The `artifacts` row of a file in the job's folder (for a caller inside its own transaction)."""
     path = resolve_artifact(data_dir, job_id, Path(path).name)
-    row = {
+    return {
         "job_id": job_id,
         "name": path.name,
         "size": path.stat().st_size,
         "media_type": MEDIA_TYPES[path.suffix],
         "created_at": time.time(),
     }
-    db["artifacts"].insert(row, replace=True)
-    return row
 
 
 def resolve_artifact(data_dir: str | Path, job_id: int, name: str) -> Path:

@@ -10,6 +10,7 @@ from dashboard import charts, data, nav
 from dashboard import format as fmt
 from dashboard.host import memory_kind, read_host_memory
 from dashboard.views import eta as ev
+from dashboard.inputs_panel import input_strip
 from dashboard.views import jobs as jv
 from dashboard.views.query import QueryError, job_id as parse_job_id
 from dashboard.views.spec import generate_parameters, job_parameters, spec_checkpoint_name, spec_of
@@ -262,6 +263,7 @@ def draw_seconds_vs_forecast(job: dict) -> None:
 
 
 def draw_video(job: dict) -> None:
+    input_strip(data.artifacts(db, job["id"]), lambda name: data.artifact_path(job["id"], name))
     videos = [a for a in data.artifacts(db, job["id"]) if a["name"].endswith(".mp4")]
     if videos:
         st.video(str(data.artifact_path(job["id"], videos[0]["name"])), loop=True, muted=True, autoplay=True)

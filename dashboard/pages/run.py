@@ -20,6 +20,7 @@ from dashboard import format as fmt
 from dashboard.host import read_host_memory
 from dashboard.host_charts import fit_bar
 from dashboard.views import eta as ev
+from dashboard.inputs_panel import workflow_section
 from dashboard.views import fit, query
 from dashboard.views.checkpoints import CheckpointChoice, components_table
 from dashboard.views.jobs import describe_supervisor, progress
@@ -30,7 +31,7 @@ from dashboard.views.run import (
 from dashboard.views.spec import field_errors, job_label
 from jobs.admission import JobRefused, admit, assess
 from jobs.kinds import kind_names
-from jobs.queue import JobStateError, cancel, enqueue
+from jobs.queue import JobStateError, cancel, queue_spec
 from jobs.spec import JobSpec, JobSpecError, build_spec
 from loader.device import DeviceInfo
 from loader.offload import OffloadSettings
@@ -271,7 +272,7 @@ def policy_choice(field: str, label: str, help: str) -> bool | None:
 
 
 def generate_fields(choice) -> dict[str, Any]:
-    """The clip to generate (MiniMax H3 t2va), as the spec's `generate` mapping."""
+    """The clip to generate (MiniMax H3 t2va, fl2va or ref2va), as the spec's `generate` mapping."""
     canvas, multiple = generate_geometry(str(choice.path) if choice else None)
     defaults = generate_defaults(DEFAULT_PROMPT, canvas)
     for name, value in defaults.items():
@@ -289,7 +290,10 @@ def generate_fields(choice) -> dict[str, Any]:
     cols[0].number_input("Seed", min_value=0, key=key("gen_seed"))
     cols[1].toggle("Audio track", key=key("gen_audio"))
     show_errors(*[f"generate.{name}" for name in GENERATE_FIELDS if name != "prompt"], "generate")
-    return {name: st.session_state[key(f"gen_{name}")] for name in GENERATE_FIELDS}
+    fields = {name: st.session_state[key(f"gen_{name}")] for name in GENERATE_FIELDS}
+    fields |= workflow_section(data.config().data_dir, fields["audio"])
+    show_errors("generate.workflow", "generate.image", "generate.last_image", "generate.ref_image")
+    return fields
 
 
 def offload_fields(device: DeviceInfo) -> dict[str, bool]:
@@ -409,7 +413,7 @@ def queue_button(raw: dict[str, Any], choice: CheckpointChoice | None, db: str) 
             st.session_state[ERRORS_KEY] = {"forecast": [str(e)]}
             st.rerun()
         st.session_state.pop(ERRORS_KEY, None)
-        job_id = enqueue(connection, spec)
+        job_id = queue_spec(connection, spec, data.config().data_dir)
         data.jobs.clear()
         st.toast(f"Queued job {job_id}")
         nav.goto("job", job=str(job_id))

@@ -1,4 +1,7 @@
-"""The `generate` job: MiniMax H3 (diffusers' t2va pipeline) into an MP4 artifact, recording memory per stage."""
+"""The `generate` job: MiniMax H3 (t2va, fl2va or ref2va) into an MP4 artifact, recording memory per stage.
+
+Input images are read from the job's own copies (`jobs.inputs`), never from the path the user gave.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ if TYPE_CHECKING:
 SAMPLE_INTERVAL = 0.1
 """Seconds between timer samples during generate stages."""
 
-_EVENT_KINDS = {"load": "load", "release": "release", "placement": "placement"}
+_EVENT_KINDS = {"load": "load", "release": "release", "placement": "placement", "note": "note"}
 """Pipeline event kinds recorded as job events, and the job event kind each becomes (the offload decisions
 are the probe stage's, recorded there; the pipeline takes them as handed down and only repeats them)."""
 
@@ -57,12 +60,16 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     sample memory on a timer tagged with the stage, and return the pipeline's result: stage timings
     (`stage_seconds`), per-stage peak footprint (`stage_peaks`), the offload settings and the diffusers
     mechanism each component got (`placements`), and each component's load report (`loads`)."""
+    from dataclasses import replace
+
+    from jobs.inputs import input_copies
     from loader.dtypes import parse_dtype
     from models.pipeline import PipelineEvent, run_generate
     from storage.config import load_config
 
     if spec.generate is None:
         raise ValueError("a generate job needs generate parameters")
+    params = replace(spec.generate, **input_copies(ctx.data_dir, ctx.job_id, list(spec.generate.input_images())))
     device, settings, decisions = decide_offload(spec, ctx)
 
     stages = _Stages(ctx)
@@ -81,7 +88,7 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     try:
         # The settings are already resolved for `device`: the pipeline takes them and their decisions as they are.
         result = run_generate(
-            spec.model, spec.generate, out_path, device=spec.device, dtype=parse_dtype(spec.dtype), mode=spec.mode,
+            spec.model, params, out_path, device=spec.device, dtype=parse_dtype(spec.dtype), mode=spec.mode,
             offload=settings, decided=decisions, device_info=device, sequential_components=getattr(spec, "sequential_components", None),
             on_event=on_event,
             on_sample=lambda stage, sample: ctx.record(sample, stage=stage), sample_interval=SAMPLE_INTERVAL,

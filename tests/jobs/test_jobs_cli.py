@@ -53,3 +53,17 @@ def test_show_and_list_print_a_job(db, config, capsys):
     assert main(["cancel", str(queued["id"]), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["status"] == "cancelled"
     assert main(["show", "999", "--json"]) == 2
+
+
+def test_submit_generate_with_a_bad_image_exits_2_and_queues_nothing(db, config, capsys, tmp_path, tiny_model):
+    from storage.queries import list_jobs
+
+    model = tiny_model
+    not_image = tmp_path / "frame.png"
+    not_image.write_text("hello")
+    code = main(["submit", "generate", "--model", str(model), "--prompt", "a fox", "--image", str(not_image),
+                 "--json"])
+    body = json.loads(capsys.readouterr().out)
+    assert code == 2 and body["ok"] is False
+    assert any(e.startswith(f"generate.image: {not_image}: not a readable image") for e in body["errors"]), body
+    assert list_jobs(db) == []

@@ -65,3 +65,22 @@ def test_forecast_bad_input_exits_2_in_one_line(capsys, h3_tiny: Path, tmp_path:
     assert main(["forecast", str(h3_tiny), "--prompt", "x", "--history", str(tmp_path / "bad.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {tmp_path / 'bad.json'}: expected a JSON list")
+
+
+def test_generate_fl2va_from_the_command_line_and_a_bad_image_exits_2(capsys, h3_tiny: Path, tmp_path: Path):
+    from PIL import Image
+
+    frame = tmp_path / "frame.png"
+    Image.new("RGB", (64, 64), (10, 200, 10)).save(frame)
+    out = tmp_path / "clip.mp4"
+    code = main(["generate", str(h3_tiny), "--prompt", "a red fox", "--out", str(out), "--width", "64",
+                 "--height", "64", "--steps", "2", "--no-audio", "--workflow", "fl2va", "--image", str(frame),
+                 "--no-vae-tiling", "--json"])
+    body = json.loads(capsys.readouterr().out)
+    assert code == 0 and body["workflow"] == "fl2va" and body["vae_tiling"] is False
+    assert body["inputs"]["image"] == {"file": "frame.png", "size": [64, 64], "note": ""}  # canvas-sized: no resize
+    bad = tmp_path / "bad.webp"
+    bad.write_bytes(b"RIFF\x00\x00\x00\x00WEBPVP8 junk")
+    code = main(["generate", str(h3_tiny), "--prompt", "fox", "--out", str(out), "--ref-image", str(bad), "--json"])
+    body = json.loads(capsys.readouterr().out)
+    assert code == 2 and len(body["errors"]) == 1 and body["errors"][0].startswith(f"ref_image: {bad}: ")

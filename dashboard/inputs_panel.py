@@ -1,0 +1,72 @@
+"""The workflow's images on the Run page (an uploader with a preview per input) and on the Job page (a strip).
+
+Self-contained: the Run page calls `workflow_section` inside its generate
+form and merges the returned fields into the spec's `generate` mapping; an
+upload is written once under `<data_dir>/uploads/` (named by its digest) and
+submit copies it into the job's own folder, where the Job page's
+`input_strip` shows it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from models.inputs import MAX_IMAGE_BYTES
+from models.workflows import WORKFLOW_INPUTS, WORKFLOWS, stage_plan
+
+INPUT_LABELS = {"image": "First frame", "last_image": "Last frame", "ref_image": "Reference image"}
+"""Uploader label per GenerateParams image field."""
+WORKFLOW_HELP = {"t2va": "text to video with audio", "fl2va": "from a first and/or last frame",
+                 "ref2va": "from a reference image (loads transformer_ref, the second DiT)"}
+"""One line per workflow for the workflow control."""
+
+
+def save_upload(data_dir: Path, name: str, body: bytes) -> Path:
+    """Write an uploaded file under `<data_dir>/uploads/` by its digest (the suffix kept) and return the path."""
+    folder = Path(data_dir) / "uploads"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / (hashlib.sha256(body).hexdigest()[:32] + Path(name).suffix.lower())
+    if not path.exists():
+        path.write_bytes(body)
+    return path
+
+
+def plan_table(workflow: str, audio: bool, sequential: bool = True) -> pd.DataFrame:
+    """The workflow's weight-reading stages with what is resident in each."""
+    return pd.DataFrame([{"stage": s.block, "resident": ", ".join(s.resident)}
+                         for s in stage_plan(workflow, audio=audio, sequential=sequential) if s.reads])
+
+
+def workflow_section(data_dir: Path, audio: bool) -> dict[str, Any]:
+    """The workflow control, an uploader with a preview for each of its images, its stage plan; the spec fields."""
+    workflow = st.selectbox("Workflow", WORKFLOWS, key="run_gen_workflow", format_func=lambda w: f"{w}: {WORKFLOW_HELP[w]}")
+    fields: dict[str, Any] = {"workflow": workflow}
+    names = WORKFLOW_INPUTS[workflow]
+    cols = st.columns(max(len(names), 1))
+    for col, name in zip(cols, names):
+        upload = col.file_uploader(INPUT_LABELS[name], type=["png", "jpg", "jpeg", "webp"], key=f"run_gen_{name}",
+                                   help=f"PNG, JPEG or WebP up to {MAX_IMAGE_BYTES // 2**20} MiB; resized onto the"
+                                        " canvas the way diffusers does")
+        if upload is not None:
+            fields[name] = str(save_upload(data_dir, upload.name, upload.getvalue()))
+            col.image(upload.getvalue(), caption=upload.name, width="stretch")
+    with st.expander("Stage plan (one component at a time)"):
+        st.dataframe(plan_table(workflow, audio), hide_index=True, width="stretch")
+    return fields
+
+
+def input_strip(artifacts: list[dict], path_of) -> None:
+    """The job's input images side by side (`path_of(name)` gives an artifact's file)."""
+    shown = [(a["name"], INPUT_LABELS.get(a["name"].rpartition(".")[0]))
+             for a in artifacts if a["media_type"].startswith("image/")]
+    shown = [(name, label) for name, label in shown if label is not None]
+    if not shown:
+        return
+    cols = st.columns(len(shown))
+    for col, (name, label) in zip(cols, shown):
+        col.image(str(path_of(name)), caption=f"{label} ({name})", width="stretch")

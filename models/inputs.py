@@ -1,0 +1,75 @@
+"""Input images of the `fl2va` and `ref2va` workflows: checked with Pillow before a job is queued.
+
+A file is accepted when it is a PNG, JPEG or WebP of at most `MAX_IMAGE_BYTES`
+on disk and `MAX_IMAGE_PIXELS` decoded, and decodes completely. The pixel
+count is read from the header before any pixel is decoded, so a decompression
+bomb (a small file declaring a huge canvas) is refused without being inflated.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+from loader.errors import DrainboardError
+
+IMAGE_FORMATS = {"PNG": ".png", "JPEG": ".jpg", "WEBP": ".webp"}
+"""Pillow format name -> the suffix the job's copy gets."""
+MAX_IMAGE_BYTES = 32 * 2**20
+"""Largest image file accepted (32 MiB)."""
+MAX_IMAGE_PIXELS = 40_000_000
+"""Most pixels accepted (40 MP: an 8K frame is 33 MP)."""
+MAX_ASPECT = 4
+"""diffusers refuses a reference image beyond 1:4 or 4:1."""
+
+
+class InputImageError(DrainboardError):
+    """An input image cannot be used."""
+
+
+def check_image(path: str | os.PathLike) -> tuple[str, tuple[int, int]]:
+    """(Pillow format, (width, height)) of the image at `path`; InputImageError naming the file otherwise."""
+    from PIL import Image, UnidentifiedImageError
+
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise InputImageError(f"{path}: cannot read: {e.strerror or e}") from None
+    if not path.is_file():
+        raise InputImageError(f"{path}: not a file")
+    if size > MAX_IMAGE_BYTES:
+        raise InputImageError(f"{path}: {size:,} bytes; images up to {MAX_IMAGE_BYTES // 2**20} MiB are accepted")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as image:
+                kind, dims = image.format, image.size
+                if kind not in IMAGE_FORMATS:
+                    raise InputImageError(f"{path}: a {kind} image; expected {', '.join(IMAGE_FORMATS)}")
+                if dims[0] * dims[1] > MAX_IMAGE_PIXELS:
+                    raise InputImageError(f"{path}: {dims[0]}x{dims[1]} is {dims[0] * dims[1]:,} pixels; at most"
+                                          f" {MAX_IMAGE_PIXELS:,} are accepted")
+                image.load()
+    except InputImageError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise InputImageError(f"{path}: a decompression bomb (its header declares more pixels than Pillow's limit);"
+                              f" at most {MAX_IMAGE_PIXELS:,} pixels are accepted") from None
+    except UnidentifiedImageError as e:
+        raise InputImageError(f"{path}: not a readable image: {e}") from None
+    except (OSError, SyntaxError, ValueError) as e:  # Pillow reports truncated or corrupt data with these
+        raise InputImageError(f"{path}: truncated or corrupt image: {e}") from None
+    if dims[0] < 1 or dims[1] < 1:
+        raise InputImageError(f"{path}: has no pixels")
+    return kind, dims
+
+
+def open_image(path: str | os.PathLike):
+    """The checked image at `path` as an RGB PIL image, as diffusers' `load_image` gives it."""
+    from PIL import Image, ImageOps
+
+    check_image(path)
+    with Image.open(path) as image:
+        return ImageOps.exif_transpose(image).convert("RGB")

@@ -1,0 +1,38 @@
+"""The command-line arguments of a generate request's workflow, images and VAE / DiT knobs.
+
+Shared by `python -m models generate` and `python -m jobs submit generate`, and
+free of torch so that building a parser stays cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .workflows import WORKFLOWS
+
+QUANTIZATIONS = ("int8", "fp8")
+"""Weight-only DiT quantizations (torchao): int8 on CPU and CUDA, fp8 on CUDA compute capability 8.9+."""
+VAE_DTYPES = ("bf16", "fp32")
+"""Video VAE precision: the run's bfloat16 (diffusers' `load_components(dtype=bf16)`) or the checkpoint's fp32."""
+
+
+def add_workflow_arguments(parser: argparse.ArgumentParser) -> None:
+    """The workflow, its images and the VAE / DiT knobs, shared by `models generate` and `jobs submit generate`."""
+    parser.add_argument("--workflow", choices=WORKFLOWS, help="default: picked from the images given")
+    parser.add_argument("--image", metavar="FILE", help="fl2va: the frame the clip starts from (PNG, JPEG, WebP)")
+    parser.add_argument("--last-image", metavar="FILE", help="fl2va: the frame the clip ends on")
+    parser.add_argument("--ref-image", metavar="FILE", help="ref2va: a reference image (subject, style, scene)")
+    parser.add_argument("--vae-tiling", action=argparse.BooleanOptionalAction, default=None,
+                        help="decode on the VAE's 256 px tiles (default: on; off is noisier and risky at high res)")
+    parser.add_argument("--vae-dtype", choices=VAE_DTYPES, help="video VAE precision (default: bf16)")
+    parser.add_argument("--quantize", choices=QUANTIZATIONS, help="weight-only DiT quantization (torchao)")
+
+
+WORKFLOW_FIELDS = ("workflow", "image", "last_image", "ref_image", "vae_tiling", "vae_dtype", "quantize")
+"""GenerateParams fields that `add_workflow_arguments` adds, by their argparse names."""
+
+
+def workflow_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The GenerateParams fields of `add_workflow_arguments` that were given."""
+    return {name: getattr(args, name) for name in WORKFLOW_FIELDS if getattr(args, name) is not None}

@@ -1,0 +1,63 @@
+"""The Run page's workflow section and the Job page's input strip, each under AppTest on its own."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from PIL import Image
+from streamlit.testing.v1 import AppTest
+
+
+def _png(color=(200, 10, 10)) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (80, 48), color).save(out, "PNG")
+    return out.getvalue()
+
+
+def _section(data_dir: str):
+    import json
+
+    import streamlit as st
+
+    from dashboard.inputs_panel import workflow_section
+
+    st.code(json.dumps(workflow_section(data_dir, True)), language="json")
+
+
+def test_fl2va_offers_two_uploaders_previews_an_upload_and_feeds_the_spec(tmp_path: Path):
+    at = AppTest.from_function(_section, args=(str(tmp_path),), default_timeout=60).run()
+    assert not at.exception and not at.get("file_uploader")  # t2va takes no image
+    assert json.loads(at.code[0].value) == {"workflow": "t2va"}
+    at.selectbox(key="run_gen_workflow").set_value("fl2va").run()
+    uploaders = at.get("file_uploader")
+    assert [u.label for u in uploaders] == ["First frame", "Last frame"]
+    uploaders[0].set_value(("frame.png", _png(), "image/png")).run()
+    fields = json.loads(at.code[0].value)
+    saved = Path(fields["image"])
+    assert fields["workflow"] == "fl2va" and "last_image" not in fields
+    assert saved.parent == tmp_path / "uploads" and saved.read_bytes() == _png()
+    assert [i.captions for i in at.get("image")] == [["frame.png"]]  # the preview
+    plan = at.dataframe[0].value
+    assert list(plan["stage"]) == ["text_encoder", "vae_encoder", "denoise.denoise", "decode.video", "decode.audio"]
+    assert list(plan["resident"])[2] == "transformer"
+
+
+def _strip(folder: str):
+    from pathlib import Path
+
+    from dashboard.inputs_panel import input_strip
+
+    artifacts = [{"name": "image.png", "media_type": "image/png"}, {"name": "ref_image.png", "media_type": "image/png"},
+                 {"name": "video.mp4", "media_type": "video/mp4"}]
+    input_strip(artifacts, lambda name: Path(folder) / name)
+
+
+def test_the_job_page_strip_shows_each_input_image_with_its_role(tmp_path: Path):
+    for name in ("image.png", "ref_image.png"):
+        (tmp_path / name).write_bytes(_png())
+    at = AppTest.from_function(_strip, args=(str(tmp_path),), default_timeout=60).run()
+    assert not at.exception
+    captions = [c for image in at.get("image") for c in image.captions]
+    assert captions == ["First frame (image.png)", "Reference image (ref_image.png)"]

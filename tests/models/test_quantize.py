@@ -1,0 +1,74 @@
+"""int8 weight-only DiT on CPU (torchao): each Linear quantized as soon as it is placed, bytes the forecast can
+predict, frames close to bf16's but not identical."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("torchao", reason="torchao is the optional quantization dependency (requirements-quant.txt)")
+
+from loader.device import DeviceInfo  # noqa: E402
+from loader.errors import PlacementError  # noqa: E402
+from models.components import load_component  # noqa: E402
+from models.params import GenerateParams  # noqa: E402
+from models.pipeline import run_generate  # noqa: E402
+from models.quantize import held_bytes, quant_config, quantized_bytes  # noqa: E402
+
+UNIFIED = DeviceInfo(spec="cpu", kind="cpu", index=None, name="fake unified GPU", unified_memory=True,
+                     total_memory=8 * 2**30, source="test", reason="a unified device for tests")
+
+
+def test_each_linear_is_quantized_right_after_its_last_tensor_is_placed(h3_tiny: Path):
+    order: list[tuple[str, str]] = []
+    from models import quantize
+
+    original = quantize.LinearQuantizer._quantize
+
+    def spy(self, path):
+        order.append(("quantized", path))
+        original(self, path)
+
+    quantize.LinearQuantizer._quantize = spy
+    try:
+        module, _ = load_component(h3_tiny, "transformer", dtype=torch.bfloat16, quantize="int8",
+                                   on_tensor=lambda placed: order.append(("placed", placed.name)))
+    finally:
+        quantize.LinearQuantizer._quantize = original
+    quantized = [p for kind, p in order if kind == "quantized"]
+    assert quantized and all(type(module.get_submodule(p).weight).__name__ == "Int8Tensor" for p in quantized)
+    for i, (kind, path) in enumerate(order):
+        if kind == "quantized":  # the callback of the tensor that completed it comes right after
+            assert order[i + 1][0] == "placed" and order[i + 1][1].rpartition(".")[0] == path
+    assert held_bytes(module) == quantized_bytes(h3_tiny, "transformer", "int8")
+
+
+def test_the_forecast_size_of_the_quantized_dit_is_smaller_and_exact_for_bf16(h3_tiny: Path):
+    bf16_module, report = load_component(h3_tiny, "transformer", dtype=torch.bfloat16)
+    assert quantized_bytes(h3_tiny, "transformer", None) == report.bytes_placed == held_bytes(bf16_module)
+    assert quantized_bytes(h3_tiny, "transformer", "int8") < report.bytes_placed
+
+
+def test_int8_frames_are_close_to_bf16_but_not_identical(h3_tiny: Path, tmp_path: Path):
+    params = GenerateParams(prompt="a red fox", frames=124, height=64, width=64, steps=3, seed=7, audio=False)
+    frames = {}
+    results = {}
+    for kind in (None, "int8"):
+        results[kind] = run_generate(h3_tiny, replace(params, quantize=kind), tmp_path / f"{kind}.mp4",
+                                     device_info=UNIFIED)
+        import av
+        with av.open(results[kind].out_path) as c:
+            frames[kind] = np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)]).astype(np.float64)
+    assert results["int8"].video_sha256 != results[None].video_sha256
+    assert results["int8"].loads["transformer"]["bytes_held"] < results[None].loads["transformer"]["bytes_placed"]
+    mse = np.mean((frames["int8"] - frames[None]) ** 2)
+    assert mse < np.var(frames[None])  # far closer to bf16's frames than unrelated frames would be
+
+
+def test_fp8_is_refused_off_cuda():
+    with pytest.raises(PlacementError, match="compute capability 8.9"):
+        quant_config("fp8", torch.device("cpu"))
