@@ -99,7 +99,7 @@ def draw_videos(jobs: list[dict]) -> None:
     for column, (job, artifact) in zip(st.columns(min(3, len(videos))), videos[:3]):
         with column:
             st.caption(job_label(job))
-            st.video(str(data.artifact_path(job["id"], artifact["name"])), loop=True, muted=True)
+            st.video(str(data.artifact_path(job["id"], artifact["name"])), loop=True)
 
 
 def main() -> None:

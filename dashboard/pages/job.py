@@ -241,7 +241,7 @@ def draw_progress(job: dict, stats: jv.LiveStats, events) -> None:
 def draw_video(job: dict) -> None:
     videos = [a for a in data.artifacts(db, job["id"]) if a["name"].endswith(".mp4")]
     if videos:
-        st.video(str(data.artifact_path(job["id"], videos[0]["name"])), loop=True, muted=True, autoplay=True)
+        st.video(str(data.artifact_path(job["id"], videos[0]["name"])), loop=True)
     elif job["kind"] != "load":
         st.info(f"No video: the job was {job['status']} before it wrote one.")
     if job["status"] != "succeeded":

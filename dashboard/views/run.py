@@ -65,10 +65,12 @@ def offload_summary(preview: pd.DataFrame, device: str) -> str:
 
 
 def size_text(nbytes: int | None) -> str:
-    """A byte count as the size parser reads it back exactly: `8GiB`, `700MiB` or plain bytes."""
+    """A byte count as the size parser reads it back exactly, in the unit the user most likely
+    typed: `8GiB`, `700MiB`, `300MB`, `2GB`, or plain bytes. A stored spec keeps only bytes, so
+    binary units are tried first (they are exact for what the page suggests), then decimal ones."""
     if nbytes is None:
         return ""
-    for unit, size in (("GiB", fmt.GIB), ("MiB", fmt.MIB)):
+    for unit, size in (("GiB", fmt.GIB), ("MiB", fmt.MIB), ("GB", 10**9), ("MB", 10**6)):
         if nbytes % size == 0:
             return f"{nbytes // size}{unit}"
     return str(nbytes)

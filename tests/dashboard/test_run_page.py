@@ -185,3 +185,34 @@ def test_requeue_of_a_job_whose_checkpoint_is_gone_says_so(fresh_db, tiny_checkp
                for w in at.warning)
     assert at.selectbox(key="run_checkpoint").value == str(tiny_checkpoint)
     assert at.segmented_control(key="run_mode").value == "retain"
+
+
+def chart_labels(at: AppTest) -> list[str]:
+    """The `label` column of every dataset the page's Vega-Lite charts carry (Arrow, as Streamlit sends them)."""
+    import pyarrow as pa
+
+    labels: list[str] = []
+
+    def walk(node) -> None:
+        proto = getattr(node, "proto", None)
+        for dataset in getattr(proto, "datasets", []):
+            table = pa.ipc.open_stream(dataset.data.data).read_all()
+            if "label" in table.column_names:
+                labels.extend(str(v) for v in table.column("label").to_pylist())
+        for child in getattr(node, "children", {}).values():
+            walk(child)
+
+    walk(at._tree)
+    return labels
+
+
+def test_the_fit_bar_labels_the_limit_as_typed_not_where_it_sits_in_the_pool(fresh_db, tiny_checkpoint):
+    at = run_page().run()
+    limit = at.text_input(key="run_memory_limit")
+    if limit.disabled:
+        pytest.fail("per-job memory limits are not available here; this test needs a box with memory cgroups")
+    limit.input("200MB").run()
+    labels = chart_labels(at)
+    assert "limit 191 MiB" in labels, labels
+    assert not any(label.startswith("limit") and label != "limit 191 MiB" for label in labels), labels
+    assert any("191 MiB memory limit" in m.value for m in [*at.error, *at.warning, *at.success])
