@@ -19,7 +19,7 @@ LIVE_EVERY = 1.0  # seconds between live refreshes of the charts and cards
 LIVE_KEY = "job_live"  # session key: id of the job whose live timer runs (cleared once it is final)
 X_LABELS = {"placed": "bytes", "% placed": "percent", "seconds": "seconds"}
 Y_LABELS = {"Above baseline": "baseline", "Fit data": "data", "Whole pool": "pool"}
-LONG_ERROR_LINES = 6  # an error with more lines opens in an expander (its first lines stay in view)
+SHORT_DETAIL = 3  # a cause of at most this many lines opens with the page
 
 db = data.db_path()
 host = read_host_memory()
@@ -93,16 +93,25 @@ def draw_lineage(job: dict) -> None:
         st.markdown(" · ".join(links).capitalize())
 
 
-def draw_outcome(job: dict, total_bytes: int | None) -> None:
-    """Why a finished job ended, at the top of its page and in full: every line of the error."""
-    stats = jv.live_stats(data.series(db, job["id"], data.sample_count(db, job["id"])), host.total)
-    told = jv.outcome(job, stats, total_bytes)
+def job_outcome(job: dict, total_bytes: int | None) -> jv.Outcome:
+    samples = data.series(db, job["id"], data.sample_count(db, job["id"]))
+    stats = jv.live_stats(samples, host.total)
+    return jv.outcome(job, stats, total_bytes, samples=samples, predicted=jv.predicted_peak(job, data.events(db, job["id"])))
+
+
+def draw_outcome(told: jv.Outcome) -> None:
+    """Why a finished job ended, at the top of its page: one plain sentence and what to do next;
+    the whole cause (every line, folded) and the error as stored one click away."""
     draw = {"success": st.success, "info": st.info, "warning": st.warning}.get(told.tone, st.error)
-    shown, rest = told.cause[:LONG_ERROR_LINES], told.cause[LONG_ERROR_LINES:]
-    draw("\n\n".join([f"**{told.headline}**", *shown]) if shown else f"**{told.headline}**")
-    if rest:
-        with st.expander(f"All {len(told.cause)} lines of the error"):
-            st.code("\n".join(told.cause), language=None, wrap_lines=True)
+    draw("\n\n".join([f"**{told.headline}**", *([told.next_step] if told.next_step else [])]))
+    details = [line for line in told.cause if line not in told.headline]
+    if details or (told.raw and told.tone != "success"):
+        with st.expander("What happened, in detail", expanded=len(details) <= SHORT_DETAIL and bool(details)):
+            for line in details:
+                st.markdown(f"- {line}")
+            if told.raw:
+                st.caption("The error as the job recorded it")
+                st.code(told.raw, language=None, wrap_lines=True)
 
 
 def draw_actions(job: dict, live: bool) -> None:
@@ -267,16 +276,16 @@ def draw_details(job: dict) -> None:
     tabs["Events"].dataframe(jv.event_table(data.events(db, job["id"])), hide_index=True, width="stretch", key="job_events")
 
 
-def draw_retry(job: dict) -> None:
+def draw_retry(job: dict, suggested: int | None) -> None:
     """Retry buttons that fit how the job ended (jv.retry_choices)."""
-    choices = jv.retry_choices(job)
+    choices = jv.retry_choices(job, suggested)
     if not choices:
         return
     st.subheader("Retry")
     row = st.container(horizontal=True)
     for choice in choices:
         if row.button(f"Retry with {choice}", key=f"retry_{choice}"):
-            changes = {} if choice == "same settings" else {"mode": choice}
+            changes = jv.retry_changes(choice, suggested)
             try:  # the one retry path: the stored spec is validated again, as the CLI's retry does
                 new_id = retry(connect(db, ensure=False), job["id"], data.config(), changes=changes)
             except (JobSpecError, JobStateError) as e:
@@ -327,8 +336,9 @@ def main() -> None:
     total_bytes, _ = job_sizes(job)
     live = not jv.is_final(job)
     draw_header(job, total_bytes)
-    if not live:
-        draw_outcome(job, total_bytes)
+    told = None if live else job_outcome(job, total_bytes)
+    if told is not None:
+        draw_outcome(told)
     draw_actions(job, live)
     x_choice, fit, paused = draw_controls(job, total_bytes, live)
     if live and not paused:
@@ -337,8 +347,8 @@ def main() -> None:
     else:
         draw_body(job["id"], x_choice, fit)
     draw_details(job)
-    if not live:
-        draw_retry(job)
+    if told is not None:
+        draw_retry(job, told.suggested_limit)
         draw_downloads(job["id"])
 
 

@@ -6,12 +6,15 @@ directly with made-up rows.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 
 import pandas as pd
 
 from dashboard import format as fmt
+from dashboard import words
+from dashboard.views import failure
 from storage.schema import FINAL_STATUSES
 
 STATUS_ICONS = {
@@ -53,9 +56,9 @@ class Progress:
 
     @property
     def text(self) -> str:
-        """`load 13/41`, `denoising 3/6`, or just the stage."""
-        stage = self.stage or "step"
-        return f"{stage} {self.done or 0}/{self.total}" if self.total else (self.stage or "")
+        """`loading 13/41`, `denoising 1/2`, or just the stage, in words (words.stage)."""
+        stage = words.stage(self.stage) or "step"
+        return f"{stage} {self.done or 0}/{self.total}" if self.total else words.stage(self.stage)
 
     @property
     def fraction(self) -> float | None:
@@ -140,9 +143,11 @@ def status_label(job: dict, stats: LiveStats, total_bytes: int | None, *, now: f
         return "Queued: waiting for the worker"
     if status == "running":
         started = job.get("started_at")
-        if not stats.samples:
-            waited = (now or time.time()) - started if started else 0.0
-            return f"Starting worker, importing, opening checkpoint… {fmt.duration(waited)}"
+        waited = (now or time.time()) - started if started else stats.elapsed
+        if not stats.samples or job.get("stage") in STARTING_STAGES:
+            return f"{starting_text(job)} · {fmt.duration(waited)}"
+        if job.get("kind", "load") != "load":  # sparse timer samples: the clock, not the last sample's t
+            return f"{progress(job).text or 'running'} · {fmt.duration(waited)}"
         return f"{progress(job).text or 'running'} · {at}"
     if status == "succeeded":
         took = _took(job)
@@ -155,8 +160,21 @@ def status_label(job: dict, stats: LiveStats, total_bytes: int | None, *, now: f
         return f"Cancelled by the user at {at}"
     if status == "interrupted":
         return f"Interrupted (the worker stopped) at {at}"
-    error = (job.get("error") or "no error message recorded").splitlines()[0]
+    error = failure.plain((job.get("error") or "no error message recorded").splitlines()[0])
     return f"Failed at {at}: {error}"
+
+
+STARTING_STAGES = frozenset({None, "probe", "prepare"})
+"""Stages before a job does its own work: the page says what is happening instead of the stage's name."""
+
+
+def starting_text(job: dict) -> str:
+    """What a job that has not started its own work is doing, in order."""
+    if job.get("kind", "load") == "load":
+        return "Starting the job: importing, opening the checkpoint…"
+    if job.get("stage") == "prepare":
+        return "Starting the job: preparing the tokenizer and scheduler, then loading the text encoder…"
+    return "Starting the job: importing the pipeline, then loading the text encoder…"
 
 
 def kill_kind(job: dict) -> str | None:
@@ -184,45 +202,101 @@ class Outcome:
     tone: str
     """st element to draw it with: success, info (a user's cancel), warning (interrupted) or error."""
     headline: str
-    """One line: the status and where it happened."""
+    """One plain sentence: the status and where it happened."""
     cause: list[str]
-    """The whole cause, one line each (empty for a success): the signal and who sent it, the limit,
-    the last sample (tensor k of N, stage, memory), or every line of the error."""
+    """The whole cause in plain words, one line each, near-identical lines folded (empty for a success):
+    the signal and who sent it, the limit, the last sample, or every problem of the error. Shown on demand."""
+    next_step: str | None = None
+    """What to do now (a kill's remedy), or None."""
+    raw: str = ""
+    """The stored error as the runner wrote it, for whoever wants it verbatim."""
+    suggested_limit: int | None = None
+    """For a job killed at its memory limit: the smallest limit that would have worked."""
 
 
-def outcome(job: dict, stats: LiveStats, total_bytes: int | None) -> Outcome:
-    """The banner of a finished job: nothing of the stored error is cut."""
+def outcome(job: dict, stats: LiveStats, total_bytes: int | None, *, samples: pd.DataFrame | None = None,
+            predicted: int | None = None) -> Outcome:
+    """The banner of a finished job: a headline, the next step, and the cause (nothing of it cut)."""
     status = job["status"]
     tone = {"succeeded": "success", "cancelled": "info", "interrupted": "warning"}.get(status, "error")
     text = error_text(job)
     if status == "killed" or status == "interrupted":
         # "<why>; last sample at ...": the cause and the last sample, each on its own line.
         why, split, last = text.partition("; last sample")
-        cause = [why.strip()] + ([f"last sample{last}".strip()] if split else [])
+        cause = [failure.plain(why)] + ([failure.plain(f"Last sample{last}")] if split else [])
     else:
-        cause = [line for line in text.splitlines() if line.strip()]
+        cause = failure.sentences(text)
     if status == "succeeded":
         cause = []
-    return Outcome(tone, status_label(job, stats, total_bytes), cause)
+    spec = job.get("spec") or {}
+    needed = suggested_limit(job, stats, total_bytes, samples, predicted)
+    step = failure.next_step(
+        kill_kind(job), limit=killing_limit(job), budget=spec.get("memory_budget"), suggested_limit=needed,
+        mode=spec.get("mode"),
+    )
+    return Outcome(tone, status_label(job, stats, total_bytes), cause, step, text, needed)
+
+
+def suggested_limit(job: dict, stats: LiveStats, total_bytes: int | None, samples: pd.DataFrame | None,
+                    predicted: int | None) -> int | None:
+    """For a job killed at its memory limit: the smallest limit that would have worked (failure.limit_needed)."""
+    limit = killing_limit(job)
+    if not limit:
+        return None
+    usage = baseline = None
+    if samples is not None and len(samples):
+        column = samples["cgroup_usage"] if "cgroup_usage" in samples and samples["cgroup_usage"].notna().any() else samples["vm_rss"]
+        usage, baseline = int(column.max()), int(column.dropna().iloc[0])
+    fraction = stats.bytes_placed / total_bytes if total_bytes and job.get("kind", "load") == "load" else None
+    return failure.limit_needed(limit=limit, usage_at_kill=usage, baseline=baseline, placed_fraction=fraction,
+                                predicted_peak=predicted)
 
 
 MODE_COST = {"retain": 2.0, "drain": 1.16, "stream": 1.0}
 """Typical footprint of each placement mode, cheapest last: a retry offers only cheaper ones."""
 
 
-def retry_choices(job: dict) -> list[str]:
-    """What a Retry button may offer: "same settings", plus each cheaper placement mode when
-    memory ran out (OOM or memory guard). Nothing after success; after a user's cancel, a
-    failure or another signal, a mode change would not help, so only the same settings."""
+def retry_choices(job: dict, suggested: int | None = None) -> list[str]:
+    """What a Retry button may offer: "same settings" (or, for a job killed at its memory limit,
+    "a limit of N" with `suggested`: the same settings would be killed again), plus each cheaper
+    placement mode when memory ran out (OOM or memory guard). Nothing after success; after a
+    user's cancel, a failure or another signal, a mode change would not help."""
     if job["status"] in ("succeeded", "queued", "running"):
         return []
-    choices = ["same settings"]
+    limited = killing_limit(job) and suggested
+    choices = [f"a limit of {fmt.gib(suggested)}" if limited else "same settings"]
     if kill_kind(job) in ("oom", "guard"):
         mode = (job.get("spec") or {}).get("mode")
         cost = MODE_COST.get(mode)
         if cost is not None:
             choices += [m for m, c in sorted(MODE_COST.items(), key=lambda kv: kv[1]) if c < cost]
     return choices
+
+
+LIMIT_REACHED = re.compile(r"limit (\d+(?:\.\d+)?) ?([KMGT]i?B)\b reached")
+"""The limit a cgroup OOM kill names (jobs.outcome.kill_reason), for jobs whose spec predates the field."""
+
+
+def killing_limit(job: dict) -> int | None:
+    """The memory limit a job was killed at (OOM in its memory cgroup), or None for any other end."""
+    if kill_kind(job) != "oom":
+        return None
+    limit = (job.get("spec") or {}).get("memory_limit")
+    found = LIMIT_REACHED.search(job.get("error") or "")
+    if limit is None and found:
+        from loader.sizes import parse_size
+
+        limit = parse_size(found.group(1) + found.group(2))
+    return limit if limit and (found or "memory cgroup" in (job.get("error") or "")) else None
+
+
+def retry_changes(choice: str, suggested: int | None) -> dict:
+    """The spec changes a retry_choices entry stands for."""
+    if choice == "same settings":
+        return {}
+    if choice in MODE_COST:
+        return {"mode": choice}
+    return {"memory_limit": suggested}
 
 
 def _took(job: dict) -> float | None:

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from dashboard.host import memory_kind, pool_caption
+from dashboard.views import failure
 from dashboard.views import jobs as jv
 from loader.device import DeviceInfo
 
@@ -73,11 +74,12 @@ def _no_samples() -> jv.LiveStats:
     return jv.live_stats(pd.DataFrame(), None)
 
 
-def test_a_failed_job_shows_every_line_of_its_error():
+def test_a_failed_job_shows_every_line_of_its_error_without_the_class_name():
     error = "CheckpointError: 3 problems:\n  a.safetensors: truncated\n  b.safetensors: bad header\n  c: missing key w"
     told = jv.outcome({"status": "failed", "kind": "load", "error": error}, _no_samples(), None)
     assert told.tone == "error"
-    assert told.cause == ["CheckpointError: 3 problems:", "  a.safetensors: truncated", "  b.safetensors: bad header", "  c: missing key w"]
+    assert told.cause == ["3 problems:", "a.safetensors: truncated", "b.safetensors: bad header", "c: missing key w"]
+    assert "CheckpointError" not in told.headline and told.raw == error  # verbatim only on demand
     # A fuller error the runner kept wins over the stored one-line summary.
     detailed = jv.outcome({"status": "failed", "kind": "load", "error": "3 problems", "error_detail": error}, _no_samples(), None)
     assert detailed.cause == told.cause
@@ -190,3 +192,45 @@ def test_a_killed_load_draws_the_predicted_peak_its_forecast_event_recorded():
     events = pd.DataFrame([{"kind": "device", "data": {}}, {"kind": "forecast", "data": {"predicted_peak_bytes": 123}}])
     assert jv.predicted_peak({"metrics": None, "spec": {}}, events) == 123
     assert jv.predicted_peak({"metrics": None, "spec": {}}, events.iloc[:1]) is None
+
+
+def test_a_strict_load_failure_drops_the_python_argument_and_the_class_name():
+    error = ("PlacementError: strict load failed; 1 missing from /m/t: a.weight; 1 unexpected in /m/t: b.weight "
+             "(pass strict=False to load anyway)")
+    told = jv.outcome({"status": "failed", "kind": "load", "error": error}, _no_samples(), None)
+    assert told.headline == "Failed at 0 B placed · t = 0.00 s: strict load failed; 1 missing from /m/t: a.weight; 1 unexpected in /m/t: b.weight"
+    assert not any("strict=False" in line or "PlacementError" in line for line in told.cause)
+
+
+def test_a_truncated_shards_tensor_lines_fold_into_one_sentence():
+    lines = [f"model-00002-of-00003.safetensors: tensor 'blocks.{i}.w' has data_offsets [{i * 10**6}, {16_270_000 - i}] "
+             f"past the end of the 8990000-byte data area (truncated?)" for i in range(19)]
+    folded = failure.fold(["2 problems:", *lines, "other.safetensors: bad header"])
+    assert folded == [
+        "2 problems:",
+        "shard 2 of 3 (model-00002-of-00003.safetensors) is truncated (8.99 of 16.27 MB, 19 tensors cut off): copy it again",
+        "other.safetensors: bad header",
+    ]
+
+
+def test_a_limit_kill_suggests_the_smallest_limit_that_would_have_worked_and_retries_with_it():
+    job = {"status": "killed", "kind": "load", "signal": "SIGKILL", "spec": {"mode": "retain", "memory_limit": GIB},
+           "error": "killed (SIGKILL) by the kernel OOM killer in the job's memory cgroup: limit 1.00 GiB reached"}
+    samples = pd.DataFrame({"rank": 0, "t": [0.0, 1.0], "stage": "load", "bytes_placed": [0, GIB],
+                            "vm_rss": [GIB // 4, GIB], "device_allocated": 0, "mem_available": 8 * GIB,
+                            "cgroup_usage": [GIB // 4, GIB]})
+    stats = jv.live_stats(samples, 16 * GIB)
+    told = jv.outcome(job, stats, 2 * GIB, samples=samples)
+    # Half placed at 1 GiB from a 0.25 GiB start: the whole load needs 0.25 + 2 * 0.75 = 1.75 GiB, +10%, rounded up.
+    assert told.suggested_limit == failure.round_up(1.75 * GIB * 1.1)
+    assert "retry with a limit of 2.0 GiB" in told.next_step
+    choices = jv.retry_choices(job, told.suggested_limit)
+    assert choices == ["a limit of 2.0 GiB", "stream", "drain"]  # never the same settings, killed again
+    assert jv.retry_changes(choices[0], told.suggested_limit) == {"memory_limit": told.suggested_limit}
+
+
+def test_every_kill_says_what_to_do_next():
+    guard = failure.next_step("guard", limit=None, budget=400 * 2**20, suggested_limit=None, mode="drain")
+    assert "budget of 400 MiB" in guard
+    oom = failure.next_step("oom", limit=None, budget=None, suggested_limit=None, mode="retain")
+    assert "close programs" in oom and "stream" in oom

@@ -94,13 +94,17 @@ def test_killed_job_says_where_it_died_and_offers_retry(db_with_jobs):
     banner = at.error[0].value
     # The samples passed the (tiny) checkpoint's size, so no share of it is claimed: bytes only.
     assert banner.startswith("**Killed (SIGKILL) by the OOM killer at 853 MiB placed · t = 3.90 s**")
-    # The whole cause, in the supervisor's words: who, the limit, and the last sample.
-    assert "limit 1.00 GiB reached" in banner
-    assert "last sample at 3.9 s: stage load, tensor 40 of 96" in banner
+    # One sentence, then what to do: the smallest limit that would have worked, from the memory measured.
+    assert "It needed more than its 1.0 GiB memory limit: retry with a limit of 1.5 GiB" in banner
+    # The whole cause, in the supervisor's words, on demand: who, the limit, and the last sample.
+    details = "\n".join(m.value for m in at.markdown)
+    assert "limit 1.00 GiB reached" in details
+    assert "Last sample at 3.9 s: while loading, tensor 40 of 96" in details
     assert at.table[0].value.loc["tensors placed", "value"] == "40"
-    # A retain load killed for memory: the cheaper modes are offered, the same mode only as "same settings".
+    # A retain load killed at its limit: a retry with a limit that would have worked (never the same
+    # settings, killed again) and the cheaper modes.
     assert [b.label for b in at.button if b.label.startswith("Retry")] == [
-        "Retry with same settings", "Retry with stream", "Retry with drain"]
+        "Retry with a limit of 1.5 GiB", "Retry with stream", "Retry with drain"]
     retry = next(b for b in at.button if b.label == "Retry with stream")
     retry.click().run()
     newest = db.execute("SELECT id, spec, retry_of FROM jobs ORDER BY id DESC LIMIT 1").fetchone()
