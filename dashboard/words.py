@@ -92,6 +92,13 @@ def flag(name: str) -> str:
     return FLAG_WORDS.get(name, name.replace("_", " "))
 
 
+def flags_in(text: str) -> str:
+    """`text` with every offload flag it names said in words (the loader's reasons name them)."""
+    for name in sorted(FLAG_WORDS, key=len, reverse=True):
+        text = text.replace(name, f"“{FLAG_WORDS[name]}”")
+    return text
+
+
 def steps(total: int | None) -> str:
     """`3 steps = 2 transformer passes`: N steps make N - 1 passes of the transformer."""
     if not total:

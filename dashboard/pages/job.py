@@ -7,6 +7,7 @@ import streamlit as st
 
 from dashboard import charts, data, nav
 from dashboard import format as fmt
+from dashboard import words
 from dashboard.host import memory_kind, read_host_memory
 from dashboard.views import jobs as jv
 from dashboard.views.query import QueryError, job_id as parse_job_id
@@ -76,8 +77,9 @@ def draw_header(job: dict, total_bytes: int | None) -> None:
     st.caption(" · ".join(str(part) for part in parts if part))
     asked = generate_parameters(job)
     if asked:
+        steps = (spec.get("generate") or {}).get("steps")
         st.markdown(f"**Prompt:** {asked['prompt']}  \n**Seed** {asked['seed']} · **frames** {asked['frames']} · "
-                    f"**size** {asked['size']} · **steps** {asked['steps']} · **guidance** {asked['guidance']}")
+                    f"**size** {asked['size']} · **{words.steps(steps)}**")
     draw_lineage(job)
 
 
@@ -162,6 +164,7 @@ def draw_body(job_id: int, x: str, fit: str) -> None:
     job = data.job(db, job_id)
     if jv.is_final(job) and st.session_state.get(LIVE_KEY) == job_id:
         st.session_state.pop(LIVE_KEY)
+        data.jobs.clear()  # the header's queue chip reads the job list: it must not still say "running"
         st.rerun(scope="app")
     total_bytes, capacity = job_sizes(job)
     count = data.sample_count(db, job_id)
@@ -237,13 +240,13 @@ def draw_chart(job: dict, samples, events, count: int, x: str, fit: str, total_b
 
 def draw_progress(job: dict, stats: jv.LiveStats, events) -> None:
     where = jv.progress(job)
-    st.subheader(where.stage or "starting")
+    st.subheader(words.stage(where.stage) if where.stage not in jv.STARTING_STAGES else "Starting")
     if where.fraction is not None:
         st.progress(where.fraction, text=where.text)
     elif job["status"] == "queued":
         st.info("Waiting for the worker to pick this job up.")
-    if stats.samples == 0:
-        st.info("Starting worker, importing, opening checkpoint…")
+    if stats.samples == 0 or job.get("stage") in jv.STARTING_STAGES:
+        st.info(jv.starting_text(job))
     st.dataframe(jv.event_table(events, last=8), hide_index=True, width="stretch")
 
 

@@ -16,6 +16,7 @@ import streamlit as st
 
 from dashboard import data, frame, nav
 from dashboard import format as fmt
+from dashboard import words
 from dashboard.host import read_host_memory
 from dashboard.host_charts import fit_bar, wall_caption
 from dashboard.views import fit, query
@@ -304,7 +305,7 @@ def offload_fields(device: DeviceInfo) -> dict[str, bool]:
     with st.expander(offload_summary(preview, device.spec), expanded=touched):
         cols = st.columns(2)
         for i, name in enumerate(OFFERED_FLAGS):
-            cols[i % 2].checkbox(name, key=key(f"offload_{name}"))
+            cols[i % 2].checkbox(words.flag(name), key=key(f"offload_{name}"), help=name)
         show_errors("offload")
         st.caption(device.reason)
         st.dataframe(

@@ -434,7 +434,7 @@ DENOISE_STAGE = "denoise.denoise"
 
 def seconds_per_step(job: dict, events: pd.DataFrame | None, elapsed: float) -> float | None:
     """Seconds per denoising step: the `denoise.denoise` stage's time (finished: from the
-    metrics; running: from its stage_start event to `elapsed`) over the steps done.
+    metrics; running: from its stage_start event to its stage_end, or to `elapsed` while it runs) over the steps done.
     The DiT loads in a stage of its own (`load.transformer`), so this is denoising alone."""
     done = job.get("progress_done") or 0
     if not done:
@@ -442,8 +442,10 @@ def seconds_per_step(job: dict, events: pd.DataFrame | None, elapsed: float) -> 
     seconds = ((job.get("metrics") or {}).get("stage_seconds") or {}).get(DENOISE_STAGE)
     if seconds is None and events is not None and len(events):
         started = events[(events["kind"] == "stage_start") & (events["stage"] == DENOISE_STAGE)]
-        if len(started):
-            seconds = elapsed - float(started["t"].iloc[0])
+        ended = events[(events["kind"] == "stage_end") & (events["stage"] == DENOISE_STAGE)]
+        if len(started):  # frozen once denoising ends: decoding is not a step
+            until = float(ended["t"].iloc[0]) if len(ended) else elapsed
+            seconds = until - float(started["t"].iloc[0])
     return seconds / done if seconds and seconds > 0 else None
 
 
@@ -460,17 +462,18 @@ def _generate_cards(job: dict, stats: LiveStats, *, capacity: int | None, events
     by_stage = " · ".join(f"{stage} {fmt.gib(value, 2)}" for stage, value in stage_peaks.items())
     return [
         Card(
-            "Denoising steps",
+            "Transformer passes",
             f"{done or 0}/{total}" if total else fmt.MISSING,
-            delta=f"{per_step:.2f} s/step" if per_step else None,
+            delta=f"{per_step:.2f} s per pass" if per_step else None,
             delta_color="off",
-            help="denoising steps done of the total; s/step is the denoise.denoise stage's time over the steps done",
+            help="transformer passes done of the total (N steps make N - 1 passes); the time per pass is the "
+            "denoising stage's time (denoise.denoise) over the passes done, frozen when denoising ends",
         ),
         _peak_in_use_card(stats),
         Card(
             "Peak footprint",
             fmt.gib(peak),
-            delta=f"in {peak_stage}" if peak_stage else None,
+            delta=f"while {words.stage(peak_stage)}" if peak_stage else None,
             delta_color="off",
             help="peak_footprint: max over the stages of VmRSS + GPU allocated"
             + (f" (stage_peaks: {by_stage})" if by_stage else " (so far, from the samples)"),
@@ -481,14 +484,14 @@ def _generate_cards(job: dict, stats: LiveStats, *, capacity: int | None, events
 
 
 def metrics_table(metrics: dict | None) -> pd.DataFrame:
-    """The job's final scalar metrics: readable label, value with its unit, and the metric's
-    key as the job's JSON (`python -m jobs show --json`) names it."""
+    """The job's final scalar metrics: readable label and value with its unit (the keys are the
+    JSON's: `python -m jobs show --json`, the page's tooltip says so)."""
     rows = [
-        {"metric": fmt.metric_label(name), "value": fmt.metric_value(name, value), "key": name}
+        {"metric": fmt.metric_label(name), "value": fmt.metric_value(name, value)}
         for name, value in (metrics or {}).items()
         if isinstance(value, (int, float, str, type(None))) and not isinstance(value, bool)
     ]
-    return pd.DataFrame(rows, columns=["metric", "value", "key"])
+    return pd.DataFrame(rows, columns=["metric", "value"])
 
 
 LOAD_REPORT_COLUMNS = (
@@ -504,7 +507,7 @@ def load_reports_table(metrics: dict | None) -> pd.DataFrame:
     loads = (metrics or {}).get("loads") or {}
     rows = []
     for component, report in loads.items():
-        row = {"component": component}
+        row = {"component": words.component(component)}
         for key, heading in LOAD_REPORT_COLUMNS:
             value = (report or {}).get(key)
             row[heading] = fmt.metric_value(key, value) if key not in ("mode", "device") else (value or fmt.MISSING)
@@ -513,11 +516,26 @@ def load_reports_table(metrics: dict | None) -> pd.DataFrame:
 
 
 def event_table(events: pd.DataFrame, *, last: int | None = None) -> pd.DataFrame:
-    """Events as (t, kind, stage, message) rows, newest last; `last` keeps only the final ones."""
+    """Events as (t, what, stage, message) rows in words, newest last; `last` keeps only the final ones.
+    The internal kinds and stage names stay in the JSONL download."""
+    columns = ["t", "what", "stage", "message"]
     if events.empty:
-        return pd.DataFrame(columns=["t", "kind", "stage", "message"])
-    table = events[["t", "kind", "stage", "message"]]
-    return (table.tail(last) if last else table).reset_index(drop=True)
+        return pd.DataFrame(columns=columns)
+    table = events[["t", "kind", "stage", "message"]].tail(last) if last else events[["t", "kind", "stage", "message"]]
+    return pd.DataFrame({
+        "t": table["t"].map(fmt.duration).tolist(),
+        "what": table["kind"].map(words.event).tolist(),
+        "stage": table["stage"].map(lambda v: words.stage(v) if isinstance(v, str) else "").tolist(),
+        "message": table["message"].map(event_message).tolist(),
+    }, columns=columns)
+
+
+def event_message(message: object) -> str:
+    """An event's message with stage names in words (`load.text_encoder started` -> `loading the text encoder started`)."""
+    if not isinstance(message, str):
+        return ""
+    head, space, rest = message.partition(" ")
+    return f"{words.stage(head)}{space}{rest}" if "." in head or head in words.STAGE_WORDS else failure.plain(message)
 
 
 def last_sample_table(sample: dict | None, mem_total: int | None) -> pd.DataFrame:
@@ -526,7 +544,7 @@ def last_sample_table(sample: dict | None, mem_total: int | None) -> pd.DataFram
         return pd.DataFrame(columns=["field", "value"])
     rows = [
         ("t", fmt.duration(sample.get("t"))),
-        ("stage", sample.get("stage") or fmt.MISSING),
+        ("stage", words.stage(sample.get("stage")) or fmt.MISSING),
         ("tensor", sample.get("tensor_name") or fmt.MISSING),
         ("tensors placed", f"{sample.get('tensors_placed') or 0:,}"),
         ("bytes placed", fmt.gib(sample.get("bytes_placed"), 2)),

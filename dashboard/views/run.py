@@ -13,6 +13,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from dashboard import format as fmt
+from dashboard import words
 from loader.device import DeviceInfo
 from loader.offload import OffloadSettings, resolve_offload
 from models.params import GenerateParams
@@ -49,19 +50,22 @@ def offload_preview(settings: OffloadSettings, device: DeviceInfo, flags: tuple[
     why = {d.flag: d.reason for d in decisions}
     return pd.DataFrame(
         [
-            {"flag": name, "requested": getattr(settings, name), "used": getattr(resolved, name),
-             "why": why.get(name, "kept as requested")}
+            {"setting": words.flag(name), "requested": getattr(settings, name), "used": getattr(resolved, name),
+             "why": words.flags_in(why.get(name, "kept as requested"))}
             for name in flags
         ]
     )
 
 
 def offload_summary(preview: pd.DataFrame, device: str) -> str:
-    """One line for the collapsed offload section: what the policy changes on `device`."""
+    """One line for the collapsed offload section: what runs where on `device`."""
+    if device == "cpu":
+        return "Offload: everything runs on the CPU, so offload does not apply"
     changed = preview[preview["requested"] != preview["used"]]
     if changed.empty:
-        return f"Offload: kept as requested on {device}"
-    return f"Offload: the policy turns {len(changed)} of {len(preview)} flags around on {device}"
+        return f"Offload on {device}: as you set it below"
+    return (f"Offload on {device}: unified memory, so {len(changed)} of {len(preview)} settings are off "
+            "(the GPU and CPU share one pool: moving weights to the CPU frees nothing)")
 
 
 def size_text(nbytes: int | None) -> str:

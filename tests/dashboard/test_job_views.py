@@ -22,9 +22,9 @@ def test_generate_cards_show_steps_with_seconds_per_step_and_the_peak_stage(load
            "metrics": {"peak_footprint": GIB, "stage_peaks": {"conditioning": GIB, "denoise.denoise": GIB // 2},
                        "stage_seconds": {"denoise.denoise": 4.0}}}
     cards = {c.label: c for c in jv.metric_cards(job, jv.live_stats(load_samples, 24 * GIB), total_bytes=GIB, capacity=24 * GIB)}
-    assert list(cards) == ["Denoising steps", "Peak in use", "Peak footprint", "Min headroom", "Peak VmRSS"]
-    assert (cards["Denoising steps"].value, cards["Denoising steps"].delta) == ("8/8", "0.50 s/step")
-    assert (cards["Peak footprint"].value, cards["Peak footprint"].delta) == ("1.0 GiB", "in conditioning")
+    assert list(cards) == ["Transformer passes", "Peak in use", "Peak footprint", "Min headroom", "Peak VmRSS"]
+    assert (cards["Transformer passes"].value, cards["Transformer passes"].delta) == ("8/8", "0.50 s per pass")
+    assert (cards["Peak footprint"].value, cards["Peak footprint"].delta) == ("1.0 GiB", "while conditioning")
     assert "conditioning 1.00 GiB · denoise.denoise 512.0 MiB" in cards["Peak footprint"].help
 
 
@@ -33,11 +33,26 @@ def test_a_running_generate_job_measures_steps_from_when_denoising_started(load_
     events = pd.DataFrame({"t": [0.5, 9.9], "kind": ["stage_start", "stage_start"], "stage": ["conditioning", "denoise.denoise"]})
     stats = jv.live_stats(load_samples, 24 * GIB)  # last sample at t = 11.9
     cards = {c.label: c for c in jv.metric_cards(job, stats, total_bytes=None, capacity=None, events=events)}
-    assert cards["Denoising steps"].delta == "1.00 s/step"
+    assert cards["Transformer passes"].delta == "1.00 s per pass"
     # Live peak footprint: max of VmRSS + device allocated, and the stage it happened in.
     assert cards["Peak footprint"].value == "2.2 GiB"
-    assert cards["Peak footprint"].delta == "in load"
+    assert cards["Peak footprint"].delta == "while loading"
     assert "placed" not in jv.status_label(job, stats, GIB)
+
+
+def test_seconds_per_pass_freeze_when_denoising_ends():
+    job = {"kind": "generate", "status": "running", "stage": "decode.video", "progress_done": 2, "progress_total": 2}
+    events = pd.DataFrame({"t": [2.0, 6.0], "kind": ["stage_start", "stage_end"],
+                           "stage": ["denoise.denoise", "denoise.denoise"]})
+    assert jv.seconds_per_step(job, events, elapsed=30.0) == 2.0  # decoding for 24 s more changes nothing
+
+
+def test_the_start_of_a_generate_says_what_is_happening_not_the_probe_stage():
+    job = {"kind": "generate", "status": "running", "stage": "probe", "started_at": 100.0}
+    stats = jv.live_stats(pd.DataFrame({"rank": 0, "t": [0.01], "stage": "probe", "bytes_placed": 0,
+                                        "vm_rss": GIB, "device_allocated": 0, "mem_available": GIB}), None)
+    label = jv.status_label(job, stats, None, now=117.0)
+    assert label == "Starting the job: importing the pipeline, then loading the text encoder… · 17.0 s"
 
 
 def test_before_denoising_the_steps_card_says_nothing_rather_than_zero(load_samples):
@@ -179,8 +194,8 @@ def test_a_generate_jobs_component_loads_are_one_row_each():
     table = jv.load_reports_table(metrics).set_index("component")
     assert table.loc["transformer", "placed"] == "1.50 GiB"
     assert table.loc["transformer", "throughput"] == "0.64 GB/s"
-    assert table.loc["vae", "placed"] == "300.0 MiB"
-    assert table.loc["vae", "footprint"] == "—"
+    assert table.loc["video decoder", "placed"] == "300.0 MiB"
+    assert table.loc["video decoder", "footprint"] == "—"
     assert jv.load_reports_table({}).empty
 
 

@@ -78,10 +78,10 @@ def test_job_page_shows_metrics_of_a_finished_load(db_with_jobs):
     labels = {m.label: m.value for m in at.metric}
     assert labels["Footprint ratio"] == "1.16×"
     assert labels["Placed"] == "2.0 GiB"
-    metrics = _frame_with(at, "key").set_index("key")
-    assert metrics.loc["footprint_ratio", "value"] == "1.16×"
-    assert metrics.loc["throughput_gbps", "value"] == "0.18 GB/s"
-    assert list(metrics.columns) == ["metric", "value"]
+    metrics = _frame_with(at, "metric").set_index("metric")
+    assert metrics.loc["Footprint ratio", "value"] == "1.16×"
+    assert metrics.loc["Throughput", "value"] == "0.18 GB/s"
+    assert list(metrics.columns) == ["value"]
     assert "Job " + str(ids["drain"]) in _text(at)
 
 
@@ -154,8 +154,8 @@ def test_run_page_shows_the_validation_message_and_queues_nothing(fresh_db, tiny
 
 def test_run_page_previews_the_offload_policy_for_the_chosen_device(fresh_db, tiny_checkpoint):
     at = page("run").run()
-    preview = next(df.value for df in at.dataframe if "flag" in df.value.columns)
-    row = preview.set_index("flag").loc["dit_cpu_offload"]
+    preview = next(df.value for df in at.dataframe if "setting" in df.value.columns)
+    row = preview.set_index("setting").loc["transformer kept on the CPU between passes"]
     assert bool(row["requested"]) is True and bool(row["used"]) is False
     assert "CPU" in row["why"]
 
@@ -220,9 +220,9 @@ def test_job_page_of_a_generate_job_shows_steps_and_peak_footprint_not_placement
     assert not at.exception, at.exception
     cards = {m.label: m for m in at.metric}
     assert "Placed" not in cards and "Footprint ratio" not in cards
-    assert cards["Denoising steps"].value == "6/6"
+    assert cards["Transformer passes"].value == "6/6"
     assert cards["Peak footprint"].value == "1.5 GiB"
-    assert set(cards) == {"Denoising steps", "Peak in use", "Peak footprint", "Min headroom", "Peak VmRSS"}
+    assert set(cards) == {"Transformer passes", "Peak in use", "Peak footprint", "Min headroom", "Peak VmRSS"}
 
 
 @pytest.mark.parametrize("raw", ["²", "100000000000000000000000000000", "abc", "-3"])
@@ -270,7 +270,8 @@ def test_a_generate_jobs_page_shows_its_prompt_seed_and_component_loads(db_with_
     params = at.table[0].value["value"].to_dict()
     assert params["prompt"] == GENERATE["prompt"]
     assert f"**Prompt:** {GENERATE['prompt']}" in _text(at)
-    assert (params["seed"], params["steps"], params["guidance"]) == ("11", "4", "3.5")
+    assert (params["seed"], params["steps"]) == ("11", "4 steps = 3 transformer passes")
+    assert "guidance" not in params  # fixed by the model: not a parameter of the job
     loads = _frame_with(at, "component").set_index("component")
     assert loads.loc["transformer", "throughput"] == "0.81 GB/s"
     # A generate job has only the seconds view: no empty "placed" axis.
@@ -377,7 +378,7 @@ def test_history_searches_checkpoint_and_prompt(db_with_jobs, job_adder, load_sa
     at.run()
     table = at.dataframe[0].value
     assert list(table["id"]) == [fox]
-    assert (table["prompt"].iloc[0], table["seed"].iloc[0], table["steps"].iloc[0]) == (GENERATE["prompt"], "11", "4")
+    assert (table["prompt"].iloc[0], table["seed"].iloc[0], table["steps"].iloc[0]) == (GENERATE["prompt"], "11", "4 steps = 3 transformer passes")
     at.text_input(key="q").set_value("tiny").run()
     assert sorted(at.dataframe[0].value["id"]) == sorted(ids.values())
 
