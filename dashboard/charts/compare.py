@@ -9,7 +9,7 @@ import pandas as pd
 
 from dashboard.charts import frames as fr
 from dashboard.charts.memory import series_color_scale
-from dashboard.charts.style import SERIES, WALL, palette
+from dashboard.charts.style import HOST_WIDE, OWN, SERIES, WALL, palette
 from dashboard.format import GIB
 
 JOB_DASHES = [[1, 0], [8, 4], [4, 3], [1, 3], [8, 3, 1, 3]]
@@ -47,6 +47,14 @@ def _dashes(samples: pd.DataFrame, jobs: list[str]) -> list[list[int]]:
     return JOB_DASHES[: max(1, len(jobs))]
 
 
+def _panel_titles() -> str:
+    """A Vega expression naming each panel: host-wide series say they are the whole machine."""
+    expression = "datum.label"
+    for label in sorted(HOST_WIDE):
+        expression = f"datum.label == '{label}' ? '{label} (whole machine)' : {expression}"
+    return expression
+
+
 def compare_chart(
     samples: pd.DataFrame,
     *,
@@ -57,7 +65,8 @@ def compare_chart(
     fit: Literal["pool", "data"] = "data",
     theme: str | None = None,
 ) -> alt.FacetChart:
-    """Small multiples, one panel per series in a fixed order (each keeps its colour), jobs told
+    """Small multiples, one panel per series in a fixed order (each keeps its colour), the job's own
+    memory first (normalised as the footprint ratio is) and host-wide panels after it, jobs told
     apart by dash pattern (fixed per mode, see job_dashes) and an end-of-line label; at most five jobs.
 
     y="ratio" adds reference rules at 1.0× and 2.0×. `job` labels should be
@@ -68,7 +77,7 @@ def compare_chart(
     if len(jobs) > MAX_COMPARED:
         raise ValueError(f"compare draws at most {MAX_COMPARED} jobs; got {len(jobs)}")
     colors = palette(theme)
-    labels = [s.label for s in SERIES if s.label in set(frame["series"])] or [SERIES[1].label]
+    labels = [s.label for s in (OWN, *SERIES) if s.label in set(frame["series"])] or [SERIES[1].label]
     frame["end"] = ~frame.duplicated(["job", "series"], keep="last")
     frame["label_y"] = fr.end_label_positions(frame)
     pick = alt.selection_point(fields=["job"], bind="legend", on="pointerover", clear="pointerout", name="job_pick")
@@ -112,6 +121,6 @@ def compare_chart(
     return (
         alt.layer(*layers, data=frame)
         .properties(height=220, width=320)
-        .facet(facet=alt.Facet("series:N", sort=labels, title=None), columns=2)
+        .facet(facet=alt.Facet("series:N", sort=labels, title=None, header=alt.Header(labelExpr=_panel_titles())), columns=2)
         .resolve_scale(y="shared")
     )
