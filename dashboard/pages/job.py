@@ -103,17 +103,15 @@ def job_outcome(job: dict, total_bytes: int | None) -> jv.Outcome:
 
 def draw_outcome(told: jv.Outcome) -> None:
     """Why a finished job ended, at the top of its page: one plain sentence and what to do next;
-    the whole cause (every line, folded) and the error as stored one click away."""
+    the whole cause (every line, in plain words, folded) one click away."""
     draw = {"success": st.success, "info": st.info, "warning": st.warning}.get(told.tone, st.error)
     draw("\n\n".join([f"**{told.headline}**", *([told.next_step] if told.next_step else [])]))
     details = [line for line in told.cause if line not in told.headline]
-    if details or (told.raw and told.tone != "success"):
-        with st.expander("What happened, in detail", expanded=len(details) <= SHORT_DETAIL and bool(details)):
+    if details:
+        with st.expander("What happened, in detail", expanded=len(details) <= SHORT_DETAIL):
             for line in details:
                 st.markdown(f"- {line}")
-            if told.raw:
-                st.caption("The error as the job recorded it")
-                st.code(told.raw, language=None, wrap_lines=True)
+            st.caption("The error exactly as the job recorded it: `python -m jobs show --json` or the Events download.")
 
 
 def draw_actions(job: dict, live: bool) -> None:

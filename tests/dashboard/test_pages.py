@@ -366,8 +366,17 @@ def test_history_has_a_chip_for_every_status_and_keeps_it_in_the_url(db_with_job
     assert not at.exception, at.exception
     table = at.dataframe[0].value
     assert list(table["id"]) == [ids["killed"]]
-    # The cause is whole, not cut to a few characters.
-    assert table["outcome"].iloc[0] == "killed: " + KILL_CAUSE
+    # The cause is whole, not cut to a few characters, in words (no internal stage name).
+    assert table["outcome"].iloc[0] == "killed: " + KILL_CAUSE.replace("stage load", "while loading")
+    assert table["status"].iloc[0] == "✕ killed"  # the word beside the glyph, and its colour
+
+
+def test_a_history_search_with_no_match_says_so(db_with_jobs):
+    at = page("history")
+    at.query_params["q"] = "no-such-checkpoint"
+    at.run()
+    assert not at.exception, at.exception
+    assert any(i.value == "No job matches these filters and search." for i in at.info)
 
 
 def test_history_searches_checkpoint_and_prompt(db_with_jobs, job_adder, load_samples):
