@@ -201,6 +201,7 @@ def draw_cards(job: dict, stats: jv.LiveStats, samples, events, total_bytes: int
             card.value,
             delta=card.delta,
             delta_color=card.delta_color,
+            delta_arrow=card.delta_arrow,
             help=card.help,
             border=True,
             chart_data=spark.tolist() if card.label == "Peak in use" and spark is not None else None,

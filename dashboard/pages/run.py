@@ -20,7 +20,7 @@ from dashboard import words
 from dashboard.host import read_host_memory
 from dashboard.host_charts import fit_bar, wall_caption
 from dashboard.views import fit, query
-from dashboard.views.checkpoints import CheckpointChoice, components_table
+from dashboard.views.checkpoints import CheckpointChoice, components_table, outside_roots
 from dashboard.views.jobs import describe_supervisor, progress
 from dashboard.views.run import (
     DEFAULT_COMPONENT, DTYPES, GENERATE_FIELDS, KIND_LABELS, MODE_HELP, OFFERED_FLAGS, POLICY_DEFAULT, TRISTATE,
@@ -133,7 +133,7 @@ def checkpoint_field(choices: list[CheckpointChoice], roots: list) -> Checkpoint
     default = next((c for c in usable if c.path.name == "demo"), usable[0] if usable else choices[0])
     wanted = durable().get("checkpoint")
     if wanted and wanted not in by_path:
-        st.warning(f"{wanted} is no longer found under the model roots; {default.path.name} is chosen instead.")
+        st.warning(f"{outside_roots(wanted, roots)} {default.path.name} is chosen instead.")
         durable()["checkpoint"] = str(default.path)
     seed("checkpoint", str(default.path), list(by_path))
     choice = by_path[st.selectbox("Checkpoint", list(by_path), format_func=lambda p: by_path[p].label, key=key("checkpoint"))]

@@ -45,7 +45,8 @@ def _shard_name(file: str) -> str:
 
 def fold(lines: list[str]) -> list[str]:
     """Near-identical lines made one: every tensor a truncated shard cuts off becomes
-    "shard 2 of 3 (f.safetensors) is truncated (8.99 of 16.27 MB): copy it again". Order is kept."""
+    "shard 2 of 3 (f.safetensors) is truncated (8.6 MiB of 15.5 MiB of data, 19 tensors cut off): copy it
+    again". Order is kept."""
     cut: dict[str, list[re.Match]] = defaultdict(list)
     out: list[str | tuple[str]] = []
     for line in lines:
@@ -63,7 +64,7 @@ def fold(lines: list[str]) -> list[str]:
             have = int(found[0]["size"])
             need = max(int(m["end"]) for m in found)
             tensors = f"{len(found)} tensor{'s' if len(found) != 1 else ''} cut off"
-            result.append(f"{_shard_name(item[0])} is truncated ({have / 1e6:.2f} of {need / 1e6:.2f} MB, "
+            result.append(f"{_shard_name(item[0])} is truncated ({fmt.gib(have, 2)} of {fmt.gib(need, 2)} of data, "
                           f"{tensors}): copy it again")
         else:
             result.append(item)

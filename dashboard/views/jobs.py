@@ -315,6 +315,11 @@ class Card:
     delta_color: str = "normal"
     help: str | None = None
 
+    @property
+    def delta_arrow(self) -> str:
+        """No trend arrow on a neutral delta (progress, a rate, where a peak happened): only a real change gets one."""
+        return "off" if self.delta_color == "off" else "auto"
+
 
 def metric_cards(
     job: dict,

@@ -223,7 +223,8 @@ def test_a_truncated_shards_tensor_lines_fold_into_one_sentence():
     folded = failure.fold(["2 problems:", *lines, "other.safetensors: bad header"])
     assert folded == [
         "2 problems:",
-        "shard 2 of 3 (model-00002-of-00003.safetensors) is truncated (8.99 of 16.27 MB, 19 tensors cut off): copy it again",
+        "shard 2 of 3 (model-00002-of-00003.safetensors) is truncated (8.6 MiB of 15.5 MiB of data, 19 tensors cut off): "
+        "copy it again",
         "other.safetensors: bad header",
     ]
 

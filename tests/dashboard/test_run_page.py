@@ -45,7 +45,8 @@ def test_a_truncated_shard_shows_the_loaders_message_in_red_and_cannot_be_queued
     assert not at.exception, at.exception
     assert [label.split(" — ")[0] for label in _labels(at)] == ["✗ tiny.safetensors"]
     refusal = next(e.value for e in at.error if "The loader refuses" in e.value)
-    assert "past the end of the" in refusal and "(truncated?)" in refusal and "tiny.safetensors" in refusal
+    # The loader's per-tensor lines folded into one sentence that says what to do.
+    assert "tiny.safetensors is truncated (" in refusal and refusal.endswith("tensor cut off): copy it again")
     assert at.button(key="run_submit").disabled
     assert any("1 problem(s)" in m.value for m in at.markdown)
 
@@ -181,8 +182,9 @@ def test_requeue_of_a_job_whose_checkpoint_is_gone_says_so(fresh_db, tiny_checkp
     at = run_page()
     at.query_params["from"] = str(job_id)
     at.run()
-    assert any("gone is no longer found under the model roots; tiny.safetensors is chosen instead" in w.value
-               for w in at.warning)
+    warning = next(w.value for w in at.warning if "tiny.safetensors is chosen instead" in w.value)
+    assert "gone does not exist" in warning
+    assert "DRAINBOARD_MODEL_ROOTS" in warning and "model_roots` in drainboard.toml" in warning
     assert at.selectbox(key="run_checkpoint").value == str(tiny_checkpoint)
     assert at.segmented_control(key="run_mode").value == "retain"
 
