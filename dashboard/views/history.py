@@ -138,8 +138,8 @@ COMPARE_METRICS = (
 
 
 def comparison_table(jobs: list[dict], summaries: dict[int, dict], reference_id: int) -> pd.DataFrame:
-    """Rows = jobs; columns = the outcome, every parameter (job_parameters), peak in use, min
-    headroom and each metric with its ratio to the reference job ("0.50×"). A ratio is given
+    """Rows = jobs; columns = the outcome, peak in use, min headroom and each metric with its ratio
+    to the reference job ("0.50×"), then every parameter (job_parameters). A ratio is given
     only against a job of the same checkpoint, component and kind: "different checkpoint" otherwise."""
     ref = next((j for j in jobs if j["id"] == reference_id), None)
     if ref is None:
@@ -151,7 +151,6 @@ def comparison_table(jobs: list[dict], summaries: dict[int, dict], reference_id:
         summary = summaries.get(job["id"], {})
         comparable = checkpoint_key(job) == checkpoint_key(ref)
         row = {"job": f"#{job['id']}" + (" (ref)" if job["id"] == reference_id else ""), "outcome": job["status"]}
-        row.update(job_parameters(job))
         row["peak in use"] = fmt.gib(summary.get("peak_in_use"))
         row["min headroom"] = fmt.gib(summary.get("min_available"))
         for name, label in COMPARE_METRICS:
@@ -162,6 +161,7 @@ def comparison_table(jobs: list[dict], summaries: dict[int, dict], reference_id:
                 row[f"{label} vs ref"] = "different checkpoint"
             else:
                 row[f"{label} vs ref"] = fmt.ratio(value / base) if value is not None and base else fmt.MISSING
+        row.update(job_parameters(job))  # after the figures, which are what a comparison is for (in view at 1024 px)
         rows.append(row)
     return pd.DataFrame(rows).fillna(fmt.MISSING)  # a load has no prompt: "—", never a blank read as None
 
