@@ -8,7 +8,6 @@ import altair as alt
 import pandas as pd
 
 from dashboard.charts import frames as fr
-from dashboard.charts.memory import series_color_scale
 from dashboard.charts.style import HOST_WIDE, OWN, SERIES, WALL, palette
 from dashboard.format import GIB
 
@@ -47,12 +46,9 @@ def _dashes(samples: pd.DataFrame, jobs: list[str]) -> list[list[int]]:
     return JOB_DASHES[: max(1, len(jobs))]
 
 
-def _panel_titles() -> str:
-    """A Vega expression naming each panel: host-wide series say they are the whole machine."""
-    expression = "datum.label"
-    for label in sorted(HOST_WIDE):
-        expression = f"datum.label == '{label}' ? '{label} (whole machine)' : {expression}"
-    return expression
+def panel_title(label: str) -> str:
+    """A panel's title: host-wide series say they are the whole machine, not the job."""
+    return f"{label} (whole machine)" if label in HOST_WIDE else label
 
 
 def compare_chart(
@@ -77,7 +73,9 @@ def compare_chart(
     if len(jobs) > MAX_COMPARED:
         raise ValueError(f"compare draws at most {MAX_COMPARED} jobs; got {len(jobs)}")
     colors = palette(theme)
-    labels = [s.label for s in (OWN, *SERIES) if s.label in set(frame["series"])] or [SERIES[1].label]
+    chosen = [s for s in (OWN, *SERIES) if s.label in set(frame["series"])] or [SERIES[1]]
+    frame["series"] = frame["series"].map(panel_title)
+    labels = [panel_title(s.label) for s in chosen]
     frame["end"] = ~frame.duplicated(["job", "series"], keep="last")
     frame["label_y"] = fr.end_label_positions(frame)
     pick = alt.selection_point(fields=["job"], bind="legend", on="pointerover", clear="pointerout", name="job_pick")
@@ -94,7 +92,7 @@ def compare_chart(
     base = alt.Chart().encode(x=x_enc)
     lines = base.mark_line(interpolate="step-after", strokeWidth=2).encode(
         y=alt.Y("value:Q", title=y_title, scale=y_scale, axis=alt.Axis(format=".2f" if y == "ratio" else ".1f")),
-        color=alt.Color("series:N", scale=series_color_scale(labels), legend=None),
+        color=alt.Color("series:N", scale=alt.Scale(domain=labels, range=[s.color for s in chosen]), legend=None),
         strokeDash=alt.StrokeDash(
             "job:N",
             scale=alt.Scale(domain=jobs or [""], range=_dashes(samples, jobs)),
@@ -121,6 +119,6 @@ def compare_chart(
     return (
         alt.layer(*layers, data=frame)
         .properties(height=220, width=320)
-        .facet(facet=alt.Facet("series:N", sort=labels, title=None, header=alt.Header(labelExpr=_panel_titles())), columns=2)
+        .facet(facet=alt.Facet("series:N", sort=labels, title=None), columns=2)
         .resolve_scale(y="shared")
     )

@@ -45,10 +45,11 @@ def filters(all_jobs: list[dict]) -> list[dict]:
     ]
 
 
+# How History's numeric columns read (the values stay numeric, so they sort). A comment, not a docstring:
+# Streamlit would draw a page script's bare string.
 NUMBER_FORMATS = {
     "duration": "{:.1f} s", "peak in use": "{:.2f} GiB", "footprint ×": "{:.2f}×", "min headroom": "{:.2f} GiB",
 }
-"""How History's numeric columns read (the values stay numeric, so they sort)."""
 
 
 def table(shown: list[dict]):
@@ -71,7 +72,7 @@ def table(shown: list[dict]):
         selection_mode="multi-row",
         key="history_table",
         column_config={
-            "status": st.column_config.TextColumn("status", width="small"),
+            "status": st.column_config.TextColumn("status", width=110),
             "job": st.column_config.LinkColumn("job", display_text=r"/job\?job=(\d+)", width="small"),
             "id": None,
             "outcome": st.column_config.TextColumn("outcome", width="large"),
