@@ -282,8 +282,9 @@ def test_a_killed_job_says_why_offers_edit_and_requeue_and_can_be_deleted(dashbo
     banner.wait_for()
     _wait_chart_drawn(page, 300)
     _shot(page, "6-killed-job")
-    assert banner.get_by_text("limit 1.00 GiB reached", exact=False).is_visible()
-    assert banner.get_by_text("tensor 40 of 96", exact=False).is_visible()
+    assert banner.get_by_text("retry with a limit of", exact=False).is_visible()  # the next step, in the banner
+    assert page.get_by_text("limit 1.00 GiB reached", exact=False).first.is_visible()  # the detail, opened below it
+    assert page.get_by_text("tensor 40 of 96", exact=False).first.is_visible()
     _assert_no_internal_names(page)
     _shoot_everywhere(page.context.browser, f"{base}/job?job={job_id}", "6-killed-job", last="Events (JSONL)")
 
