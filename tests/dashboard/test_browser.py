@@ -276,6 +276,8 @@ def _assert_no_internal_names(page) -> None:
 
 def test_a_killed_job_says_why_offers_edit_and_requeue_and_can_be_deleted(dashboard, page):
     base, data = dashboard
+    page.goto(base + "/")  # the first visit prepares the database (when this test runs alone)
+    page.get_by_text("Run a job").wait_for()
     job_id = _add_killed_job(data)
     page.goto(f"{base}/job?job={job_id}")
     banner = page.locator("[data-testid=stAlert]").filter(has_text="Killed (SIGKILL) by the OOM killer")
