@@ -153,11 +153,33 @@ def devices() -> list[DeviceInfo]:
     """The CPU plus every CUDA device the driver answers for (probed without a context)."""
     found = [probe_device("cpu")]
     for index in range(16):
-        info = probe_device(f"cuda:{index}")
-        if info.source == "probe-failed":
+        # Whether the device exists is the driver's answer alone: DRAINBOARD_UNIFIED_MEMORY relabels a
+        # probe's source, and on a box without CUDA it made 16 phantom GPUs of failed probes.
+        if probe_device(f"cuda:{index}", environ={}).source == "probe-failed":
             break
-        found.append(info)
+        found.append(probe_device(f"cuda:{index}"))
     return found
+
+
+HOST_HISTORY_POINTS = 900
+"""At most this many stored readings feed the System page's history (each bucket keeps its lowest MemAvailable)."""
+
+
+@st.cache_data(ttl=5, show_spinner=False)
+def host_history(path: str, since: float) -> pd.DataFrame:
+    """(time, available) from the samples jobs stored since `since` (epoch seconds): the machine's
+    MemAvailable while they ran, so the System page's "last 15 min" covers more than the page's own life.
+    Bucketed by time, keeping each bucket's minimum (the peak in use survives)."""
+    rows = list(_db(path).query(
+        "SELECT j.started_at + s.t AS time, s.mem_available AS available FROM samples s JOIN jobs j ON j.id = s.job_id "
+        "WHERE s.rank = 0 AND j.started_at IS NOT NULL AND s.mem_available IS NOT NULL AND j.started_at + s.t >= ? "
+        "ORDER BY time", [since]))
+    frame = pd.DataFrame(rows, columns=["time", "available"])
+    if len(frame) <= HOST_HISTORY_POINTS:
+        return frame
+    buckets = ((frame["time"] - frame["time"].min()) / (frame["time"].max() - frame["time"].min() + 1e-9)
+               * HOST_HISTORY_POINTS).astype(int)
+    return frame.loc[frame.groupby(buckets)["available"].idxmin()].reset_index(drop=True)
 
 
 @st.cache_data(ttl=300, show_spinner=False)

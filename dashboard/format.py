@@ -27,11 +27,12 @@ def _absent(value: float | None) -> bool:
 
 def gib(nbytes: float | None, digits: int = 1) -> str:
     """A memory size in the unit its size needs: `63.2 GiB`; under 1 GiB `752 MiB`, under 1 MiB
-    `12 KiB` and under 1 KiB `14 B`, with one decimal fewer than GiB (MiB are 1024 times finer)."""
+    `12 KiB` and under 1 KiB `14 B` (nothing is `0 B`, never "0.0 GiB"), with one decimal fewer than GiB
+    (MiB are 1024 times finer)."""
     if _absent(nbytes):
         return MISSING
     magnitude = abs(nbytes)
-    if magnitude == 0 or magnitude >= GIB:
+    if magnitude >= GIB:
         return f"{nbytes / GIB:.{digits}f} GiB"
     fine = max(0, digits - 1)
     if magnitude >= MIB:

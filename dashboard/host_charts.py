@@ -28,6 +28,8 @@ THRESHOLDS = (0.8, 0.9)
 """Shares of the pool marked on the bar: amber from the first, red from the second."""
 AXIS_PX = 32
 """Height an x axis with labels takes: Streamlit sizes a stretched chart to its whole height, axes included."""
+AVAILABLE = "#8E6BB8"
+"""MemAvailable in the history: its own hue, never the page cache's blue of the pool bar above it."""
 PRESSURE_COLORS = {"some": AMBER, "full": WALL}
 """PSI lines: some task stalled (amber), every task stalled (red: the box is thrashing)."""
 
@@ -86,6 +88,12 @@ def pool_bar(host: HostMemory, *, axis: bool = True) -> alt.LayerChart:
     return alt.layer(bar, ticks, labels).properties(height=32 + (AXIS_PX if axis else 0))
 
 
+def wall_caption(name: str, value: int | None) -> str:
+    """The fit bar's label for a wall: its kind and the size the user set (or the pool's size),
+    "limit 191 MiB" for a typed 200MB, never where the wall sits in the pool (in use + allowance)."""
+    return f"{name} {fmt.gib(value)}"
+
+
 def fit_bar(in_use: int, predicted_peak: int, wall_at: int, wall_label: str, share: float) -> alt.LayerChart:
     """The Run page's "will it fit?" bar: system in use now plus the job's predicted peak,
     against the tightest wall (drawn where it sits in the pool); amber from 80%, red past it."""
@@ -119,16 +127,17 @@ def fit_bar(in_use: int, predicted_peak: int, wall_at: int, wall_label: str, sha
 def memory_history(frame: pd.DataFrame, total: int, *, height: int = 240) -> alt.Chart:
     """System in use, MemAvailable and MemFree over time (`frame`: time, in_use, available, free in bytes)."""
     labels = {"in_use": "System in use", "available": "MemAvailable", "free": "MemFree"}
-    long = frame.melt(id_vars=["time"], value_vars=list(labels), var_name="key", value_name="bytes")
+    long = frame.melt(id_vars=["time"], value_vars=list(labels), var_name="key", value_name="bytes").dropna(subset=["bytes"])
     long["series"] = long["key"].map(labels)
     long["gib"] = long["bytes"] / fmt.GIB
     long["time"] = pd.to_datetime(long["time"], unit="s")
-    color = alt.Scale(domain=list(labels.values()), range=[IN_USE, CACHE, FREE])
+    color = alt.Scale(domain=list(labels.values()), range=[IN_USE, AVAILABLE, FREE])
     return (
         alt.Chart(long)
         .mark_line(strokeWidth=2, point=len(frame) < 3)
         .encode(
-            x=alt.X("time:T", title="this session, last 15 min", axis=alt.Axis(format="%H:%M:%S", labelOverlap=True)),
+            x=alt.X("time:T", title="last 15 min (jobs' stored samples and this page's readings)",
+                    axis=alt.Axis(format="%H:%M:%S", labelOverlap=True)),
             y=alt.Y("gib:Q", title="GiB", scale=alt.Scale(domain=[0, total / fmt.GIB], nice=False)),
             color=alt.Color("series:N", scale=color, legend=alt.Legend(title=None)),
             tooltip=[alt.Tooltip("time:T", format="%H:%M:%S"), "series:N", alt.Tooltip("gib:Q", title="GiB", format=".2f")],
@@ -147,7 +156,7 @@ def pressure_history(frame: pd.DataFrame, *, height: int = 200) -> alt.Chart:
         alt.Chart(long)
         .mark_line(strokeWidth=2, point=len(frame) < 3)
         .encode(
-            x=alt.X("time:T", title="this session, last 15 min", axis=alt.Axis(format="%H:%M:%S", labelOverlap=True)),
+            x=alt.X("time:T", title="since this page opened, last 15 min", axis=alt.Axis(format="%H:%M:%S", labelOverlap=True)),
             y=alt.Y("percent:Q", title="% of time stalled", scale=alt.Scale(domain=[0, top], nice=False)),
             color=alt.Color(
                 "stall:N", scale=color,

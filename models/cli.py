@@ -98,13 +98,11 @@ def _forecast(args: argparse.Namespace) -> int:
                             steps=args.steps, audio=not args.no_audio)
     validate_params(params, ModelSpec.read(args.model_dir))
     info = probe_device(args.device)
-    flags = ("dit_layerwise_offload", "dit_cpu_offload", "text_encoder_cpu_offload", "image_encoder_cpu_offload",
-             "vae_cpu_offload")
-    offload = OffloadSettings(**{name: bool(args.offload) for name in flags})
-    dtype_bytes = _DTYPES[args.dtype].itemsize
+    offload = OffloadSettings(**args.offload)
+    dtype_bytes = getattr(torch, args.dtype).itemsize
     try:
         settings, decisions = resolve_for_generate(
-            args.model_dir, params, offload, info, user_set=flags if args.offload is not None else (),
+            args.model_dir, params, offload, info, user_set=tuple(args.offload),
             dtype_bytes=dtype_bytes, sequential_components=args.sequential_components)
         forecast = forecast_generate(args.model_dir, params, device_info=info, settings=settings,
                                      dtype_bytes=dtype_bytes, sequential_components=args.sequential_components,
@@ -220,10 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     fc.add_argument("--steps", type=int, default=defaults.steps, help="num_inference_steps (default: 50)")
     fc.add_argument("--no-audio", action="store_true", help="no decode.audio")
     fc.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps; probed without a CUDA context")
-    fc.add_argument("--dtype", default="bf16", choices=list(_DTYPES), help="compute dtype (default: bf16)")
-    fc.add_argument("--offload", action=argparse.BooleanOptionalAction, default=None,
-                    help="set every offload flag on or off (default: the policy's: on a discrete GPU each"
-                         " component resident where the forecast fits)")
+    fc.add_argument("--dtype", default="bfloat16", type=dtype_type, help=f"compute dtype: {DTYPE_HELP} (default: bfloat16)")
+    add_offload_option(fc)
     fc.add_argument("--sequential-components", action=argparse.BooleanOptionalAction, default=None,
                     help="per-stage residency (default: on for unified memory)")
     fc.add_argument("--history", metavar="FILE", help="JSON list of past stage records (stage, seconds, work,"

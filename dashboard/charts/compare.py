@@ -8,8 +8,7 @@ import altair as alt
 import pandas as pd
 
 from dashboard.charts import frames as fr
-from dashboard.charts.memory import series_color_scale
-from dashboard.charts.style import SERIES, WALL, palette
+from dashboard.charts.style import HOST_WIDE, OWN, SERIES, WALL, palette
 from dashboard.format import GIB
 
 JOB_DASHES = [[1, 0], [8, 4], [4, 3], [1, 3], [8, 3, 1, 3]]
@@ -47,6 +46,11 @@ def _dashes(samples: pd.DataFrame, jobs: list[str]) -> list[list[int]]:
     return JOB_DASHES[: max(1, len(jobs))]
 
 
+def panel_title(label: str) -> str:
+    """A panel's title: host-wide series say they are the whole machine, not the job."""
+    return f"{label} (whole machine)" if label in HOST_WIDE else label
+
+
 def compare_chart(
     samples: pd.DataFrame,
     *,
@@ -57,7 +61,8 @@ def compare_chart(
     fit: Literal["pool", "data"] = "data",
     theme: str | None = None,
 ) -> alt.FacetChart:
-    """Small multiples, one panel per series in a fixed order (each keeps its colour), jobs told
+    """Small multiples, one panel per series in a fixed order (each keeps its colour), the job's own
+    memory first (normalised as the footprint ratio is) and host-wide panels after it, jobs told
     apart by dash pattern (fixed per mode, see job_dashes) and an end-of-line label; at most five jobs.
 
     y="ratio" adds reference rules at 1.0× and 2.0×. `job` labels should be
@@ -68,7 +73,9 @@ def compare_chart(
     if len(jobs) > MAX_COMPARED:
         raise ValueError(f"compare draws at most {MAX_COMPARED} jobs; got {len(jobs)}")
     colors = palette(theme)
-    labels = [s.label for s in SERIES if s.label in set(frame["series"])] or [SERIES[1].label]
+    chosen = [s for s in (OWN, *SERIES) if s.label in set(frame["series"])] or [SERIES[1]]
+    frame["series"] = frame["series"].map(panel_title)
+    labels = [panel_title(s.label) for s in chosen]
     frame["end"] = ~frame.duplicated(["job", "series"], keep="last")
     frame["label_y"] = fr.end_label_positions(frame)
     pick = alt.selection_point(fields=["job"], bind="legend", on="pointerover", clear="pointerout", name="job_pick")
@@ -85,7 +92,7 @@ def compare_chart(
     base = alt.Chart().encode(x=x_enc)
     lines = base.mark_line(interpolate="step-after", strokeWidth=2).encode(
         y=alt.Y("value:Q", title=y_title, scale=y_scale, axis=alt.Axis(format=".2f" if y == "ratio" else ".1f")),
-        color=alt.Color("series:N", scale=series_color_scale(labels), legend=None),
+        color=alt.Color("series:N", scale=alt.Scale(domain=labels, range=[s.color for s in chosen]), legend=None),
         strokeDash=alt.StrokeDash(
             "job:N",
             scale=alt.Scale(domain=jobs or [""], range=_dashes(samples, jobs)),

@@ -12,7 +12,7 @@ from typing import Literal, Sequence
 import pandas as pd
 
 from dashboard import format as fmt
-from dashboard.charts.style import SERIES, Series
+from dashboard.charts.style import OWN, SERIES, Series
 from dashboard.format import GIB
 
 XAxis = Literal["bytes", "percent", "seconds"]
@@ -270,6 +270,7 @@ def compare_frame(samples: pd.DataFrame, *, x: Literal["percent", "seconds"], y:
         mem_total = part["mem_total"].iloc[0]
         mem_total = mem_total if pd.notna(mem_total) else None
         xs = part["t"].astype(float) - float(part["t"].min()) if x == "seconds" else part["bytes_placed"].astype(float) / total * 100
+        rows.append(_own_rows(job, part, xs, y))
         for s in present_series(part, mem_total):
             values = series_values(part, s, mem_total)
             keep = values.notna()
@@ -286,6 +287,27 @@ def compare_frame(samples: pd.DataFrame, *, x: Literal["percent", "seconds"], y:
             {"job": pd.Series(dtype=str), "series": pd.Series(dtype=str), "x": [], "value": [], "label": pd.Series(dtype=str)}
         )
     return pd.concat(rows, ignore_index=True)
+
+
+def _own_rows(job: str, part: pd.DataFrame, xs: pd.Series, y: Literal["gib", "ratio"]) -> pd.DataFrame:
+    """The job's own memory: (VmRSS − first VmRSS) + (GPU allocated − first), in GiB, or in the ratio view
+    over the bytes placed at each sample, so its peak is the footprint ratio (docs/metrics.md). The label
+    quotes the job's recorded `footprint` (its load report's footprint_ratio) when the samples carry one,
+    so Compare reads the same number as the Job page and History."""
+    rss = part["vm_rss"].astype(float)
+    device = part["device_allocated"].fillna(0).astype(float)
+    grown = (rss - rss.iloc[0]) + (device - device.iloc[0])
+    placed = part["bytes_placed"].fillna(0).astype(float)
+    if y == "ratio":
+        keep = placed > 0
+        values = grown[keep] / placed[keep]
+    else:
+        keep = grown.notna()
+        values = grown[keep] / GIB
+    recorded = part["footprint"].iloc[0] if "footprint" in part and pd.notna(part["footprint"].iloc[0]) else None
+    peak = recorded if recorded is not None else (float(values.max()) if y == "ratio" and len(values) else None)
+    label = f"{job} footprint {fmt.ratio(peak)}" if peak is not None else str(job)
+    return pd.DataFrame({"job": job, "series": OWN.label, "x": xs[keep].to_numpy(), "value": values.to_numpy(), "label": label})
 
 
 LABEL_GAP = 0.07

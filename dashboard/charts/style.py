@@ -45,7 +45,16 @@ SERIES: tuple[Series, ...] = (
 )
 """Every memory series, in legend order (and Compare's fixed panel order)."""
 
-BY_LABEL = {s.label: s for s in SERIES}
+OWN = Series(
+    "own", "Job's own memory",
+    "VmRSS growth + GPU allocated growth since the job's first sample, over bytes placed: what the footprint ratio measures",
+    "#CC79A7", (), 2.5,
+)
+"""Compare's first panel: the job's own memory, normalised as the footprint ratio is (docs/metrics.md)."""
+HOST_WIDE = frozenset({"System in use"})
+"""Series that measure the whole machine, not the job: Compare titles their panels so."""
+
+BY_LABEL = {s.label: s for s in (*SERIES, OWN)}
 
 
 @dataclass(frozen=True)

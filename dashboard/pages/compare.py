@@ -61,7 +61,9 @@ def draw_chart(jobs: list[dict], summaries: dict[int, dict]) -> None:
         samples = data.series(db, job["id"], data.sample_count(db, job["id"]))
         summaries[job["id"]] = job_summary(samples, mem_total)
         total = (job.get("metrics") or {}).get("bytes_placed") or data.expected_bytes(job) or int(samples["bytes_placed"].max() or 1)
-        frames.append(samples.assign(job=job_label(job), mode=spec_mode(job), job_id=job["id"], total_bytes=total, mem_total=mem_total))
+        footprint = (job.get("metrics") or {}).get("footprint_ratio")
+        frames.append(samples.assign(job=job_label(job), mode=spec_mode(job), job_id=job["id"], total_bytes=total,
+                                     mem_total=mem_total, footprint=footprint))
     chart = charts.compare_chart(
         pd.concat(frames, ignore_index=True),
         x="percent" if x_axis == "% placed" else "seconds",
@@ -74,9 +76,10 @@ def draw_chart(jobs: list[dict], summaries: dict[int, dict]) -> None:
     st.altair_chart(chart, width="stretch")
     if y_axis == "× checkpoint":
         st.caption(
-            "× checkpoint: each series over that job's checkpoint size; 1.0× is the model itself. "
-            "VmRSS (plus GPU allocated) is the job's own cost, what the footprint ratio measures; System in use is the "
-            "whole machine, so with a small checkpoint other processes move it as much as the load does."
+            "Job's own memory: its growth in VmRSS plus GPU allocated over the bytes placed at each moment; its peak "
+            "is the footprint ratio the Job page and History show (1.0× is the model itself). The other panels are each "
+            "series over that job's checkpoint size; System in use is the whole machine, so with a small checkpoint "
+            "other processes move it as much as the load does."
         )
 
 
@@ -99,7 +102,7 @@ def draw_videos(jobs: list[dict]) -> None:
     for column, (job, artifact) in zip(st.columns(min(3, len(videos))), videos[:3]):
         with column:
             st.caption(job_label(job))
-            st.video(str(data.artifact_path(job["id"], artifact["name"])), loop=True, muted=True)
+            st.video(str(data.artifact_path(job["id"], artifact["name"])), loop=True)
 
 
 def main() -> None:

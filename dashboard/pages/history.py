@@ -9,7 +9,7 @@ import streamlit as st
 from dashboard import data, nav
 from dashboard import format as fmt
 from dashboard.host import read_host_memory
-from dashboard.views.history import FILTERS, history_frame, job_summary, matches
+from dashboard.views.history import FILTERS, history_frame, job_summary, matches, status_tint
 from dashboard.views.spec import spec_mode
 from storage.connections import connect
 from storage.queries import delete_job
@@ -45,6 +45,13 @@ def filters(all_jobs: list[dict]) -> list[dict]:
     ]
 
 
+# How History's numeric columns read (the values stay numeric, so they sort). A comment, not a docstring:
+# Streamlit would draw a page script's bare string.
+NUMBER_FORMATS = {
+    "duration": "{:.1f} s", "peak in use": "{:.2f} GiB", "footprint ×": "{:.2f}×", "min headroom": "{:.2f} GiB",
+}
+
+
 def table(shown: list[dict]):
     """The jobs table with a multi-row selection; returns the frame and the selected ids."""
     summaries = {
@@ -52,27 +59,33 @@ def table(shown: list[dict]):
         for j in shown
     }
     frame = history_frame(shown, summaries, link=lambda job_id: nav.link("job", job=str(job_id)))
+    if frame.empty:
+        st.info("No job matches these filters and search.", icon=":material/search_off:")
+        return frame, []
+    # Numbers stay numbers (they sort); what a cell shows comes from the Styler, so a missing one reads "—", not None.
+    shown_as = frame.style.format(NUMBER_FORMATS, na_rep=fmt.MISSING).map(status_tint, subset=["status"])
     event = st.dataframe(
-        frame,
+        shown_as,
         hide_index=True,
         width="stretch",
         on_select="rerun",
         selection_mode="multi-row",
         key="history_table",
         column_config={
-            "": st.column_config.TextColumn("", width="small"),
+            "status": st.column_config.TextColumn("status", width=110),
             "job": st.column_config.LinkColumn("job", display_text=r"/job\?job=(\d+)", width="small"),
             "id": None,
             "outcome": st.column_config.TextColumn("outcome", width="large"),
             "prompt": st.column_config.TextColumn("prompt", width="medium"),
             "started": st.column_config.DatetimeColumn("started", format="YYYY-MM-DD HH:mm:ss"),
-            "duration": st.column_config.NumberColumn("duration", format="%.1f s"),
-            "peak in use": st.column_config.NumberColumn("peak in use", format="%.2f GiB"),
-            "footprint ×": st.column_config.ProgressColumn(
-                "footprint ×", format="%.2f×", min_value=0.0, max_value=2.5,
-                help="footprint ratio: the job's own memory growth over the bytes it placed (1.0× is the model itself)",
+            "duration": st.column_config.NumberColumn("duration", width="small"),
+            "peak in use": st.column_config.NumberColumn("peak in use", width="small"),
+            "footprint ×": st.column_config.NumberColumn(
+                "footprint ×", width="small",
+                help="footprint ratio: the job's own memory growth over the bytes it placed (1.0× is the model itself); "
+                "the load report's footprint_ratio, the number the Job page and Compare show",
             ),
-            "min headroom": st.column_config.NumberColumn("min headroom", format="%.2f GiB"),
+            "min headroom": st.column_config.NumberColumn("min headroom", width="small"),
             "in use": st.column_config.LineChartColumn("in use (GiB)", width="small"),
             "retry of": st.column_config.LinkColumn("retry of", display_text=r"/job\?job=(\d+)", width="small"),
         },

@@ -8,6 +8,7 @@ import streamlit as st
 
 from dashboard import charts, data, nav
 from dashboard import format as fmt
+from dashboard import words
 from dashboard.host import memory_kind, read_host_memory
 from dashboard.views import eta as ev
 from dashboard.inputs_panel import input_strip
@@ -22,7 +23,7 @@ LIVE_EVERY = 1.0  # seconds between live refreshes of the charts and cards
 LIVE_KEY = "job_live"  # session key: id of the job whose live timer runs (cleared once it is final)
 X_LABELS = {"placed": "bytes", "% placed": "percent", "seconds": "seconds"}
 Y_LABELS = {"Above baseline": "baseline", "Fit data": "data", "Whole pool": "pool"}
-LONG_ERROR_LINES = 6  # an error with more lines opens in an expander (its first lines stay in view)
+SHORT_DETAIL = 3  # a cause of at most this many lines opens with the page
 
 db = data.db_path()
 host = read_host_memory()
@@ -79,8 +80,9 @@ def draw_header(job: dict, total_bytes: int | None) -> None:
     st.caption(" · ".join(str(part) for part in parts if part))
     asked = generate_parameters(job)
     if asked:
+        steps = (spec.get("generate") or {}).get("steps")
         st.markdown(f"**Prompt:** {asked['prompt']}  \n**Seed** {asked['seed']} · **frames** {asked['frames']} · "
-                    f"**size** {asked['size']} · **steps** {asked['steps']} · **guidance** {asked['guidance']}")
+                    f"**size** {asked['size']} · **{words.steps(steps)}**")
     draw_lineage(job)
 
 
@@ -96,16 +98,23 @@ def draw_lineage(job: dict) -> None:
         st.markdown(" · ".join(links).capitalize())
 
 
-def draw_outcome(job: dict, total_bytes: int | None) -> None:
-    """Why a finished job ended, at the top of its page and in full: every line of the error."""
-    stats = jv.live_stats(data.series(db, job["id"], data.sample_count(db, job["id"])), host.total)
-    told = jv.outcome(job, stats, total_bytes)
+def job_outcome(job: dict, total_bytes: int | None) -> jv.Outcome:
+    samples = data.series(db, job["id"], data.sample_count(db, job["id"]))
+    stats = jv.live_stats(samples, host.total)
+    return jv.outcome(job, stats, total_bytes, samples=samples, predicted=jv.predicted_peak(job, data.events(db, job["id"])))
+
+
+def draw_outcome(told: jv.Outcome) -> None:
+    """Why a finished job ended, at the top of its page: one plain sentence and what to do next;
+    the whole cause (every line, in plain words, folded) one click away."""
     draw = {"success": st.success, "info": st.info, "warning": st.warning}.get(told.tone, st.error)
-    shown, rest = told.cause[:LONG_ERROR_LINES], told.cause[LONG_ERROR_LINES:]
-    draw("\n\n".join([f"**{told.headline}**", *shown]) if shown else f"**{told.headline}**")
-    if rest:
-        with st.expander(f"All {len(told.cause)} lines of the error"):
-            st.code("\n".join(told.cause), language=None, wrap_lines=True)
+    draw("\n\n".join([f"**{told.headline}**", *([told.next_step] if told.next_step else [])]))
+    details = [line for line in told.cause if line not in told.headline]
+    if details:
+        with st.expander("What happened, in detail", expanded=len(details) <= SHORT_DETAIL):
+            for line in details:
+                st.markdown(f"- {line}")
+            st.caption("The error exactly as the job recorded it: `python -m jobs show --json` or the Events download.")
 
 
 def draw_actions(job: dict, live: bool) -> None:
@@ -156,6 +165,7 @@ def draw_body(job_id: int, x: str, fit: str) -> None:
     job = data.job(db, job_id)
     if jv.is_final(job) and st.session_state.get(LIVE_KEY) == job_id:
         st.session_state.pop(LIVE_KEY)
+        data.jobs.clear()  # the header's queue chip reads the job list: it must not still say "running"
         st.rerun(scope="app")
     total_bytes, capacity = job_sizes(job)
     count = data.sample_count(db, job_id)
@@ -197,6 +207,7 @@ def draw_cards(job: dict, stats: jv.LiveStats, samples, events, total_bytes: int
             card.value,
             delta=card.delta,
             delta_color=card.delta_color,
+            delta_arrow=card.delta_arrow,
             help=card.help,
             border=True,
             chart_data=spark.tolist() if card.label == "Peak in use" and spark is not None else None,
@@ -234,14 +245,14 @@ def draw_chart(job: dict, samples, events, count: int, x: str, fit: str, total_b
 
 def draw_progress(job: dict, stats: jv.LiveStats, events) -> None:
     where = jv.progress(job)
-    st.subheader(where.stage or "starting")
+    st.subheader(words.stage(where.stage) if where.stage not in jv.STARTING_STAGES else "Starting")
     if where.fraction is not None:
         st.progress(where.fraction, text=where.text)
     elif job["status"] == "queued":
         st.info("Waiting for the worker to pick this job up.")
     draw_time_left(job, events, where.fraction)
-    if stats.samples == 0:
-        st.info("Starting worker, importing, opening checkpoint…")
+    if stats.samples == 0 or job.get("stage") in jv.STARTING_STAGES:
+        st.info(jv.starting_text(job))
     st.dataframe(jv.event_table(events, last=8), hide_index=True, width="stretch")
 
 
@@ -266,7 +277,7 @@ def draw_video(job: dict) -> None:
     input_strip(data.artifacts(db, job["id"]), lambda name: data.artifact_path(job["id"], name))
     videos = [a for a in data.artifacts(db, job["id"]) if a["name"].endswith(".mp4")]
     if videos:
-        st.video(str(data.artifact_path(job["id"], videos[0]["name"])), loop=True, muted=True, autoplay=True)
+        st.video(str(data.artifact_path(job["id"], videos[0]["name"])), loop=True)
     elif job["kind"] != "load":
         st.info(f"No video: the job was {job['status']} before it wrote one.")
     if job["status"] != "succeeded":
@@ -292,16 +303,16 @@ def draw_details(job: dict) -> None:
     tabs["Events"].dataframe(jv.event_table(data.events(db, job["id"])), hide_index=True, width="stretch", key="job_events")
 
 
-def draw_retry(job: dict) -> None:
+def draw_retry(job: dict, suggested: int | None) -> None:
     """Retry buttons that fit how the job ended (jv.retry_choices)."""
-    choices = jv.retry_choices(job)
+    choices = jv.retry_choices(job, suggested)
     if not choices:
         return
     st.subheader("Retry")
     row = st.container(horizontal=True)
     for choice in choices:
         if row.button(f"Retry with {choice}", key=f"retry_{choice}"):
-            changes = {} if choice == "same settings" else {"mode": choice}
+            changes = jv.retry_changes(choice, suggested)
             try:  # the one retry path: the stored spec is validated again, as the CLI's retry does
                 new_id = retry(connect(db, ensure=False), job["id"], data.config(), changes=changes)
             except (JobSpecError, JobStateError) as e:
@@ -352,8 +363,9 @@ def main() -> None:
     total_bytes, _ = job_sizes(job)
     live = not jv.is_final(job)
     draw_header(job, total_bytes)
-    if not live:
-        draw_outcome(job, total_bytes)
+    told = None if live else job_outcome(job, total_bytes)
+    if told is not None:
+        draw_outcome(told)
     draw_actions(job, live)
     x_choice, fit, paused = draw_controls(job, total_bytes, live)
     if live and not paused:
@@ -362,8 +374,8 @@ def main() -> None:
     else:
         draw_body(job["id"], x_choice, fit)
     draw_details(job)
-    if not live:
-        draw_retry(job)
+    if told is not None:
+        draw_retry(job, told.suggested_limit)
         draw_downloads(job["id"])
 
 

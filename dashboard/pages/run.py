@@ -17,12 +17,13 @@ import streamlit as st
 
 from dashboard import data, frame, nav
 from dashboard import format as fmt
+from dashboard import words
 from dashboard.host import read_host_memory
-from dashboard.host_charts import fit_bar
+from dashboard.host_charts import fit_bar, wall_caption
 from dashboard.views import eta as ev
 from dashboard.inputs_panel import workflow_section
 from dashboard.views import fit, query
-from dashboard.views.checkpoints import CheckpointChoice, components_table
+from dashboard.views.checkpoints import CheckpointChoice, components_table, outside_roots
 from dashboard.views.jobs import describe_supervisor, progress
 from dashboard.views.run import (
     DEFAULT_COMPONENT, DTYPES, GENERATE_FIELDS, KIND_LABELS, MODE_HELP, OFFERED_FLAGS, POLICY_DEFAULT, TRISTATE,
@@ -136,7 +137,7 @@ def checkpoint_field(choices: list[CheckpointChoice], roots: list) -> Checkpoint
     default = next((c for c in usable if c.path.name == "demo"), usable[0] if usable else choices[0])
     wanted = durable().get("checkpoint")
     if wanted and wanted not in by_path:
-        st.warning(f"{wanted} is no longer found under the model roots; {default.path.name} is chosen instead.")
+        st.warning(f"{outside_roots(wanted, roots)} {default.path.name} is chosen instead.")
         durable()["checkpoint"] = str(default.path)
     seed("checkpoint", str(default.path), list(by_path))
     choice = by_path[st.selectbox("Checkpoint", list(by_path), format_func=lambda p: by_path[p].label, key=key("checkpoint"))]
@@ -219,7 +220,8 @@ def limit_fields(device: DeviceInfo, kind: str, mode: str) -> dict[str, Any]:
     memory_limit = right.text_input(
         "Memory limit (cgroup)", key=key("memory_limit"), disabled=reason is not None,
         placeholder="e.g. 8GiB" if reason is None else "not available here",
-        help=reason or "Kill the job's process tree when it uses more than this (it counts the worker's own memory too).",
+        help=reason or "Kill the job's process tree when it uses more than this (it counts the worker's own memory "
+        "too). Empty: no limit. Sizes such as 300MB (powers of 1000) or 8GiB (powers of 1024).",
     )
     show_errors("memory_limit")
     gpus = 1
@@ -239,7 +241,7 @@ def guard_fields(kind: str, mode: str, gpus: int) -> dict[str, Any]:
     budget = left.text_input(
         "Memory budget (guard)", key=key("memory_budget"), placeholder="e.g. 40GiB",
         help="Stop the job when system in use grows more than this over its start. Unlike a cgroup limit it "
-             "counts CUDA allocations on unified memory.",
+             "counts CUDA allocations on unified memory. Empty: no budget.",
     )
     show_errors("memory_budget")
     floor = right.text_input(
@@ -283,9 +285,11 @@ def generate_fields(choice) -> dict[str, Any]:
     cols = st.columns(4)
     cols[0].number_input("Frames (24 fps)", min_value=124, max_value=345, step=17, key=key("gen_frames"),
                          help="17n + 5: 124 (5.2 s) to 345 (14.4 s)")
-    cols[1].number_input("Height", min_value=multiple, step=multiple, key=key("gen_height"))
-    cols[2].number_input("Width", min_value=multiple, step=multiple, key=key("gen_width"))
-    cols[3].number_input("Steps", min_value=2, key=key("gen_steps"), help="N steps make N - 1 DiT calls; H3's default is 50")
+    canvas_help = f"a multiple of {multiple}; checkpoint default: {canvas[1]}x{canvas[0]} (width x height)"
+    cols[1].number_input("Height", min_value=multiple, step=multiple, key=key("gen_height"), help=canvas_help)
+    cols[2].number_input("Width", min_value=multiple, step=multiple, key=key("gen_width"), help=canvas_help)
+    cols[3].number_input("Steps", min_value=2, key=key("gen_steps"),
+                         help="N steps make N - 1 transformer passes (3 steps = 2 passes); the model's own default is 50")
     cols = st.columns(4)
     cols[0].number_input("Seed", min_value=0, key=key("gen_seed"))
     cols[1].toggle("Audio track", key=key("gen_audio"))
@@ -308,7 +312,7 @@ def offload_fields(device: DeviceInfo) -> dict[str, bool]:
     with st.expander(offload_summary(preview, device.spec), expanded=touched):
         cols = st.columns(2)
         for i, name in enumerate(OFFERED_FLAGS):
-            cols[i % 2].checkbox(name, key=key(f"offload_{name}"))
+            cols[i % 2].checkbox(words.flag(name), key=key(f"offload_{name}"), help=name)
         show_errors("offload")
         st.caption(device.reason)
         st.dataframe(
@@ -349,7 +353,8 @@ def fit_panel(choice: CheckpointChoice | None, kind: str, component: str | None,
     guess = fit.forecast(mode, peaks or fit.mode_peaks(choice.bytes_to_place(kind, component)), found)
     st.altair_chart(
         fit_bar(host.in_use, guess.predicted_peak, host.in_use + guess.wall.allowance,
-                f"{guess.wall.name} {fmt.gib(host.in_use + guess.wall.allowance)}", guess.share),
+                wall_caption(guess.wall.name, {"pool": capacity, "limit": limit, "budget": guard.budget,
+                                               "floor": guard.floor}[guess.wall.name]), guess.share),
         width="stretch",
     )
     {"ok": st.success, "tight": st.warning, "over": st.error}[guess.level](guess.message)

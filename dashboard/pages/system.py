@@ -24,7 +24,8 @@ REFRESH = 5  # seconds between readings
 
 
 def remember(host: HostMemory, pressure: Pressure | None) -> pd.DataFrame:
-    """Add this reading to the session's history and return the last 15 minutes of it."""
+    """Add this reading to the session's history and return the last 15 minutes: the samples jobs stored
+    (System in use and MemAvailable) and this page's own readings (which add MemFree and pressure)."""
     now = time.time()
     history = [r for r in st.session_state.get(HISTORY_KEY, []) if now - r["time"] <= HISTORY_SECONDS]
     history.append({
@@ -32,7 +33,9 @@ def remember(host: HostMemory, pressure: Pressure | None) -> pd.DataFrame:
         "some": pressure.some_avg10 if pressure else None, "full": pressure.full_avg10 if pressure else None,
     })
     st.session_state[HISTORY_KEY] = history
-    return pd.DataFrame(history)
+    stored = data.host_history(data.db_path(), now - HISTORY_SECONDS)
+    stored = stored.assign(in_use=host.total - stored["available"], free=None, some=None, full=None)
+    return pd.concat([stored, pd.DataFrame(history)], ignore_index=True).sort_values("time").reset_index(drop=True)
 
 
 def memory_cards(host: HostMemory) -> None:
@@ -66,7 +69,7 @@ def live_memory() -> None:
         f" every task at once {pressure.full_avg10:.2f}% (60 s: {pressure.some_avg60:.2f}% / {pressure.full_avg60:.2f}%)."
         " Sustained 'all tasks' stalls mean the box is thrashing, often just before an OOM kill or a freeze."
     )
-    st.altair_chart(pressure_history(history[["time", "some", "full"]]), width="stretch")
+    st.altair_chart(pressure_history(history[["time", "some", "full"]].dropna()), width="stretch")
 
 
 def devices_section() -> None:
@@ -106,10 +109,20 @@ def worker_section(db: str) -> None:
         return
     try:
         proc = psutil.Process(pid)
-        rows = [_process_row(proc, "supervisor")] + [_process_row(c, "job child") for c in proc.children(recursive=True)]
+        rows = [_process_row(proc, "supervisor")] + [_process_row(c, process_role(c, status)) for c in proc.children(recursive=True)]
     except psutil.Error:  # it exited between the check and the read
         return
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    st.caption("The fork server lives as long as its supervisor: it holds the imports every job needs, so a job "
+               "starts in a fraction of a second, and it forks each job's child. Both stop when the supervisor does.")
+
+
+def process_role(proc: psutil.Process, status: dict) -> str:
+    """What a process under the supervisor is: the fork server (there between jobs too) or a job's child."""
+    if "jobs.forkserver" in " ".join(proc.cmdline()):
+        return "fork server (waits between jobs)"
+    job = status.get("current_job")
+    return f"child of job {job}" if job else "job child"
 
 
 def storage_section(db: str) -> None:

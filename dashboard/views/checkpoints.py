@@ -14,9 +14,14 @@ from pathlib import Path
 import pandas as pd
 
 from dashboard import format as fmt
+from dashboard.views import failure
 from loader.errors import DrainboardError
 from loader.validate import checkpoint_problems
 from storage.config import ModelPathError, resolve_model_path
+
+LABEL_PROBLEM = 120
+"""Characters of a broken checkpoint's first problem its picker entry shows (the page shows them all)."""
+
 
 @dataclass(frozen=True)
 class Component:
@@ -62,7 +67,10 @@ class CheckpointChoice:
         """`demo — 0.2 GiB, 4 components (under /data/models)`, or `✗ bad — broken: …`."""
         if self.problems:
             more = f" (+{len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
-            return f"✗ {self.path.name} — broken: {self.problems[0][:80]}{more}"
+            first = self.problems[0]
+            if len(first) > LABEL_PROBLEM:  # cut at a word, never mid-quote
+                first = first[:LABEL_PROBLEM].rsplit(" ", 1)[0] + "…"
+            return f"✗ {self.path.name} — broken: {first}{more}"
         parts = f", {len(self.components)} components" if len(self.components) > 1 else ""
         return f"{self.path.name} — {fmt.gib(self.total_bytes)}{parts} (under {self.root})"
 
@@ -119,13 +127,22 @@ def candidates(root: Path, roots: list[Path]) -> list[Path]:
     return found
 
 
+def outside_roots(wanted: str, roots: list) -> str:
+    """Why a path the form was given is not offered, and how to offer it: the setting and the file."""
+    listed = ", ".join(str(r) for r in roots)
+    where = "does not exist" if not Path(wanted).exists() else f"is not under a model root ({listed})"
+    return (f"{wanted} {where}. To use a checkpoint elsewhere, add its folder to the model roots: "
+            "DRAINBOARD_MODEL_ROOTS (folders separated by ':') or `model_roots` in drainboard.toml, then restart.")
+
+
 def _failure(exc: BaseException) -> list[str]:
-    """The messages of whatever discovery raised, in words (a crafted file must not crash the page)."""
+    """The messages of whatever discovery raised, in words (a crafted file must not crash the page),
+    near-identical lines folded (a truncated shard's every tensor is one line)."""
     if isinstance(exc, DrainboardError):
-        return exc.messages()
+        return failure.fold([failure.plain(m) for m in exc.messages()])
     if isinstance(exc, RecursionError):
-        return ["a JSON file is nested too deeply to parse (RecursionError)"]
-    return [f"cannot be read: {type(exc).__name__}: {exc}"]
+        return ["a JSON file is nested too deeply to parse"]
+    return [f"cannot be read: {failure.plain(str(exc))}"]
 
 
 def describe_checkpoint(path: Path, root: Path, roots: list[Path]) -> CheckpointChoice:
@@ -144,6 +161,7 @@ def describe_checkpoint(path: Path, root: Path, roots: list[Path]) -> Checkpoint
         default = index.component(None).name
     except DrainboardError:
         default = None
+    problems = failure.fold([failure.plain(p) for p in problems])
     return CheckpointChoice(path, root, index.layout, components, problems=tuple(problems), default_component=default)
 
 

@@ -7,6 +7,7 @@ import datetime as dt
 import pandas as pd
 
 from dashboard import format as fmt
+from dashboard.views import failure
 from dashboard.views.jobs import STATUS_ICONS
 from dashboard.views.spec import checkpoint_key, generate_parameters, job_parameters, spec_checkpoint_name, spec_mode
 from storage.schema import JOB_STATUSES
@@ -33,7 +34,7 @@ def outcome_text(job: dict) -> str:
     error = (job.get("error") or "").strip().splitlines()
     if job["status"] in ("succeeded", "queued", "running") or not error:
         return job["status"]
-    return f"{job['status']}: {error[0]}"
+    return f"{job['status']}: {failure.plain(error[0])}"
 
 
 def job_summary(samples: pd.DataFrame, mem_total: int | None) -> dict:
@@ -63,10 +64,27 @@ def _duration(job: dict) -> float | None:
 
 
 HISTORY_COLUMNS = [
-    "", "job", "id", "outcome", "kind", "mode", "checkpoint", "device", "dtype", "memory limit", "prompt", "seed",
-    "steps", "frames", "size", "started", "duration", "peak in use", "footprint ×", "min headroom", "in use", "retry of",
+    "status", "job", "id", "kind", "mode", "checkpoint", "duration", "peak in use", "footprint ×", "min headroom",
+    "in use", "outcome", "started", "device", "dtype", "memory limit", "prompt", "seed", "steps", "frames", "size",
+    "retry of",
 ]
-"""History's columns, in order. Numbers stay numeric (so they sort) and get their unit from the page's column format."""
+"""History's columns, in order: what a job cost (duration, peak, footprint) right after what it was, so it is in
+view at 1400 px. Numbers stay numeric (so they sort) and get their unit from the page's format."""
+STATUS_TINTS = {"failed": "rgba(230, 159, 0, 0.28)", "killed": "rgba(213, 94, 0, 0.28)",
+                "interrupted": "rgba(230, 159, 0, 0.16)", "succeeded": "rgba(0, 158, 115, 0.16)"}
+"""A status cell's background: colour plus its word (failed amber, killed red, done green), the text
+keeping the theme's own colour so it reads in light and dark alike."""
+
+
+def status_text(status: str) -> str:
+    """`✕ killed`: the glyph and the word, never the glyph alone."""
+    return f"{STATUS_ICONS.get(status, '?')} {status}"
+
+
+def status_tint(cell: str) -> str:
+    """CSS for a status cell (Styler.map)."""
+    word = cell.split(" ", 1)[-1]
+    return f"background-color: {STATUS_TINTS[word]}" if word in STATUS_TINTS else ""
 
 
 def history_frame(jobs: list[dict], summaries: dict[int, dict], *, link) -> pd.DataFrame:
@@ -81,7 +99,7 @@ def history_frame(jobs: list[dict], summaries: dict[int, dict], *, link) -> pd.D
         peak = summary.get("peak_in_use")
         rows.append(
             {
-                "": STATUS_ICONS.get(job["status"], "?"),
+                "status": status_text(job["status"]),
                 "job": link(job["id"]),
                 "id": job["id"],
                 "outcome": outcome_text(job),
@@ -102,7 +120,7 @@ def history_frame(jobs: list[dict], summaries: dict[int, dict], *, link) -> pd.D
                 "footprint ×": metrics.get("footprint_ratio"),
                 "min headroom": summary["min_available"] / fmt.GIB if summary.get("min_available") is not None else None,
                 "in use": summary.get("spark", []),
-                "retry of": link(job["retry_of"]) if job.get("retry_of") else None,
+                "retry of": link(job["retry_of"]) if job.get("retry_of") else "",
             }
         )
     return pd.DataFrame(rows, columns=HISTORY_COLUMNS)
@@ -120,8 +138,8 @@ COMPARE_METRICS = (
 
 
 def comparison_table(jobs: list[dict], summaries: dict[int, dict], reference_id: int) -> pd.DataFrame:
-    """Rows = jobs; columns = the outcome, every parameter (job_parameters), peak in use, min
-    headroom and each metric with its ratio to the reference job ("0.50×"). A ratio is given
+    """Rows = jobs; columns = the outcome, peak in use, min headroom and each metric with its ratio
+    to the reference job ("0.50×"), then every parameter (job_parameters). A ratio is given
     only against a job of the same checkpoint, component and kind: "different checkpoint" otherwise."""
     ref = next((j for j in jobs if j["id"] == reference_id), None)
     if ref is None:
@@ -133,7 +151,6 @@ def comparison_table(jobs: list[dict], summaries: dict[int, dict], reference_id:
         summary = summaries.get(job["id"], {})
         comparable = checkpoint_key(job) == checkpoint_key(ref)
         row = {"job": f"#{job['id']}" + (" (ref)" if job["id"] == reference_id else ""), "outcome": job["status"]}
-        row.update(job_parameters(job))
         row["peak in use"] = fmt.gib(summary.get("peak_in_use"))
         row["min headroom"] = fmt.gib(summary.get("min_available"))
         for name, label in COMPARE_METRICS:
@@ -144,8 +161,9 @@ def comparison_table(jobs: list[dict], summaries: dict[int, dict], reference_id:
                 row[f"{label} vs ref"] = "different checkpoint"
             else:
                 row[f"{label} vs ref"] = fmt.ratio(value / base) if value is not None and base else fmt.MISSING
+        row.update(job_parameters(job))  # after the figures, which are what a comparison is for (in view at 1024 px)
         rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).fillna(fmt.MISSING)  # a load has no prompt: "—", never a blank read as None
 
 
 def default_comparison(jobs: list[dict], limit: int) -> list[int]:

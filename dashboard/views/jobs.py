@@ -6,12 +6,15 @@ directly with made-up rows.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 
 import pandas as pd
 
 from dashboard import format as fmt
+from dashboard import words
+from dashboard.views import failure
 from storage.schema import FINAL_STATUSES
 
 STATUS_ICONS = {
@@ -53,9 +56,9 @@ class Progress:
 
     @property
     def text(self) -> str:
-        """`load 13/41`, `denoising 3/6`, or just the stage."""
-        stage = self.stage or "step"
-        return f"{stage} {self.done or 0}/{self.total}" if self.total else (self.stage or "")
+        """`loading 13/41`, `denoising 1/2`, or just the stage, in words (words.stage)."""
+        stage = words.stage(self.stage) or "step"
+        return f"{stage} {self.done or 0}/{self.total}" if self.total else words.stage(self.stage)
 
     @property
     def fraction(self) -> float | None:
@@ -161,10 +164,11 @@ def status_label(job: dict, stats: LiveStats, total_bytes: int | None, *, now: f
         return "Queued: waiting for the worker"
     if status == "running":
         started = job.get("started_at")
-        if not stats.samples:
-            waited = (now or time.time()) - started if started else 0.0
-            return f"Starting worker, importing, opening checkpoint… {fmt.duration(waited)}"
-        line = f"{progress(job).text or 'running'} · {at}"
+        waited = (now or time.time()) - started if started else stats.elapsed
+        if not stats.samples or job.get("stage") in STARTING_STAGES:
+            return f"{starting_text(job)} · {fmt.duration(waited)}"
+        # sparse timer samples in a generate: the clock, not the last sample's t
+        line = f"{progress(job).text or 'running'} · {fmt.duration(waited) if job.get('kind', 'load') != 'load' else at}"
         return line if stalled is None else f"{line} · stalled: no progress for {stalled:.0f} s"
     if status == "succeeded":
         took = _took(job)
@@ -177,8 +181,21 @@ def status_label(job: dict, stats: LiveStats, total_bytes: int | None, *, now: f
         return f"Cancelled by the user at {at}"
     if status == "interrupted":
         return f"Interrupted (the worker stopped) at {at}"
-    error = (job.get("error") or "no error message recorded").splitlines()[0]
+    error = failure.plain((job.get("error") or "no error message recorded").splitlines()[0])
     return f"Failed at {at}: {error}"
+
+
+STARTING_STAGES = frozenset({None, "probe", "prepare"})
+"""Stages before a job does its own work: the page says what is happening instead of the stage's name."""
+
+
+def starting_text(job: dict) -> str:
+    """What a job that has not started its own work is doing, in order."""
+    if job.get("kind", "load") == "load":
+        return "Starting the job: importing, opening the checkpoint…"
+    if job.get("stage") == "prepare":
+        return "Starting the job: preparing the tokenizer and scheduler, then loading the text encoder…"
+    return "Starting the job: importing the pipeline, then loading the text encoder…"
 
 
 def kill_kind(job: dict) -> str | None:
@@ -206,45 +223,101 @@ class Outcome:
     tone: str
     """st element to draw it with: success, info (a user's cancel), warning (interrupted) or error."""
     headline: str
-    """One line: the status and where it happened."""
+    """One plain sentence: the status and where it happened."""
     cause: list[str]
-    """The whole cause, one line each (empty for a success): the signal and who sent it, the limit,
-    the last sample (tensor k of N, stage, memory), or every line of the error."""
+    """The whole cause in plain words, one line each, near-identical lines folded (empty for a success):
+    the signal and who sent it, the limit, the last sample, or every problem of the error. Shown on demand."""
+    next_step: str | None = None
+    """What to do now (a kill's remedy), or None."""
+    raw: str = ""
+    """The stored error as the runner wrote it, for whoever wants it verbatim."""
+    suggested_limit: int | None = None
+    """For a job killed at its memory limit: the smallest limit that would have worked."""
 
 
-def outcome(job: dict, stats: LiveStats, total_bytes: int | None) -> Outcome:
-    """The banner of a finished job: nothing of the stored error is cut."""
+def outcome(job: dict, stats: LiveStats, total_bytes: int | None, *, samples: pd.DataFrame | None = None,
+            predicted: int | None = None) -> Outcome:
+    """The banner of a finished job: a headline, the next step, and the cause (nothing of it cut)."""
     status = job["status"]
     tone = {"succeeded": "success", "cancelled": "info", "interrupted": "warning"}.get(status, "error")
     text = error_text(job)
     if status == "killed" or status == "interrupted":
         # "<why>; last sample at ...": the cause and the last sample, each on its own line.
         why, split, last = text.partition("; last sample")
-        cause = [why.strip()] + ([f"last sample{last}".strip()] if split else [])
+        cause = [failure.plain(why)] + ([failure.plain(f"Last sample{last}")] if split else [])
     else:
-        cause = [line for line in text.splitlines() if line.strip()]
+        cause = failure.sentences(text)
     if status == "succeeded":
         cause = []
-    return Outcome(tone, status_label(job, stats, total_bytes), cause)
+    spec = job.get("spec") or {}
+    needed = suggested_limit(job, stats, total_bytes, samples, predicted)
+    step = failure.next_step(
+        kill_kind(job), limit=killing_limit(job), budget=spec.get("memory_budget"), suggested_limit=needed,
+        mode=spec.get("mode"),
+    )
+    return Outcome(tone, status_label(job, stats, total_bytes), cause, step, text, needed)
+
+
+def suggested_limit(job: dict, stats: LiveStats, total_bytes: int | None, samples: pd.DataFrame | None,
+                    predicted: int | None) -> int | None:
+    """For a job killed at its memory limit: the smallest limit that would have worked (failure.limit_needed)."""
+    limit = killing_limit(job)
+    if not limit:
+        return None
+    usage = baseline = None
+    if samples is not None and len(samples):
+        column = samples["cgroup_usage"] if "cgroup_usage" in samples and samples["cgroup_usage"].notna().any() else samples["vm_rss"]
+        usage, baseline = int(column.max()), int(column.dropna().iloc[0])
+    fraction = stats.bytes_placed / total_bytes if total_bytes and job.get("kind", "load") == "load" else None
+    return failure.limit_needed(limit=limit, usage_at_kill=usage, baseline=baseline, placed_fraction=fraction,
+                                predicted_peak=predicted)
 
 
 MODE_COST = {"retain": 2.0, "drain": 1.16, "stream": 1.0}
 """Typical footprint of each placement mode, cheapest last: a retry offers only cheaper ones."""
 
 
-def retry_choices(job: dict) -> list[str]:
-    """What a Retry button may offer: "same settings", plus each cheaper placement mode when
-    memory ran out (OOM or memory guard). Nothing after success; after a user's cancel, a
-    failure or another signal, a mode change would not help, so only the same settings."""
+def retry_choices(job: dict, suggested: int | None = None) -> list[str]:
+    """What a Retry button may offer: "same settings" (or, for a job killed at its memory limit,
+    "a limit of N" with `suggested`: the same settings would be killed again), plus each cheaper
+    placement mode when memory ran out (OOM or memory guard). Nothing after success; after a
+    user's cancel, a failure or another signal, a mode change would not help."""
     if job["status"] in ("succeeded", "queued", "running"):
         return []
-    choices = ["same settings"]
+    limited = killing_limit(job) and suggested
+    choices = [f"a limit of {fmt.gib(suggested)}" if limited else "same settings"]
     if kill_kind(job) in ("oom", "guard"):
         mode = (job.get("spec") or {}).get("mode")
         cost = MODE_COST.get(mode)
         if cost is not None:
             choices += [m for m, c in sorted(MODE_COST.items(), key=lambda kv: kv[1]) if c < cost]
     return choices
+
+
+LIMIT_REACHED = re.compile(r"limit (\d+(?:\.\d+)?) ?([KMGT]i?B)\b reached")
+"""The limit a cgroup OOM kill names (jobs.outcome.kill_reason), for jobs whose spec predates the field."""
+
+
+def killing_limit(job: dict) -> int | None:
+    """The memory limit a job was killed at (OOM in its memory cgroup), or None for any other end."""
+    if kill_kind(job) != "oom":
+        return None
+    limit = (job.get("spec") or {}).get("memory_limit")
+    found = LIMIT_REACHED.search(job.get("error") or "")
+    if limit is None and found:
+        from loader.sizes import parse_size
+
+        limit = parse_size(found.group(1) + found.group(2))
+    return limit if limit and (found or "memory cgroup" in (job.get("error") or "")) else None
+
+
+def retry_changes(choice: str, suggested: int | None) -> dict:
+    """The spec changes a retry_choices entry stands for."""
+    if choice == "same settings":
+        return {}
+    if choice in MODE_COST:
+        return {"mode": choice}
+    return {"memory_limit": suggested}
 
 
 def _took(job: dict) -> float | None:
@@ -262,6 +335,11 @@ class Card:
     delta: str | None = None
     delta_color: str = "normal"
     help: str | None = None
+
+    @property
+    def delta_arrow(self) -> str:
+        """No trend arrow on a neutral delta (progress, a rate, where a peak happened): only a real change gets one."""
+        return "off" if self.delta_color == "off" else "auto"
 
 
 def metric_cards(
@@ -382,7 +460,7 @@ DENOISE_STAGE = "denoise.denoise"
 
 def seconds_per_step(job: dict, events: pd.DataFrame | None, elapsed: float) -> float | None:
     """Seconds per denoising step: the `denoise.denoise` stage's time (finished: from the
-    metrics; running: from its stage_start event to `elapsed`) over the steps done.
+    metrics; running: from its stage_start event to its stage_end, or to `elapsed` while it runs) over the steps done.
     The DiT loads in a stage of its own (`load.transformer`), so this is denoising alone."""
     done = job.get("progress_done") or 0
     if not done:
@@ -390,8 +468,10 @@ def seconds_per_step(job: dict, events: pd.DataFrame | None, elapsed: float) -> 
     seconds = ((job.get("metrics") or {}).get("stage_seconds") or {}).get(DENOISE_STAGE)
     if seconds is None and events is not None and len(events):
         started = events[(events["kind"] == "stage_start") & (events["stage"] == DENOISE_STAGE)]
-        if len(started):
-            seconds = elapsed - float(started["t"].iloc[0])
+        ended = events[(events["kind"] == "stage_end") & (events["stage"] == DENOISE_STAGE)]
+        if len(started):  # frozen once denoising ends: decoding is not a step
+            until = float(ended["t"].iloc[0]) if len(ended) else elapsed
+            seconds = until - float(started["t"].iloc[0])
     return seconds / done if seconds and seconds > 0 else None
 
 
@@ -408,17 +488,18 @@ def _generate_cards(job: dict, stats: LiveStats, *, capacity: int | None, events
     by_stage = " · ".join(f"{stage} {fmt.gib(value, 2)}" for stage, value in stage_peaks.items())
     return [
         Card(
-            "Denoising steps",
+            "Transformer passes",
             f"{done or 0}/{total}" if total else fmt.MISSING,
-            delta=f"{per_step:.2f} s/step" if per_step else None,
+            delta=f"{per_step:.2f} s per pass" if per_step else None,
             delta_color="off",
-            help="denoising steps done of the total; s/step is the denoise.denoise stage's time over the steps done",
+            help="transformer passes done of the total (N steps make N - 1 passes); the time per pass is the "
+            "denoising stage's time (denoise.denoise) over the passes done, frozen when denoising ends",
         ),
         _peak_in_use_card(stats),
         Card(
             "Peak footprint",
             fmt.gib(peak),
-            delta=f"in {peak_stage}" if peak_stage else None,
+            delta=f"while {words.stage(peak_stage)}" if peak_stage else None,
             delta_color="off",
             help="peak_footprint: max over the stages of VmRSS + GPU allocated"
             + (f" (stage_peaks: {by_stage})" if by_stage else " (so far, from the samples)"),
@@ -429,14 +510,14 @@ def _generate_cards(job: dict, stats: LiveStats, *, capacity: int | None, events
 
 
 def metrics_table(metrics: dict | None) -> pd.DataFrame:
-    """The job's final scalar metrics: readable label, value with its unit, and the metric's
-    key as the job's JSON (`python -m jobs show --json`) names it."""
+    """The job's final scalar metrics: readable label and value with its unit (the keys are the
+    JSON's: `python -m jobs show --json`, the page's tooltip says so)."""
     rows = [
-        {"metric": fmt.metric_label(name), "value": fmt.metric_value(name, value), "key": name}
+        {"metric": fmt.metric_label(name), "value": fmt.metric_value(name, value)}
         for name, value in (metrics or {}).items()
         if isinstance(value, (int, float, str, type(None))) and not isinstance(value, bool)
     ]
-    return pd.DataFrame(rows, columns=["metric", "value", "key"])
+    return pd.DataFrame(rows, columns=["metric", "value"])
 
 
 LOAD_REPORT_COLUMNS = (
@@ -452,7 +533,7 @@ def load_reports_table(metrics: dict | None) -> pd.DataFrame:
     loads = (metrics or {}).get("loads") or {}
     rows = []
     for component, report in loads.items():
-        row = {"component": component}
+        row = {"component": words.component(component)}
         for key, heading in LOAD_REPORT_COLUMNS:
             value = (report or {}).get(key)
             row[heading] = fmt.metric_value(key, value) if key not in ("mode", "device") else (value or fmt.MISSING)
@@ -461,11 +542,26 @@ def load_reports_table(metrics: dict | None) -> pd.DataFrame:
 
 
 def event_table(events: pd.DataFrame, *, last: int | None = None) -> pd.DataFrame:
-    """Events as (t, kind, stage, message) rows, newest last; `last` keeps only the final ones."""
+    """Events as (t, what, stage, message) rows in words, newest last; `last` keeps only the final ones.
+    The internal kinds and stage names stay in the JSONL download."""
+    columns = ["t", "what", "stage", "message"]
     if events.empty:
-        return pd.DataFrame(columns=["t", "kind", "stage", "message"])
-    table = events[["t", "kind", "stage", "message"]]
-    return (table.tail(last) if last else table).reset_index(drop=True)
+        return pd.DataFrame(columns=columns)
+    table = events[["t", "kind", "stage", "message"]].tail(last) if last else events[["t", "kind", "stage", "message"]]
+    return pd.DataFrame({
+        "t": table["t"].map(fmt.duration).tolist(),
+        "what": table["kind"].map(words.event).tolist(),
+        "stage": table["stage"].map(lambda v: words.stage(v) if isinstance(v, str) else "").tolist(),
+        "message": table["message"].map(event_message).tolist(),
+    }, columns=columns)
+
+
+def event_message(message: object) -> str:
+    """An event's message with stage names in words (`load.text_encoder started` -> `loading the text encoder started`)."""
+    if not isinstance(message, str):
+        return ""
+    head, space, rest = message.partition(" ")
+    return f"{words.stage(head)}{space}{rest}" if "." in head or head in words.STAGE_WORDS else failure.plain(message)
 
 
 def last_sample_table(sample: dict | None, mem_total: int | None) -> pd.DataFrame:
@@ -474,7 +570,7 @@ def last_sample_table(sample: dict | None, mem_total: int | None) -> pd.DataFram
         return pd.DataFrame(columns=["field", "value"])
     rows = [
         ("t", fmt.duration(sample.get("t"))),
-        ("stage", sample.get("stage") or fmt.MISSING),
+        ("stage", words.stage(sample.get("stage")) or fmt.MISSING),
         ("tensor", sample.get("tensor_name") or fmt.MISSING),
         ("tensors placed", f"{sample.get('tensors_placed') or 0:,}"),
         ("bytes placed", fmt.gib(sample.get("bytes_placed"), 2)),

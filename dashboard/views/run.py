@@ -13,6 +13,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from dashboard import format as fmt
+from dashboard import words
 from loader.device import DeviceInfo
 from loader.offload import OffloadSettings, resolve_offload
 from models.params import GenerateParams
@@ -49,26 +50,31 @@ def offload_preview(settings: OffloadSettings, device: DeviceInfo, flags: tuple[
     why = {d.flag: d.reason for d in decisions}
     return pd.DataFrame(
         [
-            {"flag": name, "requested": getattr(settings, name), "used": getattr(resolved, name),
-             "why": why.get(name, "kept as requested")}
+            {"setting": words.flag(name), "requested": getattr(settings, name), "used": getattr(resolved, name),
+             "why": words.flags_in(why.get(name, "kept as requested"))}
             for name in flags
         ]
     )
 
 
 def offload_summary(preview: pd.DataFrame, device: str) -> str:
-    """One line for the collapsed offload section: what the policy changes on `device`."""
+    """One line for the collapsed offload section: what runs where on `device`."""
+    if device == "cpu":
+        return "Offload: everything runs on the CPU, so offload does not apply"
     changed = preview[preview["requested"] != preview["used"]]
     if changed.empty:
-        return f"Offload: kept as requested on {device}"
-    return f"Offload: the policy turns {len(changed)} of {len(preview)} flags around on {device}"
+        return f"Offload on {device}: as you set it below"
+    return (f"Offload on {device}: unified memory, so {len(changed)} of {len(preview)} settings are off "
+            "(the GPU and CPU share one pool: moving weights to the CPU frees nothing)")
 
 
 def size_text(nbytes: int | None) -> str:
-    """A byte count as the size parser reads it back exactly: `8GiB`, `700MiB` or plain bytes."""
+    """A byte count as the size parser reads it back exactly, in the unit the user most likely
+    typed: `8GiB`, `700MiB`, `300MB`, `2GB`, or plain bytes. A stored spec keeps only bytes, so
+    binary units are tried first (they are exact for what the page suggests), then decimal ones."""
     if nbytes is None:
         return ""
-    for unit, size in (("GiB", fmt.GIB), ("MiB", fmt.MIB)):
+    for unit, size in (("GiB", fmt.GIB), ("MiB", fmt.MIB), ("GB", 10**9), ("MB", 10**6)):
         if nbytes % size == 0:
             return f"{nbytes // size}{unit}"
     return str(nbytes)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dashboard import format as fmt
+from dashboard import words
 
 
 def spec_of(job: dict) -> dict:
@@ -67,14 +68,18 @@ def job_parameters(job: dict) -> dict[str, str]:
         rows["drop page cache"] = fmt.flag(spec.get("drop_page_cache"))
     if "sequential_components" in spec:
         rows["sequential components"] = fmt.flag(spec.get("sequential_components"))
-    for name, value in (spec.get("offload") or {}).items():
-        rows[name.replace("_", " ")] = fmt.flag(value)
+    if str(spec.get("device") or "cpu") == "cpu" and spec.get("offload") is not None:
+        rows["offload"] = "does not apply: everything runs on the CPU"
+    else:
+        for name, value in (spec.get("offload") or {}).items():
+            rows[words.flag(name)] = fmt.flag(value)
     rows.update(generate_parameters(job))
     return rows
 
 
 def generate_parameters(job: dict) -> dict[str, str]:
-    """What a generate job was asked for (prompt, seed, frames, size, steps, guidance); {} for a load."""
+    """What a generate job was asked for (prompt, seed, frames, size, steps, audio); {} for a load. The
+    negative prompt and guidance are fixed by the model (H3 takes neither), so they are not listed."""
     params = spec_of(job).get("generate")
     if not params:
         return {}
@@ -82,12 +87,10 @@ def generate_parameters(job: dict) -> dict[str, str]:
     length = f" ({fmt.duration(frames / fps)} at {fps} fps)" if frames and fps else ""
     return {
         "prompt": params.get("prompt") or "",
-        "negative prompt": params.get("negative_prompt") or "none",
         "seed": str(params.get("seed", fmt.MISSING)),
         "frames": f"{frames}{length}" if frames else fmt.MISSING,
-        "size": f"{params.get('width')} × {params.get('height')} px",
-        "steps": str(params.get("steps", fmt.MISSING)),
-        "guidance": str(params.get("guidance_scale", fmt.MISSING)),
+        "size": f"{params.get('width')} × {params.get('height')} px" if params.get("width") and params.get("height") else "checkpoint default",
+        "steps": words.steps(params.get("steps")) if params.get("steps") else fmt.MISSING,
         "audio": fmt.flag(params.get("audio")),
     }
 

@@ -276,14 +276,17 @@ def _assert_no_internal_names(page) -> None:
 
 def test_a_killed_job_says_why_offers_edit_and_requeue_and_can_be_deleted(dashboard, page):
     base, data = dashboard
+    page.goto(base + "/")  # the first visit prepares the database (when this test runs alone)
+    page.get_by_text("Run a job").wait_for()
     job_id = _add_killed_job(data)
     page.goto(f"{base}/job?job={job_id}")
     banner = page.locator("[data-testid=stAlert]").filter(has_text="Killed (SIGKILL) by the OOM killer")
     banner.wait_for()
     _wait_chart_drawn(page, 300)
     _shot(page, "6-killed-job")
-    assert banner.get_by_text("limit 1.00 GiB reached", exact=False).is_visible()
-    assert banner.get_by_text("tensor 40 of 96", exact=False).is_visible()
+    assert banner.get_by_text("retry with a limit of", exact=False).is_visible()  # the next step, in the banner
+    assert page.get_by_text("limit 1.00 GiB reached", exact=False).first.is_visible()  # the detail, opened below it
+    assert page.get_by_text("tensor 40 of 96", exact=False).first.is_visible()
     _assert_no_internal_names(page)
     _shoot_everywhere(page.context.browser, f"{base}/job?job={job_id}", "6-killed-job", last="Events (JSONL)")
 

@@ -190,8 +190,22 @@ def test_compare_tells_jobs_apart_by_dash_and_series_by_colour(two_jobs):
     line = _line_layer(spec)
     assert line["encoding"]["strokeDash"]["scale"]["domain"] == ["#1 retain", "#2 stream"]
     assert line["encoding"]["strokeDash"]["scale"]["range"] == charts.JOB_DASHES[:2]
-    assert line["encoding"]["color"]["scale"]["range"][:2] == ["#009E73", "#0072B2"]
+    # The job's own memory leads, then System in use (titled the whole machine), then VmRSS.
+    assert line["encoding"]["color"]["scale"]["domain"][:3] == ["Job's own memory", "System in use (whole machine)", "VmRSS"]
+    assert line["encoding"]["color"]["scale"]["range"][:3] == ["#CC79A7", "#009E73", "#0072B2"]
     assert spec["facet"]["field"] == "series"
+
+
+def test_compare_leads_with_the_jobs_own_memory_normalised_as_the_footprint_ratio(two_jobs):
+    frame = charts.compare_frame(two_jobs, x="percent", y="ratio", subtract_start=True)
+    own = frame[(frame["job"] == "#1 retain") & (frame["series"] == "Job's own memory")]
+    part = two_jobs[two_jobs["job"] == "#1 retain"].sort_values("t")
+    grown = (part["vm_rss"] - part["vm_rss"].iloc[0]) + (part["device_allocated"] - part["device_allocated"].iloc[0])
+    assert own["value"].max() == pytest.approx((grown / part["bytes_placed"]).max())  # docs/metrics.md's footprint_ratio
+    # A job's recorded footprint (its load report's) is the number its label quotes: the one Job page and History show.
+    recorded = charts.compare_frame(two_jobs.assign(footprint=1.16), x="percent", y="ratio", subtract_start=True)
+    labels = set(recorded.loc[recorded["series"] == "Job's own memory", "label"])
+    assert labels == {"#1 retain footprint 1.16×", "#2 stream footprint 1.16×"}
 
 
 def test_compare_x_is_the_fraction_of_each_jobs_model_placed(two_jobs):
@@ -301,7 +315,7 @@ def test_panel_order_is_the_same_in_every_view(two_jobs):
         (x, y, subtract): charts.compare_chart(two_jobs, x=x, y=y, subtract_start=subtract).to_dict()["facet"]["sort"]
         for x in ("percent", "seconds") for y in ("gib", "ratio") for subtract in (False, True)
     }
-    assert set(map(tuple, orders.values())) == {("System in use", "VmRSS", "RssFile")}
+    assert set(map(tuple, orders.values())) == {("Job's own memory", "System in use (whole machine)", "VmRSS", "RssFile")}
 
 
 def _dash_of(spec: dict) -> dict[str, list]:

@@ -17,7 +17,7 @@ def test_sizes_under_a_gib_read_in_mib_and_under_a_mib_in_kib():
     assert fmt.gib(2**30 - 2**20) == "1023 MiB"
     assert fmt.gib(12 * 2**10) == "12 KiB"
     assert fmt.gib(14) == "14 B"
-    assert fmt.gib(0) == "0.0 GiB"
+    assert fmt.gib(0) == "0 B"
 
 
 def test_throughput_is_decimal_gb_per_second_from_bytes_per_second():

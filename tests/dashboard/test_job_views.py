@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from dashboard.host import memory_kind, pool_caption
+from dashboard.views import failure
 from dashboard.views import jobs as jv
 from loader.device import DeviceInfo
 
@@ -21,9 +22,9 @@ def test_generate_cards_show_steps_with_seconds_per_step_and_the_peak_stage(load
            "metrics": {"peak_footprint": GIB, "stage_peaks": {"conditioning": GIB, "denoise.denoise": GIB // 2},
                        "stage_seconds": {"denoise.denoise": 4.0}}}
     cards = {c.label: c for c in jv.metric_cards(job, jv.live_stats(load_samples, 24 * GIB), total_bytes=GIB, capacity=24 * GIB)}
-    assert list(cards) == ["Denoising steps", "Peak in use", "Peak footprint", "Min headroom", "Peak VmRSS"]
-    assert (cards["Denoising steps"].value, cards["Denoising steps"].delta) == ("8/8", "0.50 s/step")
-    assert (cards["Peak footprint"].value, cards["Peak footprint"].delta) == ("1.0 GiB", "in conditioning")
+    assert list(cards) == ["Transformer passes", "Peak in use", "Peak footprint", "Min headroom", "Peak VmRSS"]
+    assert (cards["Transformer passes"].value, cards["Transformer passes"].delta) == ("8/8", "0.50 s per pass")
+    assert (cards["Peak footprint"].value, cards["Peak footprint"].delta) == ("1.0 GiB", "while conditioning")
     assert "conditioning 1.00 GiB · denoise.denoise 512.0 MiB" in cards["Peak footprint"].help
 
 
@@ -32,11 +33,26 @@ def test_a_running_generate_job_measures_steps_from_when_denoising_started(load_
     events = pd.DataFrame({"t": [0.5, 9.9], "kind": ["stage_start", "stage_start"], "stage": ["conditioning", "denoise.denoise"]})
     stats = jv.live_stats(load_samples, 24 * GIB)  # last sample at t = 11.9
     cards = {c.label: c for c in jv.metric_cards(job, stats, total_bytes=None, capacity=None, events=events)}
-    assert cards["Denoising steps"].delta == "1.00 s/step"
+    assert cards["Transformer passes"].delta == "1.00 s per pass"
     # Live peak footprint: max of VmRSS + device allocated, and the stage it happened in.
     assert cards["Peak footprint"].value == "2.2 GiB"
-    assert cards["Peak footprint"].delta == "in load"
+    assert cards["Peak footprint"].delta == "while loading"
     assert "placed" not in jv.status_label(job, stats, GIB)
+
+
+def test_seconds_per_pass_freeze_when_denoising_ends():
+    job = {"kind": "generate", "status": "running", "stage": "decode.video", "progress_done": 2, "progress_total": 2}
+    events = pd.DataFrame({"t": [2.0, 6.0], "kind": ["stage_start", "stage_end"],
+                           "stage": ["denoise.denoise", "denoise.denoise"]})
+    assert jv.seconds_per_step(job, events, elapsed=30.0) == 2.0  # decoding for 24 s more changes nothing
+
+
+def test_the_start_of_a_generate_says_what_is_happening_not_the_probe_stage():
+    job = {"kind": "generate", "status": "running", "stage": "probe", "started_at": 100.0}
+    stats = jv.live_stats(pd.DataFrame({"rank": 0, "t": [0.01], "stage": "probe", "bytes_placed": 0,
+                                        "vm_rss": GIB, "device_allocated": 0, "mem_available": GIB}), None)
+    label = jv.status_label(job, stats, None, now=117.0)
+    assert label == "Starting the job: importing the pipeline, then loading the text encoder… · 17.0 s"
 
 
 def test_before_denoising_the_steps_card_says_nothing_rather_than_zero(load_samples):
@@ -73,11 +89,12 @@ def _no_samples() -> jv.LiveStats:
     return jv.live_stats(pd.DataFrame(), None)
 
 
-def test_a_failed_job_shows_every_line_of_its_error():
+def test_a_failed_job_shows_every_line_of_its_error_without_the_class_name():
     error = "CheckpointError: 3 problems:\n  a.safetensors: truncated\n  b.safetensors: bad header\n  c: missing key w"
     told = jv.outcome({"status": "failed", "kind": "load", "error": error}, _no_samples(), None)
     assert told.tone == "error"
-    assert told.cause == ["CheckpointError: 3 problems:", "  a.safetensors: truncated", "  b.safetensors: bad header", "  c: missing key w"]
+    assert told.cause == ["3 problems:", "a.safetensors: truncated", "b.safetensors: bad header", "c: missing key w"]
+    assert "CheckpointError" not in told.headline and told.raw == error  # verbatim only on demand
     # A fuller error the runner kept wins over the stored one-line summary.
     detailed = jv.outcome({"status": "failed", "kind": "load", "error": "3 problems", "error_detail": error}, _no_samples(), None)
     assert detailed.cause == told.cause
@@ -177,8 +194,8 @@ def test_a_generate_jobs_component_loads_are_one_row_each():
     table = jv.load_reports_table(metrics).set_index("component")
     assert table.loc["transformer", "placed"] == "1.50 GiB"
     assert table.loc["transformer", "throughput"] == "0.64 GB/s"
-    assert table.loc["vae", "placed"] == "300.0 MiB"
-    assert table.loc["vae", "footprint"] == "—"
+    assert table.loc["video decoder", "placed"] == "300.0 MiB"
+    assert table.loc["video decoder", "footprint"] == "—"
     assert jv.load_reports_table({}).empty
 
 
@@ -190,3 +207,46 @@ def test_a_killed_load_draws_the_predicted_peak_its_forecast_event_recorded():
     events = pd.DataFrame([{"kind": "device", "data": {}}, {"kind": "forecast", "data": {"predicted_peak_bytes": 123}}])
     assert jv.predicted_peak({"metrics": None, "spec": {}}, events) == 123
     assert jv.predicted_peak({"metrics": None, "spec": {}}, events.iloc[:1]) is None
+
+
+def test_a_strict_load_failure_drops_the_python_argument_and_the_class_name():
+    error = ("PlacementError: strict load failed; 1 missing from /m/t: a.weight; 1 unexpected in /m/t: b.weight "
+             "(pass strict=False to load anyway)")
+    told = jv.outcome({"status": "failed", "kind": "load", "error": error}, _no_samples(), None)
+    assert told.headline == "Failed at 0 B placed · t = 0.00 s: strict load failed; 1 missing from /m/t: a.weight; 1 unexpected in /m/t: b.weight"
+    assert not any("strict=False" in line or "PlacementError" in line for line in told.cause)
+
+
+def test_a_truncated_shards_tensor_lines_fold_into_one_sentence():
+    lines = [f"model-00002-of-00003.safetensors: tensor 'blocks.{i}.w' has data_offsets [{i * 10**6}, {16_270_000 - i}] "
+             f"past the end of the 8990000-byte data area (truncated?)" for i in range(19)]
+    folded = failure.fold(["2 problems:", *lines, "other.safetensors: bad header"])
+    assert folded == [
+        "2 problems:",
+        "shard 2 of 3 (model-00002-of-00003.safetensors) is truncated (8.6 MiB of 15.5 MiB of data, 19 tensors cut off): "
+        "copy it again",
+        "other.safetensors: bad header",
+    ]
+
+
+def test_a_limit_kill_suggests_the_smallest_limit_that_would_have_worked_and_retries_with_it():
+    job = {"status": "killed", "kind": "load", "signal": "SIGKILL", "spec": {"mode": "retain", "memory_limit": GIB},
+           "error": "killed (SIGKILL) by the kernel OOM killer in the job's memory cgroup: limit 1.00 GiB reached"}
+    samples = pd.DataFrame({"rank": 0, "t": [0.0, 1.0], "stage": "load", "bytes_placed": [0, GIB],
+                            "vm_rss": [GIB // 4, GIB], "device_allocated": 0, "mem_available": 8 * GIB,
+                            "cgroup_usage": [GIB // 4, GIB]})
+    stats = jv.live_stats(samples, 16 * GIB)
+    told = jv.outcome(job, stats, 2 * GIB, samples=samples)
+    # Half placed at 1 GiB from a 0.25 GiB start: the whole load needs 0.25 + 2 * 0.75 = 1.75 GiB, +10%, rounded up.
+    assert told.suggested_limit == failure.round_up(1.75 * GIB * 1.1)
+    assert "retry with a limit of 2.0 GiB" in told.next_step
+    choices = jv.retry_choices(job, told.suggested_limit)
+    assert choices == ["a limit of 2.0 GiB", "stream", "drain"]  # never the same settings, killed again
+    assert jv.retry_changes(choices[0], told.suggested_limit) == {"memory_limit": told.suggested_limit}
+
+
+def test_every_kill_says_what_to_do_next():
+    guard = failure.next_step("guard", limit=None, budget=400 * 2**20, suggested_limit=None, mode="drain")
+    assert "budget of 400 MiB" in guard
+    oom = failure.next_step("oom", limit=None, budget=None, suggested_limit=None, mode="retain")
+    assert "close programs" in oom and "stream" in oom

@@ -78,10 +78,10 @@ def test_job_page_shows_metrics_of_a_finished_load(db_with_jobs):
     labels = {m.label: m.value for m in at.metric}
     assert labels["Footprint ratio"] == "1.16×"
     assert labels["Placed"] == "2.0 GiB"
-    metrics = _frame_with(at, "key").set_index("key")
-    assert metrics.loc["footprint_ratio", "value"] == "1.16×"
-    assert metrics.loc["throughput_gbps", "value"] == "0.18 GB/s"
-    assert list(metrics.columns) == ["metric", "value"]
+    metrics = _frame_with(at, "metric").set_index("metric")
+    assert metrics.loc["Footprint ratio", "value"] == "1.16×"
+    assert metrics.loc["Throughput", "value"] == "0.18 GB/s"
+    assert list(metrics.columns) == ["value"]
     assert "Job " + str(ids["drain"]) in _text(at)
 
 
@@ -94,13 +94,17 @@ def test_killed_job_says_where_it_died_and_offers_retry(db_with_jobs):
     banner = at.error[0].value
     # The samples passed the (tiny) checkpoint's size, so no share of it is claimed: bytes only.
     assert banner.startswith("**Killed (SIGKILL) by the OOM killer at 853 MiB placed · t = 3.90 s**")
-    # The whole cause, in the supervisor's words: who, the limit, and the last sample.
-    assert "limit 1.00 GiB reached" in banner
-    assert "last sample at 3.9 s: stage load, tensor 40 of 96" in banner
+    # One sentence, then what to do: the smallest limit that would have worked, from the memory measured.
+    assert "It needed more than its 1.0 GiB memory limit: retry with a limit of 1.5 GiB" in banner
+    # The whole cause, in the supervisor's words, on demand: who, the limit, and the last sample.
+    details = "\n".join(m.value for m in at.markdown)
+    assert "limit 1.00 GiB reached" in details
+    assert "Last sample at 3.9 s: while loading, tensor 40 of 96" in details
     assert at.table[0].value.loc["tensors placed", "value"] == "40"
-    # A retain load killed for memory: the cheaper modes are offered, the same mode only as "same settings".
+    # A retain load killed at its limit: a retry with a limit that would have worked (never the same
+    # settings, killed again) and the cheaper modes.
     assert [b.label for b in at.button if b.label.startswith("Retry")] == [
-        "Retry with same settings", "Retry with stream", "Retry with drain"]
+        "Retry with a limit of 1.5 GiB", "Retry with stream", "Retry with drain"]
     retry = next(b for b in at.button if b.label == "Retry with stream")
     retry.click().run()
     newest = db.execute("SELECT id, spec, retry_of FROM jobs ORDER BY id DESC LIMIT 1").fetchone()
@@ -150,8 +154,8 @@ def test_run_page_shows_the_validation_message_and_queues_nothing(fresh_db, tiny
 
 def test_run_page_previews_the_offload_policy_for_the_chosen_device(fresh_db, tiny_checkpoint):
     at = page("run").run()
-    preview = next(df.value for df in at.dataframe if "flag" in df.value.columns)
-    row = preview.set_index("flag").loc["dit_cpu_offload"]
+    preview = next(df.value for df in at.dataframe if "setting" in df.value.columns)
+    row = preview.set_index("setting").loc["transformer kept on the CPU between passes"]
     assert bool(row["requested"]) is True and bool(row["used"]) is False
     assert "CPU" in row["why"]
 
@@ -216,9 +220,9 @@ def test_job_page_of_a_generate_job_shows_steps_and_peak_footprint_not_placement
     assert not at.exception, at.exception
     cards = {m.label: m for m in at.metric}
     assert "Placed" not in cards and "Footprint ratio" not in cards
-    assert cards["Denoising steps"].value == "6/6"
+    assert cards["Transformer passes"].value == "6/6"
     assert cards["Peak footprint"].value == "1.5 GiB"
-    assert set(cards) == {"Denoising steps", "Peak in use", "Peak footprint", "Min headroom", "Peak VmRSS"}
+    assert set(cards) == {"Transformer passes", "Peak in use", "Peak footprint", "Min headroom", "Peak VmRSS"}
 
 
 @pytest.mark.parametrize("raw", ["²", "100000000000000000000000000000", "abc", "-3"])
@@ -266,7 +270,8 @@ def test_a_generate_jobs_page_shows_its_prompt_seed_and_component_loads(db_with_
     params = at.table[0].value["value"].to_dict()
     assert params["prompt"] == GENERATE["prompt"]
     assert f"**Prompt:** {GENERATE['prompt']}" in _text(at)
-    assert (params["seed"], params["steps"], params["guidance"]) == ("11", "4", "3.5")
+    assert (params["seed"], params["steps"]) == ("11", "4 steps = 3 transformer passes")
+    assert "guidance" not in params  # fixed by the model: not a parameter of the job
     loads = _frame_with(at, "component").set_index("component")
     assert loads.loc["transformer", "throughput"] == "0.81 GB/s"
     # A generate job has only the seconds view: no empty "placed" axis.
@@ -283,7 +288,9 @@ def test_a_failed_job_shows_its_whole_error_and_reads_failed(db_with_jobs, job_a
     at.run()
     assert not at.exception, at.exception
     assert at.error[0].value.startswith("**Failed at")
-    assert "\n".join(lines) in at.code[0].value  # every line, in the expander
+    shown = [m.value for m in at.markdown]
+    assert all(f"- {line.strip()}" in shown for line in lines)  # every line, in the expander
+    assert not any("CheckpointError" in m for m in shown)
     cards = {m.label: m.value for m in at.metric}
     assert cards["Footprint ratio"] != "— (killed)"
     assert [b.label for b in at.button if b.label.startswith("Retry")] == ["Retry with same settings"]
@@ -361,8 +368,17 @@ def test_history_has_a_chip_for_every_status_and_keeps_it_in_the_url(db_with_job
     assert not at.exception, at.exception
     table = at.dataframe[0].value
     assert list(table["id"]) == [ids["killed"]]
-    # The cause is whole, not cut to a few characters.
-    assert table["outcome"].iloc[0] == "killed: " + KILL_CAUSE
+    # The cause is whole, not cut to a few characters, in words (no internal stage name).
+    assert table["outcome"].iloc[0] == "killed: " + KILL_CAUSE.replace("stage load", "while loading")
+    assert table["status"].iloc[0] == "✕ killed"  # the word beside the glyph, and its colour
+
+
+def test_a_history_search_with_no_match_says_so(db_with_jobs):
+    at = page("history")
+    at.query_params["q"] = "no-such-checkpoint"
+    at.run()
+    assert not at.exception, at.exception
+    assert any(i.value == "No job matches these filters and search." for i in at.info)
 
 
 def test_history_searches_checkpoint_and_prompt(db_with_jobs, job_adder, load_samples):
@@ -373,7 +389,7 @@ def test_history_searches_checkpoint_and_prompt(db_with_jobs, job_adder, load_sa
     at.run()
     table = at.dataframe[0].value
     assert list(table["id"]) == [fox]
-    assert (table["prompt"].iloc[0], table["seed"].iloc[0], table["steps"].iloc[0]) == (GENERATE["prompt"], "11", "4")
+    assert (table["prompt"].iloc[0], table["seed"].iloc[0], table["steps"].iloc[0]) == (GENERATE["prompt"], "11", "4 steps = 3 transformer passes")
     at.text_input(key="q").set_value("tiny").run()
     assert sorted(at.dataframe[0].value["id"]) == sorted(ids.values())
 

@@ -45,7 +45,8 @@ def test_a_truncated_shard_shows_the_loaders_message_in_red_and_cannot_be_queued
     assert not at.exception, at.exception
     assert [label.split(" — ")[0] for label in _labels(at)] == ["✗ tiny.safetensors"]
     refusal = next(e.value for e in at.error if "The loader refuses" in e.value)
-    assert "past the end of the" in refusal and "(truncated?)" in refusal and "tiny.safetensors" in refusal
+    # The loader's per-tensor lines folded into one sentence that says what to do.
+    assert "tiny.safetensors is truncated (" in refusal and refusal.endswith("tensor cut off): copy it again")
     assert at.button(key="run_submit").disabled
     assert any("1 problem(s)" in m.value for m in at.markdown)
 
@@ -182,8 +183,9 @@ def test_requeue_of_a_job_whose_checkpoint_is_gone_says_so(fresh_db, tiny_checkp
     at = run_page()
     at.query_params["from"] = str(job_id)
     at.run()
-    assert any("gone is no longer found under the model roots; tiny.safetensors is chosen instead" in w.value
-               for w in at.warning)
+    warning = next(w.value for w in at.warning if "tiny.safetensors is chosen instead" in w.value)
+    assert "gone does not exist" in warning
+    assert "DRAINBOARD_MODEL_ROOTS" in warning and "model_roots` in drainboard.toml" in warning
     assert at.selectbox(key="run_checkpoint").value == str(tiny_checkpoint)
     assert at.segmented_control(key="run_mode").value == "retain"
 
@@ -204,3 +206,34 @@ def test_a_refused_job_shows_the_refusal_in_red_before_queueing_and_queue_anyway
     [spec] = _queued(fresh_db)
     assert spec["forced"] is True and spec["forecast"]["refusal"] == refusal.removesuffix(
         ". The job would be refused at submit.")
+
+
+def chart_labels(at: AppTest) -> list[str]:
+    """The `label` column of every dataset the page's Vega-Lite charts carry (Arrow, as Streamlit sends them)."""
+    import pyarrow as pa
+
+    labels: list[str] = []
+
+    def walk(node) -> None:
+        proto = getattr(node, "proto", None)
+        for dataset in getattr(proto, "datasets", []):
+            table = pa.ipc.open_stream(dataset.data.data).read_all()
+            if "label" in table.column_names:
+                labels.extend(str(v) for v in table.column("label").to_pylist())
+        for child in getattr(node, "children", {}).values():
+            walk(child)
+
+    walk(at._tree)
+    return labels
+
+
+def test_the_fit_bar_labels_the_limit_as_typed_not_where_it_sits_in_the_pool(fresh_db, tiny_checkpoint):
+    at = run_page().run()
+    limit = at.text_input(key="run_memory_limit")
+    if limit.disabled:
+        pytest.fail("per-job memory limits are not available here; this test needs a box with memory cgroups")
+    limit.input("200MB").run()
+    labels = chart_labels(at)
+    assert "limit 191 MiB" in labels, labels
+    assert not any(label.startswith("limit") and label != "limit 191 MiB" for label in labels), labels
+    assert any("191 MiB memory limit" in m.value for m in [*at.error, *at.warning, *at.success])

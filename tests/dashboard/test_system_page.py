@@ -18,7 +18,11 @@ def test_system_page_shows_in_use_available_free_and_cache_apart(fresh_db):
 
 
 def test_system_page_says_what_cuda_free_follows_on_unified_memory(fresh_db, monkeypatch):
-    monkeypatch.setenv("DRAINBOARD_UNIFIED_MEMORY", "1")
+    from dashboard import data
+    from loader.device import DeviceInfo, probe_device
+
+    gb10 = DeviceInfo("cuda:0", "cuda", 0, "NVIDIA GB10 (fake)", True, 121 * 2**30, "fake", "a faithful fake of a GB10")
+    monkeypatch.setattr(data, "devices", lambda: [probe_device("cpu"), gb10])
     at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "system.py"), default_timeout=60).run()
     assert any("follows MemFree" in i.value for i in at.info)
 
@@ -38,3 +42,36 @@ def test_system_page_says_when_the_kernel_has_no_psi(fresh_db, tmp_path, monkeyp
     at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "system.py"), default_timeout=60).run()
     assert not at.exception, at.exception
     assert any("does not report memory pressure" in c.value for c in at.caption)
+
+
+def test_unified_memory_forced_on_a_box_without_cuda_lists_no_phantom_gpus(fresh_db, monkeypatch):
+    from dashboard import data
+    from loader.device import probe_device
+
+    monkeypatch.setenv("DRAINBOARD_UNIFIED_MEMORY", "1")
+    if probe_device("cuda:0", environ={}).source != "probe-failed":
+        import pytest
+
+        pytest.fail("this box has a CUDA device; the test needs one without (the GPU case is the device's own)")
+    data.devices.clear()
+    assert [d.spec for d in data.devices()] == ["cpu"]
+
+
+def test_the_history_reads_the_samples_jobs_stored_before_the_page_opened(fresh_db, job_adder, load_samples):
+    import time
+
+    job_id = job_adder(fresh_db, status="succeeded", samples=load_samples)
+    started = time.time() - 120  # two minutes ago, long before this page's first reading
+    fresh_db.execute("UPDATE jobs SET started_at = ? WHERE id = ?", [started, job_id])
+    from dashboard import data
+
+    stored = data.host_history(str(fresh_db_path(fresh_db)), started - 1)
+    assert len(stored) == len(load_samples)
+    assert stored["time"].min() == started and int(stored["available"].min()) == int(load_samples["mem_available"].min())
+    at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "system.py"), default_timeout=60).run()
+    assert not at.exception, at.exception
+    assert "stored samples" in str([chart.proto.spec for chart in at.get("vega_lite_chart")])
+
+
+def fresh_db_path(db) -> Path:
+    return Path(db.conn.execute("PRAGMA database_list").fetchone()[2])

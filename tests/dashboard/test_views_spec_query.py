@@ -45,10 +45,13 @@ def test_a_generate_jobs_parameters_read_in_full():
     assert params["seed"] == "3"
     assert params["frames"] == "25 (1.04 s at 24 fps)"
     assert params["size"] == "192 × 112 px"
-    assert (params["steps"], params["guidance"]) == ("6", "4.0")
+    assert params["steps"] == "6 steps = 5 transformer passes" and "guidance" not in params
     assert (params["mode"], params["device"], params["dtype"]) == ("drain", "cpu", "bfloat16")
     assert (params["memory limit"], params["memory budget"]) == ("3.00 GiB", "none")
-    assert (params["dit cpu offload"], params["vae cpu offload"]) == ("on", "off")
+    # On the CPU nothing is offloaded: the flags as asked are not what ran.
+    assert params["offload"] == "does not apply: everything runs on the CPU"
+    on_gpu = job_parameters({**_generate_job(), "spec": {**_generate_job()["spec"], "device": "cuda:0"}})
+    assert (on_gpu["transformer kept on the CPU between passes"], on_gpu["video decoder kept on the CPU between uses"]) == ("on", "off")
     assert list(params)[:4] == ["kind", "checkpoint", "component", "mode"]
 
 

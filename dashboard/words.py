@@ -1,0 +1,107 @@
+"""The user's words for the names the runner and the pipeline use inside.
+
+Stage names (`load.text_encoder`, `denoise.denoise`), event kinds (`stage_start`) and
+offload flags (`dit_cpu_offload`) are how the job records what happened; they stay in
+the JSON, the downloads and the tooltips. What a page shows in text goes through here.
+"""
+
+from __future__ import annotations
+
+COMPONENT_WORDS = {
+    "transformer": "transformer",
+    "text_encoder": "text encoder",
+    "vae": "video decoder",
+    "audio_vae": "audio decoder",
+    "image_encoder": "image encoder",
+}
+"""A checkpoint component as the pages name it."""
+
+STAGE_WORDS = {
+    "probe": "starting the job",
+    "prepare": "preparing the tokenizer and scheduler",
+    "encode": "encoding the prompt",
+    "text_encoder": "encoding the prompt",
+    "load": "loading",
+    "denoise.denoise": "denoising",
+    "decode.video": "decoding the video",
+    "decode.audio": "decoding the audio",
+    "write": "writing the video",
+}
+"""Stages a job reports, in words; `load.<component>` and other `denoise.*` blocks are derived."""
+
+EVENT_WORDS = {
+    "stage_start": "started",
+    "stage_end": "finished",
+    "step": "step",
+    "load": "loaded",
+    "release": "released",
+    "placement": "placed",
+    "offload_decision": "offload",
+    "decision": "decision",
+    "device": "device",
+    "forecast": "forecast",
+    "warning": "warning",
+    "error": "error",
+}
+"""Event kinds, in words."""
+
+FLAG_WORDS = {
+    "dit_layerwise_offload": "transformer streamed layer by layer from the CPU",
+    "dit_cpu_offload": "transformer kept on the CPU between passes",
+    "text_encoder_cpu_offload": "text encoder kept on the CPU between uses",
+    "image_encoder_cpu_offload": "image encoder kept on the CPU between uses",
+    "vae_cpu_offload": "video decoder kept on the CPU between uses",
+    "pin_cpu_memory": "pinned CPU copies",
+}
+"""Offload flags, as what each one does."""
+
+
+def component(name: str | None) -> str:
+    """`text encoder` for `text_encoder`; unknown names lose their underscores."""
+    if not name:
+        return ""
+    return COMPONENT_WORDS.get(name, name.replace("_", " "))
+
+
+def stage(name: str | None) -> str:
+    """`loading the text encoder` for `load.text_encoder`, `denoising` for `denoise.denoise`;
+    "" for no stage."""
+    if not name:
+        return ""
+    if name in STAGE_WORDS:
+        return STAGE_WORDS[name]
+    head, _, tail = name.partition(".")
+    if head == "load" and tail:
+        return f"loading the {component(tail)}"
+    if head == "denoise":
+        return "preparing to denoise"
+    if head == "decode":
+        return f"decoding the {component(tail) or 'output'}"
+    return name.replace(".", " ").replace("_", " ")
+
+
+def event(kind: str | None) -> str:
+    """`started` for `stage_start`."""
+    if not kind:
+        return ""
+    return EVENT_WORDS.get(kind, kind.replace("_", " "))
+
+
+def flag(name: str) -> str:
+    """What an offload flag does, in words."""
+    return FLAG_WORDS.get(name, name.replace("_", " "))
+
+
+def flags_in(text: str) -> str:
+    """`text` with every offload flag it names said in words (the loader's reasons name them)."""
+    for name in sorted(FLAG_WORDS, key=len, reverse=True):
+        text = text.replace(name, f"“{FLAG_WORDS[name]}”")
+    return text
+
+
+def steps(total: int | None) -> str:
+    """`3 steps = 2 transformer passes`: N steps make N - 1 passes of the transformer."""
+    if not total:
+        return "steps: the model's default"
+    passes = max(0, int(total) - 1)
+    return f"{total} steps = {passes} transformer pass{'es' if passes != 1 else ''}"
