@@ -28,6 +28,7 @@ from typing import Callable
 
 import sqlite_utils
 
+from jobs.backends import backend_for
 from jobs.cgroups import CgroupError, JobCgroup, create_job_cgroup, job_cgroup_name, sweep_job_cgroups
 from jobs.child import ENV_CGROUP_USAGE, EXIT_DISK_FULL, EXIT_DONE, EXIT_INVALID_SPEC
 from jobs.forkserver import ForkedChild, ForkServer
@@ -98,6 +99,8 @@ class Supervisor:
         self.id = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.boot_id = boot_id()
         self.db = connect(config.db_path)
+        self.backend = backend_for(config, self.db, self.id)
+        """Where jobs run when not as children here (`jobs.backends`: Ray with `ray_address` set), else None."""
         self.finished: list[int] = []
         """Ids of jobs this supervisor saw to the end, in order."""
         self._running: _Running | None = None
@@ -111,7 +114,7 @@ class Supervisor:
         self.db["supervisors"].insert({"id": self.id, "pid": os.getpid(), "host": _HOST, "started_at": now,
                                        "heartbeat_at": now, "boot_id": self.boot_id})
         self._last_heartbeat = now
-        if self.start_method == "fork" and self._fork_server is None:
+        if self.start_method == "fork" and self._fork_server is None and self.backend is None:
             self._fork_server = ForkServer(self.python, worker_env(self.config), str(REPO_ROOT))
         recovered = self.recover_interrupted(now)
         sweep_job_cgroups(supervisor_alive=pid_alive)
@@ -174,6 +177,8 @@ class Supervisor:
         return busy
 
     def _tick(self, now: float) -> bool:
+        if self.backend is not None:
+            return self._backend_tick(now)
         if self._running is not None:
             self._watch(now)  # first: a full disk that fails the heartbeat must not keep a job from ending
         if now - self._last_heartbeat >= HEARTBEAT_INTERVAL:
@@ -187,9 +192,30 @@ class Supervisor:
         self._spawn(job)
         return True
 
+    def _backend_tick(self, now: float) -> bool:
+        """`_tick` with a backend: the same heartbeat and recovery; the backend starts and watches the job."""
+        current = self.backend.running_job()
+        if current is not None and not self.backend.watch(now):
+            self.finished.append(current)
+            self._last_heartbeat = float("-inf")  # say at once that this supervisor is free
+        if now - self._last_heartbeat >= HEARTBEAT_INTERVAL:
+            self._heartbeat(now)
+            self.recover_interrupted(now)
+        if self.backend.running_job() is not None:
+            return True
+        if not self.backend.ready(now):
+            return False
+        job = claim(self.db, self.id, boot_id=self.boot_id)
+        if job is None:
+            return False
+        self.backend.start(job)
+        if self.backend.running_job() is None:  # refused: already ended
+            self.finished.append(job["id"])
+        return True
+
     def _heartbeat(self, now: float) -> None:
         self._last_heartbeat = now
-        current = self._running.job_id if self._running else None
+        current = self.backend.running_job() if self.backend else self._running.job_id if self._running else None
         self.db.execute("UPDATE supervisors SET heartbeat_at = ?, current_job = ? WHERE id = ?",
                         [now, current, self.id])
         if current is not None:
@@ -360,6 +386,8 @@ class Supervisor:
         On a full disk the job cannot be marked here; the next supervisor's start marks it interrupted.
         """
         try:
+            if self.backend is not None:
+                self.backend.stop()
             if self._running is not None:
                 running, self._running = self._running, None
                 running.process.kill()
@@ -414,6 +442,8 @@ def worker_env(config: Config) -> dict[str, str]:
     )
     if config.memory_floor is not None:
         env["DRAINBOARD_MEMORY_FLOOR"] = config.memory_floor
+    if config.ray_address is not None:
+        env["DRAINBOARD_RAY_ADDRESS"] = config.ray_address
     env.pop("DRAINBOARD_CONFIG", None)
     return env
 
