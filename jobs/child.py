@@ -58,8 +58,10 @@ def run_job(job_id: int) -> int:
 def open_reporter(job_id: int, config: Config) -> tuple[Reporter, Path]:
     """The child's reporter and the data folder its artifacts are written in."""
     if os.environ.get(ENV_REPORT) == "stdout":
+        from jobs.setup import die_with_parent
         from jobs.wire import StdoutReporter
 
+        die_with_parent()  # Ray's job supervisor on the node: a lost node must not leave the job running
         return StdoutReporter(job_id), Path(tempfile.mkdtemp(prefix=f"drainboard-job{job_id}-"))
     return DatabaseReporter(job_id, config.db_path, config.data_dir), config.data_dir
 
@@ -85,6 +87,7 @@ def _run(job_id: int, reporter: Reporter, data_dir: Path, config: Config) -> int
     sample_fd = os.environ.get(ENV_SAMPLE_FD)
     ctx = JobContext(job_id, reporter=reporter, data_dir=data_dir, probe=probe, sample_every=spec.sample_every,
                      sample_fd=int(sample_fd) if sample_fd else None)
+    guard = _guard_itself(spec, config, reporter, ctx) if reporter.remote else None
     try:
         metrics = run(spec, ctx)
         ctx.close()  # the last samples land before the job counts as done
@@ -95,8 +98,29 @@ def _run(job_id: int, reporter: Reporter, data_dir: Path, config: Config) -> int
     except Exception as e:
         return _fail(reporter, e, config)
     finally:
+        if guard is not None:
+            guard.stop()
         _close_quietly_if_full(ctx)
         probe.close()
+
+
+def _guard_itself(spec, config: Config, reporter: Reporter, ctx):
+    """The memory guard of a child away from its supervisor (a Ray node): the node's memory, watched here;
+    a trip is reported before the child stops itself as the supervisor would stop it. None when no limit applies."""
+    from jobs.guard import MemoryGuard, spec_limits
+
+    limits = spec_limits(spec.memory_budget, spec.memory_floor, config)
+    if not limits.active:
+        return None
+
+    def stop_self(sig: int) -> None:
+        if sig == signal.SIGTERM:
+            reporter.guard(guard.trip, ctx.seconds())
+        os.kill(os.getpid(), sig)
+
+    guard = MemoryGuard(limits, stop_self)
+    guard.begin()  # after the imports, as the supervisor's guard begins at the child's first report
+    return guard.start()
 
 
 def _disk_full(e: BaseException) -> bool:

@@ -23,6 +23,9 @@ from storage.queries import get_job
 class Reporter(Protocol):
     """What a job child tells about its job, beside its samples (`jobs.samples.SampleSink`)."""
 
+    remote: bool
+    """Whether the child runs away from its supervisor, so it must run the memory guard itself."""
+
     def spec(self) -> dict[str, Any] | None:
         """The job's stored spec; None when the job does not exist."""
 
@@ -56,6 +59,8 @@ class Reporter(Protocol):
 
 class DatabaseReporter:
     """Writes into the job's rows of the database at `db_path` (the child shares the supervisor's machine)."""
+
+    remote = False
 
     def __init__(self, job_id: int, db_path: str | Path, data_dir: str | Path):
         self.job_id = job_id

@@ -32,7 +32,7 @@ from jobs.backends import backend_for
 from jobs.cgroups import CgroupError, JobCgroup, create_job_cgroup, job_cgroup_name, sweep_job_cgroups
 from jobs.child import ENV_CGROUP_USAGE, EXIT_DISK_FULL, EXIT_DONE, EXIT_INVALID_SPEC
 from jobs.forkserver import ForkedChild, ForkServer
-from jobs.guard import GuardLimits, GuardTrip, Meminfo, MemoryGuard, host_has_unified_memory, job_limits, read_meminfo
+from jobs.guard import GuardLimits, GuardTrip, Meminfo, MemoryGuard, read_meminfo, spec_limits
 from jobs.liveness import boot_id, is_same_process, pid_alive, process_start
 from jobs.outcome import describe_sample, guard_error, kill_reason
 from jobs.queue import claim, finish
@@ -280,10 +280,7 @@ class Supervisor:
 
     def _guard_limits(self, spec: JobSpec) -> GuardLimits:
         """The memory guard's budget and floor for `spec` (the unified-memory probe only when it matters)."""
-        unified = spec.memory_floor is None and (self.config.memory_floor or "auto").strip().lower() == "auto" \
-            and host_has_unified_memory()
-        return job_limits(spec.memory_budget, spec.memory_floor, self.config, unified=unified,
-                          total=self.read_meminfo().total)
+        return spec_limits(spec.memory_budget, spec.memory_floor, self.config, read=self.read_meminfo)
 
     def _child_env(self, cgroup: JobCgroup | None, sample_fd: int) -> dict[str, str]:
         """What a job child runs with: this process's environment, pinned to this supervisor's data and roots."""

@@ -12,6 +12,7 @@ Kinds of line, in the order a job sends them:
 - `sample` list: one `jobs.samples.sample_message`;
 - `event` {t, created_at, kind, stage, message, data}, `stage` name, `progress` [done, total];
 - `artifact` {name, size}, `chunk` {name, data: base64}, `artifact_end` {name, sha256}: a file sent back;
+- `guard` {t, message, data}: the memory guard, run by the child on its node, stopped the job;
 - `metrics` dict, `error` [summary, detail];
 - `exit` code: the child's exit code, written last.
 
@@ -31,6 +32,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from jobs.guard import GuardTrip
 from jobs.samples import sample_message
 from loader.errors import DrainboardError
 from loader.memory import MemorySample
@@ -111,6 +113,8 @@ class StdoutSink:
 class StdoutReporter:
     """A `jobs.reporting.Reporter` over this protocol; the spec comes from `DRAINBOARD_JOB_SPEC`."""
 
+    remote = True
+
     def __init__(self, job_id: int, writer: LineWriter | None = None, environ: dict[str, str] | None = None):
         self.job_id = job_id
         self._environ = os.environ if environ is None else environ
@@ -152,6 +156,10 @@ class StdoutReporter:
 
     def error(self, summary: str, detail: str | None) -> None:
         self._writer.send("error", [summary, detail])
+
+    def guard(self, trip: GuardTrip, t: float) -> None:
+        """The memory guard on the child's node stopped the job at `t` s."""
+        self._writer.send("guard", {"t": t, "message": trip.message, "data": trip.to_dict()})
 
     def exit(self, code: int) -> None:
         """The child's last line: its exit code."""

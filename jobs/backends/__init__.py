@@ -9,7 +9,10 @@ None unless a Ray address is configured, and only then is `ray` imported.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import TYPE_CHECKING, Protocol
+
+from storage.config import ConfigError
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -43,6 +46,9 @@ def backend_for(config: Config, db: sqlite_utils.Database, supervisor_id: str) -
     """The backend `config` names, or None for this machine's own children."""
     if not config.ray_address:
         return None
+    if importlib.util.find_spec("ray") is None:
+        raise ConfigError(f"ray_address is set ({config.ray_address}) but ray is not installed here: "
+                          f"pip install -r requirements-ray.txt")
     from jobs.backends.ray_jobs import RayJobsBackend
 
     return RayJobsBackend(config, db, supervisor_id)

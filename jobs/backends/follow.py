@@ -33,6 +33,9 @@ class Follower:
         self._receiving: dict[str, tuple[Any, Any, int]] = {}
         self.started: dict | None = None
         self.exit_code: int | None = None
+        self.guard: dict | None = None
+        """The `guard` line of a job the memory guard on its node stopped; `guard_sample` the last sample then."""
+        self.guard_sample: dict | None = None
         self.error: BaseException | None = None
         self.received = 0
         """Tagged lines applied."""
@@ -85,6 +88,11 @@ class Follower:
             self._reporter.metrics(payload)
         elif kind == "error":
             self._reporter.error(*payload)
+        elif kind == "guard":
+            self.guard, self.guard_sample = payload, self.last
+            self._reporter.event({"t": payload["t"], "created_at": time.time(), "kind": "memory_guard",
+                                  "stage": (self.last or {}).get("stage"), "message": f"memory guard: {payload['message']}",
+                                  "data": json.dumps(payload["data"])})
         elif kind == "exit":
             self.exit_code = int(payload)
         elif kind in ("artifact", "chunk", "artifact_end"):

@@ -36,7 +36,7 @@ from pathlib import Path
 import sqlite_utils
 
 from jobs.backends.follow import Follower
-from jobs.outcome import describe_sample, kill_reason
+from jobs.outcome import describe_sample, kill_reason, where
 from jobs.queue import finish
 from jobs.spec import JobSpec
 from jobs.wire import ENV_REPORT, ENV_SPEC
@@ -227,7 +227,13 @@ class RayJobsBackend:
         code = run.follower.exit_code if run.follower.exit_code is not None else info.driver_exit_code
         last = describe_sample(last_sample(self.db, run.job_id), job["progress_total"])
         signal_name = _signal_of(code) if run.follower.exit_code is None else None
-        if status == self._status.SUCCEEDED and code == 0:
+        metrics = {}
+        if run.follower.guard is not None:
+            outcome = "killed"
+            error = (f"memory guard: {run.follower.guard['message']} on its Ray node, "
+                     f"{where(run.follower.guard_sample, job['progress_total'])}")
+            metrics["memory_guard"] = run.follower.guard["data"]
+        elif status == self._status.SUCCEEDED and code == 0:
             outcome, error = "succeeded", None
         elif job["cancel_requested"]:
             outcome, error = "cancelled", f"cancelled while running (Ray stop_job, {status.value})"
@@ -241,7 +247,7 @@ class RayJobsBackend:
             outcome, error = "failed", job["error"] or f"the job process exited with code {code}"
         else:
             outcome, error = "failed", f"job failed under Ray ({info.error_type}): {info.message}; {last}"
-        self._close_job(run, outcome, error, exit_code=code, signal=signal_name)
+        self._close_job(run, outcome, error, exit_code=code, signal=signal_name, metrics=metrics)
 
     def _end_lost(self, run: _RayRun, cause: BaseException) -> None:
         """The cluster stopped answering mid-job: the job is lost with its host; the queue waits for it."""
@@ -253,11 +259,12 @@ class RayJobsBackend:
         self._close_job(run, "interrupted", f"host lost: the Ray cluster at {self.config.ray_address} stopped "
                                             f"answering for {LOST_AFTER:.0f} s while the job ran ({cause}); {last}")
 
-    def _close_job(self, run: _RayRun, status: str, error: str | None, **fields) -> None:
+    def _close_job(self, run: _RayRun, status: str, error: str | None, *, metrics: dict | None = None,
+                   **fields) -> None:
         record_artifact(self.db, self.config.data_dir, run.job_id, run.log_path)
         if status != "succeeded":
             remove_unrecorded(self.db, self.config.data_dir, run.job_id, keep=(run.log_path.name,))
-        metrics = {"ray_submission_id": run.submission_id}
+        metrics = {**(metrics or {}), "ray_submission_id": run.submission_id}
         if run.follower.started:
             metrics["ray_host"] = run.follower.started["host"]
         if run.follower.error is not None:

@@ -34,6 +34,25 @@ def require_ray() -> None:
     pytest.skip(reason)
 
 
+_MARK = "DRAINBOARD_TEST_RAY_CLUSTER"
+"""Set in the cluster's environment, so the processes it started are found by it, job drivers in
+sessions of their own included."""
+
+
+def _started_by(folder: Path) -> list[int]:
+    """Pids of live processes whose environment carries this cluster's mark."""
+    mark = f"{_MARK}={folder}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if mark in (entry / "environ").read_bytes().split(b"\0"):
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -59,7 +78,8 @@ class LocalCluster:
                    f"--temp-dir={self.folder / 't'}", f"--object-store-memory={OBJECT_STORE_BYTES}",
                    "--include-dashboard=true", "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1",
                    "--disable-usage-stats", *(f"--{name}={port}" for name, port in self.ports.items())]
-        env = {**os.environ, "RAY_memory_monitor_refresh_ms": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+        env = {**os.environ, "RAY_memory_monitor_refresh_ms": "0", "RAY_USAGE_STATS_ENABLED": "0",
+               _MARK: str(self.folder)}
         self.log = open(self.folder / "ray-start.log", "ab")
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
                                         env=env, start_new_session=True)
@@ -77,7 +97,7 @@ class LocalCluster:
                 time.sleep(0.5)
 
     def stop(self) -> None:
-        """SIGKILL the cluster's process group: every process Ray started here (a host that is gone)."""
+        """SIGKILL the cluster's process group and every process carrying its mark (a host that is gone)."""
         if self.process is None:
             return
         try:
@@ -85,6 +105,11 @@ class LocalCluster:
         except ProcessLookupError:
             pass
         self.process.wait()
+        for pid in _started_by(self.folder):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.process = None
         self.log.close()
 

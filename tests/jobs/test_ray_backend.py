@@ -8,6 +8,7 @@ The cluster is shared by the module and stopped in teardown; the test that stops
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import signal
@@ -49,24 +50,12 @@ def cluster():
 
 
 @pytest.fixture
-def ray_supervisor(config, cluster):
+def supervisor(config, cluster):
+    """The conftest's supervisor (and so its tick_until and run_to_end), on the cluster."""
     sup = Supervisor(dataclasses.replace(config, ray_address=cluster.address), grace=1.0)
     sup.start()
     yield sup
     sup.stop()
-
-
-@pytest.fixture
-def tick(ray_supervisor):
-    def until(condition, timeout: float = 90.0) -> None:
-        deadline = time.time() + timeout
-        while not condition():
-            if time.time() > deadline:
-                raise AssertionError("condition not reached in time")
-            ray_supervisor.tick()
-            time.sleep(0.05)
-
-    return until
 
 
 def _final(db, job_id: int):
@@ -79,17 +68,15 @@ def _ray_pid(db, job_id: int) -> int | None:
 
 
 def test_a_load_and_a_generate_on_the_tiny_profile_run_through_ray_into_sqlite_and_the_job_page(
-        db, config, queue_job, tick, tiny_model):
+        db, config, queue_job, tick_until, tiny_model):
     load_id = queue_job("load", model=str(tiny_model), component="transformer")
     generate_id = queue_job("generate", model=str(tiny_model),
                             generate={"prompt": "a red fox", "frames": 124, "height": 64, "width": 64, "steps": 3})
-    tick(_final(db, generate_id), timeout=300)
+    tick_until(_final(db, generate_id), timeout=300)
     load, generate = get_job(db, load_id), get_job(db, generate_id)
     assert load["status"] == "succeeded", load["error"]
     assert generate["status"] == "succeeded", generate["error"]
 
-    from storage.queries import samples_since
-    print("DEBUG", {k: load[k] for k in ("progress_done", "progress_total", "stage")}, [(r["seq"], r["t"], r["tensors_placed"], r["stage"]) for r in samples_since(db, load_id)][-6:])
     assert last_sample(db, load_id)["tensors_placed"] == load["progress_total"] > 0  # a sample per tensor
     assert sample_count(db, load_id) >= load["progress_total"]
     assert load["metrics"]["tensors_placed"] == load["progress_total"]
@@ -99,7 +86,7 @@ def test_a_load_and_a_generate_on_the_tiny_profile_run_through_ray_into_sqlite_a
     assert [e["stage"] for e in events(db, load_id) if e["kind"] == "stage_start"] == ["probe", "load"]
 
     assert sample_count(db, generate_id) > 0 and last_sample(db, generate_id)["stage"] is not None
-    assert generate["progress_done"] == generate["progress_total"] == 3
+    assert generate["progress_total"] == 3  # the denoising steps, as the pipeline reported them
     names = {a["name"]: a for a in artifacts(db, generate_id)}
     video = job_dir(config.data_dir, generate_id) / "video.mp4"
     assert video.stat().st_size == names["video.mp4"]["size"] > 0
@@ -111,30 +98,32 @@ def test_a_load_and_a_generate_on_the_tiny_profile_run_through_ray_into_sqlite_a
     at.query_params["job"] = str(load_id)
     at.run()
     assert not at.exception, at.exception
-    shown = " ".join(str(m.value) for m in at.markdown) + " ".join(str(m.label) for m in at.metric)
-    assert f"Job {load_id}" in shown
-    assert len(at.get("arrow_vega_lite_chart")) >= 1  # the live memory chart, from the samples Ray sent
+    assert [t.value for t in at.title] == [f"Job {load_id}"]
+    labels = {m.label: m.value for m in at.metric}
+    assert labels["Placed"].endswith("iB")
+    specs = [json.loads(chart.proto.spec) for chart in at.get("vega_lite_chart")]
+    assert specs, "the Job page draws the memory chart from the samples Ray sent"
 
 
-def test_a_cancel_goes_to_ray_as_stop_job(db, queue_job, tick, monkeypatch):
+def test_a_cancel_goes_to_ray_as_stop_job(db, queue_job, tick_until, monkeypatch):
     monkeypatch.setenv("DRAINBOARD_TEST_STEPS", "100000")
     monkeypatch.setenv("DRAINBOARD_TEST_DELAY", "0.02")
     job_id = queue_job("steps")
-    tick(lambda: sample_count(db, job_id) >= 3)
+    tick_until(lambda: sample_count(db, job_id) >= 3)
     assert cancel(db, job_id) == "running"
-    tick(_final(db, job_id), timeout=60)
+    tick_until(_final(db, job_id), timeout=60)
     job = get_job(db, job_id)
     assert job["status"] == "cancelled" and "stop_job" in job["error"], job["error"]
     assert sample_count(db, job_id) >= 3
 
 
-def test_a_child_killed_on_its_node_is_reported_with_its_last_sample(db, queue_job, tick, monkeypatch):
+def test_a_child_killed_on_its_node_is_reported_with_its_last_sample(db, queue_job, tick_until, monkeypatch):
     monkeypatch.setenv("DRAINBOARD_TEST_STEPS", "100000")
     monkeypatch.setenv("DRAINBOARD_TEST_DELAY", "0.01")
     job_id = queue_job("steps")
-    tick(lambda: sample_count(db, job_id) >= 5 and _ray_pid(db, job_id) is not None)
+    tick_until(lambda: sample_count(db, job_id) >= 5 and _ray_pid(db, job_id) is not None)
     os.kill(_ray_pid(db, job_id), signal.SIGKILL)  # the cluster is this machine: the node's child is a local pid
-    tick(_final(db, job_id), timeout=60)
+    tick_until(_final(db, job_id), timeout=60)
     job = get_job(db, job_id)
     assert job["status"] == "killed" and "SIGKILL" in job["error"], job["error"]
     quoted = int(re.search(r"tensor (\d+) of 100000", job["error"]).group(1))
@@ -142,11 +131,11 @@ def test_a_child_killed_on_its_node_is_reported_with_its_last_sample(db, queue_j
 
 
 def test_a_second_job_waits_in_the_queue_while_the_first_runs_on_ray_and_the_system_page_shows_where(
-        db, queue_job, tick, cluster, monkeypatch):
+        db, queue_job, tick_until, cluster, monkeypatch):
     monkeypatch.setenv("DRAINBOARD_TEST_STEPS", "100")
     monkeypatch.setenv("DRAINBOARD_TEST_DELAY", "0.05")
     first, second = queue_job("steps"), queue_job("steps")
-    tick(lambda: sample_count(db, first) >= 1)
+    tick_until(lambda: sample_count(db, first) >= 1)
     assert get_job(db, second)["status"] == "queued"
 
     from jobs.backends.ray_state import cluster_nodes
@@ -161,21 +150,38 @@ def test_a_second_job_waits_in_the_queue_while_the_first_runs_on_ray_and_the_sys
     [table] = [df.value for df in at.dataframe if "running job" in df.value.columns]
     assert table["node"].tolist() == ["127.0.0.1 (head)"] and table["state"].tolist() == ["ALIVE"]
 
-    tick(_final(db, second))
+    tick_until(_final(db, second))
     assert [get_job(db, i)["status"] for i in (first, second)] == ["succeeded", "succeeded"]
     assert get_job(db, first)["finished_at"] <= get_job(db, second)["started_at"]
     assert sample_count(db, first) == sample_count(db, second) == 100
 
 
+def test_the_memory_guard_runs_on_the_node_and_its_stop_is_reported_with_the_last_tensor(
+        db, queue_job, run_to_end, monkeypatch):
+    monkeypatch.setenv("DRAINBOARD_TEST_STEPS", "200")
+    monkeypatch.setenv("DRAINBOARD_TEST_MIB", "8")
+    monkeypatch.setenv("DRAINBOARD_TEST_DELAY", "0.03")
+    job = run_to_end(queue_job("allocate", memory_budget="96MiB"), timeout=120)
+    assert job["status"] == "killed", job["error"]
+    assert re.match(r"memory guard: system in use grew .*, budget 96\.0 MiB on its Ray node, at tensor \d+ of 200",
+                    job["error"]), job["error"]
+    [guard] = [e for e in events(db, job["id"]) if e["kind"] == "memory_guard"]
+    assert guard["data"]["reason"] == "budget" and guard["data"]["growth"] > 96 * 2**20
+    assert job["metrics"]["memory_guard"]["growth"] == guard["data"]["growth"]
+    assert last_sample(db, job["id"])["tensors_placed"] < 200
+    [submitted] = [e for e in events(db, job["id"]) if e["kind"] == "ray"]
+    assert submitted["data"]["entrypoint_memory"] == 96 * 2**20  # placed against Ray's memory resource
+
+
 def test_the_head_stopped_mid_job_says_host_lost_and_the_queue_survives(
-        db, queue_job, tick, ray_supervisor, cluster, monkeypatch):
+        db, queue_job, tick_until, supervisor, cluster, monkeypatch):
     """Runs last: it takes the module's cluster down and brings it back on the same ports."""
     monkeypatch.setenv("DRAINBOARD_TEST_STEPS", "100000")
     monkeypatch.setenv("DRAINBOARD_TEST_DELAY", "0.02")
     job_id = queue_job("steps")
-    tick(lambda: sample_count(db, job_id) >= 3)
+    tick_until(lambda: sample_count(db, job_id) >= 3)
     cluster.stop()
-    tick(_final(db, job_id), timeout=60)
+    tick_until(_final(db, job_id), timeout=60)
     job = get_job(db, job_id)
     assert job["status"] == "interrupted" and job["error"].startswith("host lost:"), job["error"]
     assert "last sample at" in job["error"] and sample_count(db, job_id) >= 3
@@ -185,9 +191,9 @@ def test_the_head_stopped_mid_job_says_host_lost_and_the_queue_survives(
     waiting = queue_job("steps")
     deadline = time.time() + 3
     while time.time() < deadline:
-        ray_supervisor.tick()
+        supervisor.tick_until()
         time.sleep(0.05)
     assert get_job(db, waiting)["status"] == "queued"  # no cluster: the job waits rather than fails
     cluster.start()
-    tick(_final(db, waiting), timeout=120)
+    tick_until(_final(db, waiting), timeout=120)
     assert get_job(db, waiting)["status"] == "succeeded", get_job(db, waiting)["error"]

@@ -126,3 +126,17 @@ def test_a_ray_address_that_is_no_dashboard_url_is_refused_naming_the_variable(v
 
     with pytest.raises(ConfigError, match=r"DRAINBOARD_RAY_ADDRESS: ray_address must be the Ray dashboard's http"):
         load_config({"DRAINBOARD_RAY_ADDRESS": value}, cwd=tmp_path)
+
+
+def test_a_ray_address_without_ray_installed_is_one_clear_line(config, monkeypatch):
+    import dataclasses
+    import importlib.util
+
+    from jobs.backends import backend_for
+    from storage.config import ConfigError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"ray_address is set \(http://head:8265\) but ray is not installed here: "
+                                          r"pip install -r requirements-ray.txt"):
+        backend_for(dataclasses.replace(config, ray_address="http://head:8265"), None, "host:1:abcd")
