@@ -222,9 +222,13 @@ class RayJobsBackend:
     def _end(self, run: _RayRun, status) -> None:
         """Record how a job Ray reports finished ended: its own exit line first, Ray's word otherwise."""
         self._drain(run, FOLLOW_GRACE)
-        info = self._client.get_job_info(run.submission_id)
+        try:
+            info = self._client.get_job_info(run.submission_id)
+            message, error_type, driver_code = info.message, info.error_type, info.driver_exit_code
+        except Exception as e:  # noqa: BLE001 - the cluster went right after: the status is all there is
+            message, error_type, driver_code = f"no details ({e})", None, None
         job = get_job(self.db, run.job_id)
-        code = run.follower.exit_code if run.follower.exit_code is not None else info.driver_exit_code
+        code = run.follower.exit_code if run.follower.exit_code is not None else driver_code
         last = describe_sample(last_sample(self.db, run.job_id), job["progress_total"])
         signal_name = _signal_of(code) if run.follower.exit_code is None else None
         metrics = {}
@@ -238,15 +242,15 @@ class RayJobsBackend:
         elif job["cancel_requested"]:
             outcome, error = "cancelled", f"cancelled while running (Ray stop_job, {status.value})"
         elif status == self._status.STOPPED:
-            outcome, error = "killed", f"job stopped by Ray: {info.message}; {last}"
-        elif info.error_type == "JOB_SUPERVISOR_ACTOR_DIED":
-            outcome, error = "interrupted", f"host lost: Ray says {info.message}; {last}"
+            outcome, error = "killed", f"job stopped by Ray: {message}; {last}"
+        elif error_type == "JOB_SUPERVISOR_ACTOR_DIED":
+            outcome, error = "interrupted", f"host lost: Ray says {message}; {last}"
         elif signal_name is not None:
             outcome, error = "killed", f"{kill_reason(signal_name, limit=None, oom_kills=None)} on its Ray node; {last}"
         elif run.follower.exit_code is not None:
             outcome, error = "failed", job["error"] or f"the job process exited with code {code}"
         else:
-            outcome, error = "failed", f"job failed under Ray ({info.error_type}): {info.message}; {last}"
+            outcome, error = "failed", f"job failed under Ray ({error_type}): {message}; {last}"
         self._close_job(run, outcome, error, exit_code=code, signal=signal_name, metrics=metrics)
 
     def _end_lost(self, run: _RayRun, cause: BaseException) -> None:

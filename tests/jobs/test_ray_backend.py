@@ -86,7 +86,7 @@ def test_a_load_and_a_generate_on_the_tiny_profile_run_through_ray_into_sqlite_a
     assert [e["stage"] for e in events(db, load_id) if e["kind"] == "stage_start"] == ["probe", "load"]
 
     assert sample_count(db, generate_id) > 0 and last_sample(db, generate_id)["stage"] is not None
-    assert generate["progress_total"] == 3  # the denoising steps, as the pipeline reported them
+    assert generate["progress_done"] == generate["progress_total"] > 0  # the denoising steps, all done
     names = {a["name"]: a for a in artifacts(db, generate_id)}
     video = job_dir(config.data_dir, generate_id) / "video.mp4"
     assert video.stat().st_size == names["video.mp4"]["size"] > 0
@@ -148,7 +148,7 @@ def test_a_second_job_waits_in_the_queue_while_the_first_runs_on_ray_and_the_sys
     assert not at.exception, at.exception
     assert "Ray cluster" in [h.value for h in at.subheader]
     [table] = [df.value for df in at.dataframe if "running job" in df.value.columns]
-    assert table["node"].tolist() == ["127.0.0.1 (head)"] and table["state"].tolist() == ["ALIVE"]
+    assert table["node"].tolist() == [f"{node.ip} (head)"] and table["state"].tolist() == ["ALIVE"]
 
     tick_until(_final(db, second))
     assert [get_job(db, i)["status"] for i in (first, second)] == ["succeeded", "succeeded"]
