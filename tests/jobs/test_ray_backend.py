@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from jobs.queue import cancel
@@ -143,6 +144,7 @@ def test_a_second_job_waits_in_the_queue_while_the_first_runs_on_ray_and_the_sys
     [node] = cluster_nodes(cluster.address)
     assert (node.head, node.state, node.job) == (True, "ALIVE", str(first)) and node.memory > 0
     monkeypatch.setenv("DRAINBOARD_RAY_ADDRESS", cluster.address)
+    st.cache_data.clear()  # the pages cache the config for 30 s: an earlier page's, without the address
     at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "system.py"), default_timeout=60)
     at.run()
     assert not at.exception, at.exception
