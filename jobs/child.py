@@ -10,19 +10,21 @@ Under a supervisor, samples go to its pipe (`DRAINBOARD_SAMPLE_FD`, see `jobs.sa
 
 from __future__ import annotations
 
-import json
 import os
+import shutil
 import signal
-import sqlite3
 import sys
+import tempfile
 import traceback
+from pathlib import Path
 
+from jobs.reporting import DatabaseReporter, Reporter
 from jobs.samples import ENV_SAMPLE_FD
+from jobs.wire import ENV_REPORT
 from loader.diskspace import free_bytes, is_disk_full
 from loader.errors import DiskFullError
 from storage.config import Config, load_config
-from storage.connections import connect, is_database_full
-from storage.queries import get_job
+from storage.connections import is_database_full
 
 EXIT_DONE, EXIT_FAILED, EXIT_INVALID_SPEC, EXIT_DISK_FULL = 0, 1, 2, 3
 
@@ -39,59 +41,100 @@ def _on_sigterm(signum, frame) -> None:
 
 
 def run_job(job_id: int) -> int:
-    """Run job `job_id` from the configured database; returns the exit code."""
+    """Run job `job_id`, reporting to the configured database or, under the Ray backend, to stdout
+    (`jobs.wire`, with a scratch data folder whose artifacts are sent back); returns the exit code."""
+    config = load_config()
+    reporter, data_dir = open_reporter(job_id, config)
+    try:
+        code = _run(job_id, reporter, data_dir, config)
+        reporter.exit(code)
+        return code
+    finally:
+        reporter.close()
+        if data_dir != config.data_dir:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def open_reporter(job_id: int, config: Config) -> tuple[Reporter, Path]:
+    """The child's reporter and the data folder its artifacts are written in."""
+    if os.environ.get(ENV_REPORT) == "stdout":
+        from jobs.setup import die_with_parent
+        from jobs.wire import StdoutReporter
+
+        die_with_parent()  # Ray's job supervisor on the node: a lost node must not leave the job running
+        return StdoutReporter(job_id), Path(tempfile.mkdtemp(prefix=f"drainboard-job{job_id}-"))
+    return DatabaseReporter(job_id, config.db_path, config.data_dir), config.data_dir
+
+
+def _run(job_id: int, reporter: Reporter, data_dir: Path, config: Config) -> int:
     from jobs.context import JobContext
     from jobs.kinds import get_kind
     from jobs.spec import JobSpec
     from loader.memory import MemoryProbe
 
-    config = load_config()
-    db = connect(config.db_path)
-    job = get_job(db, job_id)
-    if job is None:
+    raw = reporter.spec()
+    if raw is None:
         print(f"job {job_id} does not exist in {config.db_path}", file=sys.stderr)
         return EXIT_INVALID_SPEC
     try:
-        spec = JobSpec.from_dict(job["spec"])
+        spec = JobSpec.from_dict(raw)
         run = get_kind(spec.kind)
     except (TypeError, ValueError, KeyError) as e:
-        db.execute("UPDATE jobs SET error = ? WHERE id = ?", [f"invalid spec: {e}", job_id])
+        reporter.error(f"invalid spec: {e}", None)
         return EXIT_INVALID_SPEC
     signal.signal(signal.SIGTERM, _on_sigterm)
     probe = MemoryProbe(spec.device, cgroup_file=os.environ.get(ENV_CGROUP_USAGE) or None)
     sample_fd = os.environ.get(ENV_SAMPLE_FD)
-    ctx = JobContext(job_id, db_path=config.db_path, data_dir=config.data_dir, probe=probe,
-                     sample_every=spec.sample_every, sample_fd=int(sample_fd) if sample_fd else None)
+    ctx = JobContext(job_id, reporter=reporter, data_dir=data_dir, probe=probe, sample_every=spec.sample_every,
+                     sample_fd=int(sample_fd) if sample_fd else None)
+    guard = _guard_itself(spec, config, reporter, ctx) if reporter.remote else None
     try:
         metrics = run(spec, ctx)
         ctx.close()  # the last samples land before the job counts as done
-        db.execute("UPDATE jobs SET metrics = ? WHERE id = ?", [json.dumps(metrics or {}), job_id])
+        reporter.metrics(metrics or {})
         return EXIT_DONE
     except JobCancelled:
         return EXIT_FAILED
     except Exception as e:
-        return _fail(db, job_id, e, config)
+        return _fail(reporter, e, config)
     finally:
+        if guard is not None:
+            guard.stop()
         _close_quietly_if_full(ctx)
         probe.close()
+
+
+def _guard_itself(spec, config: Config, reporter: Reporter, ctx):
+    """The memory guard of a child away from its supervisor (a Ray node): the node's memory, watched here;
+    a trip is reported before the child stops itself as the supervisor would stop it. None when no limit applies."""
+    from jobs.guard import MemoryGuard, spec_limits
+
+    limits = spec_limits(spec.memory_budget, spec.memory_floor, config)
+    if not limits.active:
+        return None
+
+    def stop_self(sig: int) -> None:
+        if sig == signal.SIGTERM:
+            reporter.guard(guard.trip, ctx.seconds())
+        os.kill(os.getpid(), sig)
+
+    guard = MemoryGuard(limits, stop_self)
+    guard.begin()  # after the imports, as the supervisor's guard begins at the child's first report
+    return guard.start()
 
 
 def _disk_full(e: BaseException) -> bool:
     return isinstance(e, DiskFullError) or is_disk_full(e) or is_database_full(e)
 
 
-def _fail(db, job_id: int, e: Exception, config: Config) -> int:
+def _fail(reporter: Reporter, e: Exception, config: Config) -> int:
     """Store the error (first: on a full disk the log may refuse the traceback) and pick the exit code."""
     if is_database_full(e):
         message = (f"disk full: cannot write to the database {config.db_path} "
                    f"({free_bytes(config.db_path):,} bytes free): {e}")
     else:
         message = f"{type(e).__name__}: {e}" if not str(e).startswith(type(e).__name__) else str(e)
-    try:
-        db.execute("UPDATE jobs SET error = ?, error_detail = ? WHERE id = ?", [*summarize_error(message), job_id])
-    except sqlite3.Error as store_error:
-        if not is_database_full(store_error):
-            raise
+    reporter.error(*summarize_error(message))
     try:
         traceback.print_exc()
         sys.stderr.flush()

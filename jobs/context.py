@@ -7,16 +7,15 @@ kind is one plain function that tests can run with any context.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from jobs.samples import DatabaseSink, PipeSink
+from jobs.reporting import DatabaseReporter, Reporter
+from jobs.samples import PipeSink
 from loader.memory import MemoryProbe, MemorySample
-from storage.artifacts import new_artifact_path, record_artifact
-from storage.connections import connect
+from storage.artifacts import new_artifact_path
 
 PROGRESS_INTERVAL = 0.2
 """Seconds between progress writes; the last step is always written."""
@@ -27,21 +26,26 @@ class JobContext:
 
     `probe` is the memory probe of this job (with the cgroup file when the job
     runs under a limit); pass it to the loader so one probe read per tensor
-    serves both the load metrics and the recorded sample. Samples go to the
-    supervisor's pipe `sample_fd` in a job child, else straight to the database.
+    serves both the load metrics and the recorded sample. Everything else goes
+    to `reporter` (`jobs.reporting`: the database at `db_path` by default, or the
+    line protocol on stdout). Samples go to the supervisor's pipe `sample_fd` in a
+    job child, else where the reporter sends them.
     """
 
     def __init__(
         self,
         job_id: int,
         *,
-        db_path: str | Path,
         data_dir: str | Path,
         probe: MemoryProbe,
+        db_path: str | Path | None = None,
+        reporter: Reporter | None = None,
         sample_every: int = 1,
         clock: Callable[[], float] = time.monotonic,
         sample_fd: int | None = None,
     ):
+        if (db_path is None) == (reporter is None):
+            raise ValueError("a job context needs exactly one of db_path and reporter")
         self.job_id = job_id
         self.probe = probe
         self.data_dir = Path(data_dir)
@@ -49,12 +53,12 @@ class JobContext:
         """Record one sample every N placed tensors (the spec's `sample_every`)."""
         self._clock = clock
         self._t0 = clock()
-        self._db = connect(db_path, check_same_thread=False)
-        self._lock = threading.Lock()
+        self._owns_reporter = reporter is None
+        self.reporter = reporter or DatabaseReporter(job_id, db_path, data_dir)
         self._stage: str | None = None
         self._last_progress = float("-inf")
         self.samples = (PipeSink(sample_fd, t0=self._t0) if sample_fd is not None
-                        else DatabaseSink(db_path, job_id, t0=self._t0, clock=clock))
+                        else self.reporter.sample_sink(self._t0, clock))
 
     def seconds(self) -> float:
         """Seconds since the job started (the time axis of samples and events)."""
@@ -62,10 +66,8 @@ class JobContext:
 
     def event(self, kind: str, message: str, *, data: dict[str, Any] | None = None) -> None:
         """Record an event (stage_start, stage_end, decision, device, warning, ...) at the current time."""
-        row = {"job_id": self.job_id, "t": self.seconds(), "created_at": time.time(), "kind": kind,
-               "stage": self._stage, "message": message, "data": json.dumps(data) if data is not None else None}
-        with self._lock:
-            self._db["events"].insert(row)
+        self.reporter.event({"t": self.seconds(), "created_at": time.time(), "kind": kind, "stage": self._stage,
+                             "message": message, "data": json.dumps(data) if data is not None else None})
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -76,8 +78,7 @@ class JobContext:
         """
         self.samples.flush()
         self._stage = name
-        with self._lock:
-            self._db.execute("UPDATE jobs SET stage = ? WHERE id = ?", [name, self.job_id])
+        self.reporter.stage(name)
         self.event("stage_start", f"{name} started")
         start = self.seconds()
         ok = False
@@ -96,10 +97,7 @@ class JobContext:
         if now - self._last_progress < PROGRESS_INTERVAL and done != total:
             return
         self._last_progress = now
-        with self._lock:
-            self._db.execute(
-                "UPDATE jobs SET progress_done = ?, progress_total = ? WHERE id = ?", [done, total, self.job_id]
-            )
+        self.reporter.progress(done, total)
 
     def record(
         self,
@@ -130,10 +128,11 @@ class JobContext:
 
     def add_artifact(self, path: str | Path) -> None:
         """Register a finished file written at a path from `artifact_path`."""
-        with self._lock:
-            record_artifact(self._db, self.data_dir, self.job_id, path)
+        self.reporter.artifact(Path(path))
 
     def close(self) -> None:
-        """Flush samples and release connections; called by the child however the kind ended."""
+        """Flush samples and release the reporter made from `db_path` (a given one stays its owner's);
+        called by the child however the kind ended."""
         self.samples.close()
-        self._db.conn.close()
+        if self._owns_reporter:
+            self.reporter.close()

@@ -100,6 +100,14 @@ def job_limits(budget: int | None, floor: int | None, config: Config, *, unified
     return GuardLimits(budget=budget, floor=floor)
 
 
+def spec_limits(budget: int | None, floor: int | None, config: Config, *,
+                read: Callable[[], Meminfo] = read_meminfo) -> GuardLimits:
+    """`job_limits` for a spec's budget and floor on this machine (the unified-memory probe only when it matters)."""
+    unified = floor is None and (config.memory_floor or "auto").strip().lower() == "auto" \
+        and host_has_unified_memory()
+    return job_limits(budget, floor, config, unified=unified, total=read().total)
+
+
 @dataclass(frozen=True)
 class GuardTrip:
     """The moment a limit was crossed."""

@@ -74,11 +74,63 @@ class DatabaseSink:
             writer.close()
 
 
-class PipeSink:
-    """Writes each sample as one JSON line to the supervisor's pipe (`fd`); the first line carries `t0`.
+def sample_message(sample: MemorySample, *, rank: int = 0, stage: str | None = None,
+                   tensors_placed: int | None = None, bytes_placed: int | None = None,
+                   tensor_name: str | None = None) -> list:
+    """A sample as it travels: rank, stage, tensors_placed, bytes_placed, tensor_name, then the
+    `MemorySample` fields in order (a list, not a dict: `dataclasses.asdict` would cost more than the write)."""
+    return [rank, stage, tensors_placed, bytes_placed, tensor_name, sample.t, sample.vm_rss, sample.rss_anon,
+            sample.rss_file, sample.vm_hwm, sample.mem_available, sample.device_allocated,
+            sample.device_reserved, sample.cgroup_usage]
 
-    A sample line is a list: rank, stage, tensors_placed, bytes_placed, tensor_name, then the
-    `MemorySample` fields in order (a list, not a dict: `dataclasses.asdict` would cost more than the write).
+
+class SampleStore:
+    """The receiving end's writers: one `SampleWriter` per rank, fed `sample_message` lists.
+
+    Used by the pipe's relay and by the Ray backend's log follower. `last` is the newest sample stored
+    (a row dict, as `storage.queries.last_sample` returns). Below `ROOM_KEPT` bytes free it refuses
+    (DiskFullError), so the job's end can still be recorded.
+    """
+
+    def __init__(self, db_path: str | Path, job_id: int, t0: float):
+        self._db_path, self._job_id, self._t0 = db_path, job_id, t0
+        self._writers: dict[int, SampleWriter] = {}
+        self.last: dict | None = None
+
+    def add(self, message: list) -> None:
+        free = free_bytes(self._db_path)
+        if free < ROOM_KEPT:
+            raise DiskFullError(f"disk full: {free:,} bytes free for {self._db_path}, below the "
+                                f"{ROOM_KEPT:,} kept to record the job's end")
+        rank, stage, tensors_placed, bytes_placed, tensor_name, *sample = message
+        writer = self._writers.get(rank)
+        if writer is None:
+            writer = self._writers[rank] = SampleWriter(self._db_path, self._job_id, t0=self._t0, rank=rank)
+        writer.add(MemorySample(*sample), stage=stage, tensors_placed=tensors_placed, bytes_placed=bytes_placed,
+                   tensor_name=tensor_name)
+        self.last = writer.last
+
+    def discard(self) -> None:
+        """Drop what is buffered (a full disk: the little room left is for recording the job's end)."""
+        for writer in self._writers.values():
+            writer.discard()
+
+    def close(self) -> BaseException | None:
+        """Store what is buffered; returns the error of a database too full to take it, else None."""
+        refused = None
+        for writer in self._writers.values():
+            try:
+                writer.close()
+            except Exception as e:  # noqa: BLE001
+                if not is_database_full(e):
+                    raise
+                refused = refused or e
+        return refused
+
+
+class PipeSink:
+    """Writes each sample (`sample_message`) as one JSON line to the supervisor's pipe (`fd`); the first
+    line carries `t0`.
 
     A line is far below PIPE_BUF, so lines from the sampler thread and the job's thread never interleave.
     """
@@ -96,11 +148,8 @@ class PipeSink:
                 raise RuntimeError("the sample pipe is closed")
             os.write(self._fd, line)
 
-    def add(self, sample: MemorySample, *, rank: int = 0, stage: str | None = None, tensors_placed: int | None = None,
-            bytes_placed: int | None = None, tensor_name: str | None = None) -> None:
-        self._write([rank, stage, tensors_placed, bytes_placed, tensor_name, sample.t, sample.vm_rss, sample.rss_anon,
-                     sample.rss_file, sample.vm_hwm, sample.mem_available, sample.device_allocated,
-                     sample.device_reserved, sample.cgroup_usage])
+    def add(self, sample: MemorySample, *, rank: int = 0, **tags) -> None:
+        self._write(sample_message(sample, rank=rank, **tags))
 
     def flush(self) -> None:
         """Nothing to do: every sample left the process when it was added."""
@@ -138,9 +187,8 @@ class SampleRelay:
         self._db_path, self._job_id = db_path, job_id
         self._on_start = on_start
         self._file = os.fdopen(read_fd, "rb", buffering=1 << 16)
-        self._writers: dict[int, SampleWriter] = {}
+        self._store: SampleStore | None = None
         self.t0: float | None = None
-        self.last: dict | None = None
         self.received = 0
         """Samples read from the pipe."""
         self.error: BaseException | None = None
@@ -155,31 +203,23 @@ class SampleRelay:
                 continue  # a line cut short by a kill mid-write: nothing to keep
             if isinstance(message, dict) and "t0" in message:
                 self.t0 = message["t0"]
+                self._store = SampleStore(self._db_path, self._job_id, self.t0)
                 if self._on_start is not None:
                     self._on_start()
                 continue
             self.received += 1
-            if self.error is not None or self.t0 is None:
+            if self.error is not None or self._store is None:
                 continue
             try:
-                self._store(message)
+                self._store.add(message)
             except Exception as e:  # noqa: BLE001 - the relay must keep draining whatever the database says
                 self.error = e
-                for writer in self._writers.values():
-                    writer.discard()  # a full disk: the little room left is for recording the job's end
+                self._store.discard()
 
-    def _store(self, message: dict) -> None:
-        free = free_bytes(self._db_path)
-        if free < ROOM_KEPT:
-            raise DiskFullError(f"disk full: {free:,} bytes free for {self._db_path}, below the "
-                                f"{ROOM_KEPT:,} kept to record the job's end")
-        rank, stage, tensors_placed, bytes_placed, tensor_name, *sample = message
-        writer = self._writers.get(rank)
-        if writer is None:
-            writer = self._writers[rank] = SampleWriter(self._db_path, self._job_id, t0=self.t0, rank=rank)
-        writer.add(MemorySample(*sample), stage=stage, tensors_placed=tensors_placed, bytes_placed=bytes_placed,
-                   tensor_name=tensor_name)
-        self.last = writer.last
+    @property
+    def last(self) -> dict | None:
+        """The newest sample stored (a row dict, as `storage.queries.last_sample` returns)."""
+        return self._store.last if self._store is not None else None
 
     def close(self, timeout: float = 10.0) -> None:
         """Wait for the pipe's end (every writer gone), then store what is buffered.
@@ -187,11 +227,6 @@ class SampleRelay:
         A database that refuses the last batch leaves `error` set rather than raising.
         """
         self._thread.join(timeout)
-        for writer in self._writers.values():
-            try:
-                writer.close()
-            except Exception as e:  # noqa: BLE001
-                if not is_database_full(e):
-                    raise
-                self.error = self.error or e
+        if self._store is not None:
+            self.error = self.error or self._store.close()
         self._file.close()

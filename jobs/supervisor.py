@@ -36,11 +36,12 @@ from typing import Callable
 
 import sqlite_utils
 
+from jobs.backends import backend_for
 from jobs.cgroups import CgroupError, JobCgroup, create_job_cgroup, job_cgroup_name, sweep_job_cgroups
 from jobs.child import ENV_CGROUP_USAGE, EXIT_DISK_FULL, EXIT_DONE, EXIT_INVALID_SPEC
 from jobs.forkserver import ForkedChild, ForkServer
-from jobs.guard import (GuardLimits, GuardTrip, Meminfo, MemoryGuard, configured_floor, host_has_unified_memory,
-                        job_limits, read_meminfo)
+from jobs.guard import (GuardLimits, GuardTrip, Meminfo, MemoryGuard, configured_floor, read_meminfo,
+                        spec_limits)
 from jobs.kinds import load_kinds
 from jobs.liveness import boot_id, is_same_process, pid_alive, process_start
 from jobs.outcome import describe_sample, guard_error, kill_reason
@@ -120,6 +121,8 @@ class Supervisor:
         self.idle_exit = idle_exit
         self._used_at = time.time()
         """When a job was last in hand or queued, or a dashboard page last seen (wall clock)."""
+        self.backend = backend_for(config, self.db, self.id)
+        """Where jobs run when not as children here (`jobs.backends`: Ray with `ray_address` set), else None."""
         self.finished: list[int] = []
         """Ids of jobs this supervisor saw to the end, in order."""
         self._running: _Running | None = None
@@ -137,7 +140,7 @@ class Supervisor:
         self.db["supervisors"].insert({"id": self.id, "pid": os.getpid(), "host": _HOST, "started_at": now,
                                        "heartbeat_at": now, "boot_id": self.boot_id})
         self._last_heartbeat = now
-        if self.start_method == "fork" and self._fork_server is None:
+        if self.start_method == "fork" and self._fork_server is None and self.backend is None:
             self._fork_server = ForkServer(self.python, worker_env(self.config), str(REPO_ROOT))
         recovered = self.recover_interrupted(now)
         sweep_job_cgroups(supervisor_alive=pid_alive)
@@ -201,6 +204,8 @@ class Supervisor:
 
     def _tick(self, now: float) -> bool:
         self._check_database()  # every tick: a claim from a deleted database would recreate its folder
+        if self.backend is not None:
+            return self._backend_tick(now)
         if self._running is not None:
             self._watch(now)  # first: a full disk that fails the heartbeat must not keep a job from ending
         if now - self._last_heartbeat >= HEARTBEAT_INTERVAL:
@@ -233,9 +238,30 @@ class Supervisor:
             pass
         return max(0.0, now - self._used_at)
 
+    def _backend_tick(self, now: float) -> bool:
+        """`_tick` with a backend: the same heartbeat and recovery; the backend starts and watches the job."""
+        current = self.backend.running_job()
+        if current is not None and not self.backend.watch(now):
+            self.finished.append(current)
+            self._last_heartbeat = float("-inf")  # say at once that this supervisor is free
+        if now - self._last_heartbeat >= HEARTBEAT_INTERVAL:
+            self._heartbeat(now)
+            self.recover_interrupted(now)
+        if self.backend.running_job() is not None:
+            return True
+        if not self.backend.ready(now):
+            return False
+        job = claim(self.db, self.id, boot_id=self.boot_id)
+        if job is None:
+            return False
+        self.backend.start(job)
+        if self.backend.running_job() is None:  # refused: already ended
+            self.finished.append(job["id"])
+        return True
+
     def _heartbeat(self, now: float) -> None:
         self._last_heartbeat = now
-        current = self._running.job_id if self._running else None
+        current = self.backend.running_job() if self.backend else self._running.job_id if self._running else None
         self.db.execute("UPDATE supervisors SET heartbeat_at = ?, current_job = ? WHERE id = ?",
                         [now, current, self.id])
         if current is not None:
@@ -300,10 +326,7 @@ class Supervisor:
 
     def _guard_limits(self, spec: JobSpec) -> GuardLimits:
         """The memory guard's budget and floor for `spec` (the unified-memory probe only when it matters)."""
-        unified = spec.memory_floor is None and (self.config.memory_floor or "auto").strip().lower() == "auto" \
-            and host_has_unified_memory()
-        return job_limits(spec.memory_budget, spec.memory_floor, self.config, unified=unified,
-                          total=self.read_meminfo().total)
+        return spec_limits(spec.memory_budget, spec.memory_floor, self.config, read=self.read_meminfo)
 
     def _child_env(self, cgroup: JobCgroup | None, sample_fd: int) -> dict[str, str]:
         """What a job child runs with: this process's environment, pinned to this supervisor's data and roots."""
@@ -418,6 +441,8 @@ class Supervisor:
         On a full disk the job cannot be marked here; the next supervisor's start marks it interrupted.
         """
         try:
+            if self.backend is not None:
+                self.backend.stop()
             if self._running is not None:
                 running, self._running = self._running, None
                 running.process.kill()
@@ -486,6 +511,8 @@ def worker_env(config: Config) -> dict[str, str]:
     )
     if config.memory_floor is not None:
         env["DRAINBOARD_MEMORY_FLOOR"] = config.memory_floor
+    if config.ray_address is not None:
+        env["DRAINBOARD_RAY_ADDRESS"] = config.ray_address
     env.pop("DRAINBOARD_CONFIG", None)
     return env
 

@@ -9,6 +9,7 @@ one-off `DRAINBOARD_DATA=/tmp/x python -m jobs list` overrides the file.
     address = "0.0.0.0"
     port = 8501
     memory_floor = "8GiB"   # the memory guard's floor: a size, "auto" (the default) or "off"
+    ray_address = "http://head:8265"   # run jobs on a Ray cluster (jobs/backends/ray_jobs.py); unset: this machine
 
 Every value is checked here, when any part (worker, CLI, dashboard) starts:
 a bad setting is one `ConfigError` line naming the setting, before any job
@@ -28,7 +29,7 @@ from loader.errors import DrainboardError
 from loader.sizes import SizeError, parse_size
 
 CONFIG_FILE_NAME = "drainboard.toml"
-_FILE_KEYS = {"data_dir", "model_roots", "address", "port", "memory_floor"}
+_FILE_KEYS = {"data_dir", "model_roots", "address", "port", "memory_floor", "ray_address"}
 MIN_MEMORY_FLOOR = 2**20
 """The smallest memory floor accepted (1 MiB), as for a job's own floor."""
 
@@ -55,6 +56,8 @@ class Config:
     """Port the dashboard listens on."""
     memory_floor: str | None = None
     """The memory guard's floor as written (a size, `auto` or `off`; None is `auto`); `jobs.guard` reads it."""
+    ray_address: str | None = None
+    """The Ray cluster's dashboard address (`http://head:8265`) jobs are submitted to; None runs them here."""
 
     @property
     def db_path(self) -> Path:
@@ -164,8 +167,13 @@ def load_config(env: Mapping[str, str] | None = None, cwd: Path | None = None) -
     port = _parse_port(env.get("DRAINBOARD_PORT") or values.get("port", 8501), port_source)
     floor = env.get("DRAINBOARD_MEMORY_FLOOR") or values.get("memory_floor")
     memory_floor_setting(None if floor is None else str(floor))
+    ray_address = env.get("DRAINBOARD_RAY_ADDRESS") or values.get("ray_address")
+    if ray_address is not None and not (isinstance(ray_address, str) and ray_address.startswith(("http://", "https://"))):
+        source = "DRAINBOARD_RAY_ADDRESS" if env.get("DRAINBOARD_RAY_ADDRESS") else str(file_path)
+        raise ConfigError(f"{source}: ray_address must be the Ray dashboard's http(s) address such as "
+                          f"\"http://head:8265\", got {ray_address!r}")
     return Config(data_dir=data_dir.resolve(), model_roots=[r.resolve() for r in roots], address=address, port=port,
-                  memory_floor=None if floor is None else str(floor))
+                  memory_floor=None if floor is None else str(floor), ray_address=ray_address)
 
 
 def resolve_model_path(path: str | os.PathLike, roots: list[Path]) -> Path:

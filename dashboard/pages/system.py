@@ -14,6 +14,7 @@ from dashboard import format as fmt
 from dashboard.host import HostMemory, Pressure, cuda_free_note, is_unified, memory_kind, pool_caption, read_host_memory, read_pressure
 from dashboard.host_charts import memory_history, pool_bar, pressure_history
 from dashboard.views.jobs import describe_supervisor
+from dashboard.views.ray_cluster import ray_cluster_section
 from dashboard.views.run import offload_preview
 from loader.offload import OffloadSettings
 
@@ -142,6 +143,7 @@ def main() -> None:
     live_memory()
     devices_section()
     worker_section(db)
+    ray_cluster_section(data.config())
     storage_section(db)
 
 

@@ -1,0 +1,113 @@
+"""Where a job child reports to: the database on this machine, or the line protocol on stdout (`jobs.wire`).
+
+`JobContext` and the child entry point (`jobs.child`) speak only to a `Reporter`,
+so a kind runs the same whether its child writes SQLite itself (the embedded
+supervisor) or streams to a supervisor on another machine (the Ray backend).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from jobs.samples import DatabaseSink, SampleSink
+
+from storage.artifacts import record_artifact
+from storage.connections import connect, is_database_full
+from storage.queries import get_job
+
+
+class Reporter(Protocol):
+    """What a job child tells about its job, beside its samples (`jobs.samples.SampleSink`)."""
+
+    remote: bool
+    """Whether the child runs away from its supervisor, so it must run the memory guard itself."""
+
+    def spec(self) -> dict[str, Any] | None:
+        """The job's stored spec; None when the job does not exist."""
+
+    def sample_sink(self, t0: float, clock: Callable[[], float]) -> SampleSink:
+        """Where the job's samples go when no sample pipe is given."""
+
+    def event(self, row: dict[str, Any]) -> None:
+        """An events row (t, created_at, kind, stage, message, data as JSON text); job_id is added."""
+
+    def stage(self, name: str) -> None:
+        """The job's current stage."""
+
+    def progress(self, done: int, total: int | None) -> None:
+        """Steps done of total."""
+
+    def artifact(self, path: Path) -> None:
+        """A finished file in the job's artifact folder."""
+
+    def metrics(self, metrics: dict[str, Any]) -> None:
+        """What the kind returned, once it is done."""
+
+    def error(self, summary: str, detail: str | None) -> None:
+        """Why the job failed (a database too full to take it is tolerated: the exit code says disk full)."""
+
+    def exit(self, code: int) -> None:
+        """The child's exit code, told last."""
+
+    def close(self) -> None:
+        """Release what the reporter holds."""
+
+
+class DatabaseReporter:
+    """Writes into the job's rows of the database at `db_path` (the child shares the supervisor's machine)."""
+
+    remote = False
+
+    def __init__(self, job_id: int, db_path: str | Path, data_dir: str | Path):
+        self.job_id = job_id
+        self._db_path = db_path
+        self._data_dir = Path(data_dir)
+        self._db = connect(db_path, check_same_thread=False)
+        self._lock = threading.Lock()
+
+    def spec(self) -> dict[str, Any] | None:
+        job = get_job(self._db, self.job_id)
+        return None if job is None else job["spec"]
+
+    def sample_sink(self, t0: float, clock: Callable[[], float]) -> DatabaseSink:
+        return DatabaseSink(self._db_path, self.job_id, t0=t0, clock=clock)
+
+    def event(self, row: dict[str, Any]) -> None:
+        with self._lock:
+            self._db["events"].insert({"job_id": self.job_id, **row})
+
+    def stage(self, name: str) -> None:
+        with self._lock:
+            self._db.execute("UPDATE jobs SET stage = ? WHERE id = ?", [name, self.job_id])
+
+    def progress(self, done: int, total: int | None) -> None:
+        with self._lock:
+            self._db.execute("UPDATE jobs SET progress_done = ?, progress_total = ? WHERE id = ?",
+                             [done, total, self.job_id])
+
+    def artifact(self, path: Path) -> None:
+        with self._lock:
+            record_artifact(self._db, self._data_dir, self.job_id, path)
+
+    def metrics(self, metrics: dict[str, Any]) -> None:
+        with self._lock:
+            self._db.execute("UPDATE jobs SET metrics = ? WHERE id = ?", [json.dumps(metrics), self.job_id])
+
+    def error(self, summary: str, detail: str | None) -> None:
+        try:
+            with self._lock:
+                self._db.execute("UPDATE jobs SET error = ?, error_detail = ? WHERE id = ?",
+                                 [summary, detail, self.job_id])
+        except sqlite3.Error as e:
+            if not is_database_full(e):
+                raise
+
+    def exit(self, code: int) -> None:
+        """Nothing to store: the supervisor is the child's parent and sees the code itself."""
+
+    def close(self) -> None:
+        self._db.conn.close()

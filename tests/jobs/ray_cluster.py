@@ -1,0 +1,118 @@
+"""A real one-machine Ray cluster for the Ray backend's tests: `ray start --head --block` in its own
+session, in a temporary folder, on free ports, with the smallest object store Ray takes.
+
+`ray` missing skips the tests with a reason, unless DRAINBOARD_REQUIRE_RAY=1 (CI), where it fails them.
+The cluster's processes are one process group (their own session), stopped by that group's id.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+OBJECT_STORE_BYTES = 80 * 2**20
+"""Ray's object store is unused by Drainboard's jobs: the least Ray accepts keeps the box's memory."""
+
+
+def require_ray() -> None:
+    """Skip (or, with DRAINBOARD_REQUIRE_RAY=1, fail) when ray is not installed."""
+    if importlib.util.find_spec("ray") is not None:
+        return
+    reason = "ray is not installed (pip install -r requirements-ray.txt)"
+    if os.environ.get("DRAINBOARD_REQUIRE_RAY") == "1":
+        pytest.fail(f"DRAINBOARD_REQUIRE_RAY=1 but {reason}")
+    pytest.skip(reason)
+
+
+_MARK = "DRAINBOARD_TEST_RAY_CLUSTER"
+"""Set in the cluster's environment, so the processes it started are found by it, job drivers in
+sessions of their own included."""
+
+
+def _started_by(folder: Path) -> list[int]:
+    """Pids of live processes whose environment carries this cluster's mark."""
+    mark = f"{_MARK}={folder}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if mark in (entry / "environ").read_bytes().split(b"\0"):
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalCluster:
+    """One head node with `cpus` CPUs; `address` is its dashboard's (the Jobs API)."""
+
+    def __init__(self, cpus: int = 2):
+        self.folder = Path(tempfile.mkdtemp(prefix="dbray-"))  # short: Ray's socket paths must fit 107 bytes
+        self.cpus = cpus
+        self.ports = {name: _free_port() for name in ("port", "dashboard-port", "ray-client-server-port",
+                                                       "node-manager-port", "object-manager-port",
+                                                       "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                                                       "runtime-env-agent-port", "metrics-export-port")}
+        self.address = f"http://127.0.0.1:{self.ports['dashboard-port']}"
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 120.0) -> None:
+        ray = str(Path(sys.executable).with_name("ray"))
+        command = [ray, "start", "--head", "--block", f"--num-cpus={self.cpus}", "--num-gpus=0",
+                   f"--temp-dir={self.folder / 't'}", f"--object-store-memory={OBJECT_STORE_BYTES}",
+                   "--include-dashboard=true", "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1",
+                   "--disable-usage-stats", *(f"--{name}={port}" for name, port in self.ports.items())]
+        env = {**os.environ, "RAY_memory_monitor_refresh_ms": "0", "RAY_USAGE_STATS_ENABLED": "0",
+               _MARK: str(self.folder)}
+        self.log = open(self.folder / "ray-start.log", "ab")
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+                                        env=env, start_new_session=True)
+        from ray.job_submission import JobSubmissionClient
+
+        deadline = time.time() + timeout
+        while True:
+            try:
+                JobSubmissionClient(self.address).list_jobs()
+                return
+            except Exception:  # noqa: BLE001 - not up yet
+                if self.process.poll() is not None or time.time() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"the Ray head did not come up: {(self.folder / 'ray-start.log').read_text()[-2000:]}")
+                time.sleep(0.5)
+
+    def stop(self) -> None:
+        """SIGKILL the cluster's process group and every process carrying its mark (a host that is gone)."""
+        if self.process is None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+        for pid in _started_by(self.folder):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process = None
+        self.log.close()
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
