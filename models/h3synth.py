@@ -23,7 +23,7 @@ import math
 import os
 import re
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -248,14 +248,19 @@ def synth_h3(
         nonlocal done
         with counting:
             done += n
-            if on_bytes is not None:
-                on_bytes(done, total)
+
+    def report() -> None:
+        """Progress goes out on the calling thread only: a Streamlit progress bar refuses other threads."""
+        if on_bytes is not None:
+            with counting:
+                now = done
+            on_bytes(now, total)
 
     root.mkdir(parents=True, exist_ok=True)
     touched: list[Path] = []
     """Files this run opened for writing, in order; the last is the one being written."""
     try:
-        _write(root, profile, weights, aux, tokenizer, seed, workers, count, touched)
+        _write(root, profile, weights, aux, tokenizer, seed, workers, count, report, touched)
     except OSError as e:
         if not is_disk_full(e):
             raise
@@ -290,7 +295,7 @@ def _shard_paths(root: Path, w: _Weights) -> Iterator[Path]:
 
 def _write(
     root: Path, profile: Profile, weights: list[_Weights], aux: list[str], tokenizer, seed: int,
-    workers: int | None, count: Callable[[int], None], touched: list[Path],
+    workers: int | None, count: Callable[[int], None], report: Callable[[], None], touched: list[Path],
 ) -> None:
     """Every folder, then `modular_model_index.json`.
 
@@ -335,8 +340,12 @@ def _write(
                     touched.append(path)
                     futures.append(writers.submit(write_shard, path, shard))
                     weight_map.update({spec.name: path.name for spec in shard})
-                for future in futures:
-                    future.result()
+                pending = set(futures)
+                while pending:
+                    finished, pending = wait(pending, timeout=0.25)
+                    for future in finished:
+                        future.result()
+                    report()
             size = sum(s.nbytes for shard in w.shards for s in shard)
             touched.append(weight_index)
             weight_index.write_text(json.dumps({"metadata": {"total_size": size}, "weight_map": weight_map}, indent=2) + "\n")

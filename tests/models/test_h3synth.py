@@ -138,3 +138,16 @@ def test_pruned_r16_writes_fastvideos_names_and_no_class(tmp_path: Path):
     assert "transformer_blocks.0.ff.fc_in.weight" in tensors and "transformer_blocks.0.attn.to_out.weight" in tensors
     assert "_class_name" not in json.loads((folder / "config.json").read_text())
     assert json.loads((tmp_path / "p" / "modular_model_index.json").read_text())["transformer"][:2] == [None, None]
+
+
+def test_progress_is_reported_on_the_calling_thread_up_to_the_total(tmp_path: Path):
+    """Shards are written by several threads, but a Streamlit progress bar (the dashboard's first start)
+    refuses calls from any thread but the script's: every report must come from the caller's thread."""
+    import threading
+
+    calls = []
+    synth_h3(tmp_path / "tiny", get_profile("tiny"), on_bytes=lambda done, total: calls.append(
+        (threading.current_thread(), done, total)))
+    assert calls and {thread for thread, _, _ in calls} == {threading.current_thread()}
+    done = [d for _, d, _ in calls]
+    assert done == sorted(done) and done[-1] == calls[-1][2] > 0
