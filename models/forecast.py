@@ -15,8 +15,8 @@ is built (what `bench/bench_generate.py` measures against):
   geometries it was checked on are in docs/benchmarks.md);
 - what earlier stages left behind (embeddings, latents, decoded frames, audio);
 - on CUDA, the costs outside tensors: the context (process level), the
-  cuBLAS/cuDNN workspaces, and the caching allocator's reserve over what is
-  allocated (`CUDA_TERMS`: constants of stated origin, not yet checked on a GPU).
+  cuBLAS/cuDNN workspaces, and each stage's reserve (`CUDA_TERMS`, `CUDA_STAGE_TERMS`:
+  measured on one H200 at real size).
 
 Each stage reports host, device and their sum: the sum is what a unified-memory
 machine pays. Offloaded weights count on the host.
@@ -73,21 +73,31 @@ RSS does not fall back between stages (fitted with CPU_TERMS)."""
 
 @dataclass(frozen=True)
 class CudaTerms:
-    """What a CUDA run holds outside its tensors. Origin of each default: see the field; every one is to be
-    checked against the H200 run (`bench/bench_generate.py --device cuda`), none has been yet."""
+    """What a CUDA run holds outside its tensors' own bytes, measured on one H200 (torch 2.11, cu130) at real
+    size (docs/benchmarks.md, "Forecast on CUDA")."""
 
     context: int = 600 * MiB
-    """The CUDA context and torch's loaded kernels, device side (nvidia-smi's per-process figure for torch 2.x
-    with lazy module loading on Hopper is 500-600 MiB); once per process."""
-    host_runtime: int = 1024 * MiB
-    """Host RSS the CUDA libraries add (cudart, cuBLAS, cuDNN mapped and initialised): run 10 measured the
-    `prepare` stage at 0.96 GiB on the H200, against 0.40 GiB on this CPU; once per process."""
+    """The CUDA context and torch's loaded kernels, device side; not in torch's reserved figure, so not in
+    the measured sum, but real memory on a unified-memory machine; once per process (not measured here)."""
+    host_runtime: int = 1700 * MiB
+    """Host RSS of the process once the first stage ran: 0.96 GiB at the end of `prepare`, then 0.70 GiB more
+    when cuBLAS and cuDNN initialise (1.66 GiB measured at real size, both geometries); once per process."""
     workspaces: int = 96 * MiB
-    """cuBLAS (torch's default 32 MiB per handle on sm90 for cuBLAS and again for cuBLASLt) plus a cuDNN
-    convolution workspace for the VAEs (32 MiB assumed); per stage, on the device."""
-    reserve_fraction: float = 0.10
-    """The caching allocator's reserved-over-allocated: block rounding (2 MiB, 20 MiB segments) and freed
-    blocks kept cached; 10 % of a stage's device tensors assumed."""
+    """cuBLAS and cuBLASLt workspaces plus a cuDNN convolution workspace, per stage, on the device."""
+
+
+CUDA_STAGE_TERMS: dict[str, StageTerm] = {
+    "text_encoder": StageTerm(0, 0.0),
+    "denoise.denoise": StageTerm(0, 7.38),
+    "decode.video": StageTerm(0, 50.3),
+    "decode.audio": StageTerm(0, 2294.0),
+}
+"""Device bytes a CUDA stage reserves beyond its weights and the workspaces (the working set plus the caching
+allocator's reserve over it; weights placed by the loader reserve what they allocate): fitted on the real-size
+sequential run at 1344x768 and checked on 1024x576 and on the resident runs (docs/benchmarks.md)."""
+CUDA_HOST_FRAME_BYTES = {"decode.video": 8.8, "decode.audio": 4.3}
+"""Host bytes per decoded RGB value a CUDA stage adds (the float32 frames copied off the device, their float32
+and uint8 copies for the MP4), fitted with CUDA_STAGE_TERMS; on a CPU the fitted CPU_TERMS hold them."""
 
 
 CUDA_TERMS = CudaTerms()
@@ -222,9 +232,10 @@ def forecast_generate(
     height, width = model.geometry(params)
     text_tokens = count_prompt_tokens(root, params.prompt)
     tokens, drivers, outputs = _drivers(model, params, height, width, text_tokens, dtype_bytes)
+    pixels = params.frames * height * width
     layers = max(int(model.configs["transformer"]["num_layers"]), 1)
     stages = []
-    carried = retained = 0
+    carried = retained = retained_device = 0
     for stage, component in STAGE_PLANS[workflow]:
         if stage == "decode.audio" and not params.audio:
             continue
@@ -236,18 +247,21 @@ def forecast_generate(
             if placements[component].mechanism != ON_DEVICE:  # the offloaded component comes in while it runs
                 layerwise = component == "transformer" and settings.dit_layerwise_offload
                 on_device += sizes[component] // layers if layerwise else sizes[component]
-        term = CPU_TERMS[stage]
+        term = (CUDA_STAGE_TERMS if cuda else CPU_TERMS)[stage]
         activations = int(term.fixed + term.per_unit * drivers[stage])
-        carried += outputs[stage]
+        carried += int(CUDA_HOST_FRAME_BYTES[stage] * 3 * pixels) if cuda and stage in CUDA_HOST_FRAME_BYTES \
+            else outputs[stage]
         held = carried + (retained if device_info.kind == "cpu" else 0)
         if device_info.kind == "cpu":
             overhead, host, device = 0, weights + activations + held, 0
             retained = max(retained, int(CPU_RETAINED * activations))
         else:
-            overhead = int(CUDA_TERMS.workspaces + CUDA_TERMS.reserve_fraction * (on_device + activations)) \
-                if cuda else 0
+            overhead = CUDA_TERMS.workspaces if cuda else 0
             host = weights - _host_copies_freed(placements, resident, sizes, component) + carried
-            device = on_device + activations + overhead
+            # The caching allocator keeps an earlier stage's working set reserved unless a release emptied it
+            # (sequential residency frees the cache with each component).
+            device = on_device + max(activations, 0 if sequential else retained_device) + overhead
+            retained_device = max(retained_device, activations)
         stages.append(StageForecast(stage, component, weights, on_device, activations, held, overhead,
                                     host, device, drivers[stage]))
     return GenerateForecast(

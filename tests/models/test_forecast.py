@@ -36,12 +36,17 @@ def test_the_forecast_is_within_10_percent_per_stage_of_a_measured_tiny_run_on_a
         h3_tiny: Path, tmp_path: Path):
     params = {"prompt": UNSEEN.prompt, "frames": UNSEEN.frames, "height": UNSEEN.height, "width": UNSEEN.width,
               "steps": UNSEEN.steps}
-    run = subprocess.run([sys.executable, "-c", _MEASURE, str(h3_tiny), json.dumps(params), str(tmp_path / "c.mp4")],
-                         capture_output=True, text=True, check=True, timeout=300)
-    peaks = json.loads(run.stdout.strip().splitlines()[-1])
+    # Two fresh processes, each stage's lower peak kept: on a busy box the allocator's timing only ever adds
+    # to a stage's peak (one run under a parallel test suite measured decode.video 20 % above a quiet one).
+    runs = []
+    for _ in range(2):
+        run = subprocess.run([sys.executable, "-c", _MEASURE, str(h3_tiny), json.dumps(params),
+                              str(tmp_path / "c.mp4")], capture_output=True, text=True, check=True, timeout=300)
+        peaks = json.loads(run.stdout.strip().splitlines()[-1])
+        runs.append({stage: peak - peaks["prepare"] for stage, peak in peaks.items()})
     forecast = forecast_generate(h3_tiny, UNSEEN, device_info=CPU, settings=OffloadSettings())
     for stage in forecast.stages:
-        measured = peaks[stage.stage] - peaks["prepare"]
+        measured = min(r[stage.stage] for r in runs)
         assert stage.total_bytes == pytest.approx(measured, rel=0.10), stage.stage
 
 
@@ -52,7 +57,7 @@ def test_the_prompt_is_counted_in_the_checkpoint_s_own_tokens(h3_tiny: Path):
     assert f.text_tokens == long
 
 
-def test_on_cuda_the_forecast_adds_context_workspaces_and_the_allocator_s_reserve(h3_tiny: Path):
+def test_on_cuda_the_forecast_adds_context_workspaces_and_each_stage_s_fitted_reserve(h3_tiny: Path):
     resident = OffloadSettings(**{f: False for f in ("dit_layerwise_offload", "dit_cpu_offload",
                                                      "text_encoder_cpu_offload", "image_encoder_cpu_offload",
                                                      "vae_cpu_offload")})
@@ -60,7 +65,7 @@ def test_on_cuda_the_forecast_adds_context_workspaces_and_the_allocator_s_reserv
     assert f.process_device_bytes == CUDA_TERMS.context
     for s in f.stages:
         assert s.device_bytes == s.device_weight_bytes + s.activation_bytes + s.overhead_bytes
-        assert s.overhead_bytes >= CUDA_TERMS.workspaces
+        assert s.overhead_bytes == CUDA_TERMS.workspaces
         assert s.host_bytes == s.output_bytes  # every weight is on the device, no host copy
         assert s.total_bytes == s.host_bytes + s.device_bytes
     offloaded = forecast_generate(h3_tiny, UNSEEN, device_info=H200, settings=OffloadSettings(),
@@ -82,3 +87,19 @@ def test_the_eta_scales_past_rates_by_work_and_says_so_without_history(h3_tiny: 
     done = [e.stage for e in etas[:2]]
     assert time_left(etas, done, etas[2].stage, 1.0) == pytest.approx(4.0 * (len(work) - 2) - 1.0)
     assert time_left(etas, done, etas[2].stage, 0.0, step_share=0.5) == pytest.approx(4.0 * (len(work) - 2) - 2.0)
+
+
+def test_on_cuda_without_sequential_residency_a_later_stage_keeps_earlier_working_sets_reserved(h3_tiny: Path):
+    """The caching allocator keeps freed blocks reserved: with every component resident nothing empties the
+    cache, so each stage still holds the largest earlier working set (the H200 run showed decode holding
+    denoise's); a sequential release empties it."""
+    resident = OffloadSettings(**{f: False for f in ("dit_layerwise_offload", "dit_cpu_offload",
+                                                     "text_encoder_cpu_offload", "image_encoder_cpu_offload",
+                                                     "vae_cpu_offload")})
+    for sequential in (False, True):
+        f = forecast_generate(h3_tiny, UNSEEN, device_info=H200, settings=resident, sequential_components=sequential)
+        largest = 0
+        for s in f.stages:
+            held = s.activation_bytes if sequential else max(largest, s.activation_bytes)
+            assert s.device_bytes == s.device_weight_bytes + held + s.overhead_bytes, (sequential, s.stage)
+            largest = max(largest, s.activation_bytes)

@@ -1,0 +1,98 @@
+"""The generate forecast on CUDA against a measured real-size run, stage by stage (not a test).
+
+    python bench/check_forecast_cuda.py [bench/results/generate_h3_h200.json] [--root DIR]
+
+The measured file is the summary `bench/bench_h3_generate.py` writes (one H200, the `h3` profile at
+real size; the committed one is from 2026-12-02). The forecast needs only headers and configs, so this
+writes the `h3` profile with every shard's data left as a hole (a sparse file: 135 GB apparent, under
+1 MB on disk, ten seconds) and forecasts each of our measured runs on an H200's DeviceInfo. The measured
+sum is peak VmRSS plus torch's reserved device memory; the CUDA context is outside torch's figure, so the
+forecast's context term is left out of the comparison (it is in the job's predicted peak).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from dataclasses import fields
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+GiB = 2**30
+H200_BYTES = 150_012_739_584
+"""torch.cuda.get_device_properties(0).total_memory on the H200 host."""
+
+
+def write_sparse_h3(root: Path) -> None:
+    """The `h3` profile's folders with each safetensors file's header written and its data a hole."""
+    import models.h3synth as synth
+    from models.profiles import get_profile
+    from models.safetensors_stream import header_bytes
+
+    def headers_only(path, shard, chunks, on_bytes=None) -> None:
+        head = header_bytes(shard)
+        size = sum(spec.nbytes for spec in shard)
+        with open(path, "wb") as f:
+            f.write(head)
+            f.truncate(len(head) + size)
+        if on_bytes is not None:
+            on_bytes(size)
+
+    synth.write_safetensors = headers_only
+    synth.require_space = lambda *args, **kwargs: None  # holes take no room
+    synth.synth_h3(root, get_profile("h3"))
+
+
+def compare(measured: dict, root: Path) -> list[dict]:
+    """One row per (our run, stage): predicted and measured sums and their ratio."""
+    from loader.device import DeviceInfo
+    from loader.offload import OffloadSettings
+    from models.forecast import forecast_generate
+    from models.params import GenerateParams
+
+    h200 = DeviceInfo(spec="cuda", kind="cuda", index=0, name="NVIDIA H200", unified_memory=False,
+                      total_memory=H200_BYTES, source="bench", reason="")
+    resident = OffloadSettings(**{f.name: False for f in fields(OffloadSettings)})
+    rows = []
+    for name, run in measured["runs"].items():
+        if not run.get("ok") or run.get("side") != "ours":
+            continue
+        params = GenerateParams(prompt=measured.get("prompt", "a red fox running through fresh snow at dawn"),
+                                height=run["height"], width=run["width"], frames=run["frames"], steps=run["steps"])
+        forecast = forecast_generate(root, params, device_info=h200, settings=resident, resolved=True,
+                                     sequential_components=run["placement"] == "sequential")
+        for stage in forecast.stages:
+            predicted = stage.host_bytes + stage.device_bytes + forecast.process_host_bytes
+            actual = run["peaks"][stage.stage]["sum"]
+            rows.append({"run": name, "canvas": f"{run['width']}x{run['height']}", "stage": stage.stage,
+                         "predicted_gib": round(predicted / GiB, 2), "measured_gib": round(actual / GiB, 2),
+                         "ratio": round(predicted / actual, 3)})
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("measured", nargs="?", default=str(Path(__file__).parent / "results" / "generate_h3_h200.json"))
+    parser.add_argument("--root", help="an existing (sparse) h3 checkpoint; default: write one in a temporary folder")
+    args = parser.parse_args()
+    measured = json.loads(Path(args.measured).read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(args.root) if args.root else Path(tmp) / "h3"
+        if not args.root:
+            write_sparse_h3(root)
+        rows = compare(measured, root)
+    print(f"{'run':<22} {'canvas':<10} {'stage':<16} {'predicted GiB':>13} {'measured GiB':>13} {'ratio':>6}")
+    for r in rows:
+        print(f"{r['run']:<22} {r['canvas']:<10} {r['stage']:<16} {r['predicted_gib']:>13.2f} "
+              f"{r['measured_gib']:>13.2f} {r['ratio']:>6.3f}")
+    worst = max(rows, key=lambda r: abs(r["ratio"] - 1))
+    print(f"worst: {worst['run']} {worst['stage']} {worst['ratio']:.3f}; within 10 %: "
+          f"{sum(abs(r['ratio'] - 1) <= 0.10 for r in rows)} of {len(rows)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
