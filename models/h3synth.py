@@ -249,7 +249,7 @@ def synth_h3(
         with counting:
             done += n
 
-    def report() -> None:
+    def publish() -> None:
         """Progress goes out on the calling thread only: a Streamlit progress bar refuses other threads."""
         if on_bytes is not None:
             with counting:
@@ -260,7 +260,7 @@ def synth_h3(
     touched: list[Path] = []
     """Files this run opened for writing, in order; the last is the one being written."""
     try:
-        _write(root, profile, weights, aux, tokenizer, seed, workers, count, report, touched)
+        _write(root, profile, weights, aux, tokenizer, seed, workers, count, publish, touched)
     except OSError as e:
         if not is_disk_full(e):
             raise
@@ -295,7 +295,7 @@ def _shard_paths(root: Path, w: _Weights) -> Iterator[Path]:
 
 def _write(
     root: Path, profile: Profile, weights: list[_Weights], aux: list[str], tokenizer, seed: int,
-    workers: int | None, count: Callable[[int], None], report: Callable[[], None], touched: list[Path],
+    workers: int | None, count: Callable[[int], None], publish: Callable[[], None], touched: list[Path],
 ) -> None:
     """Every folder, then `modular_model_index.json`.
 
@@ -345,7 +345,7 @@ def _write(
                     finished, pending = wait(pending, timeout=0.25)
                     for future in finished:
                         future.result()
-                    report()
+                    publish()
             size = sum(s.nbytes for shard in w.shards for s in shard)
             touched.append(weight_index)
             weight_index.write_text(json.dumps({"metadata": {"total_size": size}, "weight_map": weight_map}, indent=2) + "\n")
