@@ -13,8 +13,8 @@ target device's (torch makes it current inside `torch.cuda.device(...)`).
 Callers fall back to torch's copies where it returns None.
 
 The copy streams come from the driver too (`copy_streams_for`): a process's first
-`torch.cuda.Stream` creates torch's whole stream pool, 3.2-4.6 ms on the
-H200 host, all of it before the ring's first copy.
+`torch.cuda.Stream` creates torch's whole stream pool, all of it before the
+ring's first copy (see docs/benchmarks.md, Ring settings on one H200).
 """
 
 from __future__ import annotations

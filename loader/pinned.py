@@ -1,14 +1,12 @@
 """Page-locked host buffers for the CUDA ring, registered with the driver beside the load and kept for the next.
 
 Why not torch's pinned allocator: `cudaHostAlloc` holds the driver while it
-pins, so a helper thread pinning the ring's eight 16 MiB buffers stalled the
-loader's own copies for the 50-60 ms it took (on the H200 host the loader's
-thread queued 0.22 copies per ms beside it, 45 without). Memory the kernel
-faults in first (`MADV_POPULATE_WRITE` in that measurement, the mapping's
-own `MAP_POPULATE` now) and that is then registered with `cuMemHostRegister`
-took as long to pin, but the copies ran beside it at 43 per ms
-(`bench/bench_pinning.py`): the ring copies through its first buffer while
-the others are pinned.
+pins, so a helper thread pinning the ring's buffers stalled the loader's
+own copies for as long as it took. Memory the kernel faults in first (the
+mapping's own `MAP_POPULATE`) and that is then registered with
+`cuMemHostRegister` takes as long to pin, but the copies run beside it: the
+ring copies through its first buffer while the others are pinned (see
+docs/benchmarks.md, Ring settings on one H200).
 
 Buffers are never unregistered: like torch's pinned allocator, the pool
 keeps them for the process's next load (a generate job loads several
@@ -83,8 +81,8 @@ class PinnedPool:
         if lib is None:
             raise PinFailed("the CUDA driver library (libcuda.so.1) is not loadable")
         try:
-            # Faulted in by the mapping call itself, which releases the GIL: on the H200 host 16 MiB took
-            # 3.7-4.2 ms this way against 4.6-6.1 mapped first and then populated (bench/probe_ring_start.py).
+            # Faulted in by the mapping call itself, which releases the GIL and beat mapping first and
+            # populating after (see docs/benchmarks.md, Ring settings on one H200).
             area = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
         except OSError as exc:
             raise PinFailed(f"mapping {size} bytes of host memory failed: {exc.strerror}") from None
@@ -108,9 +106,10 @@ class HostStaging:
     Registered buffers (`PinnedPool`) first: they let the copies run while
     the rest are pinned. Where the driver refuses registration (a GB10
     refuses cuMemHostRegister) torch's pinned allocator instead, never
-    pageable memory at once: on the H200 host a ring on pageable buffers ran
-    at 5.5 GB/s, on registered ones 41.8-43.6 and on torch's pinned ones
-    37.1-38.0. Pageable (`allocate` returns None) only when both refuse.
+    pageable memory at once: a ring on pageable buffers is several times
+    slower, torch's pinned ones nearly as fast as registered (see
+    docs/benchmarks.md, Loader peers on one H200). Pageable (`allocate`
+    returns None) only when both refuse.
     Each refusal is logged once and kept in `note`; later buffers skip that
     path. Used from one thread at a time (the ring's pinning helper).
     """

@@ -1,7 +1,7 @@
 """Positioned reads through Linux io_uring, from Python, with no compiled code.
 
 Why: `stream`'s CUDA ring must read from the page cache as fast as the
-host-to-device copy runs (about 50 GB/s on an H200 host). Sixteen Python
+host-to-device copy runs (see docs/benchmarks.md, Loader peers on one H200). Sixteen Python
 threads calling `preadv` read fast enough on their own, but every read they
 finish takes the GIL back, and the loader's single Python thread, which
 queues the copies, spends its time waiting for it. With io_uring the

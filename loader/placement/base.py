@@ -79,7 +79,7 @@ class PlacementContext:
 
     def allocate(self, planned: PlannedTarget) -> torch.Tensor:
         """The destination, allocated once on the target device (ordinary pages: on the development VM
-        transparent huge pages made first touch slower and erratic, see docs/benchmarks.md)."""
+        transparent huge pages made first touch slower and erratic, see docs/benchmarks.md, Placement modes on CPU)."""
         return torch.empty(planned.target.shape, dtype=planned.dtype, device=self.device)
 
     def reserve(self, targets: Iterable[PlannedTarget]) -> int:
@@ -87,8 +87,8 @@ class PlacementContext:
 
         The native caching allocator keeps a freed block and carves later
         requests out of it, so each `allocate` after this is a split rather
-        than a cudaMalloc (639 of those took about 0.27 s of a 1.1 s load on
-        the H200 host), and the device holds one segment instead of 639
+        than a cudaMalloc (a large share of a load's time with hundreds of
+        tensors), and the device holds one segment instead of 639
         rounded ones. Call it with the targets about to be allocated, in
         order, and allocate nothing else meanwhile. Skipped (0) on other
         devices, where the allocator would not split the block, and where

@@ -238,8 +238,7 @@ class RangeRing:
     "io_uring" (an error where it is refused) or "threads". `readers` caps the
     kernel threads io_uring reads on (0: the kernel's default, up to one per
     queue entry: 40 for the default ring, which on 16 cores starved the thread
-    that queues the copies; capped at 16 the ring ran 45 GB/s warm instead of
-    41, and 37 from tmpfs instead of 28, on the H200 host).
+    that queues the copies; see docs/benchmarks.md, Ring settings on one H200).
     `driver_copies` queues the copies through the CUDA driver
     (`loader.cuda_copy`) where it can, else through torch.
     """
@@ -395,8 +394,8 @@ class RangeRing:
         """A free buffer to fill next, preferring one that is already allocated or pinned.
 
         While the helper is still pinning, the ring cycles the buffers it has
-        rather than wait for the next one: pinning 16 MiB took 7 ms on the H200
-        host (58 ms for the eight), reading and copying it out well under 1 ms.
+        rather than wait for the next one: pinning a buffer takes several times
+        longer than reading and copying it out.
         Only with nothing read or copying does it wait for the pinning.
         """
         while True:
@@ -427,7 +426,7 @@ class RangeRing:
         The helper registers memory with the driver (`loader.pinned`), which
         lets the loader's copies run beside it: torch's pinned allocator, which
         it uses where the driver library is not at hand, stalled them while it
-        pinned (50-60 ms for eight 16 MiB buffers on the H200 host).
+        pinned (see docs/benchmarks.md, Ring settings on one H200).
         """
         if self._pin and not self._pinning and self._buffers[0] is None:
             context = current_context() if POOL.available() else None

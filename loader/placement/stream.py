@@ -60,16 +60,14 @@ MIN_BUFFERS = 3
 """Fewest ring buffers: two reading while one is copied out."""
 SPARE_BUFFERS = 4
 """Ring buffers beyond those whose reads keep every reader busy: copies queued on the device while the
-next reads run. More staging made the copies slower on the H200 host (see RING_CHUNK_BYTES): eight
-16 MiB buffers for 16 readers beat ten and twelve (docs/benchmarks.md)."""
+next reads run. More staging made the copies slower (see RING_CHUNK_BYTES and docs/benchmarks.md, Ring
+settings on one H200)."""
 RING_READ_BYTES = 4 * _MiB
-"""The ring's positioned read size. On an H200 host, 16 C threads reading the page cache ran at 1.8x the
-rate with 8 MiB reads as with 32 MiB ones (89.6 against 49.4 GB/s); in the ring, 4 MiB reads into 16 MiB
-buffers beat 8 MiB ones (docs/benchmarks.md)."""
+"""The ring's positioned read size: small reads read the page cache faster than large ones; see
+docs/benchmarks.md, Ring settings on one H200."""
 RING_CHUNK_BYTES = 16 * _MiB
-"""The ring's buffer size. The host-to-device copies ran faster the less staging the ring cycled
-through: 48.7 GB/s from eight 16 MiB buffers, 37.6 from eight of 32 MiB and 33.3 from six of 64 MiB
-(copy-engine busy time, in one run on the H200 host; docs/benchmarks.md)."""
+"""The ring's buffer size: the host-to-device copies ran faster the less staging the ring cycled
+through; see docs/benchmarks.md, Ring settings on one H200."""
 STAGING_BYTES = 32 * _MiB
 """Converting staging: the bytes of each of its buffers."""
 DIRECT_READ_BYTES = 16 * _MiB
@@ -113,15 +111,13 @@ def ring_geometry(
     device's memory and the host's MemAvailable). `buffers` (the
     staging_buffers option) fixes the count; otherwise enough buffers being
     read to give every reader thread a `read_bytes` read, plus SPARE_BUFFERS,
-    as many as the budget holds, at least MIN_BUFFERS (pinning costs time:
-    0.11-0.27 s for 192-576 MiB on the H200 host, so no more are allocated
-    than the readers can fill). Reading from the disk, the count is as many as
-    the budget holds: the disk's rate grows with the bytes in flight (one
-    thread's 64 MiB O_DIRECT reads ran at 1.59 GB/s on the H200 host, 16 of
-    them at 1.72, and the ring with 128 MiB in flight at 1.57), and beside a
-    read of several seconds per GiB, pinning 600 MiB on the helper costs
-    nothing. Buffers shrink (down to 4 MiB) before the count goes under
-    MIN_BUFFERS, and never exceed what the model needs.
+    as many as the budget holds, at least MIN_BUFFERS (pinning costs time,
+    so no more are allocated than the readers can fill). Reading from the
+    disk, the count is as many as the budget holds: the disk's rate grows with
+    the bytes in flight, and beside a read of several seconds per GiB,
+    pinning 600 MiB on the helper costs nothing (see docs/benchmarks.md,
+    Ring settings on one H200). Buffers shrink (down to 4 MiB) before the
+    count goes under MIN_BUFFERS, and never exceed what the model needs.
     """
     budget = min(total_bytes // STAGING_SHARE, STAGING_MAX)
     pools = [x for x in (info.total_memory, available) if x]
@@ -340,10 +336,10 @@ class StreamPlacement(Placement):
     def _reserve_ahead(self, plan: LoadPlan, kinds: dict[str, str], ctx: PlacementContext) -> Future | None:
         """Reserve the first ring group's destinations on a helper thread, when the plan starts with one.
 
-        Reserving 37.6 GiB took 10-43 ms on the H200 host (the driver maps
-        the block), as long as the rest of the set-up before the first read
-        (sampling the page cache, building the ring, opening io_uring): run
-        side by side, the first copy starts that much sooner. Later groups,
+        Reserving takes about as long as the rest of the set-up before the
+        first read (the driver maps the block; sampling the page cache,
+        building the ring, opening io_uring): run side by side, the first copy
+        starts that much sooner. Later groups,
         after staged tensors, reserve in line (the staged ones must not carve
         the block).
         """
@@ -374,8 +370,8 @@ class StreamPlacement(Placement):
         """Readers of a load (the pool's threads, or the cap on io_uring's kernel workers): the threads
         option, else one per core up to 8 on CPU targets (two saturate a 2-core box), and on CUDA up
         to 16 (what a 16-core host needs to read the page cache as fast as the copies run) less two
-        cores for the loader's thread and the driver's: on the 16-core H200 host 12-14 io_uring
-        workers beat 16, and 16 beat the kernel's default (up to 40 for the ring's queue)."""
+        cores for the loader's thread and the driver's, which uncapped io_uring workers crowd out; see
+        docs/benchmarks.md, Ring settings on one H200."""
         cpus = os.cpu_count() or 2
         return self.threads or (max(2, min(16, cpus - 2)) if cuda else max(2, min(8, cpus)))
 
