@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import traceback
@@ -115,9 +116,16 @@ def add_offload_option(parser: argparse.ArgumentParser) -> None:
                              "turns them off where they do not apply), e.g. --offload dit_cpu_offload=off")
 
 
+IMPORT_CHATTER = ("torchao", "diffusers.quantizers.torchao", "torch.utils._pytree")
+"""Loggers that warn while diffusers imports an installed torchao (kernels built for another torch, tensor
+types it cannot register): five lines before a command's own one-line error. Errors still show."""
+
+
 def run_cli(parser: ParserSource, argv: Sequence[str] | None = None) -> int:
     """Parse `argv` (default `sys.argv[1:]`), run `args.func(args)`, and return the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    for name in IMPORT_CHATTER:
+        logging.getLogger(name).setLevel(logging.ERROR)
     options = argv[: argv.index("--")] if "--" in argv else argv
     try:
         return _run(parser, argv, as_json="--json" in options)
