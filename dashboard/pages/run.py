@@ -34,6 +34,7 @@ from jobs.admission import JobRefused, admit, assess
 from jobs.kinds import kind_names
 from jobs.queue import JobStateError, cancel, queue_spec
 from jobs.spec import JobSpec, JobSpecError, build_spec
+from loader.advice import mode_warning
 from loader.device import DeviceInfo
 from loader.offload import OffloadSettings
 from loader.sizes import parse_size
@@ -483,6 +484,10 @@ def main() -> None:
         component = component_field(choice)
         kind, mode = job_fields()
         device, dtype = device_fields(data.devices())
+        slow = mode_warning(mode, device)
+        if slow:
+            text = slow.removeprefix("warning: ")
+            st.warning(text[:1].upper() + text[1:], icon=":material/speed:")
         raw: dict[str, Any] = {
             "kind": kind, "model": str(choice.path) if choice else "", "component": component, "mode": mode,
             "device": device.spec, "dtype": None if dtype == DTYPES[0] else dtype, **limit_fields(device, kind, mode),

@@ -73,8 +73,20 @@ def job_parameters(job: dict) -> dict[str, str]:
     else:
         for name, value in (spec.get("offload") or {}).items():
             rows[words.flag(name)] = fmt.flag(value)
+    staging = (job.get("metrics") or {}).get("ring_staging")
+    if staging:
+        note = (job.get("metrics") or {}).get("ring_staging_note")
+        rows["host staging (ran)"] = STAGING_WORDS.get(staging, staging) + (f": {note}" if note else "")
     rows.update(generate_parameters(job))
     return rows
+
+
+STAGING_WORDS = {
+    "registered": "pinned host memory (registered with the driver)",
+    "torch-pinned": "pinned host memory from torch's allocator (registration refused, as on a GB10)",
+    "pageable": "pageable host memory (slow: pinning was refused)",
+}
+"""How the ring's staging buffers were held, in the user's words (`LoadReport.ring_staging`)."""
 
 
 def generate_parameters(job: dict) -> dict[str, str]:

@@ -237,3 +237,18 @@ def test_the_fit_bar_labels_the_limit_as_typed_not_where_it_sits_in_the_pool(fre
     assert "limit 191 MiB" in labels, labels
     assert not any(label.startswith("limit") and label != "limit 191 MiB" for label in labels), labels
     assert any("191 MiB memory limit" in m.value for m in [*at.error, *at.warning, *at.success])
+
+
+def test_drain_on_a_unified_memory_gpu_warns_that_mmap_reads_are_slow_there(fresh_db, tiny_checkpoint, monkeypatch):
+    """A faithful fake of a GB10 (no such device here): the Run page lists it, and picking drain (or retain)
+    on it says mmap-staged reads are slow on unified memory; stream says nothing."""
+    from dashboard import data
+    from loader.device import DeviceInfo
+
+    gb10 = DeviceInfo("cuda:0", "cuda", 0, "NVIDIA GB10", True, 121 * 2**30, "fake", "a made-up GB10")
+    monkeypatch.setattr(data, "devices", lambda: [data.probe_device("cpu"), gb10])
+    at = run_page().run()
+    at.selectbox(key="run_device").set_value("cuda:0").run()
+    assert not any("mmap" in w.value for w in at.warning)
+    at.segmented_control(key="run_mode").set_value("drain").run()
+    assert any("mmap" in w.value and "NVIDIA GB10" in w.value for w in at.warning)

@@ -80,3 +80,13 @@ def test_a_crafted_job_list_is_quoted_bounded():
     with pytest.raises(QueryError) as caught:
         job_ids(",".join(["9" * 4301] * 500))
     assert len(str(caught.value)) < 400 and "and 497 more" in str(caught.value)
+
+
+def test_a_load_says_how_its_ring_held_its_staging_and_why():
+    """The ring's staging path from the load report (`ring_staging`): a GB10 refuses host registration, so
+    the Parameters tab shows the fallback it took, in words, with the reason."""
+    job = {"kind": "load", "spec": {"kind": "load", "model": "/m", "device": "cuda:0"},
+           "metrics": {"ring_staging": "torch-pinned", "ring_staging_note": "cuMemHostRegister: not supported"}}
+    row = job_parameters(job)["host staging (ran)"]
+    assert row.startswith("pinned host memory from torch's allocator") and row.endswith("cuMemHostRegister: not supported")
+    assert "host staging (ran)" not in job_parameters({**job, "metrics": {}})
