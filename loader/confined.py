@@ -161,3 +161,24 @@ def _open_walk(root: Path, real: Path, name: str) -> tuple[int, os.stat_result]:
     except BaseException:
         os.close(fd)
         raise
+
+
+def require_regular_files(folder: Path) -> None:
+    """Raise CheckpointError naming the first file in `folder` that is not a regular file (links followed).
+
+    For folders a third-party reader opens by path itself (a tokenizer's files, read by transformers or
+    tokenizers): a FIFO there would block that open for ever, so it is refused before the reader runs.
+    """
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError as e:
+        raise CheckpointError(f"{folder}: cannot be listed: {e.strerror or e}") from None
+    for entry in entries:
+        try:
+            mode = os.stat(entry.path).st_mode
+        except OSError as e:
+            raise CheckpointError(f"{entry.path}: cannot be read: {e.strerror or e}") from None
+        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+            raise CheckpointError(f"{entry.path}: is {kind}, not a regular file; a checkpoint's files must be "
+                                  f"regular files")

@@ -199,7 +199,11 @@ def count_prompt_tokens(root: str | Path, prompt: str) -> int:
     """Tokens of `prompt` as the t2va text step makes them (the checkpoint's tokenizer, no special tokens)."""
     from tokenizers import Tokenizer
 
+    from loader.confined import require_regular_files
+
     path = Path(root) / "tokenizer" / "tokenizer.json"
+    if path.parent.is_dir():
+        require_regular_files(path.parent)  # tokenizers opens by path: a FIFO would block it
     if not path.is_file():
         raise ValueError(f"{path}: no tokenizer.json, so the prompt's tokens cannot be counted")
     return len(Tokenizer.from_file(str(path)).encode(prompt, add_special_tokens=False).ids)

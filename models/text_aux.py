@@ -91,8 +91,13 @@ def save_processor(folder: Path, tokenizer) -> None:
 
 
 def load_tokenizer(folder: Path):
-    """The tokenizer saved in `folder` (local files only)."""
+    """The tokenizer saved in `folder` (local files only; a FIFO or device among them refused first, since
+    transformers opens them by path and would block on one)."""
     from transformers import Qwen2Tokenizer
+
+    from loader.confined import require_regular_files
+
+    require_regular_files(folder)
 
     return Qwen2Tokenizer.from_pretrained(str(folder), local_files_only=True)
 

@@ -96,3 +96,23 @@ def test_a_fifo_named_like_a_shard_is_refused_by_jobs_submit_without_hanging(tin
     worker.join(20)
     assert not worker.is_alive(), "jobs submit blocked opening a FIFO"
     assert codes == [2] and "is a FIFO, not a regular file" in json.loads(capsys.readouterr().out)["error"]
+
+
+def test_a_fifo_among_the_tokenizer_files_is_refused_by_jobs_submit_generate_without_hanging(tiny_model, config,
+                                                                                            capsys, db):
+    """transformers and tokenizers open a tokenizer's files by path themselves, so the loader's confined open
+    does not cover them; the folder is checked for special files before they run."""
+    import os
+    import threading
+
+    root = tiny_model.parent / "fifo-tokenizer"
+    shutil.copytree(tiny_model, root)
+    (root / "tokenizer" / "tokenizer.json").unlink()
+    os.mkfifo(root / "tokenizer" / "tokenizer.json")
+    codes: list[int] = []
+    argv = ["submit", "generate", "--model", str(root), "--prompt", "a fox " * 400, "--json"]
+    worker = threading.Thread(target=lambda: codes.append(main(argv)), daemon=True)
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive(), "jobs submit generate blocked opening a FIFO tokenizer file"
+    assert codes == [2] and "is a FIFO, not a regular file" in json.loads(capsys.readouterr().out)["error"]
