@@ -126,7 +126,7 @@ def _forecast(args: argparse.Namespace) -> int:
     document = {
         "ok": True, "model": str(args.model_dir), "device": info.spec, "device_name": info.name,
         "unified_memory": info.unified_memory, "width": forecast.width, "height": forecast.height,
-        "frames": params.frames, "steps": params.steps, "text_tokens": forecast.text_tokens,
+        "frames": params.frames, "steps": forecast.steps, "text_tokens": forecast.text_tokens,
         "tokens": forecast.tokens, "sequential_components": forecast.sequential_components,
         "placements": forecast.placements, "decisions": [str(d) for d in decisions],
         "process_host_bytes": forecast.process_host_bytes,
@@ -139,7 +139,7 @@ def _forecast(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(document, indent=2))
         return 0
-    print(f"{args.model_dir}: {forecast.width}x{forecast.height}, {params.frames} frames, {params.steps} steps,"
+    print(f"{args.model_dir}: {forecast.width}x{forecast.height}, {params.frames} frames, {forecast.steps} steps,"
           f" {forecast.text_tokens} prompt tokens, {forecast.tokens} packed rows, on {info.name}")
     print(f"{'stage':<18}{'host GiB':>10}{'device GiB':>12}{'sum GiB':>10}{'seconds':>10}")
     for row in stages:
@@ -215,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     fc.add_argument("--frames", type=int, default=defaults.frames, help="17n + 5 within 124..345 (default: 124)")
     fc.add_argument("--height", type=int, default=defaults.height, help="(default: the checkpoint's 16:9 canvas)")
     fc.add_argument("--width", type=int, default=defaults.width, help="(default: the checkpoint's 16:9 canvas)")
-    fc.add_argument("--steps", type=int, default=defaults.steps, help="num_inference_steps (default: 50)")
+    fc.add_argument("--steps", type=int, default=defaults.steps, help="num_inference_steps (default: the scheduler config's, else 50)")
     fc.add_argument("--no-audio", action="store_true", help="no decode.audio")
     fc.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps; probed without a CUDA context")
     fc.add_argument("--dtype", default="bfloat16", type=dtype_type, help=f"compute dtype: {DTYPE_HELP} (default: bfloat16)")

@@ -269,7 +269,7 @@ def forecast_generate(
         stages.append(StageForecast(stage, component, weights, on_device, activations, held, overhead,
                                     host, device, drivers[stage]))
     return GenerateForecast(
-        height, width, params.frames, params.steps, text_tokens, tokens, sequential, sizes,
+        height, width, params.frames, model.steps(params), text_tokens, tokens, sequential, sizes,
         {c: p.mechanism for c, p in placements.items()},
         CUDA_TERMS.host_runtime if cuda else CPU_PROCESS_BYTES, CUDA_TERMS.context if cuda else 0, stages)
 
