@@ -92,7 +92,8 @@ def test_run_page_first_impression_validation_memory_and_requeue(dashboard, brok
         # A truncated shard: the loader's message in red, nothing can be queued.
         _pick(page, "Checkpoint", "broken")
         page.get_by_text("The loader refuses").wait_for()
-        assert "truncated?" in page.locator("[data-testid=stAlertContentError]").first.inner_text()
+        error = page.locator("[data-testid=stAlertContentError]").first.inner_text()
+        assert "is truncated" in error and "copy it again" in error  # the per-tensor lines folded into one
         _queue_button(page, disabled=True)
         page.screenshot(path=str(ARTIFACTS / "run-broken-checkpoint.png"))
 
