@@ -120,6 +120,6 @@ def test_stream_pipeline_through_several_small_staging_buffers_converts_bit_exac
 
 
 def test_stream_takes_readahead_off_with_zero_and_rejects_a_negative_window():
-    assert get_placement("stream", readahead_bytes=0).readahead_bytes == 0
+    assert get_placement("stream", readahead_bytes=0).tuning.readahead_bytes == 0
     with pytest.raises(PlacementError, match="readahead_bytes must be an integer >= 0, got -1"):
         get_placement("stream", readahead_bytes=-1)
