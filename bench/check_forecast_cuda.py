@@ -26,8 +26,8 @@ H200_BYTES = 150_012_739_584
 """torch.cuda.get_device_properties(0).total_memory on the H200 host."""
 
 
-def write_sparse_h3(root: Path) -> None:
-    """The `h3` profile's folders with each safetensors file's header written and its data a hole."""
+def write_sparse_h3(root: Path, profile: str = "h3") -> None:
+    """The profile's folders with each safetensors file's header written and its data a hole."""
     import models.h3synth as synth
     from models.profiles import get_profile
     from models.safetensors_stream import header_bytes
@@ -43,7 +43,7 @@ def write_sparse_h3(root: Path) -> None:
 
     synth.write_safetensors = headers_only
     synth.require_space = lambda *args, **kwargs: None  # holes take no room
-    synth.synth_h3(root, get_profile("h3"))
+    synth.synth_h3(root, get_profile(profile))
 
 
 def compare(measured: dict, root: Path) -> list[dict]:
@@ -77,7 +77,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("measured", nargs="?", default=str(Path(__file__).parent / "results" / "generate_h3_h200.json"))
     parser.add_argument("--root", help="an existing (sparse) h3 checkpoint; default: write one in a temporary folder")
+    parser.add_argument("--write-sparse", metavar="DIR", help="only write the sparse h3 checkpoint to DIR and stop")
     args = parser.parse_args()
+    if args.write_sparse:
+        write_sparse_h3(Path(args.write_sparse))
+        return 0
     measured = json.loads(Path(args.measured).read_text())
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.root) if args.root else Path(tmp) / "h3"
