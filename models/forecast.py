@@ -236,7 +236,7 @@ def forecast_generate(
     height, width = model.geometry(params)
     text_tokens = count_prompt_tokens(root, params.prompt)
     tokens, drivers, outputs = _drivers(model, params, height, width, text_tokens, dtype_bytes)
-    pixels = params.frames * height * width
+    pixels = drivers["decode.video"]  # the clip's pixels, as _drivers counts them
     layers = max(int(model.configs["transformer"]["num_layers"]), 1)
     stages = []
     carried = retained = retained_device = 0
