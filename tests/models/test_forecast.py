@@ -27,7 +27,7 @@ import json, sys
 from models.pipeline import run_generate
 from models.params import GenerateParams
 p = GenerateParams(**json.loads(sys.argv[2]))
-r = run_generate(sys.argv[1], p, sys.argv[3], device="cpu", sample_interval=0.02)
+r = run_generate(sys.argv[1], p, sys.argv[3], device="cpu", sample_interval=0.005)
 print(json.dumps(r.stage_peaks))
 """
 
