@@ -194,7 +194,7 @@ def child_ours(args, tracker: Tracker) -> dict:
     from loader.offload import OffloadSettings
     from models.params import GenerateParams
 
-    offload = args.placement == "offload"
+    offload = args.placement in ("offload", "offloadseq")
     settings = OffloadSettings(dit_layerwise_offload=offload, dit_cpu_offload=offload, text_encoder_cpu_offload=offload,
                                image_encoder_cpu_offload=offload, vae_cpu_offload=offload, pin_cpu_memory=True)
     captured = {}
@@ -215,11 +215,11 @@ def child_ours(args, tracker: Tracker) -> dict:
     clip = Path(args.work) / "clips" / f"{args.run}.mp4"
     clip.parent.mkdir(parents=True, exist_ok=True)
     params = GenerateParams(prompt=PROMPT, frames=args.frames, height=args.height, width=args.width,
-                            steps=args.steps, seed=args.seed)
+                            steps=args.steps, seed=args.seed, quantize=args.quantize)
     start = time.monotonic()
     result = pipeline.run_generate(
         args.root, params, clip, device=args.device, offload=settings,
-        sequential_components=True if args.placement == "sequential" else (None if offload else False),
+        sequential_components=True if args.placement in ("sequential", "offloadseq") else (None if offload else False),
         on_event=on_event, roots=args.roots)
     job = time.monotonic() - start - result.stage_seconds.get("encode", 0.0)
     record = _frames_record(captured["frames"], Path(args.work), args.run)
@@ -228,7 +228,7 @@ def child_ours(args, tracker: Tracker) -> dict:
     record["video_sha256"] = result.video_sha256
     return {"job_seconds": job, "stage_seconds": result.stage_seconds, "placements": result.placements,
             "decisions": result.decisions, "sequential_components": result.sequential_components,
-            "loads": {c: {k: r.get(k) for k in ("bytes_placed", "load_seconds", "throughput_gbps")}
+            "loads": {c: {k: r.get(k) for k in ("bytes_placed", "bytes_held", "load_seconds", "throughput_gbps")}
                       for c, r in result.loads.items()}, **record}
 
 
@@ -285,7 +285,19 @@ def child_synth(args) -> int:
             step[0] += 16 * 10**9
             log(f"  writing {', '.join(args.roots)}: {done / 1e9:.0f} of {total / 1e9:.0f} GB")
 
-    synth_h3(args.root, get_profile(args.profile), components=args.roots, workers=8, on_bytes=progress)
+    sparse = [n for n in args.roots if n in (args.sparse or ())]
+    dense = [n for n in args.roots if n not in sparse]
+    if dense:
+        synth_h3(args.root, get_profile(args.profile), components=dense, workers=8, on_bytes=progress)
+    if sparse:  # headers only, data left as holes: the forecast's trick, here to keep tmpfs out of host RAM
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from check_forecast_cuda import write_sparse_h3
+
+        index = _index(Path(args.root))
+        write_sparse_h3(Path(args.root), args.profile, components=sparse)
+        merged = {**index, **_index(Path(args.root))}
+        (Path(args.root) / "modular_model_index.json").write_text(json.dumps(dict(sorted(merged.items())), indent=2))
+        log(f"  wrote {', '.join(sparse)} as sparse files (headers only; the weights read as zeros)")
     return 0
 
 
@@ -337,10 +349,11 @@ def _gib(n: float) -> str:
     return f"{n / GiB:.1f} GiB" if n >= GiB / 10 else f"{n / 2**20:.1f} MiB"
 
 
-def ensure_checkpoint(profile_name: str, work: Path, shm: Path, margin: int, dit: str = "auto"
-                      ) -> tuple[Path, list[str], dict]:
+def ensure_checkpoint(profile_name: str, work: Path, shm: Path, margin: int, dit: str = "auto",
+                      sparse: tuple[str, ...] = ()) -> tuple[Path, list[str], dict]:
     """The model root (in `shm`), the folders weight files live under, and what was written where.
-    `dit`: `auto` (to disk when it fits there, else spilled), `spill` (the fallback, forced)."""
+    `dit`: `auto` (to disk when it fits there, else spilled), `spill` (the fallback, forced). `sparse`:
+    components written as holes (they cost no RAM in tmpfs and read as zeros)."""
     from models.h3synth import synth_h3
     from models.profiles import get_profile
 
@@ -349,7 +362,7 @@ def ensure_checkpoint(profile_name: str, work: Path, shm: Path, margin: int, dit
     root, dit_root = shm / "ckpt", work / "ckpt-dit"
     roots = [str(root), str(dit_root)]
     plan = {c.name: c.bytes for c in synth_h3(root, profile, components=names, dry_run=True).components}
-    info = {"root": str(root), "bytes": plan}
+    info = {"root": str(root), "bytes": plan, "sparse": list(sparse)}
     if _has(root, names):
         log(f"checkpoint complete in {root}: reusing it, nothing written")
         return root, roots, {**info, "reused": True}
@@ -369,7 +382,7 @@ def ensure_checkpoint(profile_name: str, work: Path, shm: Path, margin: int, dit
         # A process per writer: synth sets the process-wide default dtype while it builds each empty module,
         # so two writers in one process would race on it (and on the GIL).
         cmd = [sys.executable, __file__, "--child", "synth", "--profile", profile_name, "--root", str(where),
-               "--roots", *parts]
+               "--roots", *parts, *(["--sparse", *sparse] if sparse else [])]
         t = time.monotonic()
         done = subprocess.run(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=Path(__file__).resolve().parents[1])
         seconds = time.monotonic() - t
@@ -484,13 +497,24 @@ def _meminfo(key: str) -> int:
     return 0
 
 
+def parse_run(run: str) -> tuple[str, str, str | None]:
+    """`ours-sequential+int8@g2` -> ("ours", "sequential", "int8"): side, placement, DiT quantization."""
+    side, placement = run.split("@")[0].split("-")
+    placement, _, quantize = placement.partition("+")
+    return side, placement, quantize or None
+
+
 def fits(run: str, sizes: dict, device_total: int, host_ram: int, tmpfs_used: int, margin: int) -> str | None:
     """Why `run` cannot fit, by arithmetic on the weights (bf16 as computed), or None."""
-    side, placement = run.split("@")[0].split("-")
+    side, placement, _ = parse_run(run)
     te = sizes["te_read"] if side == "ours" else sizes["text_encoder"]
     others = sizes["transformer"] + sizes["vae"] + sizes["audio_vae"]
     if placement == "offload" and side == "diffusers" and not device_total:
         return "enable_auto_cpu_offload needs a device that reports its free memory (CUDA)"
+    if placement == "offloadseq":  # one component at a time, offloaded to the host
+        host = max(te, sizes["transformer"], sizes["vae"] + sizes["audio_vae"])
+        room = host_ram - tmpfs_used - margin
+        return None if host <= room else f"host would hold {_gib(host)} of weights, over {_gib(room)} free"
     if placement == "offload":
         host = te + others
         room = host_ram - tmpfs_used - margin
@@ -515,14 +539,14 @@ def compute_sizes(root: Path, info: dict) -> dict:
 
 
 def run_child(args, run: str, geometry: tuple[int, int], timeout: float, roots: list[str]) -> dict:
-    side, placement = run.split("@")[0].split("-")
+    side, placement, quantize = parse_run(run)
     result = Path(args.work) / "results" / f"{run}.json"
     result.parent.mkdir(parents=True, exist_ok=True)
     result.unlink(missing_ok=True)
     cmd = [sys.executable, __file__, "--child", side, "--placement", placement, "--run", run, "--root", str(args.root),
            "--work", str(args.work), "--device", args.device, "--frames", str(args.frames), "--steps", str(args.steps),
            "--seed", str(args.seed), "--height", str(geometry[0]), "--width", str(geometry[1]),
-           "--result", str(result), "--roots", *roots]
+           "--result", str(result), "--roots", *roots, *(["--quantize", quantize] if quantize else [])]
     start = time.monotonic()
     proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=Path(__file__).resolve().parents[1])
     try:
@@ -584,6 +608,9 @@ def main() -> int:
     parser.add_argument("--dit", choices=("auto", "spill"), default="auto",
                         help="spill: write the DiT to tmpfs and move what fits of it to disk (the fallback, forced)")
     parser.add_argument("--resume", action="store_true", help="keep results already in WORK/results")
+    parser.add_argument("--sparse", nargs="+", choices=WEIGHTS, metavar="COMPONENT",
+                        help="write these components as holes (zeros, no RAM in tmpfs): e.g. text_encoder, so the "
+                             "offload runs fit beside the checkpoint in host RAM")
     parser.add_argument("--out", type=Path, help="folder for generate_h3.json")
     # the child's
     parser.add_argument("--child", choices=("ours", "diffusers", "synth"), help=argparse.SUPPRESS)
@@ -594,6 +621,7 @@ def main() -> int:
     parser.add_argument("--width", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     parser.add_argument("--roots", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--quantize", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child == "synth":
         return child_synth(args)
@@ -604,7 +632,8 @@ def main() -> int:
     margin = int(args.margin * GiB)
     log(f"bench_h3_generate: profile {args.profile}, device {args.device}, budget {args.budget:.0f} s, "
         f"{args.frames} frames, {args.steps} steps, seed {args.seed}")
-    root, roots, info = ensure_checkpoint(args.profile, args.work.resolve(), args.shm.resolve(), margin, args.dit)
+    root, roots, info = ensure_checkpoint(args.profile, args.work.resolve(), args.shm.resolve(), margin, args.dit,
+                                          tuple(args.sparse or ()))
     args.root = root
     from models.params import GenerateParams, ModelSpec
 
@@ -674,6 +703,13 @@ def compare_frames(summary: dict) -> None:
         if not out.get("ok"):
             continue
         suffix = "@" + run.split("@")[1] if "@" in run else ""
+        side, placement, quantize = parse_run(run)
+        if quantize:  # not bit-identical by design: PSNR against the same placement in bf16
+            ref = summary["runs"].get(f"{side}-{placement}{suffix}")
+            if ref and ref.get("ok"):
+                out["frames_vs_bf16"] = {"reference": ref["run"], "psnr_db_subsample": _psnr(
+                    np.load(out["subsample"]), np.load(ref["subsample"]))}
+            continue
         ref = summary["runs"].get("diffusers-resident" + suffix) or summary["runs"].get("diffusers-offload" + suffix)
         if not ref or not ref.get("ok") or ref is out:
             continue
@@ -683,6 +719,14 @@ def compare_frames(summary: dict) -> None:
             a, b = np.load(out["subsample"]).astype(int), np.load(ref["subsample"]).astype(int)
             out["frames_vs_diffusers"]["max_abs_diff_uint8"] = int(np.abs(a - b).max()) if a.shape == b.shape else -1
             out["frames_vs_diffusers"]["uint8_identical"] = out["frames_sha256"] == ref["frames_sha256"]
+
+
+def _psnr(test, reference) -> float:
+    """PSNR in dB of uint8 frames (inf when identical)."""
+    import numpy as np
+
+    mse = float(np.mean((test.astype(np.float64) - reference.astype(np.float64)) ** 2))
+    return float("inf") if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
 
 
 def _stage_seconds(out: dict, stage: str) -> float | None:
@@ -749,6 +793,10 @@ def print_tables(summary: dict) -> None:
         row("step 1 (s)", lambda o: _per_step(o)[0])
         row("s/step (later)", lambda o: _per_step(o)[1])
         row("job (load incl.)", lambda o: o.get("job_seconds"))
+        if any("frames_vs_bf16" in o for o in ok.values()):
+            row("PSNR vs bf16 (dB)", lambda o: o.get("frames_vs_bf16", {}).get("psnr_db_subsample"))
+            row("DiT GiB held", lambda o: (lambda t: (t.get("bytes_held") or t.get("bytes_placed") or 0) / GiB or None)(
+                o.get("loads", {}).get("transformer", {})))
         row("process", lambda o: o.get("process_seconds"))
         print(f"{'peak GiB':<20}" + "".join(f"{c:>20}" for c in cols))
         for metric in ("host_rss", "host_anon", "device_allocated", "device_reserved", "sum"):

@@ -26,8 +26,9 @@ H200_BYTES = 150_012_739_584
 """torch.cuda.get_device_properties(0).total_memory on the H200 host."""
 
 
-def write_sparse_h3(root: Path, profile: str = "h3") -> None:
-    """The profile's folders with each safetensors file's header written and its data a hole."""
+def write_sparse_h3(root: Path, profile: str = "h3", components: list[str] | None = None) -> None:
+    """The profile's folders (or only `components`) with each safetensors file's header written and its data
+    a hole."""
     import models.h3synth as synth
     from models.profiles import get_profile
     from models.safetensors_stream import header_bytes
@@ -43,7 +44,7 @@ def write_sparse_h3(root: Path, profile: str = "h3") -> None:
 
     synth.write_safetensors = headers_only
     synth.require_space = lambda *args, **kwargs: None  # holes take no room
-    synth.synth_h3(root, get_profile(profile))
+    synth.synth_h3(root, get_profile(profile), components=components)
 
 
 def compare(measured: dict, root: Path) -> list[dict]:
