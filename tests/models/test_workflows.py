@@ -32,6 +32,19 @@ def keyframe(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 20-frame 80x48 MP4 at 25 fps with a 32 kHz stereo soundtrack: diffusers resamples it onto 24 fps and
+    resizes it onto its own canvas, and the soundtrack (at the audio VAE's rate) is conditioned on as it is."""
+    from models.encode import write_mp4
+
+    path = tmp_path_factory.mktemp("clips") / "motion.mp4"
+    rng = np.random.RandomState(2)
+    wave = (rng.rand(2, 32000).astype(np.float32) - 0.5) * 0.2
+    write_mp4(path, (rng.rand(20, 48, 80, 3) * 255).astype(np.uint8), 25, wave, 32000)
+    return path
+
+
 def diffusers_digest(root: Path, workflow: str, steps: int = 3, **inputs) -> str:
     """The frames digest of diffusers' own `from_pretrained(workflow=...)` + `load_components` in bfloat16."""
     from diffusers import ModularPipeline
@@ -77,6 +90,25 @@ def test_ref2va_frames_equal_diffusers_own_pipeline_and_only_transformer_ref_is_
     held = [{c for c, w in r["components"].items() if w["mechanism"] != "released"} for r in result.residency]
     assert not any({"transformer", "transformer_ref"} <= h for h in held)
     assert {"transformer_ref"} in held  # alone while it denoises
+
+
+def test_ref2va_with_a_clip_and_an_image_equals_diffusers_own_pipeline_on_its_own_decode(
+        h3_tiny: Path, keyframe: Path, clip: Path, tmp_path: Path):
+    from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3ImageReference, MiniMaxH3VideoReference
+
+    events: list[PipelineEvent] = []
+    result = run_generate(h3_tiny, replace(BASE, ref_image=str(keyframe), ref_video=str(clip)), tmp_path / "c.mp4",
+                          device_info=UNIFIED, on_event=events.append)
+    assert result.workflow == "ref2va"
+    references = [MiniMaxH3ImageReference(image=_rgb(keyframe)), MiniMaxH3VideoReference.from_file(str(clip))]
+    assert references[1].audio is not None and references[1].fps == 25.0
+    assert result.video_sha256 == diffusers_digest(h3_tiny, "ref2va", references=references)
+    alone = run_generate(h3_tiny, replace(BASE, ref_video=str(clip)), tmp_path / "d.mp4", device_info=UNIFIED)
+    assert alone.video_sha256 == diffusers_digest(h3_tiny, "ref2va", references=references[1:])
+    assert alone.video_sha256 != result.video_sha256
+    described = result.inputs["ref_video"]
+    assert described["file"] == "motion.mp4" and (described["frames"], described["fps"]) == (20, 25.0)
+    assert "resampled from 25 to 24 fps" in described["note"] and described["note"] in result.notes
 
 
 def test_the_vision_tower_is_read_for_image_workflows_only(h3_tiny: Path, keyframe: Path, tmp_path: Path):
