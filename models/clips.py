@@ -109,8 +109,9 @@ def check_clip(path: str | os.PathLike, sampling_rate: int | None = None) -> Cli
             _check_audio(path, container, container.streams.audio[0], sampling_rate)
             info = replace(info, audio_rate=int(container.streams.audio[0].codec_context.sample_rate))
     if info.frames_at_24 < MIN_CLIP_FRAMES:
-        raise InputClipError(f"{path}: {info.frames} frames at {info.fps:g} fps are {info.frames_at_24} at {H3_FPS} fps;"
-                             f" a reference clip needs at least {MIN_CLIP_FRAMES} ({MIN_CLIP_FRAMES / H3_FPS:.2f} s)")
+        resampled = "" if info.fps == H3_FPS else f" ({info.frames_at_24} at {H3_FPS} fps)"
+        raise InputClipError(f"{path}: {info.frames} frames at {info.fps:g} fps{resampled}; a reference clip needs at"
+                             f" least {MIN_CLIP_FRAMES} at {H3_FPS} fps ({MIN_CLIP_FRAMES / H3_FPS:.2f} s)")
     return info
 
 
