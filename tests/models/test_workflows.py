@@ -4,8 +4,6 @@ input images, VAE knobs and a few-step scheduler config."""
 from __future__ import annotations
 
 import hashlib
-import json
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -165,12 +163,20 @@ def test_fp32_vae_decodes_in_the_checkpoint_s_precision(h3_tiny: Path, tmp_path:
     assert fp32.video_sha256 != bf16.video_sha256
 
 
+FEW_STEP = {"scheduler": {"shift": 5.0, "num_inference_steps": 4}, "audio_scheduler": {"shift": 2.0}}
+"""A distilled checkpoint's own scheduler configs: same classes, 4 steps, other shifts."""
+
+
 def test_a_few_step_checkpoint_runs_its_own_steps_and_shift(h3_tiny: Path, tmp_path: Path):
+    from models.h3synth import synth_h3
+    from models.params import ModelSpec
+    from models.profiles import get_profile
+
     root = tmp_path / "distilled"
-    shutil.copytree(h3_tiny, root)
-    for name in ("scheduler", "audio_scheduler"):
-        config = root / name / "scheduler_config.json"
-        config.write_text(json.dumps({**json.loads(config.read_text()), "shift": 5.0, "num_inference_steps": 4}))
+    synth_h3(root, get_profile("tiny"), seed=0, schedulers=FEW_STEP)
+    spec = ModelSpec.read(root)
+    assert (spec.default_steps, spec.shift) == (4, 5.0)
+    assert (ModelSpec.read(h3_tiny).default_steps, ModelSpec.read(h3_tiny).shift) == (50, 12.0)
     events: list[PipelineEvent] = []
     params = replace(BASE, steps=None)
     result = run_generate(root, params, tmp_path / "c.mp4", device_info=UNIFIED, on_event=events.append)
