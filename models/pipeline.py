@@ -218,9 +218,13 @@ class _Run:
             self.resident[name] = Residency(placement, module, self.device, self.settings)
             self.pipe.update_components(**{name: module})
         self.result.loads[name] = report
-        self.emit("load", f"loaded {name} on {placement.load_device} ({placement.mechanism})", component=name,
-                  device=placement.load_device, mechanism=placement.mechanism, bytes=report.get("bytes_placed", 0),
-                  seconds=report.get("load_seconds", 0.0))
+        skipped = report.get("excluded_bytes", 0)
+        self.emit("load", f"loaded {name} on {placement.load_device} ({placement.mechanism})"
+                  + (f"; {skipped / 2**20:.1f} MiB in {report.get('excluded_tensors', 0)} tensors not read"
+                     f" ({self.result.workflow} never runs them)" if skipped else ""),
+                  component=name, device=placement.load_device, mechanism=placement.mechanism,
+                  bytes=report.get("bytes_placed", 0), seconds=report.get("load_seconds", 0.0),
+                  excluded_bytes=skipped, excluded_tensors=report.get("excluded_tensors", 0))
 
     def done_with(self, name: str) -> None:
         """After `name`'s last block: model offload goes back to the host; sequential residency releases it."""

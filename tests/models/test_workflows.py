@@ -85,6 +85,9 @@ def test_ref2va_frames_equal_diffusers_own_pipeline_and_only_transformer_ref_is_
     assert result.video_sha256 == diffusers_digest(h3_tiny, "ref2va",
                                                    references=[MiniMaxH3ImageReference(image=_rgb(keyframe))])
     assert "transformer" not in result.loads and "transformer_ref" in result.loads
+    [text] = [e for e in events if e.kind == "load" and e.data["component"] == "text_encoder"]
+    assert text.data["excluded_bytes"] == result.loads["text_encoder"]["excluded_bytes"] > 0
+    assert "not read (ref2va never runs them)" in text.message
     held = [{c for c, w in r["components"].items() if w["mechanism"] != "released"} for r in result.residency]
     assert not any({"transformer", "transformer_ref"} <= h for h in held)
     assert {"transformer_ref"} in held  # alone while it denoises
@@ -109,12 +112,21 @@ def test_ref2va_with_a_clip_and_an_image_equals_diffusers_own_pipeline_on_its_ow
     assert "resampled from 25 to 24 fps" in described["note"] and described["note"] in result.notes
 
 
-def test_the_vision_tower_is_read_for_image_workflows_only(h3_tiny: Path, keyframe: Path, tmp_path: Path):
-    t2va = run_generate(h3_tiny, replace(BASE, steps=2, audio=False), tmp_path / "a.mp4", device_info=UNIFIED)
-    fl2va = run_generate(h3_tiny, replace(BASE, steps=2, audio=False, image=str(keyframe)), tmp_path / "b.mp4",
-                         device_info=UNIFIED)
-    skipped = {r.workflow: r.loads["text_encoder"]["excluded_bytes"] for r in (t2va, fl2va)}
-    assert skipped["t2va"] > skipped["fl2va"] > 0  # lm_head and the layers past 50 are skipped by both
+@pytest.mark.parametrize("workflow", ["t2va", "fl2va", "ref2va"])
+def test_the_text_encoder_reads_only_what_its_workflow_runs_and_reports_the_rest(h3_tiny: Path, workflow: str):
+    from models.components import load_component
+
+    module, report = load_component(h3_tiny, "text_encoder", workflow=workflow, dtype=torch.bfloat16)
+    skipped = set(report.excluded)
+    layers = len(module.model.language_model.layers)
+    assert layers == 51 and any(n.startswith("lm_head.") for n in skipped)
+    assert any(n.startswith("model.language_model.layers.51.") for n in skipped)
+    assert not any(n.startswith(f"model.language_model.layers.{i}.") for n in skipped for i in range(layers))
+    vision = {n for n in skipped if n.startswith("model.visual.")}
+    assert bool(vision) == (workflow == "t2va")  # fl2va and ref2va present their images (and clips) to it
+    assert report.excluded_tensors == len(skipped) and report.excluded_bytes > 0
+    loaded = list(module.model.visual.parameters())  # t2va's is a NotLoaded stand-in without parameters
+    assert (not loaded) == (workflow == "t2va") and not any(t.is_meta for t in loaded)
 
 
 def test_sequential_plan_releases_the_vae_around_the_dit_and_never_holds_two_large_components(
