@@ -88,6 +88,13 @@ def test_ref2va_frames_equal_diffusers_own_pipeline_and_only_transformer_ref_is_
     [text] = [e for e in events if e.kind == "load" and e.data["component"] == "text_encoder"]
     assert text.data["excluded_bytes"] == result.loads["text_encoder"]["excluded_bytes"] > 0
     assert "not read (ref2va never runs them)" in text.message
+    resident: set[str] = set()
+    for event in events:  # replay the residency events: transformer_ref is loaded into an empty process
+        if event.kind == "load":
+            assert event.data["component"] != "transformer_ref" or not resident, resident
+            resident.add(event.data["component"])
+        elif event.kind == "release":
+            resident.discard(event.data["component"])
     held = [{c for c, w in r["components"].items() if w["mechanism"] != "released"} for r in result.residency]
     assert not any({"transformer", "transformer_ref"} <= h for h in held)
     assert {"transformer_ref"} in held  # alone while it denoises
@@ -140,6 +147,20 @@ def test_sequential_plan_releases_the_vae_around_the_dit_and_never_holds_two_lar
     plan = {s.block: s.resident for s in stage_plan("fl2va")}
     assert plan["denoise.denoise"] == ("transformer",) and plan["vae_encoder"] == ("vae",)
     assert [r["block"] for r in result.residency] == list(plan)
+
+
+def test_the_two_dits_meet_only_in_a_block_that_reads_both():
+    from models.workflows import plan_from_reads
+
+    dits = {"transformer", "transformer_ref"}
+    apart = {"encode": ("text_encoder",), "base": ("transformer",), "idle": (), "ref": ("transformer_ref",),
+             "decode": ("vae",)}
+    together = {**apart, "both": ("transformer", "transformer_ref")}
+    together = {k: together[k] for k in ("encode", "base", "both", "ref", "decode")}
+    assert not any(dits <= set(s.resident) for s in plan_from_reads(apart, sequential=True))
+    plan = plan_from_reads(together, sequential=True)
+    assert [s.block for s in plan if dits <= set(s.resident)] == ["both"]
+    assert {s.block: s.releases for s in plan}["both"] == ("transformer",)  # ref's next block reads only its DiT
 
 
 def test_stage_plans_as_data_for_every_workflow():
