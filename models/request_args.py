@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .clips import CLIP_FORMATS, MIN_CLIP_FRAMES
 from .workflows import WORKFLOWS
 
 QUANTIZATIONS = ("int8", "fp8")
@@ -24,8 +25,9 @@ def add_workflow_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--last-image", metavar="FILE", help="fl2va: the frame the clip ends on")
     parser.add_argument("--ref-image", metavar="FILE", help="ref2va: a reference image (subject, style, scene)")
     parser.add_argument("--ref-video", metavar="FILE",
-                        help="ref2va: a reference clip, MP4 or MOV (motion, camera, and its soundtrack), at least"
-                             " 13 frames at 24 fps; after --ref-image when both are given")
+                        help=f"ref2va: a reference clip, {' or '.join(f.upper() for f in CLIP_FORMATS)} (motion,"
+                             f" camera, and its soundtrack), at least {MIN_CLIP_FRAMES} frames at 24 fps; after"
+                             " --ref-image when both are given")
     parser.add_argument("--vae-tiling", action=argparse.BooleanOptionalAction, default=None,
                         help="decode on the VAE's 256 px tiles (default: on; off is noisier and risky at high res)")
     parser.add_argument("--vae-dtype", choices=VAE_DTYPES, help="video VAE precision (default: bf16)")
