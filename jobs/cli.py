@@ -241,7 +241,7 @@ def _add_submit(commands: argparse._SubParsersAction) -> None:
     _add_spec_options(generate)
     generate.add_argument("--prompt", required=True, help="what the clip shows")
     for name, default in (("frames", "124, 5 s at 24 fps"), ("height", "the checkpoint's canvas"),
-                          ("width", "the checkpoint's canvas"), ("steps", "50, H3's; N steps make N - 1 DiT calls"),
+                          ("width", "the checkpoint's canvas"), ("steps", "the scheduler config's, else 50; N steps make N - 1 DiT calls"),
                           ("seed", "0")):
         generate.add_argument(f"--{name}", metavar="N", help=f"(default: {default})")
     generate.add_argument("--no-audio", action="store_true", help="skip the stereo soundtrack")

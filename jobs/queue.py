@@ -47,10 +47,10 @@ def submit(db: sqlite_utils.Database, raw: Mapping[str, Any], config: Config) ->
 
 
 def queue_spec(db: sqlite_utils.Database, spec: JobSpec, data_dir: str | Path, *, retry_of: int | None = None) -> int:
-    """Queue a validated spec; a generate job's input images are copied into its folder in the same
+    """Queue a validated spec; a generate job's input files (images, a clip) are copied into its folder in the same
     transaction (`jobs.inputs`), so no worker claims it before they are there. Returns the job id."""
-    images = spec.generate.input_images() if spec.generate is not None else {}
-    if not images:
+    files = spec.generate.input_files() if spec.generate is not None else {}
+    if not files:
         return enqueue(db, spec, retry_of=retry_of)
     from jobs.inputs import copy_inputs
 
@@ -58,7 +58,7 @@ def queue_spec(db: sqlite_utils.Database, spec: JobSpec, data_dir: str | Path, *
     with transaction(db) as conn:
         job_id = conn.execute(f"INSERT INTO jobs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
                               list(row.values())).lastrowid
-        copy_inputs(conn, data_dir, job_id, images)
+        copy_inputs(conn, data_dir, job_id, files)
     return job_id
 
 

@@ -231,7 +231,7 @@ def load_aux(root: str | os.PathLike, name: str):
     """Non-weight component `name` (tokenizer, processor, scheduler, audio_scheduler) built from its folder.
 
     Everything is read from local files; nothing contacts a hub. The processor
-    has no video part (see `models.text_aux`). Raises CheckpointError naming the folder.
+    has its video part without torchvision (see `models.text_aux`). Raises CheckpointError naming the folder.
     """
     from . import text_aux
 

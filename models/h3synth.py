@@ -26,7 +26,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 from safetensors import safe_open
@@ -219,8 +219,12 @@ def synth_h3(
     dry_run: bool = False,
     workers: int | None = None,
     on_bytes: Callable[[int, int], None] | None = None,
+    schedulers: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> SynthReport:
     """Write (or, with `dry_run`, only plan) the checkpoint of `profile` into `out`.
+
+    `schedulers` ("scheduler" / "audio_scheduler" -> keys) is written over the release's scheduler configs:
+    a distilled few-step checkpoint's own `shift` and `num_inference_steps`, with the same classes.
 
     `components` limits the folders written (e.g. only `transformer`); the
     index still lists only what is on disk. Refuses up front (DiskFullError)
@@ -260,7 +264,7 @@ def synth_h3(
     touched: list[Path] = []
     """Files this run opened for writing, in order; the last is the one being written."""
     try:
-        _write(root, profile, weights, aux, tokenizer, seed, workers, count, publish, touched)
+        _write(root, profile, weights, aux, tokenizer, seed, workers, count, publish, touched, schedulers or {})
     except OSError as e:
         if not is_disk_full(e):
             raise
@@ -296,6 +300,7 @@ def _shard_paths(root: Path, w: _Weights) -> Iterator[Path]:
 def _write(
     root: Path, profile: Profile, weights: list[_Weights], aux: list[str], tokenizer, seed: int,
     workers: int | None, count: Callable[[int], None], publish: Callable[[], None], touched: list[Path],
+    schedulers: Mapping[str, Mapping[str, Any]],
 ) -> None:
     """Every folder, then `modular_model_index.json`.
 
@@ -354,7 +359,7 @@ def _write(
         folder = root / name
         before = set(folder.rglob("*")) if folder.exists() else set()
         try:
-            _write_aux(folder, name, tokenizer)
+            _write_aux(folder, name, tokenizer, schedulers.get(name, {}))
         finally:
             touched.extend(sorted(p for p in set(folder.rglob("*")) - before if p.is_file()))
         index[name] = _index_entry(name, *AUX_CLASSES[name])
@@ -369,7 +374,7 @@ def _index_entry(name: str, library: str | None, class_name: str | None) -> list
     return [library, class_name, spec]
 
 
-def _write_aux(folder: Path, name: str, tokenizer) -> None:
+def _write_aux(folder: Path, name: str, tokenizer, overrides: Mapping[str, Any]) -> None:
     if name == "tokenizer":
         tokenizer.save_pretrained(str(folder))
     elif name == "processor":
@@ -380,7 +385,8 @@ def _write_aux(folder: Path, name: str, tokenizer) -> None:
         from diffusers import MiniMaxH3Scheduler
 
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "scheduler_config.json").write_text(MiniMaxH3Scheduler(shift=SCHEDULER_SHIFTS[name]).to_json_string())
+        config = {**json.loads(MiniMaxH3Scheduler(shift=SCHEDULER_SHIFTS[name]).to_json_string()), **overrides}
+        (folder / "scheduler_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def _check_readable(path: Path, shard: list[TensorSpec]) -> None:

@@ -50,6 +50,8 @@ MAX_PROMPT_BYTES = 16 * MAX_PROMPT_TOKENS
 WEIGHT_COMPONENTS = ("text_encoder", "transformer", "vae", "audio_vae")
 """Components with weights that `t2va` runs, in the order the pipeline first uses them (every workflow's:
 `models.workflows.workflow_components`)."""
+INPUT_FILE_FIELDS = ("image", "last_image", "ref_image", "ref_video")
+"""GenerateParams fields that name an input file: three images, one clip (`ref_video`)."""
 DEFAULT_STEPS = 50
 """H3's `num_inference_steps` where the scheduler config names none (a distilled checkpoint's does)."""
 
@@ -70,7 +72,7 @@ class GenerateParamsError(DrainboardError):
 @dataclass(frozen=True)
 class GenerateParams:
     """What to generate: `t2va` (text to video with audio), `fl2va` (from a first and/or last frame) or `ref2va`
-    (from a reference image)."""
+    (from a reference image and/or clip)."""
 
     prompt: str
     """Text describing the clip."""
@@ -101,6 +103,8 @@ class GenerateParams:
     """fl2va: the image file the clip ends on."""
     ref_image: str | None = None
     """ref2va: the reference image file (subject, style or scene)."""
+    ref_video: str | None = None
+    """ref2va: the reference clip (MP4/MOV: motion and camera, with its soundtrack); with `ref_image`, after it."""
     vae_tiling: bool = True
     """Decode the video on the VAE's 256 px tiles (H3's release setting); off is noisier and, at high
     resolution, can exhaust a unified-memory box."""
@@ -122,14 +126,13 @@ class GenerateParams:
         """The workflow named, or the one the images given select (diffusers' triggers)."""
         if self.workflow is not None:
             return self.workflow
-        if self.ref_image is not None:
+        if self.ref_image is not None or self.ref_video is not None:
             return "ref2va"
         return "fl2va" if self.image is not None or self.last_image is not None else "t2va"
 
-    def input_images(self) -> dict[str, str]:
-        """Field -> image file, for the images given."""
-        return {name: getattr(self, name) for name in ("image", "last_image", "ref_image")
-                if getattr(self, name) is not None}
+    def input_files(self) -> dict[str, str]:
+        """Field -> input file (image or clip), for those given."""
+        return {name: getattr(self, name) for name in INPUT_FILE_FIELDS if getattr(self, name) is not None}
 
 
 @dataclass(frozen=True)
@@ -200,8 +203,13 @@ class ModelSpec:
         if params.height is not None and params.width is not None:
             return params.height, params.width
         if first_image is not None and params.resolved_workflow == "fl2va":
-            return _canvas(self.index, self.canvas_multiple, *first_image)
+            return self.canvas_for(*first_image)
         return self.canvas
+
+    def canvas_for(self, width: int, height: int) -> tuple[int, int]:
+        """(height, width) of the canvas an input of `width` x `height` resolves to (diffusers' rule, this
+        checkpoint's canvas configs): an fl2va keyframe's, or a reference clip's own."""
+        return _canvas(self.index, self.canvas_multiple, width, height)
 
     def steps(self, params: GenerateParams) -> int:
         """`num_inference_steps` the run uses: the params', else the checkpoint's."""
@@ -317,7 +325,7 @@ def validate_params(params: GenerateParams, model: ModelSpec) -> None:
         problems["model"] = (f"{model.root}/text_encoder has {model.text_encoder_layers} decoder layers; H3 reads"
                              f" hidden_states[{TEXT_ENCODER_LAYER}] and needs more than {TEXT_ENCODER_LAYER}")
     problems.update(_knob_problems(params))
-    problems.update(_workflow_problems(params))
+    problems.update(_workflow_problems(params, model))
     if problems:
         raise GenerateParamsError(problems)
 
@@ -333,26 +341,34 @@ def _knob_problems(params: GenerateParams) -> dict[str, str]:
     return problems
 
 
-def _workflow_problems(params: GenerateParams) -> dict[str, str]:
-    """The workflow and its images: each file must pass `models.inputs.check_image`."""
+def _workflow_problems(params: GenerateParams, model: ModelSpec) -> dict[str, str]:
+    """The workflow and its input files: each image must pass `models.inputs.check_image`, each clip
+    `models.clips.check_clip`."""
+    from .clips import InputClipError, check_clip
     from .inputs import MAX_ASPECT, InputImageError, check_image
-    from .workflows import WORKFLOW_INPUTS, WORKFLOWS
+    from .workflows import WORKFLOW_CLIPS, WORKFLOWS, workflow_inputs
 
     workflow = params.resolved_workflow
     if workflow not in WORKFLOWS:
         return {"workflow": f"{workflow!r} given; expected one of {', '.join(WORKFLOWS)}"}
     problems = {}
-    given = params.input_images()
-    for name in sorted(set(given) - set(WORKFLOW_INPUTS[workflow])):
-        problems[name] = f"{workflow} takes no {name}" + (
-            f" (it takes {' or '.join(WORKFLOW_INPUTS[workflow])})" if WORKFLOW_INPUTS[workflow] else "")
-    if WORKFLOW_INPUTS[workflow] and not set(given) & set(WORKFLOW_INPUTS[workflow]):
-        problems["workflow"] = f"{workflow} needs {' or '.join(WORKFLOW_INPUTS[workflow])}"
+    given, takes = params.input_files(), workflow_inputs(workflow)
+    for name in sorted(set(given) - set(takes)):
+        problems[name] = f"{workflow} takes no {name}" + (f" (it takes {' or '.join(takes)})" if takes else "")
+    if takes and not set(given) & set(takes):
+        problems["workflow"] = f"{workflow} needs {' or '.join(takes)}"
     for name, path in given.items():
         if name in problems:
             continue
+        clip = name in WORKFLOW_CLIPS[workflow]
         if not isinstance(path, str):
-            problems[name] = f"must be an image file path, got {path!r}"
+            problems[name] = f"must be {'a video' if clip else 'an image'} file path, got {path!r}"
+            continue
+        if clip:
+            try:
+                check_clip(path, model.sampling_rate)
+            except InputClipError as e:
+                problems[name] = str(e)
             continue
         try:
             _, (w, h) = check_image(path)

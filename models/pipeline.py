@@ -218,9 +218,13 @@ class _Run:
             self.resident[name] = Residency(placement, module, self.device, self.settings)
             self.pipe.update_components(**{name: module})
         self.result.loads[name] = report
-        self.emit("load", f"loaded {name} on {placement.load_device} ({placement.mechanism})", component=name,
-                  device=placement.load_device, mechanism=placement.mechanism, bytes=report.get("bytes_placed", 0),
-                  seconds=report.get("load_seconds", 0.0))
+        skipped = report.get("excluded_bytes", 0)
+        self.emit("load", f"loaded {name} on {placement.load_device} ({placement.mechanism})"
+                  + (f"; {skipped / 2**20:.1f} MiB in {report.get('excluded_tensors', 0)} tensors not read"
+                     f" ({self.result.workflow} never runs them)" if skipped else ""),
+                  component=name, device=placement.load_device, mechanism=placement.mechanism,
+                  bytes=report.get("bytes_placed", 0), seconds=report.get("load_seconds", 0.0),
+                  excluded_bytes=skipped, excluded_tensors=report.get("excluded_tensors", 0))
 
     def done_with(self, name: str) -> None:
         """After `name`'s last block: model offload goes back to the host; sequential residency releases it."""
@@ -327,7 +331,7 @@ def run_generate(
     sequential = info.unified_memory if sequential_components is None else sequential_components
     model = ModelSpec.read(root)
     validate_params(params, model)
-    images = {name: _open_image(path) for name, path in params.input_images().items()}
+    images = {name: _open_input(name, path) for name, path in params.input_files().items()}
     first = images.get("image") or images.get("last_image")
     height, width = model.geometry(params, None if first is None else first.size)
     workflow, steps = params.resolved_workflow, model.steps(params)
@@ -402,19 +406,29 @@ def _prepare(root: Path, params: GenerateParams, device: torch.device, dtype: to
     return run
 
 
-def _open_image(path: str):
+def _open_input(name: str, path: str):
+    """An image as diffusers' `load_image` gives it, or for `ref_video` diffusers' own `MiniMaxH3VideoReference`."""
+    if name == "ref_video":
+        from .clips import open_clip
+
+        return open_clip(path)
     from .inputs import open_image
 
     return open_image(path)
 
 
 def _workflow_inputs(images: dict[str, Any]) -> dict[str, Any]:
-    """The pipeline's keyword inputs for the images: fl2va's `image` / `last_image`, ref2va's `references`."""
+    """The pipeline's keyword inputs: fl2va's `image` / `last_image`; ref2va's `references`, the image then the clip."""
     inputs = {name: images[name] for name in ("image", "last_image") if name in images}
+    references = []
     if "ref_image" in images:
         from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3ImageReference
 
-        inputs["references"] = [MiniMaxH3ImageReference(image=images["ref_image"])]
+        references.append(MiniMaxH3ImageReference(image=images["ref_image"]))
+    if "ref_video" in images:
+        references.append(images["ref_video"])
+    if references:
+        inputs["references"] = references
     return inputs
 
 
@@ -424,6 +438,12 @@ def _describe_inputs(result: GenerateResult, params: GenerateParams, images: dic
     short_edge = int(model.index.get("reference_image_short_edge", 2048))
     for name, image in images.items():
         note = ""
+        if name == "ref_video":
+            result.inputs[name] = _describe_clip(image, params, model)
+            result.inputs[name]["file"] = Path(params.ref_video).name
+            if result.inputs[name]["note"]:
+                result.notes.append(result.inputs[name]["note"])
+            continue
         if name == "ref_image":
             if min(image.size) != short_edge:
                 note = f"ref_image {image.size[0]}x{image.size[1]} is resized (LANCZOS) to a {short_edge} px short edge"
@@ -435,6 +455,24 @@ def _describe_inputs(result: GenerateResult, params: GenerateParams, images: dic
             result.notes.append(note)
     if not params.vae_tiling:
         result.notes.append(VAE_TILING_WARNING)
+
+
+def _describe_clip(clip, params: GenerateParams, model: ModelSpec) -> dict[str, Any]:
+    """{size, frames, fps, audio, note}: the clip as decoded and what diffusers' ref2va setup does to it (resampled
+    onto 24 fps, cut to the generated frames, put on the canvas of its own aspect)."""
+    from .clips import H3_FPS, frames_at_24
+
+    frames, height, width = clip.frames.shape[:3]
+    done = []
+    if clip.fps != H3_FPS:
+        done.append(f"resampled from {clip.fps:g} to {H3_FPS} fps")
+    if frames_at_24(frames, clip.fps) > params.frames:
+        done.append(f"cut to the first {params.frames} frames")
+    canvas_h, canvas_w = model.canvas_for(width, height)
+    if (canvas_w, canvas_h) != (width, height):
+        done.append(f"resized (LANCZOS) to {canvas_w}x{canvas_h}")
+    note = f"ref_video {width}x{height}, {frames} frames at {clip.fps:g} fps: " + ", ".join(done) if done else ""
+    return {"size": [width, height], "frames": frames, "fps": clip.fps, "audio": clip.audio is not None, "note": note}
 
 
 VAE_TILING_WARNING = ("VAE tiling is off: H3's VAE decodes cleanly only on its 256 px tiles (36.4 dB tiled against"

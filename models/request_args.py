@@ -1,4 +1,4 @@
-"""The command-line arguments of a generate request's workflow, images and VAE / DiT knobs.
+"""The command-line arguments of a generate request's workflow, input files and VAE / DiT knobs.
 
 Shared by `python -m models generate` and `python -m jobs submit generate`, and
 free of torch so that building a parser stays cheap.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .clips import CLIP_FORMATS, MIN_CLIP_FRAMES
 from .workflows import WORKFLOWS
 
 QUANTIZATIONS = ("int8", "fp8")
@@ -18,18 +19,22 @@ VAE_DTYPES = ("bf16", "fp32")
 
 
 def add_workflow_arguments(parser: argparse.ArgumentParser) -> None:
-    """The workflow, its images and the VAE / DiT knobs, shared by `models generate` and `jobs submit generate`."""
-    parser.add_argument("--workflow", choices=WORKFLOWS, help="default: picked from the images given")
+    """The workflow, its input files and the VAE / DiT knobs, shared by `models generate` and `jobs submit generate`."""
+    parser.add_argument("--workflow", choices=WORKFLOWS, help="default: picked from the input files given")
     parser.add_argument("--image", metavar="FILE", help="fl2va: the frame the clip starts from (PNG, JPEG, WebP)")
     parser.add_argument("--last-image", metavar="FILE", help="fl2va: the frame the clip ends on")
     parser.add_argument("--ref-image", metavar="FILE", help="ref2va: a reference image (subject, style, scene)")
+    parser.add_argument("--ref-video", metavar="FILE",
+                        help=f"ref2va: a reference clip, {' or '.join(f.upper() for f in CLIP_FORMATS)} (motion,"
+                             f" camera, and its soundtrack), at least {MIN_CLIP_FRAMES} frames at 24 fps; after"
+                             " --ref-image when both are given")
     parser.add_argument("--vae-tiling", action=argparse.BooleanOptionalAction, default=None,
                         help="decode on the VAE's 256 px tiles (default: on; off is noisier and risky at high res)")
     parser.add_argument("--vae-dtype", choices=VAE_DTYPES, help="video VAE precision (default: bf16)")
     parser.add_argument("--quantize", choices=QUANTIZATIONS, help="weight-only DiT quantization (torchao)")
 
 
-WORKFLOW_FIELDS = ("workflow", "image", "last_image", "ref_image", "vae_tiling", "vae_dtype", "quantize")
+WORKFLOW_FIELDS = ("workflow", "image", "last_image", "ref_image", "ref_video", "vae_tiling", "vae_dtype", "quantize")
 """GenerateParams fields that `add_workflow_arguments` adds, by their argparse names."""
 
 

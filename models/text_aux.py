@@ -2,11 +2,10 @@
 
 The tokenizer is a byte-level BPE with Qwen's special tokens appended after
 the learned vocabulary, as in Qwen's own. Qwen3-VL's processor has an image
-part, a tokenizer and a video part; the video part needs torchvision, which
-the CPU torch here has no wheel for. `processor_without_video` builds it with
-the image part (PIL backend) and the tokenizer only: `t2va` (which only asks
-it for token types) and `fl2va` keyframes (images) work; `ref2va` with video
-references does not.
+part, a tokenizer and a video part. `build_processor` builds all three without
+torchvision (which the CPU torch here has no wheel for): the image part on
+Pillow, the video part from `models.qwen_video` (transformers' own where
+torchvision imports). `ref2va` reads the video part for a reference clip.
 """
 
 from __future__ import annotations
@@ -58,15 +57,21 @@ def special_token_ids(tokenizer) -> dict[str, int]:
 def _processor_class():
     from transformers import Qwen3VLProcessor
 
-    class Qwen3VLProcessorWithoutVideo(Qwen3VLProcessor):
-        """Qwen3-VL's processor with no video part (it needs torchvision); video references are refused."""
+    from .qwen_video import torchvision_available
+
+    if torchvision_available():
+        return Qwen3VLProcessor
+
+    class Qwen3VLProcessorTorchVideo(Qwen3VLProcessor):
+        """Qwen3-VL's processor whose video part is `models.qwen_video`'s (transformers' own class is a
+        placeholder without torchvision, so its type check would refuse the part)."""
 
         def check_argument_for_proper_class(self, argument_name, argument):
-            if argument_name == "video_processor" and argument is None:
+            if argument_name == "video_processor":
                 return None
             return super().check_argument_for_proper_class(argument_name, argument)
 
-    return Qwen3VLProcessorWithoutVideo
+    return Qwen3VLProcessorTorchVideo
 
 
 def image_processor(config: dict | None = None):
@@ -77,9 +82,12 @@ def image_processor(config: dict | None = None):
     return Qwen2VLImageProcessorPil(**({"patch_size": 16, "merge_size": 2, "temporal_patch_size": 2} | values))
 
 
-def processor_without_video(tokenizer, image_config: dict | None = None):
-    """A Qwen3-VL processor with the image part and `tokenizer`, no video part."""
-    return _processor_class()(image_processor=image_processor(image_config), tokenizer=tokenizer, video_processor=None)
+def build_processor(tokenizer, image_config: dict | None = None, video_config: dict | None = None):
+    """A Qwen3-VL processor: the image part, `tokenizer` and the video part, from their saved dicts when given."""
+    from .qwen_video import video_processor
+
+    return _processor_class()(image_processor=image_processor(image_config), tokenizer=tokenizer,
+                              video_processor=video_processor(video_config))
 
 
 def save_processor(folder: Path, tokenizer) -> None:
@@ -103,6 +111,6 @@ def load_tokenizer(folder: Path):
 
 
 def load_processor(folder: Path):
-    """The processor saved in `folder`, without its video part."""
+    """The processor saved in `folder` (its video part from `video_processor` there, else transformers' defaults)."""
     config = json.loads((folder / "processor_config.json").read_text())
-    return processor_without_video(load_tokenizer(folder), config.get("image_processor"))
+    return build_processor(load_tokenizer(folder), config.get("image_processor"), config.get("video_processor"))

@@ -29,7 +29,15 @@ WEIGHT_COMPONENTS = ("text_encoder", "transformer", "transformer_ref", "vae", "a
 AUDIO_BLOCK = "decode.audio"
 """The block that decodes the soundtrack, left out when audio is off."""
 WORKFLOW_INPUTS = {"t2va": (), "fl2va": ("image", "last_image"), "ref2va": ("ref_image",)}
-"""The generate parameters (image files) each workflow takes: fl2va needs one of its two, ref2va its one."""
+"""The generate parameters naming an image file that each workflow takes."""
+WORKFLOW_CLIPS = {"t2va": (), "fl2va": (), "ref2va": ("ref_video",)}
+"""The generate parameters naming a video file (a reference clip) that each workflow takes."""
+
+
+def workflow_inputs(workflow: str) -> tuple[str, ...]:
+    """Every input file parameter of `workflow`: it needs at least one of them (fl2va a keyframe, ref2va a
+    reference image or clip; ref2va conditions on the image first, then the clip)."""
+    return WORKFLOW_INPUTS[workflow] + WORKFLOW_CLIPS[workflow]
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,7 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
 
     if spec.generate is None:
         raise ValueError("a generate job needs generate parameters")
-    params = replace(spec.generate, **input_copies(ctx.data_dir, ctx.job_id, list(spec.generate.input_images())))
+    params = replace(spec.generate, **input_copies(ctx.data_dir, ctx.job_id, list(spec.generate.input_files())))
     device, settings, decisions = decide_offload(spec, ctx)
 
     stages = _Stages(ctx)

@@ -67,3 +67,21 @@ def test_submit_generate_with_a_bad_image_exits_2_and_queues_nothing(db, config,
     assert code == 2 and body["ok"] is False
     assert any(e.startswith(f"generate.image: {not_image}: not a readable image") for e in body["errors"]), body
     assert list_jobs(db) == []
+
+
+def test_submit_generate_with_a_truncated_clip_exits_2_in_one_line_and_queues_nothing(
+        db, config, capsys, tmp_path, tiny_model):
+    import numpy as np
+
+    from models.encode import write_mp4
+    from storage.queries import list_jobs
+
+    clip = tmp_path / "motion.mp4"
+    write_mp4(clip, (np.random.RandomState(3).rand(20, 48, 80, 3) * 255).astype(np.uint8), 24)
+    clip.write_bytes(clip.read_bytes()[: clip.stat().st_size // 2])
+    code = main(["submit", "generate", "--model", str(tiny_model), "--prompt", "a fox", "--ref-video", str(clip),
+                 "--json"])
+    body = json.loads(capsys.readouterr().out)
+    assert code == 2 and body["ok"] is False
+    assert [e for e in body["errors"] if e.startswith(f"generate.ref_video: {clip}: truncated")], body
+    assert list_jobs(db) == [] and not (config.data_dir / "artifacts").exists()

@@ -81,3 +81,18 @@ def test_a_generate_job_on_a_checkpoint_that_is_no_generate_model_is_refused(con
     with pytest.raises(JobSpecError, match="model: cannot read .*modular_model_index.json"):
         build_spec({"kind": "generate", "model": str(config.model_roots[0] / "dummy.safetensors"),
                     "generate": {"prompt": "a fox"}}, config)
+
+
+def test_a_few_step_checkpoint_s_job_runs_the_steps_its_scheduler_config_names(db, config, queue_job, run_to_end):
+    """A distilled checkpoint (same classes, its own scheduler config): steps unset take its 4, not H3's 50."""
+    from models.h3synth import synth_h3
+    from models.profiles import get_profile
+
+    root = config.model_roots[0] / "distilled"
+    synth_h3(root, get_profile("tiny"), seed=0, schedulers={"scheduler": {"shift": 5.0, "num_inference_steps": 4}})
+    job_id = queue_job("generate", model=str(root),
+                       generate={"prompt": "a red fox", "frames": 124, "height": 64, "width": 64, "audio": False})
+    job = run_to_end(job_id, timeout=300)
+    assert job["status"] == "succeeded", job["error"]
+    assert job["metrics"]["num_inference_steps"] == 4 and job["metrics"]["steps"] == 3
+    assert (job["progress_done"], job["progress_total"]) == (3, 3)  # 4 steps: 3 DiT calls

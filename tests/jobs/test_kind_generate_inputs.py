@@ -48,3 +48,25 @@ def test_a_truncated_image_is_refused_at_submit_and_nothing_is_queued(db, config
                     "generate": {"prompt": "a fox", "image": str(frame)}}, config)
     assert "generate.image" in str(caught.value) and "truncated or corrupt" in str(caught.value)
     assert list_jobs(db) == [] and not (config.data_dir / "artifacts").exists()
+
+
+def test_a_ref2va_job_runs_from_its_own_copy_of_the_clip(db, config, run_to_end, tiny_model, tmp_path):
+    from models.encode import write_mp4
+
+    clip = tmp_path / "user" / "motion.mov"
+    clip.parent.mkdir(exist_ok=True)
+    write_mp4(clip, (np.random.RandomState(4).rand(16, 48, 80, 3) * 255).astype(np.uint8), 24)
+    job_id = submit(db, {"kind": "generate", "model": str(tiny_model),
+                         "generate": {"prompt": "a red fox", "frames": 124, "height": 64, "width": 64, "steps": 2,
+                                      "audio": False, "ref_video": str(clip)}}, config)
+    copy = job_dir(config.data_dir, job_id) / "ref_video.mp4"
+    assert copy.read_bytes() == clip.read_bytes()
+    clip.unlink()  # the child must not need the user's file
+    job = run_to_end(job_id, timeout=300)
+    assert job["status"] == "succeeded", job["error"]
+    assert {a["name"]: a["media_type"] for a in artifacts(db, job_id)}["ref_video.mp4"] == "video/mp4"
+    metrics = job["metrics"]
+    assert metrics["workflow"] == "ref2va" and "transformer_ref" in metrics["loads"]
+    assert metrics["inputs"]["ref_video"]["file"] == "ref_video.mp4" and metrics["inputs"]["ref_video"]["frames"] == 16
+    again = retry(db, job_id, config)  # the user's file is gone: the retry takes the first job's copy
+    assert (job_dir(config.data_dir, again) / "ref_video.mp4").read_bytes() == copy.read_bytes()

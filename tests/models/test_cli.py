@@ -84,3 +84,13 @@ def test_generate_fl2va_from_the_command_line_and_a_bad_image_exits_2(capsys, h3
     code = main(["generate", str(h3_tiny), "--prompt", "fox", "--out", str(out), "--ref-image", str(bad), "--json"])
     body = json.loads(capsys.readouterr().out)
     assert code == 2 and len(body["errors"]) == 1 and body["errors"][0].startswith(f"ref_image: {bad}: ")
+
+
+def test_generate_with_a_clip_that_is_no_video_exits_2_naming_it(capsys, h3_tiny: Path, tmp_path: Path):
+    bad = tmp_path / "motion.mp4"
+    bad.write_text("not a video")
+    code = main(["generate", str(h3_tiny), "--prompt", "fox", "--out", str(tmp_path / "c.mp4"), "--ref-video", str(bad),
+                 "--json"])
+    body = json.loads(capsys.readouterr().out)
+    assert code == 2 and len(body["errors"]) == 1
+    assert body["errors"][0].startswith(f"ref_video: {bad}: not a readable video")

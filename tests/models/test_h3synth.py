@@ -88,7 +88,8 @@ def test_tokenizer_carries_qwens_special_tokens_where_the_encoder_config_expects
     assert len(tokenizer) <= config["text_config"]["vocab_size"]
     assert tokenizer.decode(tokenizer("a red fox", add_special_tokens=False)["input_ids"]) == "a red fox"
     processor = load_aux(h3_tiny, "processor")
-    assert processor.video_processor is None and processor.image_processor.merge_size == 2
+    assert processor.image_processor.merge_size == processor.video_processor.merge_size == 2
+    assert processor.video_processor.temporal_patch_size == 2  # the part a ref2va clip goes through
 
 
 @pytest.mark.parametrize("name", ["tiny", "demo"])

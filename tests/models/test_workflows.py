@@ -4,8 +4,6 @@ input images, VAE knobs and a few-step scheduler config."""
 from __future__ import annotations
 
 import hashlib
-import json
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,6 +27,19 @@ def keyframe(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An 80x48 PNG: not the 64x64 canvas, so diffusers resizes it."""
     path = tmp_path_factory.mktemp("images") / "frame.png"
     Image.fromarray((np.random.RandomState(0).rand(48, 80, 3) * 255).astype(np.uint8)).save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 20-frame 80x48 MP4 at 25 fps with a 32 kHz stereo soundtrack: diffusers resamples it onto 24 fps and
+    resizes it onto its own canvas, and the soundtrack (at the audio VAE's rate) is conditioned on as it is."""
+    from models.encode import write_mp4
+
+    path = tmp_path_factory.mktemp("clips") / "motion.mp4"
+    rng = np.random.RandomState(2)
+    wave = (rng.rand(2, 32000).astype(np.float32) - 0.5) * 0.2
+    write_mp4(path, (rng.rand(20, 48, 80, 3) * 255).astype(np.uint8), 25, wave, 32000)
     return path
 
 
@@ -74,17 +85,55 @@ def test_ref2va_frames_equal_diffusers_own_pipeline_and_only_transformer_ref_is_
     assert result.video_sha256 == diffusers_digest(h3_tiny, "ref2va",
                                                    references=[MiniMaxH3ImageReference(image=_rgb(keyframe))])
     assert "transformer" not in result.loads and "transformer_ref" in result.loads
+    [text] = [e for e in events if e.kind == "load" and e.data["component"] == "text_encoder"]
+    assert text.data["excluded_bytes"] == result.loads["text_encoder"]["excluded_bytes"] > 0
+    assert "not read (ref2va never runs them)" in text.message
+    resident: set[str] = set()
+    for event in events:  # replay the residency events: transformer_ref is loaded into an empty process
+        if event.kind == "load":
+            assert event.data["component"] != "transformer_ref" or not resident, resident
+            resident.add(event.data["component"])
+        elif event.kind == "release":
+            resident.discard(event.data["component"])
     held = [{c for c, w in r["components"].items() if w["mechanism"] != "released"} for r in result.residency]
     assert not any({"transformer", "transformer_ref"} <= h for h in held)
     assert {"transformer_ref"} in held  # alone while it denoises
 
 
-def test_the_vision_tower_is_read_for_image_workflows_only(h3_tiny: Path, keyframe: Path, tmp_path: Path):
-    t2va = run_generate(h3_tiny, replace(BASE, steps=2, audio=False), tmp_path / "a.mp4", device_info=UNIFIED)
-    fl2va = run_generate(h3_tiny, replace(BASE, steps=2, audio=False, image=str(keyframe)), tmp_path / "b.mp4",
-                         device_info=UNIFIED)
-    skipped = {r.workflow: r.loads["text_encoder"]["excluded_bytes"] for r in (t2va, fl2va)}
-    assert skipped["t2va"] > skipped["fl2va"] > 0  # lm_head and the layers past 50 are skipped by both
+def test_ref2va_with_a_clip_and_an_image_equals_diffusers_own_pipeline_on_its_own_decode(
+        h3_tiny: Path, keyframe: Path, clip: Path, tmp_path: Path):
+    from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3ImageReference, MiniMaxH3VideoReference
+
+    events: list[PipelineEvent] = []
+    result = run_generate(h3_tiny, replace(BASE, ref_image=str(keyframe), ref_video=str(clip)), tmp_path / "c.mp4",
+                          device_info=UNIFIED, on_event=events.append)
+    assert result.workflow == "ref2va"
+    references = [MiniMaxH3ImageReference(image=_rgb(keyframe)), MiniMaxH3VideoReference.from_file(str(clip))]
+    assert references[1].audio is not None and references[1].fps == 25.0
+    assert result.video_sha256 == diffusers_digest(h3_tiny, "ref2va", references=references)
+    alone = run_generate(h3_tiny, replace(BASE, ref_video=str(clip)), tmp_path / "d.mp4", device_info=UNIFIED)
+    assert alone.video_sha256 == diffusers_digest(h3_tiny, "ref2va", references=references[1:])
+    assert alone.video_sha256 != result.video_sha256
+    described = result.inputs["ref_video"]
+    assert described["file"] == "motion.mp4" and (described["frames"], described["fps"]) == (20, 25.0)
+    assert "resampled from 25 to 24 fps" in described["note"] and described["note"] in result.notes
+
+
+@pytest.mark.parametrize("workflow", ["t2va", "fl2va", "ref2va"])
+def test_the_text_encoder_reads_only_what_its_workflow_runs_and_reports_the_rest(h3_tiny: Path, workflow: str):
+    from models.components import load_component
+
+    module, report = load_component(h3_tiny, "text_encoder", workflow=workflow, dtype=torch.bfloat16)
+    skipped = set(report.excluded)
+    layers = len(module.model.language_model.layers)
+    assert layers == 51 and any(n.startswith("lm_head.") for n in skipped)
+    assert any(n.startswith("model.language_model.layers.51.") for n in skipped)
+    assert not any(n.startswith(f"model.language_model.layers.{i}.") for n in skipped for i in range(layers))
+    vision = {n for n in skipped if n.startswith("model.visual.")}
+    assert bool(vision) == (workflow == "t2va")  # fl2va and ref2va present their images (and clips) to it
+    assert report.excluded_tensors == len(skipped) and report.excluded_bytes > 0
+    loaded = list(module.model.visual.parameters())  # t2va's is a NotLoaded stand-in without parameters
+    assert (not loaded) == (workflow == "t2va") and not any(t.is_meta for t in loaded)
 
 
 def test_sequential_plan_releases_the_vae_around_the_dit_and_never_holds_two_large_components(
@@ -98,6 +147,20 @@ def test_sequential_plan_releases_the_vae_around_the_dit_and_never_holds_two_lar
     plan = {s.block: s.resident for s in stage_plan("fl2va")}
     assert plan["denoise.denoise"] == ("transformer",) and plan["vae_encoder"] == ("vae",)
     assert [r["block"] for r in result.residency] == list(plan)
+
+
+def test_the_two_dits_meet_only_in_a_block_that_reads_both():
+    from models.workflows import plan_from_reads
+
+    dits = {"transformer", "transformer_ref"}
+    apart = {"encode": ("text_encoder",), "base": ("transformer",), "idle": (), "ref": ("transformer_ref",),
+             "decode": ("vae",)}
+    together = {**apart, "both": ("transformer", "transformer_ref")}
+    together = {k: together[k] for k in ("encode", "base", "both", "ref", "decode")}
+    assert not any(dits <= set(s.resident) for s in plan_from_reads(apart, sequential=True))
+    plan = plan_from_reads(together, sequential=True)
+    assert [s.block for s in plan if dits <= set(s.resident)] == ["both"]
+    assert {s.block: s.releases for s in plan}["both"] == ("transformer",)  # ref's next block reads only its DiT
 
 
 def test_stage_plans_as_data_for_every_workflow():
@@ -133,12 +196,20 @@ def test_fp32_vae_decodes_in_the_checkpoint_s_precision(h3_tiny: Path, tmp_path:
     assert fp32.video_sha256 != bf16.video_sha256
 
 
+FEW_STEP = {"scheduler": {"shift": 5.0, "num_inference_steps": 4}, "audio_scheduler": {"shift": 2.0}}
+"""A distilled checkpoint's own scheduler configs: same classes, 4 steps, other shifts."""
+
+
 def test_a_few_step_checkpoint_runs_its_own_steps_and_shift(h3_tiny: Path, tmp_path: Path):
+    from models.h3synth import synth_h3
+    from models.params import ModelSpec
+    from models.profiles import get_profile
+
     root = tmp_path / "distilled"
-    shutil.copytree(h3_tiny, root)
-    for name in ("scheduler", "audio_scheduler"):
-        config = root / name / "scheduler_config.json"
-        config.write_text(json.dumps({**json.loads(config.read_text()), "shift": 5.0, "num_inference_steps": 4}))
+    synth_h3(root, get_profile("tiny"), seed=0, schedulers=FEW_STEP)
+    spec = ModelSpec.read(root)
+    assert (spec.default_steps, spec.shift) == (4, 5.0)
+    assert (ModelSpec.read(h3_tiny).default_steps, ModelSpec.read(h3_tiny).shift) == (50, 12.0)
     events: list[PipelineEvent] = []
     params = replace(BASE, steps=None)
     result = run_generate(root, params, tmp_path / "c.mp4", device_info=UNIFIED, on_event=events.append)

@@ -1,0 +1,179 @@
+"""Reference clips of the `ref2va` workflow: checked with PyAV before a job is queued, decoded by diffusers.
+
+diffusers' `ref2va` takes a reference video (`MiniMaxH3VideoReference`: frames,
+their rate and the soundtrack), decoded from a file by its own
+`MiniMaxH3VideoReference.from_file` through PyAV; `open_clip` hands exactly
+that to the pipeline. `check_clip` refuses, naming the file, what that decode
+or the blocks after it would fail on or could not hold: not an MP4/MOV, no
+video stream, a file over `MAX_CLIP_BYTES`, frames over `MAX_CLIP_PIXELS`, a
+clip over `MAX_CLIP_SECONDS` or whose decoded frames (which diffusers holds all
+at once, as RGB) pass `MAX_CLIP_DECODED_BYTES` (read from the header first,
+then counted while decoding, so nothing large is held), a truncated or corrupt
+stream, fewer frames than the conditioner reads (`MIN_CLIP_FRAMES` at 24 fps),
+and a soundtrack diffusers cannot take (more than two channels, or a rate
+other than the audio VAE's where torchaudio, which resamples it, is missing).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from loader.errors import DrainboardError
+
+CLIP_SUFFIX = ".mp4"
+"""The suffix a job's copy of a clip gets (MP4 and MOV share the ISO container; PyAV reads either by content)."""
+CLIP_FORMATS = ("mp4", "mov")
+"""PyAV demuxer names accepted (its `mov,mp4,m4a,3gp,3g2,mj2` demuxer)."""
+MAX_CLIP_BYTES = 256 * 2**20
+"""Largest clip file accepted (256 MiB)."""
+MAX_CLIP_SECONDS = 60.0
+"""Longest clip accepted; diffusers keeps only as many frames as the request generates (at most 15 s)."""
+MAX_CLIP_PIXELS = 3840 * 2160
+"""Most pixels per frame accepted (4K UHD)."""
+MAX_CLIP_DECODED_BYTES = 2 * 2**30
+"""Most decoded RGB bytes accepted: diffusers' `from_file` holds every frame at once before it truncates."""
+H3_FPS = 24
+"""The rate diffusers resamples a reference onto (MiniMax H3's)."""
+MIN_CLIP_FRAMES = 13
+"""Frames a clip must run at 24 fps: the conditioner reads it at 2 fps (every 12th frame) and merges the frames it
+reads in pairs (Qwen3-VL's temporal patch), so it needs frames 0 and 12 (diffusers raises otherwise)."""
+
+
+class InputClipError(DrainboardError):
+    """A reference clip cannot be used."""
+
+
+@dataclass(frozen=True)
+class ClipInfo:
+    """What `check_clip` read from a clip."""
+
+    frames: int
+    """Video frames decoded."""
+    fps: float
+    """The frame rate the container reports (what diffusers resamples from)."""
+    width: int
+    """Pixels, upright (the stream's rotation applied, as diffusers applies it)."""
+    height: int
+    """Pixels, upright."""
+    audio_rate: int | None
+    """The soundtrack's sample rate; None without an audio stream."""
+
+    @property
+    def frames_at_24(self) -> int:
+        """Frames after diffusers' resample onto 24 fps."""
+        return frames_at_24(self.frames, self.fps)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def frames_at_24(frames: int, fps: float) -> int:
+    """How many frames `frames` at `fps` become on diffusers' 24 fps grid (whole frames dropped or held)."""
+    return frames if fps == H3_FPS else math.floor(frames * H3_FPS / fps + 0.5)
+
+
+def check_clip(path: str | os.PathLike, sampling_rate: int | None = None) -> ClipInfo:
+    """What the clip at `path` holds; InputClipError naming the file when diffusers could not use it.
+
+    `sampling_rate`: the audio VAE's; a soundtrack at another rate needs torchaudio (None: not checked).
+    """
+    import av
+
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise InputClipError(f"{path}: cannot read: {e.strerror or e}") from None
+    if not path.is_file():
+        raise InputClipError(f"{path}: not a file")
+    if size > MAX_CLIP_BYTES:
+        raise InputClipError(f"{path}: {size:,} bytes; clips up to {MAX_CLIP_BYTES // 2**20} MiB are accepted")
+    try:
+        container = av.open(str(path))
+    except (av.FFmpegError, UnicodeDecodeError, ValueError) as e:
+        raise InputClipError(f"{path}: not a readable video: {e}") from None
+    with container:
+        kind = container.format.name
+        if not set(kind.split(",")) & set(CLIP_FORMATS):
+            raise InputClipError(f"{path}: a {container.format.long_name or kind} file; expected MP4 or MOV")
+        if not container.streams.video:
+            raise InputClipError(f"{path}: has no video stream")
+        info = _check_video(path, container, container.streams.video[0])
+        if container.streams.audio:
+            container.seek(0)
+            _check_audio(path, container, container.streams.audio[0], sampling_rate)
+            info = replace(info, audio_rate=int(container.streams.audio[0].codec_context.sample_rate))
+    if info.frames_at_24 < MIN_CLIP_FRAMES:
+        resampled = "" if info.fps == H3_FPS else f" ({info.frames_at_24} at {H3_FPS} fps)"
+        raise InputClipError(f"{path}: {info.frames} frames at {info.fps:g} fps{resampled}; a reference clip needs at"
+                             f" least {MIN_CLIP_FRAMES} at {H3_FPS} fps ({MIN_CLIP_FRAMES / H3_FPS:.2f} s)")
+    return info
+
+
+def _check_video(path: Path, container, stream) -> ClipInfo:
+    import av
+
+    width, height = stream.codec_context.width, stream.codec_context.height
+    if width * height > MAX_CLIP_PIXELS:
+        raise InputClipError(f"{path}: {width}x{height} frames are {width * height:,} pixels; at most"
+                             f" {MAX_CLIP_PIXELS:,} are accepted")
+    fps = float(stream.average_rate or stream.guessed_rate or 0)
+    if fps <= 0:
+        raise InputClipError(f"{path}: the video stream reports no frame rate")
+    most = min(int(MAX_CLIP_SECONDS * fps), MAX_CLIP_DECODED_BYTES // max(1, width * height * 3))
+    declared = int(stream.frames or 0)
+    if declared > most:
+        raise InputClipError(_too_long(path, declared, fps, width, height))
+    frames, rotation = 0, 0.0
+    try:
+        for frame in container.decode(stream):
+            frames += 1
+            rotation = frame.rotation
+            if frames > most:
+                raise InputClipError(_too_long(path, frames, fps, width, height, at_least=True))
+    except av.FFmpegError as e:
+        raise InputClipError(f"{path}: truncated or corrupt video after {frames} frames: {e}") from None
+    if frames == 0:
+        raise InputClipError(f"{path}: no video frame decodes")
+    if declared and frames < declared:
+        raise InputClipError(f"{path}: truncated video: {frames} of the {declared} frames its header declares decode")
+    if round(rotation / 90.0) % 2:
+        width, height = height, width
+    return ClipInfo(frames=frames, fps=fps, width=width, height=height, audio_rate=None)
+
+
+def _too_long(path: Path, frames: int, fps: float, width: int, height: int, at_least: bool = False) -> str:
+    more = "at least " if at_least else ""
+    return (f"{path}: {more}{frames} frames at {fps:g} fps ({frames / fps:.1f} s, {frames * width * height * 3:,} bytes"
+            f" decoded); clips up to {MAX_CLIP_SECONDS:g} s and {MAX_CLIP_DECODED_BYTES // 2**30} GiB decoded are accepted")
+
+
+def _check_audio(path: Path, container, stream, sampling_rate: int | None) -> None:
+    import av
+
+    rate, channels = int(stream.codec_context.sample_rate), int(stream.codec_context.channels)
+    if channels not in (1, 2):
+        raise InputClipError(f"{path}: its soundtrack has {channels} channels; diffusers takes mono or stereo")
+    if sampling_rate is not None and rate != sampling_rate and importlib.util.find_spec("torchaudio") is None:
+        raise InputClipError(f"{path}: its soundtrack is at {rate} Hz; diffusers resamples it to the audio VAE's"
+                             f" {sampling_rate} Hz with torchaudio, which is not installed (give a clip at"
+                             f" {sampling_rate} Hz, or one without sound)")
+    try:
+        for _ in container.decode(stream):
+            pass
+    except av.FFmpegError as e:
+        raise InputClipError(f"{path}: truncated or corrupt soundtrack: {e}") from None
+
+
+def open_clip(path: str | os.PathLike):
+    """The checked clip at `path` as diffusers' own `MiniMaxH3VideoReference.from_file` decodes it (frames, rate and
+    soundtrack), which is what diffusers' `ref2va` is handed for a clip."""
+    from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3VideoReference
+
+    check_clip(path)
+    return MiniMaxH3VideoReference.from_file(str(path))

@@ -1,0 +1,63 @@
+"""Reference clips are checked with PyAV before a job is queued: container, size, length, completeness, soundtrack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from models import clips
+from models.clips import ClipInfo, InputClipError, check_clip
+from models.encode import write_mp4
+
+
+def _clip(path: Path, frames: int = 20, fps: int = 25, rate: int | None = 32000) -> Path:
+    rng = np.random.RandomState(frames)
+    wave = None if rate is None else (rng.rand(2, rate).astype(np.float32) - 0.5) * 0.2
+    write_mp4(path, (rng.rand(frames, 48, 80, 3) * 255).astype(np.uint8), fps, wave, rate or 32000)
+    return path
+
+
+def test_an_mp4_is_read_with_its_rate_size_and_soundtrack(tmp_path: Path):
+    assert check_clip(_clip(tmp_path / "a.mp4"), 32000) == ClipInfo(20, 25.0, 80, 48, 32000)
+    silent = check_clip(_clip(tmp_path / "b.mp4", frames=13, fps=24, rate=None), 32000)
+    assert (silent.frames, silent.frames_at_24, silent.audio_rate) == (13, 13, None)
+
+
+def test_bad_clips_get_one_line_naming_the_file(tmp_path: Path, monkeypatch):
+    whole = _clip(tmp_path / "whole.mp4")
+    body = whole.read_bytes()
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(body[: len(body) // 2])
+    text = tmp_path / "notes.mp4"
+    text.write_text("not a video")
+    png = tmp_path / "still.png"
+    Image.new("RGB", (8, 8)).save(png)
+    cases = {
+        text: "not a readable video",
+        cut: "truncated",
+        png: "expected MP4 or MOV",
+        _clip(tmp_path / "short.mp4", frames=12, fps=24): "12 frames at 24 fps; a reference clip needs at least 13",
+        _clip(tmp_path / "slow.mp4", frames=6, fps=12): "6 frames at 12 fps (12 at 24 fps); a reference clip needs",
+        _clip(tmp_path / "cd.mp4", rate=44100): "at 44100 Hz; diffusers resamples it to the audio VAE's 32000 Hz",
+        tmp_path / "missing.mp4": "cannot read",
+    }
+    for path, message in cases.items():
+        with pytest.raises(InputClipError) as caught:
+            check_clip(path, 32000)
+        assert str(caught.value).startswith(f"{path}: ") and message in str(caught.value), str(caught.value)
+        assert "\n" not in str(caught.value)
+    assert check_clip(tmp_path / "cd.mp4").audio_rate == 44100  # the rate is only checked against a model's
+    assert check_clip(_clip(tmp_path / "slow7.mp4", frames=7, fps=12)).frames_at_24 == 14  # held frames count
+    monkeypatch.setattr(clips, "MAX_CLIP_SECONDS", 0.5)
+    with pytest.raises(InputClipError, match=r"20 frames at 25 fps \(0.8 s.*up to 0.5 s"):
+        check_clip(whole)
+    monkeypatch.setattr(clips, "MAX_CLIP_SECONDS", 60.0)
+    monkeypatch.setattr(clips, "MAX_CLIP_DECODED_BYTES", 10 * 80 * 48 * 3)
+    with pytest.raises(InputClipError, match="20 frames at 25 fps"):
+        check_clip(whole)
+    monkeypatch.setattr(clips, "MAX_CLIP_BYTES", 100)
+    with pytest.raises(InputClipError, match="clips up to 0 MiB"):
+        check_clip(whole)
