@@ -17,6 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from models.inputs import MAX_IMAGE_BYTES
+from models.params import INPUT_FILE_FIELDS
 from models.workflows import WORKFLOW_INPUTS, WORKFLOWS, stage_plan
 
 INPUT_LABELS = {"image": "First frame", "last_image": "Last frame", "ref_image": "Reference image"}
@@ -58,6 +59,12 @@ def workflow_section(data_dir: Path, audio: bool) -> dict[str, Any]:
     with st.expander("Stage plan (one component at a time)"):
         st.dataframe(plan_table(workflow, audio), hide_index=True, width="stretch")
     return fields
+
+
+def output_videos(artifacts: list[dict]) -> list[dict]:
+    """The job's own MP4s: a reference clip copied in as an input (`ref_video.mp4`) is an artifact too, and is
+    listed before the output because it is copied at submit."""
+    return [a for a in artifacts if a["name"].endswith(".mp4") and a["name"].rpartition(".")[0] not in INPUT_FILE_FIELDS]
 
 
 def input_strip(artifacts: list[dict], path_of) -> None:

@@ -9,6 +9,7 @@ import streamlit as st
 
 from dashboard import charts, data, nav
 from dashboard.host import read_host_memory
+from dashboard.inputs_panel import output_videos
 from dashboard.views.history import checkpoints_of, comparison_table, default_comparison, diff_only, job_summary
 from dashboard.views.query import QueryError, job_ids
 from dashboard.views.spec import job_label, spec_mode
@@ -95,7 +96,7 @@ def draw_tables(jobs: list[dict], summaries: dict[int, dict]) -> None:
 
 
 def draw_videos(jobs: list[dict]) -> None:
-    videos = [(job, a) for job in jobs for a in data.artifacts(db, job["id"]) if a["name"].endswith(".mp4")]
+    videos = [(job, a) for job in jobs for a in output_videos(data.artifacts(db, job["id"]))]
     if not videos:
         return
     st.subheader("Videos")

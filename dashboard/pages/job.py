@@ -11,7 +11,7 @@ from dashboard import format as fmt
 from dashboard import words
 from dashboard.host import memory_kind, read_host_memory
 from dashboard.views import eta as ev
-from dashboard.inputs_panel import input_strip
+from dashboard.inputs_panel import input_strip, output_videos
 from dashboard.views import jobs as jv
 from dashboard.views.query import QueryError, job_id as parse_job_id
 from dashboard.views.spec import generate_parameters, job_parameters, spec_checkpoint_name, spec_of
@@ -275,7 +275,7 @@ def draw_seconds_vs_forecast(job: dict) -> None:
 
 def draw_video(job: dict) -> None:
     input_strip(data.artifacts(db, job["id"]), lambda name: data.artifact_path(job["id"], name))
-    videos = [a for a in data.artifacts(db, job["id"]) if a["name"].endswith(".mp4")]
+    videos = output_videos(data.artifacts(db, job["id"]))
     if videos:
         st.video(str(data.artifact_path(job["id"], videos[0]["name"])), loop=True)
     elif job["kind"] != "load":

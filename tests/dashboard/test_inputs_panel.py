@@ -61,3 +61,10 @@ def test_the_job_page_strip_shows_each_input_image_with_its_role(tmp_path: Path)
     assert not at.exception
     captions = [c for image in at.get("image") for c in image.captions]
     assert captions == ["First frame (image.png)", "Reference image (ref_image.png)"]
+
+
+def test_a_reference_clip_copied_in_is_not_shown_as_the_job_s_video():
+    from dashboard.inputs_panel import output_videos
+
+    artifacts = [{"name": "ref_video.mp4"}, {"name": "image.png"}, {"name": "video.mp4"}, {"name": "child.log"}]
+    assert [a["name"] for a in output_videos(artifacts)] == ["video.mp4"]
