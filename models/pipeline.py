@@ -66,9 +66,9 @@ def _pipeline_class():
         """diffusers' H3 pipeline whose blocks run on the job's device, whatever each component's residency.
 
         diffusers' H3 blocks take their device from `components._execution_device`, which it infers from the
-        first component module (its parameters, or accelerate's / diffusers' hooks); here that module may be a
-        meta-device shell or one offloaded to the host. diffusers has no public setter, so this override is
-        the one exception docs/models.md lists.
+        first component module (its offload hook's device, else its parameters'); here that module is often a
+        meta-device shell (not loaded yet, or released), which would answer `meta`. diffusers has no public
+        setter: this override is one of the exceptions docs/models.md lists.
         """
 
         run_device = torch.device("cpu")
