@@ -13,7 +13,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 _EXPORTS = {"GenerateForecast": "forecast", "forecast_generate": "forecast", "GenerateParams": "params",
             "GenerateParamsError": "params", "ModelSpec": "params", "validate_params": "params",
-            "GenerateResult": "pipeline", "PipelineEvent": "pipeline", "run_generate": "pipeline"}
+            "GenerateResult": "results", "PipelineEvent": "results", "run_generate": "pipeline"}
 """Exported name -> its module, imported on first use so that `import models.request_args` loads no torch."""
 
 

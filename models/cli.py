@@ -21,9 +21,10 @@ from loader.placement import known_placements
 
 from .params import GenerateParams
 from .request_args import add_workflow_arguments, workflow_fields
-from .pipeline import PipelineEvent, run_generate
+from .pipeline import run_generate
 from .profiles import PROFILES, get_profile
 from .progress import ProgressBar
+from .results import PipelineEvent
 
 EXAMPLES = """examples:
   python -m models synth data/models/h3-demo --profile demo

@@ -55,7 +55,8 @@ CLASS_LIBRARIES: dict[str, str] = {
 }
 """The weight classes of a MiniMax H3 checkpoint and the library defining each. Only `t2va` runs without the
 text encoder's vision tower: `fl2va` and `ref2va` present their images to it."""
-
+TRANSFORMERS_AUTO_CLASSES: dict[str, str] = {"Qwen3VLForConditionalGeneration": "AutoModelForImageTextToText"}
+"""transformers' auto class whose public `from_config` builds each transformers class (with `dtype=`)."""
 
 
 def class_name_of(config: dict) -> str | None:
@@ -76,9 +77,18 @@ def component_class(class_name: str) -> type[nn.Module]:
     return getattr(importlib.import_module(library), class_name)
 
 
+def keep_fp32_modules(cls: type[nn.Module]) -> tuple[str, ...]:
+    """The module names `cls` keeps in float32 under a requested dtype (diffusers' and transformers' rule).
+
+    The one read of the class attribute `_keep_in_fp32_modules`: neither library offers a public accessor
+    for it, and both `from_pretrained` read it the same way (docs/models.md lists it as an exception).
+    """
+    return tuple(getattr(cls, "_keep_in_fp32_modules", None) or ())
+
+
 def fp32_patterns(cls: type[nn.Module]) -> tuple[str, ...]:
-    """diffusers' rule as regexes: a name stays float32 when one of its dotted parts is in `_keep_in_fp32_modules`."""
-    return tuple(rf"(?:^|\.){re.escape(part)}(?:\.|$)" for part in (getattr(cls, "_keep_in_fp32_modules", None) or ()))
+    """The fp32 rule as regexes: a name stays float32 when one of its dotted parts is in `keep_fp32_modules(cls)`."""
+    return tuple(rf"(?:^|\.){re.escape(part)}(?:\.|$)" for part in keep_fp32_modules(cls))
 
 
 @contextlib.contextmanager
@@ -115,9 +125,14 @@ def build_empty(config: dict, dtype: torch.dtype | None = None) -> nn.Module:
         else:
             from transformers.initialization import no_init_weights
 
+            import transformers
+
+            auto = getattr(transformers, TRANSFORMERS_AUTO_CLASSES[class_name])
             parsed = cls.config_class.from_dict(config)
             with no_init_weights():
-                module = cls._from_config(parsed, **({"dtype": dtype} if dtype is not None else {}))
+                module = auto.from_config(parsed, **({"dtype": dtype} if dtype is not None else {}))
+            if type(module) is not cls:
+                raise PlacementError(f"{auto.__name__}.from_config built {type(module).__name__}, expected {class_name}")
     return module.eval().requires_grad_(False)
 
 
@@ -144,8 +159,8 @@ def prune(module: nn.Module, paths: list[str]) -> None:
         owner = module.get_submodule(owner_path) if owner_path else module
         if isinstance(owner, nn.ModuleList):
             del owner[int(leaf):]
-        elif leaf in owner._modules:
-            owner._modules[leaf] = NotLoaded(path)
+        elif leaf in dict(owner.named_children()):
+            setattr(owner, leaf, NotLoaded(path))
 
 
 class NotLoaded(nn.Module):
@@ -214,13 +229,20 @@ def load_component(
     return module, report
 
 
+def non_persistent_buffers(module: nn.Module) -> list[str]:
+    """Names of the buffers `module` keeps out of its state dict (never in a checkpoint: the constructor computes them)."""
+    persistent = set(module.state_dict(keep_vars=True))
+    return [name for name, _ in module.named_buffers(remove_duplicate=False) if name not in persistent]
+
+
 def _place_computed_buffers(module: nn.Module, device: torch.device) -> None:
-    """Move the constructor's non-persistent buffers (never in a checkpoint) next to the loaded weights."""
-    for owner in module.modules():
-        for leaf in owner._non_persistent_buffers_set:
-            buffer = owner._buffers.get(leaf)
-            if buffer is not None and buffer.device != device:
-                owner._buffers[leaf] = buffer.to(device)
+    """Move the constructor's non-persistent buffers next to the loaded weights (re-registered, still non-persistent)."""
+    for name in non_persistent_buffers(module):
+        owner_path, _, leaf = name.rpartition(".")
+        owner = module.get_submodule(owner_path) if owner_path else module
+        buffer = owner.get_buffer(leaf)
+        if buffer.device != device:
+            owner.register_buffer(leaf, buffer.to(device), persistent=False)
 
 
 AUX_COMPONENTS = ("tokenizer", "processor", "scheduler", "audio_scheduler")

@@ -315,7 +315,8 @@ def _write(
         index["canvas_short_edge"], index["canvas_max_pixels"] = profile.canvas
         # A reference image is resized to this short edge before the VAE encodes it (2048 by default).
         index["reference_image_short_edge"] = profile.canvas[0]
-    with ThreadPoolExecutor(max_workers=workers or min(16, os.cpu_count() or 1)) as pool:
+    threads = workers or min(16, os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=threads) as pool:
         for w in weights:
             folder = root / w.name
             folder.mkdir(exist_ok=True)
@@ -331,7 +332,7 @@ def _write(
                 constant = _constant(spec)
                 if constant is not None:
                     return iter([torch.full((spec.numel,), constant, dtype=spec.dtype)])
-                return random_chunks(pool, spec, seed, _bound(spec))
+                return random_chunks(pool, spec, seed, _bound(spec), threads + 1)
 
             def write_shard(path: Path, shard: list[TensorSpec]) -> None:
                 write_safetensors(path, shard, chunks, on_bytes=count)

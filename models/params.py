@@ -235,7 +235,7 @@ def _default_canvas(multiple: int, index: dict[str, Any]) -> tuple[int, int]:
 
 def _canvas(index: dict[str, Any], multiple: int, width: int, height: int) -> tuple[int, int]:
     """diffusers' `resolve_canvas_size` for an aspect of `width`:`height` under the index's canvas configs."""
-    from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3Blocks
+    from diffusers import MiniMaxH3Blocks
     from diffusers.modular_pipelines.minimax_h3.modular_pipeline import resolve_canvas_size
 
     defaults = {c.name: c.default for c in MiniMaxH3Blocks().get_workflow("t2va").expected_configs}

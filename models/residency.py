@@ -35,6 +35,9 @@ MODEL_OFFLOAD = "model offload"
 GROUP_OFFLOAD = "group offload (block level)"
 RELEASED = "released"
 """Residency names, as events and results carry them."""
+ACCELERATE_OFFLOAD = "accelerate cpu offload"
+DIFFUSERS_GROUP_OFFLOAD = "diffusers group offload"
+"""Hook names, as results carry them: what `Residency` applied, not read back from the libraries' hooks."""
 
 
 @dataclass(frozen=True)
@@ -75,16 +78,19 @@ def plan_placements(settings: OffloadSettings, device: torch.device, components:
 
 
 class Residency:
-    """Applies a Placement to a loaded module and undoes it when the module's last block has run."""
+    """Applies a Placement to a loaded module, says what it applied, and undoes it after the module's last block."""
 
     def __init__(self, placement: Placement, module: nn.Module, device: torch.device, settings: OffloadSettings):
         self.placement = placement
         self.module = module
         self._hook = None
+        self.hooks: tuple[str, ...] = ()
+        """The offload hooks applied to the module, by the name of the library mechanism."""
         if placement.mechanism == MODEL_OFFLOAD:
             from accelerate import cpu_offload_with_hook
 
             _, self._hook = cpu_offload_with_hook(module, execution_device=device)
+            self.hooks = (ACCELERATE_OFFLOAD,)
         elif placement.mechanism == GROUP_OFFLOAD:
             from diffusers.hooks import apply_group_offloading
 
@@ -95,26 +101,21 @@ class Residency:
                 # pin_cpu_memory: pinned host copies up front (fast async copies); off pins each block on the fly.
                 low_cpu_mem_usage=cuda and not settings.pin_cpu_memory,
             )
+            self.hooks = (DIFFUSERS_GROUP_OFFLOAD,)
 
     def offload(self) -> None:
         """After the component's last block: model offload sends the module back to the host."""
         if self._hook is not None:
             self._hook.offload()
 
+    def observe(self) -> dict[str, Any]:
+        """Where the module lives now: its parameters' devices, the mechanism and the hooks applied to it."""
+        devices = sorted({str(p.device) for p in self.module.parameters()})
+        return {"mechanism": self.placement.mechanism, "devices": devices, "hooks": list(self.hooks)}
 
-def observe(module: nn.Module | None) -> dict[str, Any]:
-    """Where `module` lives now: the devices of its parameters and the offload hooks attached to it."""
-    if module is None:
+
+def observe(residency: Residency | None) -> dict[str, Any]:
+    """`residency.observe()`, or a released component's entry when it holds no weights."""
+    if residency is None:
         return {"mechanism": RELEASED, "devices": [], "hooks": []}
-    devices = sorted({str(p.device) for p in module.parameters()})
-    hooks = []
-    if getattr(module, "_hf_hook", None) is not None:
-        hooks.append("accelerate cpu offload")
-    if any(_has_group_hook(m) for m in module.modules()):
-        hooks.append("diffusers group offload")
-    return {"devices": devices, "hooks": hooks}
-
-
-def _has_group_hook(module: nn.Module) -> bool:
-    registry = getattr(module, "_diffusers_hook", None)
-    return registry is not None and registry.get_hook("group_offloading") is not None
+    return residency.observe()

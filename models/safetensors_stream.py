@@ -82,15 +82,16 @@ def chunk_generator(seed: int, name: str, chunk: int) -> torch.Generator:
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
 
 
-def random_chunks(pool: ThreadPoolExecutor, spec: TensorSpec, seed: int, bound: float) -> Iterator[torch.Tensor]:
-    """Uniform values in [-bound, bound] as chunks in `spec.dtype`, generated a few chunks ahead on `pool`."""
+def random_chunks(pool: ThreadPoolExecutor, spec: TensorSpec, seed: int, bound: float,
+                  ahead: int) -> Iterator[torch.Tensor]:
+    """Uniform values in [-bound, bound] as chunks in `spec.dtype`, generated `ahead` chunks ahead on `pool`
+    (one more than its workers keeps every worker busy)."""
     starts = list(range(0, spec.numel, CHUNK_ELEMENTS))
 
     def make(i: int) -> torch.Tensor:
         n = min(CHUNK_ELEMENTS, spec.numel - starts[i])
         return torch.empty(n).uniform_(-bound, bound, generator=chunk_generator(seed, spec.name, i)).to(spec.dtype)
 
-    ahead = (pool._max_workers or 1) + 1
     futures = [pool.submit(make, i) for i in range(min(ahead, len(starts)))]
     for i in range(len(starts)):
         chunk = futures[i].result()

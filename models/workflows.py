@@ -68,7 +68,7 @@ def check_workflow(workflow: str) -> str:
 
 def workflow_blocks(workflow: str, audio: bool = True):
     """diffusers' blocks of `workflow` (a fresh SequentialPipelineBlocks), without `decode.audio` when `audio` is off."""
-    from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3Blocks
+    from diffusers import MiniMaxH3Blocks
 
     blocks = MiniMaxH3Blocks().get_workflow(check_workflow(workflow))
     if not audio:

@@ -14,7 +14,9 @@ import torch
 from loader.device import DeviceInfo
 from loader.offload import OffloadSettings
 from models.params import GenerateParams, GenerateParamsError
-from models.pipeline import ENCODE, PREPARE, PipelineEvent, load_stage, run_generate
+from models.pipeline import run_generate
+from models.results import PipelineEvent
+from models.run_state import ENCODE, PREPARE, load_stage
 from models.residency import GROUP_OFFLOAD, MODEL_OFFLOAD, ON_DEVICE, RELEASED
 
 SMALL = GenerateParams(prompt="a red fox in the snow", frames=124, height=64, width=64, steps=3, seed=7)

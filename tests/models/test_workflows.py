@@ -14,7 +14,9 @@ from PIL import Image
 
 from loader.device import DeviceInfo
 from models.params import GenerateParams, GenerateParamsError
-from models.pipeline import VAE_TILING_WARNING, PipelineEvent, load_stage, run_generate
+from models.pipeline import VAE_TILING_WARNING, run_generate
+from models.results import PipelineEvent
+from models.run_state import load_stage
 from models.workflows import stage_plan, workflow_components
 
 UNIFIED = DeviceInfo(spec="cpu", kind="cpu", index=None, name="fake unified GPU", unified_memory=True,

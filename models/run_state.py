@@ -1,0 +1,161 @@
+"""One generate run's state: its stages (timed, sampled, announced) and where each weight component lives.
+
+A stage is opened and closed explicitly (`begin` / `end`) because the blocks
+that mark the pipeline's stages run apart, one before and one after each of
+diffusers' blocks (`models.stage_blocks`); Drainboard's own stages around the
+pipeline use `stage_of`. One stage is open at a time.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+import torch.nn as nn
+
+from loader.api import synchronize
+from loader.memory import MemoryProbe, MemorySample, PeriodicSampler
+from loader.offload import OffloadSettings
+
+from .residency import Placement, Residency, observe
+from .results import EventSink, GenerateResult, PipelineEvent, SampleSink
+
+PREPARE, ENCODE = "prepare", "encode"
+"""Drainboard's own stages around the pipeline's blocks."""
+
+
+def load_stage(component: str) -> str:
+    """The stage in which `component` is loaded."""
+    return f"load.{component}"
+
+
+class RunState:
+    """One run's device, settings, reporting, and the components' residency."""
+
+    def __init__(self, root: Path, pipe, device: torch.device, dtype: torch.dtype, mode: str,
+                 settings: OffloadSettings, placements: dict[str, Placement], sequential: bool,
+                 on_event: EventSink | None, on_sample: SampleSink | None, interval: float,
+                 result: GenerateResult, probe: MemoryProbe):
+        self.root, self.pipe, self.device, self.dtype, self.mode = root, pipe, device, dtype, mode
+        self.settings, self.placements, self.sequential = settings, placements, sequential
+        self.on_event, self.on_sample, self.interval = on_event, on_sample, interval
+        self.result, self.probe = result, probe
+        self.stage = PREPARE
+        self.components = tuple(placements)
+        self.vae_tiling = True
+        self.quantize: str | None = None
+        self.dtypes: dict[str, torch.dtype] = {}
+        self.resident: dict[str, Residency] = {}
+        self.shells: dict[str, nn.Module] = {}
+        self.roots: list[Path] | None = None
+        self._sampler: PeriodicSampler | None = None
+        self._started = 0.0
+
+    def emit(self, kind: str, message: str, **data: Any) -> None:
+        if self.on_event is not None:
+            self.on_event(PipelineEvent(kind, self.stage, message, data))
+
+    def record(self, sample: MemorySample) -> None:
+        peak = sample.vm_rss + sample.device_allocated
+        if peak > self.result.stage_peaks.get(self.stage, 0):
+            self.result.stage_peaks[self.stage] = peak
+        if self.on_sample is not None:
+            self.on_sample(self.stage, sample)
+
+    def begin(self, name: str) -> None:
+        """Open stage `name`: announce it, sample now and every `interval` until `end`."""
+        if self._sampler is not None:
+            raise RuntimeError(f"stage {name!r} begun while stage {self.stage!r} is still open")
+        self.stage = name
+        self.result.stages.append(name)
+        self.emit("stage_start", f"{name} started")
+        self._started = time.monotonic()
+        self.record(self.probe.sample())
+        self._sampler = PeriodicSampler(self.probe, self.interval, self.record).start()
+
+    def end(self) -> None:
+        """Close the open stage once the device has finished its work; add its seconds (a reload adds up)."""
+        self.abandon()
+        synchronize(self.device)
+        self.record(self.probe.sample())
+        name, seconds = self.stage, time.monotonic() - self._started
+        self.result.stage_seconds[name] = self.result.stage_seconds.get(name, 0.0) + seconds
+        self.emit("stage_end", f"{name} done in {seconds:.2f} s", seconds=seconds,
+                  peak_bytes=self.result.stage_peaks.get(name, 0))
+
+    def abandon(self) -> None:
+        """Stop the open stage's sampler without ending it (a block raised): no thread outlives the run."""
+        if self._sampler is not None:
+            self._sampler.stop()
+            self._sampler = None
+
+    @contextmanager
+    def stage_of(self, name: str) -> Iterator[None]:
+        self.begin(name)
+        try:
+            yield
+        except BaseException:
+            self.abandon()
+            raise
+        self.end()
+
+    def load(self, name: str) -> None:
+        """Fill `name` with the loader in its own stage, apply its placement, hand it to the pipeline."""
+        placement = self.placements[name]
+        with self.stage_of(load_stage(name)):
+            module, report = _load_weights(self, name, torch.device(placement.load_device))
+            if name == "vae" and not self.vae_tiling:
+                module.disable_tiling()
+            self.resident[name] = Residency(placement, module, self.device, self.settings)
+            self.pipe.update_components(**{name: module})
+        self.result.loads[name] = report
+        skipped = report.get("excluded_bytes", 0)
+        self.emit("load", f"loaded {name} on {placement.load_device} ({placement.mechanism})"
+                  + (f"; {skipped / 2**20:.1f} MiB in {report.get('excluded_tensors', 0)} tensors not read"
+                     f" ({self.result.workflow} never runs them)" if skipped else ""),
+                  component=name, device=placement.load_device, mechanism=placement.mechanism,
+                  bytes=report.get("bytes_placed", 0), seconds=report.get("load_seconds", 0.0),
+                  excluded_bytes=skipped, excluded_tensors=report.get("excluded_tensors", 0))
+
+    def done_with(self, name: str) -> None:
+        """After `name`'s last block: model offload goes back to the host; sequential residency releases it."""
+        residency = self.resident.get(name)
+        if residency is None:
+            return
+        residency.offload()
+        if not self.sequential:
+            return
+        nbytes = sum(p.nbytes for p in residency.module.parameters())
+        del self.resident[name], residency
+        self.pipe.register_components(**{name: self.shells.get(name)})
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        self.emit("release", f"released {name} ({nbytes / 2**20:.1f} MiB)", component=name, bytes=nbytes)
+
+    def observe(self, block: str) -> None:
+        """Record, for `block`, where each weight component lives as our residency applied it."""
+        where = {name: observe(self.resident.get(name)) for name in self.components}
+        self.result.residency.append({"block": block, "components": where})
+
+
+def _load_weights(run: RunState, name: str, target: torch.device) -> tuple[nn.Module, dict[str, Any]]:
+    from .components import load_component
+    from .quantize import DIT_COMPONENTS, held_bytes
+
+    def on_tensor(placed) -> None:
+        if placed.sample is not None:
+            run.record(placed.sample)
+
+    quantize = run.quantize if name in DIT_COMPONENTS else None
+    module, report = load_component(run.root, name, mode=run.mode, device=str(target),
+                                    dtype=run.dtypes.get(name, run.dtype), workflow=run.result.workflow,
+                                    on_tensor=on_tensor, probe=run.probe, roots=run.roots, quantize=quantize)
+    out = report.to_dict()
+    if quantize is not None:
+        out |= {"quantize": quantize, "bytes_held": held_bytes(module)}
+    return module, out
