@@ -83,7 +83,7 @@ def dashboard(tmp_path_factory):
 
 
 def _stop_supervisor(data: Path) -> None:
-    from jobs.supervisor import supervisor_status
+    from jobs.presence import supervisor_status
     from storage.connections import connect
 
     db_path = data / "drainboard.db"

@@ -10,8 +10,10 @@ import pytest
 
 from jobs.cgroups import memory_limit_support, own_memory_group
 from jobs.liveness import pid_alive
+from jobs.presence import REPO_ROOT, ensure_supervisor, supervisor_status
 from jobs.queue import cancel, retry
-from jobs.supervisor import REPO_ROOT, Supervisor, ensure_supervisor, supervisor_status
+from jobs.supervisor import Supervisor
+from storage import jobs_table
 from storage.artifacts import job_dir
 from storage.queries import artifacts, get_job, last_sample, sample_count
 
@@ -71,8 +73,7 @@ def test_a_job_whose_supervisor_stopped_heartbeating_is_recovered_after_the_stal
     job_id = queue_job("steps")
     hung = Supervisor(config)
     hung.start(now=1000.0)
-    db.execute("UPDATE jobs SET status = 'running', supervisor_id = ?, started_at = 1000, heartbeat_at = 1000 "
-               "WHERE id = ?", [hung.id, job_id])
+    jobs_table.start(db, job_id, supervisor_id=hung.id, now=1000.0)
     other = Supervisor(config)
     other.start(now=1005.0)
     assert other.recover_interrupted(now=1005.0) == []  # a heartbeat 5 s old: still tended
@@ -96,11 +97,10 @@ def test_a_job_running_when_the_host_restarted_ends_interrupted_saying_so_with_i
     job_id = queue_job("steps")
     before = Supervisor(config)
     before.start()
-    db.execute("UPDATE jobs SET status = 'running', supervisor_id = ?, started_at = ?, heartbeat_at = ?, "
-               "boot_id = 'boot-1' WHERE id = ?", [before.id, time.time(), time.time(), job_id])
+    jobs_table.start(db, job_id, supervisor_id=before.id, boot_id="boot-1")
     db.execute("INSERT INTO samples (job_id, seq, rank, t, stage, tensors_placed, tensor_name, vm_rss, mem_available) "
                "VALUES (?, 0, 0, 4.2, 'load', 31, 'blocks.31.weight', ?, ?)", [job_id, 2**30, 3 * 2**30])
-    db.execute("UPDATE jobs SET progress_done = 31, progress_total = 48 WHERE id = ?", [job_id])
+    jobs_table.set_progress(db, job_id, 31, 48)
     monkeypatch.setenv("DRAINBOARD_BOOT_ID", "boot-2")  # the host came back; the old heartbeat is fresh
     after = Supervisor(config)
     assert after.start() == [job_id]

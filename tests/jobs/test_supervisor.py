@@ -5,7 +5,8 @@ import sys
 import time
 
 from jobs.queue import cancel
-from jobs.supervisor import REPO_ROOT, Supervisor, supervisor_status
+from jobs.presence import REPO_ROOT, supervisor_status
+from jobs.supervisor import Supervisor
 from storage.queries import artifacts, events, get_job, last_sample, sample_count
 
 

@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from jobs.supervisor import REPO_ROOT
+from jobs.presence import REPO_ROOT
 from storage.artifacts import job_dir
 from storage.queries import events, get_job, sample_count
 
@@ -99,7 +99,7 @@ def test_a_worker_started_to_exit_when_idle_stays_while_a_page_is_open_then_exit
 
 
 def test_a_worker_started_on_someones_behalf_is_told_to_exit_when_idle(config, db):
-    from jobs.supervisor import LAUNCHED_IDLE_EXIT, ensure_supervisor
+    from jobs.presence import LAUNCHED_IDLE_EXIT, ensure_supervisor
 
     worker = psutil.Process(ensure_supervisor(config)["launched_pid"])
     try:
