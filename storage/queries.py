@@ -224,7 +224,7 @@ def artifacts(db: sqlite_utils.Database, job_id: int) -> list[dict]:
 
 
 def supervisors(db: sqlite_utils.Database) -> list[dict]:
-    """Supervisor heartbeat rows, most recent first (see `jobs.supervisor.supervisor_status`)."""
+    """Supervisor heartbeat rows, most recent first (see `jobs.presence.supervisor_status`)."""
     return list(db.query("SELECT * FROM supervisors ORDER BY heartbeat_at DESC"))
 
 
