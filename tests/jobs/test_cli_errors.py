@@ -36,6 +36,7 @@ def test_a_job_id_beyond_sqlite_is_refused_naming_the_argument(db, capsys, comma
     assert "argument id: expected a whole number" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_prompt_with_a_byte_that_is_not_utf8_exits_2_naming_the_prompt(config, tiny_model):
     result = subprocess.run(
         [sys.executable, "-m", "jobs", "submit", "generate", "--model", str(tiny_model), "--prompt", b"a \xff fox",
@@ -146,6 +147,7 @@ def test_submit_and_worker_on_a_full_disk_say_disk_full_where_and_how_much_is_fr
 @pytest.mark.parametrize("argv", [
     ["jobs", "list"], ["loader", "inspect", "MODEL"], ["models", "synth", "OUT", "--profile", "tiny", "--dry-run"],
 ])
+@pytest.mark.slow
 def test_a_closed_stdout_ends_quietly(config, queue_job, tiny_model, tmp_path, argv):
     for _ in range(3):
         queue_job("steps")

@@ -37,6 +37,7 @@ def test_a_zombie_counts_as_dead():
     assert not pid_alive(child.pid)
 
 
+@pytest.mark.slow
 def test_a_live_supervisor_recovers_the_job_of_another_that_was_sigkilled_mid_job(db, config, queue_job, monkeypatch):
     monkeypatch.setenv("DRAINBOARD_TEST_STEPS", "100000")
     monkeypatch.setenv("DRAINBOARD_TEST_DELAY", "0.01")
@@ -89,6 +90,7 @@ def test_a_job_whose_supervisor_stopped_heartbeating_is_recovered_after_the_stal
     hung.stop()
 
 
+@pytest.mark.slow
 def test_a_job_running_when_the_host_restarted_ends_interrupted_saying_so_with_its_last_sample(
     db, config, queue_job, run_to_end, monkeypatch
 ):
@@ -113,6 +115,7 @@ def test_a_job_running_when_the_host_restarted_ends_interrupted_saying_so_with_i
     after.stop()
 
 
+@pytest.mark.slow
 def test_the_spawned_supervisor_is_detached_so_it_never_becomes_our_zombie(config, db):
     status = ensure_supervisor(config, wait=90)  # a loaded 2-core box takes a while to import torch
     pid = status["launched_pid"]
@@ -129,6 +132,7 @@ def test_the_spawned_supervisor_is_detached_so_it_never_becomes_our_zombie(confi
     assert supervisor_status(db)["alive"] is False
 
 
+@pytest.mark.slow
 def test_a_killed_encode_leaves_no_partial_video(db, config, queue_job, tick_until, run_to_end, monkeypatch):
     monkeypatch.setenv("DRAINBOARD_TEST_STEPS", "10000")
     monkeypatch.setenv("DRAINBOARD_TEST_DELAY", "0.01")
@@ -145,6 +149,7 @@ def test_a_killed_encode_leaves_no_partial_video(db, config, queue_job, tick_unt
     assert [a["name"] for a in artifacts(db, done["id"])] == ["video.mp4", "child.log"]
 
 
+@pytest.mark.slow
 def test_a_multi_problem_error_is_one_line_for_lists_with_the_full_text_beside_it(queue_job, run_to_end):
     job = run_to_end(queue_job("broken_checkpoint"))
     assert job["status"] == "failed"
@@ -177,6 +182,7 @@ def test_stale_job_cgroups_are_swept_and_a_live_supervisors_are_kept(config):
                 group.rmdir()
 
 
+@pytest.mark.slow
 @needs_cgroup
 def test_the_cgroup_of_a_job_whose_supervisor_was_sigkilled_is_removed_by_the_next(db, config, queue_job, monkeypatch):
     monkeypatch.setenv("DRAINBOARD_TEST_STEPS", "100000")
@@ -198,6 +204,7 @@ def test_the_cgroup_of_a_job_whose_supervisor_was_sigkilled_is_removed_by_the_ne
     supervisor.stop()
 
 
+@pytest.mark.slow
 @needs_cgroup
 def test_a_sigkill_from_outside_a_limited_job_is_not_blamed_on_the_oom_killer(db, queue_job, tick_until, run_to_end,
                                                                               monkeypatch):

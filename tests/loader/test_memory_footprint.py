@@ -18,6 +18,7 @@ import torch
 
 from models.safetensors_stream import write_tensors
 
+pytestmark = pytest.mark.slow  # three loads, each in a fresh process that imports torch
 REPO = Path(__file__).resolve().parents[2]
 SHARDS = 8
 TENSORS_PER_SHARD = 4

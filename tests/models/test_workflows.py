@@ -52,6 +52,7 @@ def _rgb(path: Path):
     return Image.open(path).convert("RGB")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fields", [("image",), ("last_image",), ("image", "last_image")])
 def test_fl2va_frames_equal_diffusers_own_pipeline(h3_tiny: Path, keyframe: Path, tmp_path: Path, fields):
     params = replace(BASE, **{f: str(keyframe) for f in fields})
@@ -63,6 +64,7 @@ def test_fl2va_frames_equal_diffusers_own_pipeline(h3_tiny: Path, keyframe: Path
     assert [e.message for e in events if e.kind == "note"] == result.notes and len(result.notes) == len(fields)
 
 
+@pytest.mark.slow
 def test_ref2va_frames_equal_diffusers_own_pipeline_and_only_transformer_ref_is_loaded(
         h3_tiny: Path, keyframe: Path, tmp_path: Path):
     from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3ImageReference
@@ -79,6 +81,7 @@ def test_ref2va_frames_equal_diffusers_own_pipeline_and_only_transformer_ref_is_
     assert {"transformer_ref"} in held  # alone while it denoises
 
 
+@pytest.mark.slow
 def test_the_vision_tower_is_read_for_image_workflows_only(h3_tiny: Path, keyframe: Path, tmp_path: Path):
     t2va = run_generate(h3_tiny, replace(BASE, steps=2, audio=False), tmp_path / "a.mp4", device_info=UNIFIED)
     fl2va = run_generate(h3_tiny, replace(BASE, steps=2, audio=False, image=str(keyframe)), tmp_path / "b.mp4",
@@ -87,6 +90,7 @@ def test_the_vision_tower_is_read_for_image_workflows_only(h3_tiny: Path, keyfra
     assert skipped["t2va"] > skipped["fl2va"] > 0  # lm_head and the layers past 50 are skipped by both
 
 
+@pytest.mark.slow
 def test_sequential_plan_releases_the_vae_around_the_dit_and_never_holds_two_large_components(
         h3_tiny: Path, keyframe: Path, tmp_path: Path):
     events: list[PipelineEvent] = []
@@ -117,6 +121,7 @@ def test_stage_plans_as_data_for_every_workflow():
                                                "releases": ("text_encoder",)}
 
 
+@pytest.mark.slow
 def test_vae_tiling_off_is_recorded_warned_and_applied(h3_tiny: Path, tmp_path: Path):
     events: list[PipelineEvent] = []
     result = run_generate(h3_tiny, replace(BASE, steps=2, audio=False, vae_tiling=False), tmp_path / "c.mp4",
@@ -125,6 +130,7 @@ def test_vae_tiling_off_is_recorded_warned_and_applied(h3_tiny: Path, tmp_path: 
     assert any(e.kind == "note" and e.message == VAE_TILING_WARNING for e in events)
 
 
+@pytest.mark.slow
 def test_fp32_vae_decodes_in_the_checkpoint_s_precision(h3_tiny: Path, tmp_path: Path):
     bf16 = run_generate(h3_tiny, replace(BASE, steps=2, audio=False), tmp_path / "a.mp4", device_info=UNIFIED)
     fp32 = run_generate(h3_tiny, replace(BASE, steps=2, audio=False, vae_dtype="fp32"), tmp_path / "b.mp4",
@@ -133,6 +139,7 @@ def test_fp32_vae_decodes_in_the_checkpoint_s_precision(h3_tiny: Path, tmp_path:
     assert fp32.video_sha256 != bf16.video_sha256
 
 
+@pytest.mark.slow
 def test_a_few_step_checkpoint_runs_its_own_steps_and_shift(h3_tiny: Path, tmp_path: Path):
     root = tmp_path / "distilled"
     shutil.copytree(h3_tiny, root)
