@@ -127,6 +127,7 @@ def test_a_job_over_its_memory_budget_is_stopped_by_the_guard_naming_its_last_te
     assert job["metrics"]["memory_guard"]["growth"] == guard[0]["data"]["growth"]
 
 
+@pytest.mark.slow
 def test_on_unified_memory_the_default_floor_stops_a_job_and_elsewhere_it_does_not(
     config, db, queue_job, monkeypatch
 ):
