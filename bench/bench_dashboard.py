@@ -28,14 +28,17 @@ GIB = 2**30
 
 
 def _make_job(data: Path, samples: int) -> int:
-    from jobs.queue import enqueue
     from jobs.spec import JobSpec
     from loader.memory import MemorySample
+    from storage import jobs_table
     from storage.connections import connect
     from storage.sample_writer import SampleWriter
 
     db = connect(data / "drainboard.db")
-    job_id = enqueue(db, JobSpec(kind="load", model=str(data / "models" / "none"), mode="drain"))
+    spec = JobSpec(kind="load", model=str(data / "models" / "none"), mode="drain")
+    created = time.time()
+    job_id = jobs_table.enqueue(db, spec.kind, spec.to_dict(), now=created)
+    jobs_table.claim_oldest(db, "bench", now=created)
     db.conn.close()
     i = np.arange(samples)
     placed = (i + 1) * (40 * GIB // samples)
@@ -52,10 +55,7 @@ def _make_job(data: Path, samples: int) -> int:
             )
     db = connect(data / "drainboard.db")
     metrics = {"bytes_placed": int(placed[-1]), "footprint_ratio": 1.16, "load_seconds": samples * 0.01}
-    db.execute(
-        "UPDATE jobs SET status = 'succeeded', started_at = created_at, finished_at = created_at + ?, metrics = ? WHERE id = ?",
-        [samples * 0.01, json.dumps(metrics), job_id],
-    )
+    jobs_table.finish(db, job_id, "succeeded", metrics=metrics, now=created + samples * 0.01)
     db.conn.close()
     return job_id
 

@@ -27,6 +27,7 @@ from safetensors.torch import save_file  # noqa: E402
 
 from jobs.context import JobContext  # noqa: E402
 from loader import MemoryProbe, load_checkpoint  # noqa: E402
+from storage import jobs_table  # noqa: E402
 from storage.connections import connect  # noqa: E402
 from storage.queries import sample_count  # noqa: E402
 from storage.sample_writer import SampleWriter  # noqa: E402
@@ -43,8 +44,8 @@ def write_checkpoint(folder: Path, tensors: int, tensor_mib: float) -> Path:
 
 def new_job(db_path: Path) -> int:
     db = connect(db_path)
-    job_id = db.execute("INSERT INTO jobs (kind, spec, status, created_at) VALUES ('load', '{}', 'running', ?)",
-                        [time.time()]).lastrowid
+    job_id = jobs_table.enqueue(db, "load", {})
+    jobs_table.claim_oldest(db, "bench")
     db.conn.close()
     return job_id
 

@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loader.memory import MemorySample  # noqa: E402
-from storage import queries  # noqa: E402
+from storage import jobs_table, queries  # noqa: E402
 from storage.connections import connect  # noqa: E402
 from storage.sample_writer import SampleWriter  # noqa: E402
 
@@ -33,7 +33,7 @@ CHART_COLUMNS = ("vm_rss", "rss_file", "device_allocated", "mem_available")
 def fill(db_path: Path, samples: int) -> tuple[int, float]:
     """A job with `samples` made-up samples (a rising curve with ripple and one spike); returns (job, seconds)."""
     db = connect(db_path)
-    job = db.execute("INSERT INTO jobs (kind, spec, created_at) VALUES ('load', '{}', 0)").lastrowid
+    job = jobs_table.enqueue(db, "load", {}, now=0.0)
     db.conn.close()
     start = time.perf_counter()
     with SampleWriter(db_path, job, t0=0.0) as writer:

@@ -62,7 +62,7 @@ def prepare(config: Config, on_progress: Progress = lambda fraction, text: None,
                     demo_error = str(e)
     status: dict = {"alive": False}
     if start_worker:
-        from jobs.supervisor import ensure_supervisor
+        from jobs.presence import ensure_supervisor
 
         on_progress(1.0, "starting the job supervisor")
         status = ensure_supervisor(config)

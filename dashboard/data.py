@@ -217,6 +217,6 @@ def guard_limits(budget: int | None, floor: int | None, total: int):
 @st.cache_data(ttl=2, show_spinner=False)
 def supervisor(path: str) -> dict:
     """jobs.supervisor.supervisor_status: alive, id, pid, heartbeat_age, current_job."""
-    from jobs.supervisor import supervisor_status
+    from jobs.presence import supervisor_status
 
     return supervisor_status(_db(path))

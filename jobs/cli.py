@@ -140,7 +140,7 @@ def _print_existing(db: sqlite_utils.Database, config: Config, job_id: int, as_j
 def _wait(db: sqlite_utils.Database, config: Config, job_id: int) -> dict:
     """Follow the job on stderr until it ends, starting a worker if none is alive; give up (returning the
     job as it stands) once no worker has been alive for NO_WORKER_DEADLINE seconds."""
-    from jobs.supervisor import ensure_supervisor, supervisor_status
+    from jobs.presence import ensure_supervisor, supervisor_status
 
     ensure_supervisor(config)
     shown, alive_at = None, time.monotonic()

@@ -193,13 +193,19 @@ class MemoryGuard:
         self._thread.start()
         return self
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            trip = self.check(self._read())
-            if trip is None:
-                continue
+    def poll(self) -> GuardTrip | None:
+        """One reading, what the thread takes every `interval`: a crossed limit is kept as `trip` and the child
+        sent SIGTERM. Returns the trip, None while within limits."""
+        trip = self.check(self._read())
+        if trip is not None:
             self.trip = trip
             self._send(signal.SIGTERM)
+        return trip
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            if self.poll() is None:
+                continue
             if not self._stop.wait(self._grace):
                 self._send(signal.SIGKILL)
             return

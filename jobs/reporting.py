@@ -7,7 +7,6 @@ supervisor) or streams to a supervisor on another machine (the Ray backend).
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any, Callable, Protocol
 
 from jobs.samples import DatabaseSink, SampleSink
 
+from storage import jobs_table
 from storage.artifacts import record_artifact
 from storage.connections import connect, is_database_full
 from storage.queries import get_job
@@ -82,12 +82,11 @@ class DatabaseReporter:
 
     def stage(self, name: str) -> None:
         with self._lock:
-            self._db.execute("UPDATE jobs SET stage = ? WHERE id = ?", [name, self.job_id])
+            jobs_table.set_stage(self._db, self.job_id, name)
 
     def progress(self, done: int, total: int | None) -> None:
         with self._lock:
-            self._db.execute("UPDATE jobs SET progress_done = ?, progress_total = ? WHERE id = ?",
-                             [done, total, self.job_id])
+            jobs_table.set_progress(self._db, self.job_id, done, total)
 
     def artifact(self, path: Path) -> None:
         with self._lock:
@@ -95,13 +94,12 @@ class DatabaseReporter:
 
     def metrics(self, metrics: dict[str, Any]) -> None:
         with self._lock:
-            self._db.execute("UPDATE jobs SET metrics = ? WHERE id = ?", [json.dumps(metrics), self.job_id])
+            jobs_table.set_metrics(self._db, self.job_id, metrics)
 
     def error(self, summary: str, detail: str | None) -> None:
         try:
             with self._lock:
-                self._db.execute("UPDATE jobs SET error = ?, error_detail = ? WHERE id = ?",
-                                 [summary, detail, self.job_id])
+                jobs_table.set_error(self._db, self.job_id, summary, detail)
         except sqlite3.Error as e:
             if not is_database_full(e):
                 raise

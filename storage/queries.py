@@ -11,6 +11,7 @@ from typing import Iterable, Iterator, Sequence
 
 import sqlite_utils
 
+from storage import jobs_table
 from storage.artifacts import job_dir
 from storage.connections import transaction
 from storage.schema import EXTREMES_BLOCK, FINAL_STATUSES, SAMPLE_COLUMNS
@@ -223,7 +224,7 @@ def artifacts(db: sqlite_utils.Database, job_id: int) -> list[dict]:
 
 
 def supervisors(db: sqlite_utils.Database) -> list[dict]:
-    """Supervisor heartbeat rows, most recent first (see `jobs.supervisor.supervisor_status`)."""
+    """Supervisor heartbeat rows, most recent first (see `jobs.presence.supervisor_status`)."""
     return list(db.query("SELECT * FROM supervisors ORDER BY heartbeat_at DESC"))
 
 
@@ -241,8 +242,7 @@ def delete_job(db: sqlite_utils.Database, data_dir: str | Path, job_id: int) -> 
             raise ValueError(f"job {job_id} is {row[0]}: only a finished job can be deleted (cancel it first)")
         for table in ("samples", "sample_extremes", "events", "artifacts"):
             conn.execute(f"DELETE FROM {table} WHERE job_id = ?", [job_id])
-        conn.execute("UPDATE jobs SET retry_of = NULL WHERE retry_of = ?", [job_id])
-        conn.execute("DELETE FROM jobs WHERE id = ?", [job_id])
+        jobs_table.delete(conn, job_id)
     reclaimed = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.exists() else 0
     shutil.rmtree(folder, ignore_errors=True)
     return reclaimed

@@ -99,7 +99,7 @@ def worker_section(db: str) -> None:
     else:
         st.error("The supervisor is not running: queued jobs will wait. Start it here, or run `python -m jobs worker`.")
         if st.button("Start supervisor", type="primary"):
-            from jobs.supervisor import ensure_supervisor
+            from jobs.presence import ensure_supervisor
 
             with st.spinner("Starting the supervisor…"):
                 ensure_supervisor(data.config())

@@ -37,9 +37,9 @@ import sqlite_utils
 
 from jobs.backends.follow import Follower
 from jobs.outcome import describe_sample, kill_reason, where
-from jobs.queue import finish
 from jobs.spec import JobSpec
 from jobs.wire import ENV_REPORT, ENV_SPEC
+from storage import jobs_table
 from storage.artifacts import new_artifact_path, record_artifact, remove_unrecorded
 from storage.config import Config
 from storage.queries import get_job, last_sample
@@ -166,7 +166,7 @@ class RayJobsBackend:
         except Exception as e:  # noqa: BLE001 - Ray's refusal, in its words, is the job's error
             follower.close()
             record_artifact(self.db, self.config.data_dir, job["id"], log_path)
-            finish(self.db, job["id"], "failed", error=f"the Ray cluster refused the job: {e}")
+            jobs_table.finish(self.db, job["id"], "failed", error=f"the Ray cluster refused the job: {e}")
             return
         self._event(job["id"], "ray", f"submitted to Ray as {run.submission_id}",
                     {"submission_id": run.submission_id, **{k: v for k, v in arguments.items() if k.startswith("entrypoint_")}})
@@ -203,7 +203,7 @@ class RayJobsBackend:
             return self._run is not None
         run.last_answer = now
         if status == self._status.PENDING:
-            self.db.execute("UPDATE jobs SET stage = coalesce(stage, 'waiting for Ray') WHERE id = ?", [run.job_id])
+            jobs_table.set_stage_unless_set(self.db, run.job_id, "waiting for Ray")
         if not status.is_terminal():
             return True
         self._end(run, status)
@@ -273,7 +273,7 @@ class RayJobsBackend:
             metrics["ray_host"] = run.follower.started["host"]
         if run.follower.error is not None:
             error = f"{error or 'the job ended'}; its samples could not all be stored: {run.follower.error}"
-        finish(self.db, run.job_id, status, error=error, metrics=metrics, **fields)
+        jobs_table.finish(self.db, run.job_id, status, error=error, metrics=metrics, **fields)
 
     def _event(self, job_id: int, kind: str, message: str, data: dict) -> None:
         self.db["events"].insert({"job_id": job_id, "t": 0.0, "created_at": time.time(), "kind": kind,

@@ -112,25 +112,30 @@ def tiny_checkpoint(data_dir):
 
 def add_job(db, *, status: str, mode: str = "stream", model: str = "/models/tiny", samples: pd.DataFrame | None = None,
             metrics: dict | None = None, kind: str = "load", signal: str | None = None, error: str | None = None,
-            generate: dict | None = None, retry_of: int | None = None, memory_limit: int | None = None) -> int:
-    """Insert a job as if it had run: its row, its samples and its final status."""
-    import json
+            generate: dict | None = None, retry_of: int | None = None, memory_limit: int | None = None,
+            started_at: float | None = None) -> int:
+    """Add a job as if it had run, through the table's own transitions: queued 30 s ago, started 25 s ago (or
+    at `started_at`), ended 5 s ago unless `status` says it has not; then its samples."""
     import time
 
     from jobs.spec import JobSpec
     from models.params import GenerateParams
+    from storage import jobs_table
+    from storage.schema import FINAL_STATUSES
 
     spec = JobSpec(kind=kind, model=model, mode=mode, memory_limit=memory_limit,
                    generate=GenerateParams(**generate) if generate else None)
     now = time.time()
-    cursor = db.execute(
-        "INSERT INTO jobs (kind, spec, status, created_at, started_at, finished_at, metrics, signal, error, retry_of) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [kind, json.dumps(spec.to_dict()), status, now - 30, now - 25 if status != "queued" else None,
-         now - 5 if status not in ("queued", "running") else None, json.dumps(metrics) if metrics else None, signal, error,
-         retry_of],
-    )
-    job_id = cursor.lastrowid
+    job_id = jobs_table.enqueue(db, kind, spec.to_dict(), retry_of=retry_of, now=now - 30)
+    if status != "queued":
+        jobs_table.start(db, job_id, supervisor_id="test", now=now - 25 if started_at is None else started_at)
+    if status in FINAL_STATUSES:
+        jobs_table.finish(db, job_id, status, error=error, signal=signal, metrics=metrics, now=now - 5)
+    else:
+        if metrics:
+            jobs_table.set_metrics(db, job_id, metrics)
+        if error:
+            jobs_table.set_error(db, job_id, error, None)
     if samples is not None:
         _write_samples(db, job_id, samples)
     return job_id

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from dashboard.bootstrap import demo_missing, demo_path, prepare
 from storage.config import Config
 from storage.connections import connect
 
 
+@pytest.mark.slow
 def test_first_start_on_a_small_disk_reports_the_demo_error_and_keeps_the_database(small_tmpfs):
     disk = small_tmpfs(512 * 1024)
     config = Config(data_dir=disk / "data", model_roots=[disk / "models"])

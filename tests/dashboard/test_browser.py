@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "tests" / "_artifacts"
@@ -83,7 +83,7 @@ def dashboard(tmp_path_factory):
 
 
 def _stop_supervisor(data: Path) -> None:
-    from jobs.supervisor import supervisor_status
+    from jobs.presence import supervisor_status
     from storage.connections import connect
 
     db_path = data / "drainboard.db"

@@ -17,7 +17,7 @@ from tests.dashboard.test_browser import (  # noqa: F401  (pytest fixtures)
     ARTIFACTS, _shoot_everywhere, _wait_chart_drawn, browser, dashboard, page,
 )
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 FOOTPRINTS = {"stream": 1.07, "drain": 1.42, "retain": 2.15}
 """The recorded footprint of each job (the load report's footprint_ratio)."""

@@ -12,7 +12,7 @@ import pytest
 from tests.dashboard.test_browser import ARTIFACTS, browser, dashboard  # noqa: F401  (module fixtures)
 from tests.dashboard.test_page_text import INTERNAL_NAME
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 WIDTHS = (1024, 1400)
 SCHEMES = ("light", "dark")

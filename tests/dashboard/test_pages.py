@@ -8,6 +8,9 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from storage import jobs_table
+from storage.queries import delete_job
+
 PAGES = ["run", "job", "history", "compare", "system"]
 TIMEOUT = 60
 ROOT = Path(__file__).resolve().parents[2]
@@ -213,7 +216,7 @@ def test_job_page_of_a_generate_job_shows_steps_and_peak_footprint_not_placement
     metrics = {"peak_footprint": 3 * 2**29, "stage_peaks": {"text_encoder": 3 * 2**29, "denoise.denoise": 2**30},
                "stage_seconds": {"denoise.denoise": 6.0}}
     job_id = job_adder(db, status="succeeded", kind="generate", samples=load_samples, metrics=metrics)
-    db.execute("UPDATE jobs SET progress_done = 6, progress_total = 6 WHERE id = ?", [job_id])
+    jobs_table.set_progress(db, job_id, 6, 6)
     at = page("job")
     at.query_params["job"] = str(job_id)
     at.run()
@@ -415,14 +418,14 @@ def test_history_deletes_the_selected_finished_jobs_after_confirmation(db_with_j
     assert not video.exists()
 
 
-def test_compare_suggests_only_jobs_of_one_checkpoint(db_with_jobs, job_adder, load_samples):
+def test_compare_suggests_only_jobs_of_one_checkpoint(db_with_jobs, job_adder, load_samples, tmp_path):
     db, ids = db_with_jobs
     other = job_adder(db, status="succeeded", mode="drain", model="/models/other", samples=load_samples)
     at = page("compare").run()
     assert not at.exception, at.exception
     # The newest succeeded job is of /models/other, alone in its checkpoint: nothing to pair it with.
     assert at.multiselect[0].value == [other]
-    db.execute("DELETE FROM jobs WHERE id = ?", [other])
+    delete_job(db, tmp_path, other)
     st.cache_data.clear()
     at = page("compare").run()
     assert at.multiselect[0].value == [ids["retain"], ids["drain"], ids["stream"]]

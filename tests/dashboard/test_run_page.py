@@ -4,13 +4,14 @@ take the page down, a form that remembers and fills from a job, and the forecast
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from jobs.spec import JobSpec
+from storage import jobs_table
+from storage.schema import FINAL_STATUSES
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 60
@@ -30,12 +31,10 @@ def _queued(db) -> list[dict]:
 
 
 def _add_spec(db, spec: JobSpec, status: str = "succeeded") -> int:
-    now = time.time()
-    cursor = db.execute(
-        "INSERT INTO jobs (kind, spec, status, created_at) VALUES (?, ?, ?, ?)",
-        [spec.kind, json.dumps(spec.to_dict()), status, now],
-    )
-    return cursor.lastrowid
+    job_id = jobs_table.enqueue(db, spec.kind, spec.to_dict())
+    if status in FINAL_STATUSES:
+        jobs_table.finish(db, job_id, status)
+    return job_id
 
 
 def test_a_truncated_shard_shows_the_loaders_message_in_red_and_cannot_be_queued(fresh_db, tiny_checkpoint):

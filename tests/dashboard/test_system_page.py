@@ -60,9 +60,8 @@ def test_unified_memory_forced_on_a_box_without_cuda_lists_no_phantom_gpus(fresh
 def test_the_history_reads_the_samples_jobs_stored_before_the_page_opened(fresh_db, job_adder, load_samples):
     import time
 
-    job_id = job_adder(fresh_db, status="succeeded", samples=load_samples)
     started = time.time() - 120  # two minutes ago, long before this page's first reading
-    fresh_db.execute("UPDATE jobs SET started_at = ? WHERE id = ?", [started, job_id])
+    job_adder(fresh_db, status="succeeded", samples=load_samples, started_at=started)
     from dashboard import data
 
     stored = data.host_history(str(fresh_db_path(fresh_db)), started - 1)

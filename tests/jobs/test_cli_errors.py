@@ -13,10 +13,11 @@ import torch
 
 import jobs.cli
 from jobs.cli import main
-from jobs.supervisor import REPO_ROOT
+from jobs.presence import REPO_ROOT
+from storage import jobs_table
 from storage.config import load_config
 from storage.connections import connect
-from storage.queries import list_jobs
+from storage.queries import get_job, list_jobs
 
 
 def run_json(capsys, *argv: str) -> tuple[int, dict]:
@@ -35,6 +36,7 @@ def test_a_job_id_beyond_sqlite_is_refused_naming_the_argument(db, capsys, comma
     assert "argument id: expected a whole number" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_prompt_with_a_byte_that_is_not_utf8_exits_2_naming_the_prompt(config, tiny_model):
     result = subprocess.run(
         [sys.executable, "-m", "jobs", "submit", "generate", "--model", str(tiny_model), "--prompt", b"a \xff fox",
@@ -85,8 +87,8 @@ def test_usage_errors_without_json_print_usage_and_one_error_line(db, capsys):
 
 def test_list_has_a_header_timestamps_and_one_line_errors(db, config, capsys, queue_job):
     failed = queue_job("steps")
-    db.execute("UPDATE jobs SET status = 'failed', finished_at = created_at + 5, error = ? WHERE id = ?",
-               ["CheckpointError: 20 problems:\n  " + "\n  ".join(f"shard {i} is truncated" for i in range(20)), failed])
+    jobs_table.finish(db, failed, "failed", now=get_job(db, failed)["created_at"] + 5,
+                      error="CheckpointError: 20 problems:\n  " + "\n  ".join(f"shard {i} is truncated" for i in range(20)))
     queue_job("steps")
     assert main(["list"]) == 0
     header, newest, older = capsys.readouterr().out.splitlines()
@@ -99,9 +101,9 @@ def test_list_has_a_header_timestamps_and_one_line_errors(db, config, capsys, qu
 
 
 def test_wait_gives_up_with_a_message_when_no_worker_ever_starts(db, config, capsys, monkeypatch):
-    import jobs.supervisor
+    import jobs.presence
 
-    monkeypatch.setattr(jobs.supervisor, "ensure_supervisor", lambda config: {"alive": False})
+    monkeypatch.setattr(jobs.presence, "ensure_supervisor", lambda config: {"alive": False})
     monkeypatch.setattr(jobs.cli, "NO_WORKER_DEADLINE", 0.5)
     code = main(["submit", "load", "--model", str(config.model_roots[0] / "dummy.safetensors"), "--wait", "--json"])
     captured = capsys.readouterr()
@@ -145,6 +147,7 @@ def test_submit_and_worker_on_a_full_disk_say_disk_full_where_and_how_much_is_fr
 @pytest.mark.parametrize("argv", [
     ["jobs", "list"], ["loader", "inspect", "MODEL"], ["models", "synth", "OUT", "--profile", "tiny", "--dry-run"],
 ])
+@pytest.mark.slow
 def test_a_closed_stdout_ends_quietly(config, queue_job, tiny_model, tmp_path, argv):
     for _ in range(3):
         queue_job("steps")

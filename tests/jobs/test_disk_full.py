@@ -6,6 +6,8 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
+
 from jobs.queue import submit
 from jobs.supervisor import Supervisor
 from storage.artifacts import job_dir
@@ -23,6 +25,7 @@ def fill(folder: Path, leave: int = 0) -> None:
         f.write(b"\0" * (shutil.disk_usage(folder).free - leave))
 
 
+@pytest.mark.slow
 def test_a_generate_job_whose_artifact_disk_is_full_fails_saying_so_and_the_next_job_runs(
     db, config, queue_job, run_to_end, tiny_model, small_tmpfs
 ):

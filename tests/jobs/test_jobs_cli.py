@@ -6,7 +6,7 @@ import sys
 import time
 
 from jobs.cli import main
-from jobs.supervisor import REPO_ROOT, supervisor_status
+from jobs.presence import REPO_ROOT, supervisor_status
 from storage.queries import list_jobs
 
 

@@ -6,9 +6,12 @@ import re
 import signal
 import time
 
+import pytest
+
 from storage.queries import get_job, sample_count
 
 
+@pytest.mark.slow
 def test_sigkill_at_20_random_points_quotes_a_sample_within_one_step_of_the_childs_progress(
     db, config, queue_job, tick_until, run_to_end, monkeypatch, tmp_path
 ):

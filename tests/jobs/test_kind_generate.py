@@ -11,6 +11,7 @@ BLOCKS = ["text_encoder", "denoise.no_keyframe_anchors", "denoise.prepare_layout
           "denoise.set_timesteps", "denoise.denoise", "denoise.after_denoise", "decode.video", "decode.audio"]
 
 
+@pytest.mark.slow
 def test_kind_generate_writes_an_h264_stereo_aac_mp4_and_records_stages_steps_loads_and_releases(
         db, config, queue_job, run_to_end, tiny_model):
     """On the CPU the policy is the unified one: every flag off, sequential residency."""

@@ -21,6 +21,7 @@ def frame(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_an_fl2va_job_runs_from_its_own_copy_of_the_image(db, config, run_to_end, tiny_model, frame):
     job_id = submit(db, {"kind": "generate", "model": str(tiny_model),
                          "generate": {"prompt": "a red fox", "frames": 124, "height": 64, "width": 64, "steps": 2,

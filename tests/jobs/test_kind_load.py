@@ -68,6 +68,7 @@ def test_kind_load_records_the_loaders_forecast_before_reading_beside_what_it_me
 needs_cgroup = pytest.mark.skipif(memory_limit_support() is not None, reason=f"{memory_limit_support()}")
 
 
+@pytest.mark.slow
 @needs_cgroup
 def test_a_load_over_its_memory_limit_is_killed_and_the_cgroup_confirms_the_oom(
     db, queue_job, run_to_end, big_checkpoint

@@ -24,6 +24,7 @@ def six_tensor_checkpoint(config):
     return path
 
 
+@pytest.mark.slow
 def test_kind_load_with_two_ranks_records_each_rank_and_returns_the_aggregate(db, config, queue_job, six_tensor_checkpoint):
     job_id = queue_job("load", model=str(six_tensor_checkpoint))
     spec = JobSpec(kind="load", model=str(six_tensor_checkpoint), device="cpu", gpus=2, sample_every=2)

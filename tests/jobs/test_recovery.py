@@ -10,8 +10,10 @@ import pytest
 
 from jobs.cgroups import memory_limit_support, own_memory_group
 from jobs.liveness import pid_alive
+from jobs.presence import REPO_ROOT, ensure_supervisor, supervisor_status
 from jobs.queue import cancel, retry
-from jobs.supervisor import REPO_ROOT, Supervisor, ensure_supervisor, supervisor_status
+from jobs.supervisor import Supervisor
+from storage import jobs_table
 from storage.artifacts import job_dir
 from storage.queries import artifacts, get_job, last_sample, sample_count
 
@@ -35,6 +37,7 @@ def test_a_zombie_counts_as_dead():
     assert not pid_alive(child.pid)
 
 
+@pytest.mark.slow
 def test_a_live_supervisor_recovers_the_job_of_another_that_was_sigkilled_mid_job(db, config, queue_job, monkeypatch):
     monkeypatch.setenv("DRAINBOARD_TEST_STEPS", "100000")
     monkeypatch.setenv("DRAINBOARD_TEST_DELAY", "0.01")
@@ -71,8 +74,7 @@ def test_a_job_whose_supervisor_stopped_heartbeating_is_recovered_after_the_stal
     job_id = queue_job("steps")
     hung = Supervisor(config)
     hung.start(now=1000.0)
-    db.execute("UPDATE jobs SET status = 'running', supervisor_id = ?, started_at = 1000, heartbeat_at = 1000 "
-               "WHERE id = ?", [hung.id, job_id])
+    jobs_table.start(db, job_id, supervisor_id=hung.id, now=1000.0)
     other = Supervisor(config)
     other.start(now=1005.0)
     assert other.recover_interrupted(now=1005.0) == []  # a heartbeat 5 s old: still tended
@@ -88,6 +90,7 @@ def test_a_job_whose_supervisor_stopped_heartbeating_is_recovered_after_the_stal
     hung.stop()
 
 
+@pytest.mark.slow
 def test_a_job_running_when_the_host_restarted_ends_interrupted_saying_so_with_its_last_sample(
     db, config, queue_job, run_to_end, monkeypatch
 ):
@@ -96,11 +99,10 @@ def test_a_job_running_when_the_host_restarted_ends_interrupted_saying_so_with_i
     job_id = queue_job("steps")
     before = Supervisor(config)
     before.start()
-    db.execute("UPDATE jobs SET status = 'running', supervisor_id = ?, started_at = ?, heartbeat_at = ?, "
-               "boot_id = 'boot-1' WHERE id = ?", [before.id, time.time(), time.time(), job_id])
+    jobs_table.start(db, job_id, supervisor_id=before.id, boot_id="boot-1")
     db.execute("INSERT INTO samples (job_id, seq, rank, t, stage, tensors_placed, tensor_name, vm_rss, mem_available) "
                "VALUES (?, 0, 0, 4.2, 'load', 31, 'blocks.31.weight', ?, ?)", [job_id, 2**30, 3 * 2**30])
-    db.execute("UPDATE jobs SET progress_done = 31, progress_total = 48 WHERE id = ?", [job_id])
+    jobs_table.set_progress(db, job_id, 31, 48)
     monkeypatch.setenv("DRAINBOARD_BOOT_ID", "boot-2")  # the host came back; the old heartbeat is fresh
     after = Supervisor(config)
     assert after.start() == [job_id]
@@ -113,6 +115,7 @@ def test_a_job_running_when_the_host_restarted_ends_interrupted_saying_so_with_i
     after.stop()
 
 
+@pytest.mark.slow
 def test_the_spawned_supervisor_is_detached_so_it_never_becomes_our_zombie(config, db):
     status = ensure_supervisor(config, wait=90)  # a loaded 2-core box takes a while to import torch
     pid = status["launched_pid"]
@@ -129,6 +132,7 @@ def test_the_spawned_supervisor_is_detached_so_it_never_becomes_our_zombie(confi
     assert supervisor_status(db)["alive"] is False
 
 
+@pytest.mark.slow
 def test_a_killed_encode_leaves_no_partial_video(db, config, queue_job, tick_until, run_to_end, monkeypatch):
     monkeypatch.setenv("DRAINBOARD_TEST_STEPS", "10000")
     monkeypatch.setenv("DRAINBOARD_TEST_DELAY", "0.01")
@@ -145,6 +149,7 @@ def test_a_killed_encode_leaves_no_partial_video(db, config, queue_job, tick_unt
     assert [a["name"] for a in artifacts(db, done["id"])] == ["video.mp4", "child.log"]
 
 
+@pytest.mark.slow
 def test_a_multi_problem_error_is_one_line_for_lists_with_the_full_text_beside_it(queue_job, run_to_end):
     job = run_to_end(queue_job("broken_checkpoint"))
     assert job["status"] == "failed"
@@ -177,6 +182,7 @@ def test_stale_job_cgroups_are_swept_and_a_live_supervisors_are_kept(config):
                 group.rmdir()
 
 
+@pytest.mark.slow
 @needs_cgroup
 def test_the_cgroup_of_a_job_whose_supervisor_was_sigkilled_is_removed_by_the_next(db, config, queue_job, monkeypatch):
     monkeypatch.setenv("DRAINBOARD_TEST_STEPS", "100000")
@@ -198,6 +204,7 @@ def test_the_cgroup_of_a_job_whose_supervisor_was_sigkilled_is_removed_by_the_ne
     supervisor.stop()
 
 
+@pytest.mark.slow
 @needs_cgroup
 def test_a_sigkill_from_outside_a_limited_job_is_not_blamed_on_the_oom_killer(db, queue_job, tick_until, run_to_end,
                                                                               monkeypatch):

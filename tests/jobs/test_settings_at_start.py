@@ -9,9 +9,10 @@ import sys
 
 import pytest
 
+from jobs.presence import REPO_ROOT
 from jobs.queue import enqueue
 from jobs.spec import JobSpec
-from jobs.supervisor import REPO_ROOT, Supervisor
+from jobs.supervisor import Supervisor
 from storage.config import Config, ConfigError
 from storage.connections import connect
 from storage.queries import get_job

@@ -6,6 +6,7 @@ import torch
 from jobs.queue import claim, enqueue, retry, submit
 from jobs.spec import JobSpec, JobSpecError, build_spec
 from loader.device import DeviceInfo
+from storage import jobs_table
 from storage.connections import connect
 from storage.queries import get_job, list_jobs
 
@@ -160,7 +161,7 @@ def test_a_valid_generate_spec_round_trips_through_storage(db, config, tiny_mode
 
 def test_retry_queues_a_new_job_with_the_same_spec(db, config):
     first = submit(db, {"kind": "steps", "model": model(config)}, config)
-    db.execute("UPDATE jobs SET status = 'failed' WHERE id = ?", [first])
+    jobs_table.finish(db, first, "failed")
     second = retry(db, first, config)
     assert get_job(db, second)["spec"] == get_job(db, first)["spec"]
     assert get_job(db, second)["retry_of"] == first and get_job(db, second)["status"] == "queued"
@@ -170,7 +171,7 @@ def test_retry_queues_a_new_job_with_the_same_spec(db, config):
 
 def test_retry_checks_the_spec_again_and_queues_nothing_when_it_no_longer_holds(db, config):
     first = submit(db, {"kind": "steps", "model": model(config)}, config)
-    db.execute("UPDATE jobs SET status = 'failed' WHERE id = ?", [first])
+    jobs_table.finish(db, first, "failed")
     (config.model_roots[0] / "dummy.safetensors").unlink()
     with pytest.raises(JobSpecError, match="model: .*dummy.safetensors does not exist"):
         retry(db, first, config)
@@ -204,7 +205,7 @@ def test_retry_accepts_a_generate_submitted_without_a_canvas(db, config, tiny_mo
     """Height and width left to the checkpoint are stored as None; retrying must accept what submit did."""
     first = submit(db, {"kind": "generate", "model": str(tiny_model), "generate": {"prompt": "a fox"}}, config)
     assert get_job(db, first)["spec"]["generate"]["height"] is None
-    db.execute("UPDATE jobs SET status = 'failed' WHERE id = ?", [first])
+    jobs_table.finish(db, first, "failed")
     second = retry(db, first, config)
     assert get_job(db, second)["spec"] == get_job(db, first)["spec"]
     edited = retry(db, first, config, changes={"mode": "drain"})

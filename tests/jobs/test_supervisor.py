@@ -4,8 +4,11 @@ import subprocess
 import sys
 import time
 
+import pytest
+
+from jobs.presence import REPO_ROOT, supervisor_status
 from jobs.queue import cancel
-from jobs.supervisor import REPO_ROOT, Supervisor, supervisor_status
+from jobs.supervisor import Supervisor
 from storage.queries import artifacts, events, get_job, last_sample, sample_count
 
 
@@ -19,6 +22,7 @@ def test_a_job_that_succeeds_stores_metrics_samples_stages_and_its_log(db, queue
     assert [a["name"] for a in artifacts(db, job["id"])] == ["child.log"]
 
 
+@pytest.mark.slow
 def test_a_job_that_raises_fails_with_its_message(db, queue_job, run_to_end):
     job = run_to_end(queue_job("fail"))
     assert job["status"] == "failed" and job["exit_code"] == 1
@@ -26,6 +30,7 @@ def test_a_job_that_raises_fails_with_its_message(db, queue_job, run_to_end):
     assert sample_count(db, job["id"]) == 1
 
 
+@pytest.mark.slow
 def test_a_job_killed_with_sigkill_is_reported_with_oom_wording_and_its_last_sample(
     db, queue_job, run_to_end, tick_until, monkeypatch
 ):
@@ -66,6 +71,7 @@ def test_cancelling_a_running_job_stops_it_and_keeps_its_samples(db, queue_job, 
     assert sample_count(db, job_id) == last_sample(db, job_id)["seq"] + 1 >= 5
 
 
+@pytest.mark.slow
 def test_a_child_ignoring_sigterm_is_killed_after_the_grace_period(
     db, supervisor, queue_job, tick_until, run_to_end, monkeypatch
 ):
@@ -82,6 +88,7 @@ def test_a_child_ignoring_sigterm_is_killed_after_the_grace_period(
     assert time.time() - start >= 0.5
 
 
+@pytest.mark.slow
 def test_a_supervisor_killed_mid_job_leaves_the_job_interrupted_after_restart(db, config, queue_job, monkeypatch):
     monkeypatch.setenv("DRAINBOARD_TEST_STEPS", "10000")
     monkeypatch.setenv("DRAINBOARD_TEST_DELAY", "0.01")
@@ -122,6 +129,7 @@ def test_supervisor_status_follows_the_heartbeat(db, config):
     assert supervisor_status(db, now=1012.0)["alive"] is False
 
 
+@pytest.mark.slow
 def test_a_forked_child_starts_with_the_import_time_objects_frozen_and_a_spawned_one_without(
     db, config, queue_job, run_to_end
 ):

@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from jobs.supervisor import REPO_ROOT
+from jobs.presence import REPO_ROOT
 from storage.artifacts import job_dir
 from storage.queries import events, get_job, sample_count
 
@@ -69,6 +69,7 @@ def _gone(proc: psutil.Process, timeout: float = 10.0) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_a_worker_whose_data_folder_is_deleted_exits_with_its_fork_server(config, db):
     process, log = _worker(config)
     try:
@@ -83,6 +84,7 @@ def test_a_worker_whose_data_folder_is_deleted_exits_with_its_fork_server(config
         process.kill()
 
 
+@pytest.mark.slow
 def test_a_worker_started_to_exit_when_idle_stays_while_a_page_is_open_then_exits(config, db):
     process, log = _worker(config, "--exit-when-idle", "2")
     try:
@@ -98,8 +100,9 @@ def test_a_worker_started_to_exit_when_idle_stays_while_a_page_is_open_then_exit
         process.kill()
 
 
+@pytest.mark.slow
 def test_a_worker_started_on_someones_behalf_is_told_to_exit_when_idle(config, db):
-    from jobs.supervisor import LAUNCHED_IDLE_EXIT, ensure_supervisor
+    from jobs.presence import LAUNCHED_IDLE_EXIT, ensure_supervisor
 
     worker = psutil.Process(ensure_supervisor(config)["launched_pid"])
     try:

@@ -136,6 +136,7 @@ def sharded_128mib(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode, dtype", [("stream", None), ("drain", None), ("retain", None), ("stream", "fp32")])
 def test_the_forecast_is_within_5_percent_of_a_measured_load(sharded_128mib, mode, dtype):
     cmd = [sys.executable, "-m", "loader", "load", str(sharded_128mib), "--mode", mode, "--json"]

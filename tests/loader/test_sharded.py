@@ -187,6 +187,7 @@ def tiny_dit_checkpoint(component_writer) -> Path:
     return component_writer(tiny_dit_shards(), name="dit")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 3])
 def test_each_rank_reads_only_its_slices_and_fully_shard_runs_the_model(uneven_checkpoint, tiny_dit_checkpoint, world):
     mp.spawn(
@@ -223,6 +224,7 @@ def test_local_target_of_a_merged_tensor_cuts_rows_from_each_source_it_spans(une
     assert local_target(fused, 2, 3).sources[-1].data_offsets[1] == v.data_offsets[1]
 
 
+@pytest.mark.slow
 def test_launcher_aggregates_every_rank_and_follows_their_samples_live(uneven_checkpoint):
     seen: dict[int, list[str]] = {}
     result = launch_sharded(uneven_checkpoint, 2, on_tensor=lambda rank, e: seen.setdefault(rank, []).append(e.name))
@@ -243,6 +245,7 @@ def test_launcher_aggregates_every_rank_and_follows_their_samples_live(uneven_ch
     assert lines[3].startswith("    before the load: group ") and "| load: allocate " in lines[3]
 
 
+@pytest.mark.slow
 def test_load_seconds_is_the_sum_of_the_load_phases_and_leaves_set_up_out(uneven_checkpoint):
     ranks = launch_sharded(uneven_checkpoint, 2)["ranks"]
     for r in ranks:

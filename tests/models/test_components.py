@@ -60,6 +60,7 @@ def test_diffusers_components_are_bit_identical_to_from_pretrained(h3_tiny: Path
     assert report.tensors_placed == len(module.state_dict()) and not report.missing and not report.excluded
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 def test_text_encoder_reads_only_what_t2va_uses_and_matches_the_full_model(h3_tiny: Path, mode: str):
     module, report = load_component(h3_tiny, "text_encoder", mode=mode, dtype="bf16")
@@ -182,6 +183,7 @@ def test_the_loaders_registry_builds_diffusers_classes(h3_tiny: Path, monkeypatc
     assert not module.rope.inv_freq.is_meta and not report.missing
 
 
+@pytest.mark.slow
 def test_python_m_loader_load_builds_diffusers_class_through_the_builder_plugin(h3_tiny: Path):
     done = subprocess.run([sys.executable, "-m", "loader", "load", str(h3_tiny), "--component", "transformer",
                            "--dtype", "bf16", "--json"], capture_output=True, text=True, check=True)
@@ -199,6 +201,7 @@ def test_builder_plugins_load_only_present_modules(monkeypatch):
     assert model_registry.get_model_builder("AutoencoderKLMiniMaxH3Audio") is not None
 
 
+@pytest.mark.slow
 def test_loader_inspect_lists_every_component_with_its_class(h3_tiny: Path):
     done = subprocess.run([sys.executable, "-m", "loader", "inspect", str(h3_tiny), "--json"],
                           capture_output=True, text=True, check=True)

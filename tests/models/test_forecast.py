@@ -32,6 +32,7 @@ print(json.dumps(r.stage_peaks))
 """
 
 
+@pytest.mark.slow
 def test_the_forecast_is_within_10_percent_per_stage_of_a_measured_tiny_run_on_an_unseen_geometry(
         h3_tiny: Path, tmp_path: Path):
     params = {"prompt": UNSEEN.prompt, "frames": UNSEEN.frames, "height": UNSEEN.height, "width": UNSEEN.width,

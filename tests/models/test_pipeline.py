@@ -66,6 +66,7 @@ def small_clip(h3_tiny: Path, tmp_path_factory: pytest.TempPathFactory):
     return result, events, samples
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["stream", "drain", "retain"])
 def test_seed_contract_frames_equal_diffusers_own_pipeline_in_every_placement_mode(
         h3_tiny: Path, diffusers_reference: str, mode: str, tmp_path: Path):
@@ -74,12 +75,14 @@ def test_seed_contract_frames_equal_diffusers_own_pipeline_in_every_placement_mo
     assert result.video_sha256 == diffusers_reference
 
 
+@pytest.mark.slow
 def test_offload_and_sequential_residency_change_nothing_in_the_frames(small_clip, diffusers_reference: str):
     result, _, _ = small_clip
     assert result.offload["dit_layerwise_offload"] and result.sequential_components
     assert result.video_sha256 == diffusers_reference
 
 
+@pytest.mark.slow
 def test_another_seed_or_prompt_gives_other_frames(h3_tiny: Path, small_clip, tmp_path: Path):
     result, _, _ = small_clip
     seed = run_generate(h3_tiny, replace(SMALL, seed=8), tmp_path / "a.mp4", device_info=UNIFIED)
@@ -147,6 +150,7 @@ def _where(result, block: str, component: str) -> dict:
         ("vae_cpu_offload", "audio_vae", "decode.audio", MODEL_OFFLOAD, "accelerate cpu offload"),
     ],
 )
+@pytest.mark.slow
 def test_each_offload_flag_alone_puts_its_component_under_its_diffusers_mechanism(
         h3_tiny: Path, tmp_path: Path, flag, component, block, mechanism, hook):
     params = replace(SMALL, steps=2, audio=component == "audio_vae")
@@ -160,6 +164,7 @@ def test_each_offload_flag_alone_puts_its_component_under_its_diffusers_mechanis
     assert {c for c, p in result.placements.items() if p["mechanism"] != ON_DEVICE} == offloaded
 
 
+@pytest.mark.slow
 def test_on_unified_memory_every_component_sits_on_the_device_with_no_hook_and_is_released(
         h3_tiny: Path, tmp_path: Path):
     result = run_generate(h3_tiny, replace(SMALL, steps=2, audio=False), tmp_path / "c.mp4", device_info=UNIFIED)
@@ -171,6 +176,7 @@ def test_on_unified_memory_every_component_sits_on_the_device_with_no_hook_and_i
     assert all(not w["hooks"] for r in result.residency for w in r["components"].values())
 
 
+@pytest.mark.slow
 def test_without_sequential_residency_every_component_stays_loaded_through_the_run(h3_tiny: Path, tmp_path: Path):
     events: list[PipelineEvent] = []
     result = run_generate(h3_tiny, replace(SMALL, steps=2, audio=False), tmp_path / "c.mp4", device_info=DISCRETE,
@@ -180,6 +186,7 @@ def test_without_sequential_residency_every_component_stays_loaded_through_the_r
     assert all(w["mechanism"] == ON_DEVICE for r in result.residency for w in r["components"].values())
 
 
+@pytest.mark.slow
 def test_no_audio_skips_the_audio_decoder_and_writes_video_only(h3_tiny: Path, tmp_path: Path):
     result = run_generate(h3_tiny, replace(SMALL, steps=2, audio=False), tmp_path / "c.mp4", device_info=UNIFIED)
     assert "decode.audio" not in result.stages and "audio_vae" not in result.loads

@@ -60,6 +60,7 @@ def test_the_forecast_size_of_the_quantized_dit_is_smaller_and_exact_for_bf16(h3
     assert quantized_bytes(h3_tiny, "transformer", "int8") < report.bytes_placed
 
 
+@pytest.mark.slow
 def test_int8_frames_are_close_to_bf16_but_not_identical(h3_tiny: Path, tmp_path: Path):
     params = GenerateParams(prompt="a red fox", frames=124, height=64, width=64, steps=3, seed=7, audio=False)
     frames = {}

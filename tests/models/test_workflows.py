@@ -65,6 +65,7 @@ def _rgb(path: Path):
     return Image.open(path).convert("RGB")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fields", [("image",), ("last_image",), ("image", "last_image")])
 def test_fl2va_frames_equal_diffusers_own_pipeline(h3_tiny: Path, keyframe: Path, tmp_path: Path, fields):
     params = replace(BASE, **{f: str(keyframe) for f in fields})
@@ -76,6 +77,7 @@ def test_fl2va_frames_equal_diffusers_own_pipeline(h3_tiny: Path, keyframe: Path
     assert [e.message for e in events if e.kind == "note"] == result.notes and len(result.notes) == len(fields)
 
 
+@pytest.mark.slow
 def test_ref2va_frames_equal_diffusers_own_pipeline_and_only_transformer_ref_is_loaded(
         h3_tiny: Path, keyframe: Path, tmp_path: Path):
     from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3ImageReference
@@ -102,6 +104,7 @@ def test_ref2va_frames_equal_diffusers_own_pipeline_and_only_transformer_ref_is_
     assert {"transformer_ref"} in held  # alone while it denoises
 
 
+@pytest.mark.slow
 def test_ref2va_with_a_clip_and_an_image_equals_diffusers_own_pipeline_on_its_own_decode(
         h3_tiny: Path, keyframe: Path, clip: Path, tmp_path: Path):
     from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3ImageReference, MiniMaxH3VideoReference
@@ -138,6 +141,9 @@ def test_the_text_encoder_reads_only_what_its_workflow_runs_and_reports_the_rest
     assert (not loaded) == (workflow == "t2va") and not any(t.is_meta for t in loaded)
 
 
+
+
+@pytest.mark.slow
 def test_sequential_plan_releases_the_vae_around_the_dit_and_never_holds_two_large_components(
         h3_tiny: Path, keyframe: Path, tmp_path: Path):
     events: list[PipelineEvent] = []
@@ -182,6 +188,7 @@ def test_stage_plans_as_data_for_every_workflow():
                                                "releases": ("text_encoder",)}
 
 
+@pytest.mark.slow
 def test_vae_tiling_off_is_recorded_warned_and_applied(h3_tiny: Path, tmp_path: Path):
     events: list[PipelineEvent] = []
     result = run_generate(h3_tiny, replace(BASE, steps=2, audio=False, vae_tiling=False), tmp_path / "c.mp4",
@@ -190,6 +197,7 @@ def test_vae_tiling_off_is_recorded_warned_and_applied(h3_tiny: Path, tmp_path: 
     assert any(e.kind == "note" and e.message == VAE_TILING_WARNING for e in events)
 
 
+@pytest.mark.slow
 def test_fp32_vae_decodes_in_the_checkpoint_s_precision(h3_tiny: Path, tmp_path: Path):
     bf16 = run_generate(h3_tiny, replace(BASE, steps=2, audio=False), tmp_path / "a.mp4", device_info=UNIFIED)
     fp32 = run_generate(h3_tiny, replace(BASE, steps=2, audio=False, vae_dtype="fp32"), tmp_path / "b.mp4",
@@ -202,6 +210,7 @@ FEW_STEP = {"scheduler": {"shift": 5.0, "num_inference_steps": 4}, "audio_schedu
 """A distilled checkpoint's own scheduler configs: same classes, 4 steps, other shifts."""
 
 
+@pytest.mark.slow
 def test_a_few_step_checkpoint_runs_its_own_steps_and_shift(h3_tiny: Path, tmp_path: Path):
     from models.h3synth import synth_h3
     from models.params import ModelSpec

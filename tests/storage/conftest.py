@@ -1,7 +1,11 @@
+import json
+
 import pytest
 
 from loader.memory import MemorySample
+from storage import jobs_table
 from storage.connections import connect
+from storage.schema import FINAL_STATUSES
 
 
 @pytest.fixture
@@ -20,11 +24,14 @@ def fresh_db(db_path):
 def add_job():
     """Inserts a bare job row into a database; returns its id."""
 
-    def add(db, kind: str = "load", spec: str = '{"model": "/m"}', status: str = "queued") -> int:
-        cursor = db.execute(
-            "INSERT INTO jobs (kind, spec, status, created_at) VALUES (?, ?, ?, 0)", [kind, spec, status]
-        )
-        return cursor.lastrowid
+    def add(db, kind: str = "load", spec: str = '{"model": "/m"}', status: str = "queued",
+            retry_of: int | None = None) -> int:
+        job_id = jobs_table.enqueue(db, kind, json.loads(spec), retry_of=retry_of, now=0.0)
+        if status != "queued":
+            jobs_table.start(db, job_id, supervisor_id="test", now=0.0)
+        if status in FINAL_STATUSES:
+            jobs_table.finish(db, job_id, status, now=0.0)
+        return job_id
 
     return add
 

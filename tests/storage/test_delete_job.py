@@ -28,8 +28,7 @@ def test_a_finished_job_goes_with_its_samples_events_artifacts_and_folder(fresh_
     data_dir = tmp_path / "data"
     job_id = _finished_job_with_everything(fresh_db, db_path, data_dir, add_job, memory_sample)
     keep = _finished_job_with_everything(fresh_db, db_path, data_dir, add_job, memory_sample)
-    retry = add_job(fresh_db, status="queued")
-    fresh_db.execute("UPDATE jobs SET retry_of = ? WHERE id = ?", [job_id, retry])
+    retry = add_job(fresh_db, status="queued", retry_of=job_id)
 
     assert delete_job(fresh_db, data_dir, job_id) == 5300
     assert get_job(fresh_db, job_id) is None

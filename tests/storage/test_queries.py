@@ -125,6 +125,7 @@ def test_block_extremes_stay_exact_when_blocks_span_several_batches(fresh_db, db
 def test_migrating_an_old_database_backfills_the_block_extremes(db_path):
     import sqlite3
 
+    from storage import jobs_table
     from storage.connections import connect
     from storage.schema import _MIGRATIONS
 
@@ -132,7 +133,7 @@ def test_migrating_an_old_database_backfills_the_block_extremes(db_path):
     for statement in _MIGRATIONS[0]:
         conn.execute(statement)
     conn.execute("PRAGMA user_version = 1")
-    conn.execute("INSERT INTO jobs (kind, spec, created_at) VALUES ('load', '{}', 0)")
+    jobs_table.enqueue(conn, "load", {}, now=0.0)  # the first schema has every column a queued row needs
     for seq in range(300):
         conn.execute(
             "INSERT INTO samples (job_id, seq, rank, t, vm_rss, mem_available) VALUES (1, ?, ?, 0, ?, ?)",
