@@ -38,24 +38,26 @@ def typed_size(name: str) -> int | None:
 
 
 def fit_panel(choice: CheckpointChoice | None, kind: str, component: str | None, mode: str, device: DeviceInfo,
-              dtype: str, db: str) -> None:
-    """Will it fit: the chosen mode's predicted peak against the tightest wall, and a cheaper mode when not."""
+              dtype: str, db: str, found: dict | None) -> None:
+    """Will it fit: for a load, the chosen mode's predicted peak against the tightest wall, and a cheaper mode
+    when not; for a generate, the submit check's own stage and wall (`found`: its Admission dict)."""
     st.subheader("Will it fit?")
     if choice is None or not choice.ok:
         st.caption("Choose a sound checkpoint to see a forecast.")
         return
     host = read_host_memory()
+    if kind == "generate":
+        submit_fit_panel(found, host.in_use)
+        return
     capacity = device.total_memory or host.total
     limit = typed_size("memory_limit")
     guard = data.guard_limits(typed_size("memory_budget"), typed_size("memory_floor"), host.total)
-    found = fit.walls(in_use=host.in_use, capacity=capacity, limit=limit,
-                      limit_baseline=(data.worker_baseline(db) or 0) if limit else 0,
-                      budget=guard.budget, floor=guard.floor)
-    peaks = None
-    if kind == "load":
-        peaks = fit.load_peaks(str(choice.path), component=component or None, device=device, roots=[choice.root],
-                               dtype=None if dtype == DTYPES[0] else dtype)
-    guess = fit.forecast(mode, peaks or fit.mode_peaks(choice.bytes_to_place(kind, component)), found)
+    found_walls = fit.walls(in_use=host.in_use, capacity=capacity, limit=limit,
+                            limit_baseline=(data.worker_baseline(db) or 0) if limit else 0,
+                            budget=guard.budget, floor=guard.floor)
+    peaks = fit.load_peaks(str(choice.path), component=component or None, device=device, roots=[choice.root],
+                           dtype=None if dtype == DTYPES[0] else dtype)
+    guess = fit.forecast(mode, peaks or fit.mode_peaks(choice.bytes_to_place(kind, component)), found_walls)
     st.altair_chart(
         fit_bar(host.in_use, guess.predicted_peak, host.in_use + guess.wall.allowance,
                 wall_caption(guess.wall.name, {"pool": capacity, "limit": limit, "budget": guard.budget,
@@ -70,11 +72,24 @@ def fit_panel(choice: CheckpointChoice | None, kind: str, component: str | None,
         notes.append(f"The guard's configured floor ({fmt.gib(guard.floor)} of MemAvailable) applies.")
     if dtype != DTYPES[0]:
         notes.append("The forecast uses the checkpoint's bytes; a dtype change scales what is placed.")
-    if kind == "generate":
-        notes.append("For a generate job this bar counts the weights only; the submit check below uses the whole"
-                     " forecast (activations, decoded frames, the process).")
     if notes:
         st.caption(" ".join(notes))
+
+
+def submit_fit_panel(found: dict | None, in_use: int) -> None:
+    """A generate's bar: the forecast's job peak at its tightest stage against the wall nearest it, the numbers
+    the submit check refuses with (jobs.admission), so the bar and a refusal never disagree."""
+    if found is None or not found.get("tightest"):
+        st.caption("No forecast for these settings yet: the fields the Queue button names must be fixed first.")
+        return
+    shown = fit.submit_fit(found["tightest"], in_use)
+    guess = shown.forecast
+    st.altair_chart(fit_bar(shown.base, guess.predicted_peak, shown.base + guess.wall.allowance, shown.caption,
+                            guess.share), width="stretch")
+    {"ok": st.success, "tight": st.warning, "over": st.error}[guess.level](guess.message)
+    st.caption(f"The submit check's own numbers, so a refusal says the same: the whole job's forecast (weights,"
+               f" activations, decoded frames) peaks at {fmt.gib(found.get('peak_bytes'))}; walls on host memory "
+               f"(MemAvailable, a memory limit) also count the job's new process, {fmt.gib(found.get('process_host'))}.")
 
 
 @st.cache_data(ttl=10, show_spinner="Forecasting…")
@@ -84,16 +99,20 @@ def admission(spec_json: str, db: str) -> dict | None:
     return None if found is None else found.to_dict()
 
 
-def forecast_panel(raw: dict[str, Any], choice: CheckpointChoice | None, db: str) -> None:
-    """The submit check before Queue is pressed: the refusal in red with its numbers, a checkbox to queue
-    anyway, and a generate's predicted seconds per stage."""
+def assessed(raw: dict[str, Any], choice: CheckpointChoice | None, db: str) -> dict | None:
+    """The submit check of the form as it stands (its Admission dict), or None while it cannot be built."""
     if choice is None or not choice.ok:
-        return
+        return None
     try:
         spec = build_spec({**raw, "forced": False}, data.config())
     except JobSpecError:
-        return  # the queue button names the bad fields
-    found = admission(json.dumps(spec.to_dict()), db)
+        return None  # the queue button names the bad fields
+    return admission(json.dumps(spec.to_dict()), db)
+
+
+def forecast_panel(found: dict | None) -> None:
+    """The submit check before Queue is pressed: the refusal in red with its numbers, a checkbox to queue
+    anyway, and a generate's predicted seconds per stage."""
     if found is None:
         return
     if found["refusal"]:

@@ -3,6 +3,7 @@ the last submit's messages under them) and returns the spec's raw fields for job
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from typing import Any
 
 import streamlit as st
@@ -11,11 +12,12 @@ from dashboard import data
 from dashboard import format as fmt
 from dashboard import words
 from dashboard.form_state import durable, keep, keep_selection, key, seed, show_errors
-from dashboard.inputs_panel import workflow_section
+from dashboard.inputs_panel import stage_plan_section, workflow_section
 from dashboard.views.checkpoints import CheckpointChoice, components_table, outside_roots
 from dashboard.views.run import (
-    DEFAULT_COMPONENT, DTYPES, GENERATE_FIELDS, KIND_LABELS, MODE_HELP, OFFERED_FLAGS, POLICY_DEFAULT, TRISTATE,
-    generate_defaults, generate_geometry, offload_preview, offload_summary,
+    DEFAULT_COMPONENT, DTYPES, GENERATE_FIELDS, KIND_LABELS, MODE_HELP, OFFERED_FLAGS, POLICY_DEFAULT, QUANTIZE_CHOICES,
+    QUANTIZE_NONE, TRISTATE, VAE_DTYPE_CHOICES, generate_defaults, generate_geometry, offload_preview, offload_summary,
+    quantize_problem, quantize_value,
 )
 from jobs.kinds import kind_names
 from loader.device import DeviceInfo
@@ -23,6 +25,8 @@ from loader.offload import OffloadSettings
 
 DEFAULT_PROMPT = "a red fox trotting through fresh snow at dawn, soft light"
 MODES = ("stream", "drain", "retain")
+KNOBS = ("vae_tiling", "vae_dtype", "quantize")
+"""The generate fields knob_fields draws (and shows the messages of)."""
 
 
 def checkpoint_field(choices: list[CheckpointChoice], roots: list) -> CheckpointChoice | None:
@@ -135,7 +139,8 @@ def limit_fields(device: DeviceInfo, kind: str, mode: str) -> dict[str, Any]:
 
 def guard_fields(kind: str, mode: str, gpus: int) -> dict[str, Any]:
     """The memory guard's budget and floor, and (for a one-rank stream load, the only job that applies it)
-    whether to drop the page cache, and (for generate) whether to hold one component at a time, as raw spec fields."""
+    whether to drop the page cache, (for a one-rank load) whether to build a skeleton, and (for generate) whether to
+    hold one component at a time, as raw spec fields."""
     seed("memory_budget", "")
     seed("memory_floor", "")
     left, right = st.columns(2)
@@ -157,6 +162,14 @@ def guard_fields(kind: str, mode: str, gpus: int) -> dict[str, Any]:
             "Evict the checkpoint's file pages once placed, so cached bytes do not crowd the pool "
             "(the default: on for unified-memory CUDA targets).",
         )
+    if kind == "load" and gpus == 1:
+        seed("skeleton", False)
+        raw["skeleton"] = st.checkbox(
+            "Load as a generic checkpoint (skeleton)", key=key("skeleton"),
+            help="Build the module from the checkpoint's own tensor names and shapes instead of the class its "
+                 "config names (`--skeleton`): for tensors of another layout. Off, names and shapes are checked "
+                 "exactly as a generate job will.")
+        show_errors("skeleton")
     if kind == "generate":
         raw["sequential_components"] = policy_choice(
             "sequential_components", "One component at a time",
@@ -174,12 +187,14 @@ def policy_choice(field: str, label: str, help: str) -> bool | None:
     return TRISTATE[choice]
 
 
-def generate_fields(choice) -> dict[str, Any]:
-    """The clip to generate (MiniMax H3 t2va, fl2va or ref2va), as the spec's `generate` mapping."""
+def generate_fields(choice, device: DeviceInfo, sequential: bool | None) -> dict[str, Any]:
+    """The clip to generate (MiniMax H3 t2va, fl2va or ref2va), its VAE and DiT knobs and its stage plan, as the
+    spec's `generate` mapping. `sequential` is the form's one-component-at-a-time choice (None: the policy's)."""
     canvas, multiple = generate_geometry(str(choice.path) if choice else None)
     defaults = generate_defaults(DEFAULT_PROMPT, canvas)
     for name, value in defaults.items():
-        seed(name, value)
+        seed(name, value, QUANTIZE_CHOICES if name == "gen_quantize" else VAE_DTYPE_CHOICES if name == "gen_vae_dtype"
+             else None)
     st.subheader("Generate")
     st.text_area("Prompt", key=key("gen_prompt"), height=80)
     show_errors("generate.prompt")
@@ -194,11 +209,58 @@ def generate_fields(choice) -> dict[str, Any]:
     cols = st.columns(4)
     cols[0].number_input("Seed", min_value=0, key=key("gen_seed"))
     cols[1].toggle("Audio track", key=key("gen_audio"))
-    show_errors(*[f"generate.{name}" for name in GENERATE_FIELDS if name != "prompt"], "generate")
+    show_errors(*[f"generate.{name}" for name in GENERATE_FIELDS if name not in ("prompt", *KNOBS)], "generate")
     fields = {name: st.session_state[key(f"gen_{name}")] for name in GENERATE_FIELDS}
     fields |= workflow_section(data.config().data_dir, fields["audio"])
     show_errors("generate.workflow", "generate.image", "generate.last_image", "generate.ref_image")
+    fields |= knob_fields(device)
+    stage_plan_section(fields["workflow"], fields["audio"],
+                       device.unified_memory if sequential is None else sequential, fields["quantize"])
     return fields
+
+
+def knob_fields(device: DeviceInfo) -> dict[str, Any]:
+    """VAE tiling, VAE decode precision and DiT quantization (`--vae-tiling`, `--vae-dtype`, `--quantize`), each
+    with what it costs said beside it."""
+    from models.pipeline import VAE_TILING_WARNING
+
+    cols = st.columns(3)
+    tiling = cols[0].toggle("VAE tiling (256 px tiles)", key=key("gen_vae_tiling"),
+                            help="Decode the video on the 256 px tiles H3's VAE was trained on (the default).")
+    vae_dtype = cols[1].selectbox(
+        "VAE decode precision", VAE_DTYPE_CHOICES, key=key("gen_vae_dtype"),
+        help="bf16 (the default) or the checkpoint's fp32. Measured on one H200 at 1344x768, 124 frames: bf16 "
+             "decoded in 15.3 s at an 8.7 GiB peak, fp32 in 57.6 s at 13.4 GiB; bf16's frames were 58.3 dB "
+             "(PSNR) from fp32's.")
+    quantize = quantize_value(cols[2].selectbox(
+        "Transformer weights", QUANTIZE_CHOICES, key=key("gen_quantize"),
+        format_func=lambda q: "bf16 (not quantized)" if q == QUANTIZE_NONE else f"{q} (weight-only, torchao)",
+        help="Weight-only quantization of the DiT as it is placed: int8 on CPU and CUDA, fp8 on CUDA compute "
+             "capability 8.9+. It holds about half the bf16 bytes."))
+    show_errors(*[f"generate.{name}" for name in KNOBS])
+    if not tiling:
+        st.warning(VAE_TILING_WARNING + ". Turn it off only to compare.", icon=":material/warning:")
+    if vae_dtype == "fp32":
+        st.caption("fp32 decode: about 3.8x the seconds and 1.5x the peak of bf16 (one H200, 1344x768, 124 frames).")
+    if quantize is not None:
+        problem = quantize_problem(quantize, device.spec, cuda_capability(device), find_spec("torchao") is not None)
+        if problem:
+            st.error(problem, icon=":material/error:")
+        st.info(f"{quantize} frames are not bit-identical to bf16's: the same seed gives a different clip (the seed "
+                "contract holds for unquantized runs only).", icon=":material/info:")
+    return {"vae_tiling": bool(tiling), "vae_dtype": vae_dtype, "quantize": quantize}
+
+
+def cuda_capability(device: DeviceInfo) -> tuple[int, int] | None:
+    """The CUDA device's compute capability, or None off CUDA (or when torch cannot read it)."""
+    if device.kind != "cuda":
+        return None
+    try:
+        import torch
+
+        return tuple(torch.cuda.get_device_capability(device.index or 0))
+    except (RuntimeError, AssertionError, ValueError):
+        return None
 
 
 def offload_fields(device: DeviceInfo) -> dict[str, bool]:

@@ -71,14 +71,15 @@ def main() -> None:
             **fields.limit_fields(device, kind, mode),
         }
         if kind == "generate":
-            raw["generate"] = fields.generate_fields(choice)
+            raw["generate"] = fields.generate_fields(choice, device, raw.get("sequential_components"))
         raw["offload"] = fields.offload_fields(device)
         form_state.keep_drawn()
     form_state.mirror_in_url()
     with side:
+        found = checks.assessed(raw, choice, db)
         with st.container():  # a fixed slot: the button below keeps its place whatever the forecast draws
-            checks.fit_panel(choice, kind, component, mode, device, dtype, db)
-            checks.forecast_panel(raw, choice, db)
+            checks.fit_panel(choice, kind, component, mode, device, dtype, db, found)
+            checks.forecast_panel(found)
         checks.queue_button(raw, choice, db)
         checks.ready_panel(choice, device, db)
         queue_panel(db)
