@@ -234,6 +234,7 @@ def draw_chart(job: dict, samples, events, count: int, x: str, fit: str, total_b
         events=events[["t", "kind", "message"]] if len(events) else None,
         killed=job["status"] == "killed",
         kill_label="memory guard" if jv.kill_kind(job) == "guard" else "process killed",
+        kill_series=oc.kill_series(job),
         limits=oc.job_limits(job),
         predicted_peak=oc.predicted_peak(job, events),
         theme=st.context.theme.type or "light",

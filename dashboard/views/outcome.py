@@ -140,3 +140,11 @@ def predicted_peak(job: dict, events=None) -> int | None:
         if isinstance(forecast, dict) and isinstance(forecast.get("predicted_peak_bytes"), (int, float)):
             return int(forecast["predicted_peak_bytes"])
     return None
+
+
+def kill_series(job: dict) -> str | None:
+    """The chart series whose bound killed the job: cgroup usage at a memory limit, System in use for the memory
+    guard (its budget and floor bound it); None for any other end (the chart then fits every curve)."""
+    if killing_limit(job):
+        return "cgroup usage"
+    return "System in use" if kill_kind(job) == "guard" else None

@@ -251,3 +251,14 @@ def test_every_kill_says_what_to_do_next():
     assert "budget of 400 MiB" in guard
     oom = failure.next_step("oom", limit=None, budget=None, suggested_limit=None, mode="retain")
     assert "close programs" in oom and "stream" in oom
+
+
+def test_the_chart_scales_to_the_series_whose_bound_killed_the_job():
+    limit_kill = {"status": "killed", "error": "killed (SIGKILL) by the kernel OOM killer in the job's memory cgroup: "
+                  "limit 2.00 GiB reached", "spec": {"memory_limit": 2 * GIB}}
+    assert oc.kill_series(limit_kill) == "cgroup usage"
+    assert oc.kill_series({"status": "killed", "error": "memory guard: system in use grew 5 GiB", "spec": {}}) == \
+        "System in use"
+    assert oc.kill_series({"status": "killed", "error": "killed (SIGKILL), most likely by the kernel OOM killer",
+                           "spec": {}}) is None
+    assert oc.kill_series({"status": "succeeded", "error": None, "spec": {}}) is None
