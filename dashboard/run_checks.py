@@ -41,7 +41,7 @@ def fit_panel(choice: CheckpointChoice | None, kind: str, component: str | None,
               dtype: str, db: str, found: dict | None) -> None:
     """Will it fit: for a load, the chosen mode's predicted peak against the tightest wall, and a cheaper mode
     when not; for a generate, the submit check's own stage and wall (`found`: its Admission dict)."""
-    st.subheader("Will it fit?")
+    st.subheader("Will it fit?", anchor=False)  # no heading link: one Tab stop fewer before Queue job
     if choice is None or not choice.ok:
         st.caption("Choose a sound checkpoint to see a forecast.")
         return
@@ -153,7 +153,7 @@ def queue_button(raw: dict[str, Any], choice: CheckpointChoice | None, db: str) 
 
 def ready_panel(choice: CheckpointChoice | None, device: DeviceInfo, db: str) -> None:
     config = data.config()
-    st.subheader("Ready?")
+    st.subheader("Ready?", anchor=False)
     supervisor = data.supervisor(db)
     host_total = read_host_memory().total
     disk = shutil.disk_usage(config.data_dir if config.data_dir.exists() else config.data_dir.parent)

@@ -195,7 +195,7 @@ def generate_fields(choice, device: DeviceInfo, sequential: bool | None) -> dict
     for name, value in defaults.items():
         seed(name, value, QUANTIZE_CHOICES if name == "gen_quantize" else VAE_DTYPE_CHOICES if name == "gen_vae_dtype"
              else None)
-    st.subheader("Generate")
+    st.subheader("Generate", anchor=False)
     st.text_area("Prompt", key=key("gen_prompt"), height=80)
     show_errors("generate.prompt")
     cols = st.columns(4)

@@ -27,7 +27,7 @@ from storage.connections import connect
 @st.fragment(run_every=frame.LIVE_EVERY)
 def queue_panel(db: str) -> None:
     """Running and queued jobs with Cancel: the same list, refreshed as often, as the header's chip."""
-    st.subheader("Queue")
+    st.subheader("Queue", anchor=False)
     waiting = data.active_jobs(db)
     if not waiting:
         st.caption("Nothing running or queued.")
@@ -49,7 +49,7 @@ def queue_panel(db: str) -> None:
 def main() -> None:
     config = data.config()
     db = data.db_path()
-    st.title("Run a job")
+    st.title("Run a job", anchor=False)
     form_state.start_run()
     form_state.fill_from_query(db)
     filled = st.session_state.get(form_state.FROM_KEY)
