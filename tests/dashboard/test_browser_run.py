@@ -180,6 +180,8 @@ def test_queue_job_is_reached_by_tab_after_the_form_with_no_hidden_stop_on_the_w
         choice = page.get_by_role("radio", name=kind, exact=True).first
         if choice.get_attribute("aria-checked") != "true":
             choice.click()
+        # The form is mirrored in the URL once the click's run is over: wait for it, or a reload loses the kind.
+        page.wait_for_url(lambda url: ("kind=generate" in url) == (kind != "load"))
         _settled(page)
         _queue_button(page, disabled=False)
         # A fresh load of the same form (the URL keeps it), so Tab starts at the top, not at the last click.
