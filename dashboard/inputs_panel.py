@@ -1,7 +1,8 @@
 """The workflow's images on the Run page (an uploader with a preview per input) and on the Job page (a strip).
 
 Self-contained: the Run page calls `workflow_section` inside its generate
-form and merges the returned fields into the spec's `generate` mapping; an
+form and merges the returned fields into the spec's `generate` mapping, then
+`stage_plan_section` once the knobs that change the plan are chosen; an
 upload is written once under `<data_dir>/uploads/` (named by its digest) and
 submit copies it into the job's own folder, where the Job page's
 `input_strip` shows it.
@@ -16,11 +17,13 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from dashboard import words
 from models.inputs import MAX_IMAGE_BYTES
 from models.params import INPUT_FILE_FIELDS
+from models.quantize import DIT_COMPONENTS
 from models.workflows import WORKFLOW_INPUTS, WORKFLOWS, stage_plan
 
-INPUT_LABELS = {"image": "First frame", "last_image": "Last frame", "ref_image": "Reference image"}
+INPUT_LABELS = {field: role.capitalize() for field, role in words.INPUT_WORDS.items()}
 """Uploader label per GenerateParams image field."""
 WORKFLOW_HELP = {"t2va": "text to video with audio", "fl2va": "from a first and/or last frame",
                  "ref2va": "from a reference image (loads transformer_ref, the second DiT)"}
@@ -37,14 +40,31 @@ def save_upload(data_dir: Path, name: str, body: bytes) -> Path:
     return path
 
 
-def plan_table(workflow: str, audio: bool, sequential: bool = True) -> pd.DataFrame:
-    """The workflow's weight-reading stages with what is resident in each."""
-    return pd.DataFrame([{"stage": s.block, "resident": ", ".join(s.resident)}
-                         for s in stage_plan(workflow, audio=audio, sequential=sequential) if s.reads])
+def plan_table(workflow: str, audio: bool, sequential: bool = True, quantize: str | None = None) -> pd.DataFrame:
+    """The workflow's weight-reading stages with what is loaded before, resident during and released after each,
+    in words; a quantized DiT is named with its weights' type."""
+    def named(components) -> str:
+        return ", ".join(words.component(c) + (f" ({quantize} weights)" if quantize and c in DIT_COMPONENTS else "")
+                         for c in components)
+
+    return pd.DataFrame([{"stage": words.stage(s.block), "loads": named(s.loads), "resident": named(s.resident),
+                          "releases": named(s.releases)}
+                         for s in stage_plan(workflow, audio=audio, sequential=sequential) if s.reads],
+                        columns=["stage", "loads", "resident", "releases"])
+
+
+def stage_plan_section(workflow: str, audio: bool, sequential: bool, quantize: str | None) -> None:
+    """The stage plan, folded: what each stage holds, as the job will run it."""
+    how = "one component at a time" if sequential else "every component resident"
+    with st.expander(f"Stage plan of {workflow} ({how})"):
+        st.dataframe(plan_table(workflow, audio, sequential, quantize), hide_index=True, width="stretch",
+                     key="run_stage_plan")
+        st.caption("Set by “One component at a time” above: with it, each component is loaded just before the first"
+                   " stage that reads it and released after the last; without it, all stay from the first stage on.")
 
 
 def workflow_section(data_dir: Path, audio: bool) -> dict[str, Any]:
-    """The workflow control, an uploader with a preview for each of its images, its stage plan; the spec fields."""
+    """The workflow control and an uploader with a preview for each of its images; the spec fields."""
     workflow = st.selectbox("Workflow", WORKFLOWS, key="run_gen_workflow", format_func=lambda w: f"{w}: {WORKFLOW_HELP[w]}")
     fields: dict[str, Any] = {"workflow": workflow}
     names = WORKFLOW_INPUTS[workflow]
@@ -56,8 +76,6 @@ def workflow_section(data_dir: Path, audio: bool) -> dict[str, Any]:
         if upload is not None:
             fields[name] = str(save_upload(data_dir, upload.name, upload.getvalue()))
             col.image(upload.getvalue(), caption=upload.name, width="stretch")
-    with st.expander("Stage plan (one component at a time)"):
-        st.dataframe(plan_table(workflow, audio), hide_index=True, width="stretch")
     return fields
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 COMPONENT_WORDS = {
     "transformer": "transformer",
+    "transformer_ref": "reference transformer",
     "text_encoder": "text encoder",
     "vae": "video decoder",
     "audio_vae": "audio decoder",
@@ -21,6 +22,7 @@ STAGE_WORDS = {
     "prepare": "preparing the tokenizer and scheduler",
     "encode": "encoding the prompt",
     "text_encoder": "encoding the prompt",
+    "vae_encoder": "encoding the images",
     "load": "loading",
     "denoise.denoise": "denoising",
     "decode.video": "decoding the video",
@@ -44,6 +46,9 @@ EVENT_WORDS = {
     "error": "error",
 }
 """Event kinds, in words."""
+
+INPUT_WORDS = {"image": "first frame", "last_image": "last frame", "ref_image": "reference image"}
+"""A generate job's input image, by its GenerateParams field (and its copy's name in the job folder)."""
 
 FLAG_WORDS = {
     "dit_layerwise_offload": "transformer streamed layer by layer from the CPU",
@@ -85,6 +90,11 @@ def event(kind: str | None) -> str:
     if not kind:
         return ""
     return EVENT_WORDS.get(kind, kind.replace("_", " "))
+
+
+def input_role(field: str) -> str:
+    """`first frame` for `image`."""
+    return INPUT_WORDS.get(field, field.replace("_", " "))
 
 
 def flag(name: str) -> str:

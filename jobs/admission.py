@@ -53,6 +53,41 @@ class StageNeed:
 
 
 @dataclass(frozen=True)
+class WallCheck:
+    """One stage's predicted peak against one wall, as the refusal line and the Run page's fit bar say it."""
+
+    stage: str
+    """The stage (`decode.video`)."""
+    wall: str
+    """`budget`, `available` (MemAvailable, less the floor when one is set), `limit` or `device`."""
+    peak: int
+    """What the wall counts of the stage, in bytes."""
+    allowance: int
+    """What the wall allows, in bytes (may be <= 0: already hit)."""
+    label: str
+    """How the line names the wall: `the 64.0 GiB budget`."""
+    floor: int = 0
+    """For `available`: the floor taken off MemAvailable (0 with none)."""
+
+    @property
+    def share(self) -> float:
+        """peak / allowance; inf when the wall is already hit."""
+        return self.peak / self.allowance if self.allowance > 0 else float("inf")
+
+    @property
+    def over(self) -> bool:
+        return self.peak > self.allowance
+
+    @property
+    def line(self) -> str:
+        """`decode.video would peak at 71.2 GiB, over the 64.0 GiB budget` (`under` when it fits)."""
+        return f"{self.stage} would peak at {_gib(self.peak)}, {'over' if self.over else 'under'} {self.label}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "line": self.line}
+
+
+@dataclass(frozen=True)
 class Admission:
     """The verdict on one spec."""
 
@@ -70,9 +105,12 @@ class Admission:
     """A generate's work per stage (what history records), empty for a load."""
     device: str
     """`models.eta.device_key` of the device the forecast is for."""
+    tightest: WallCheck | None = None
+    """The stage and wall nearest each other (the refused one when refused): what the Run page's fit bar draws."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "peak_bytes": max((s.host + s.device for s in self.stages), default=0)}
+        found = {**asdict(self), "peak_bytes": max((s.host + s.device for s in self.stages), default=0)}
+        return found | {"tightest": self.tightest.to_dict() if self.tightest is not None else None}
 
 
 Probe = Callable[[str], DeviceInfo]
@@ -100,8 +138,10 @@ def assess(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = Non
         reading = read_meminfo()
         available = reading.available if available is None else available
         total = reading.total if total is None else total
-    refusal = _first_refusal(spec, config, info, needs, process_host, process_device, available, total)
-    return Admission(needs, process_host, process_device, refusal, eta, work, device_key(info.kind, info.name))
+    checks = wall_checks(spec, config, info, needs, process_host, process_device, available, total)
+    nearest = tightest(checks)
+    refusal = f"refused: {nearest.line}" if nearest is not None and nearest.over else None
+    return Admission(needs, process_host, process_device, refusal, eta, work, device_key(info.kind, info.name), nearest)
 
 
 def admit(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = None, **kwargs) -> JobSpec:
@@ -143,32 +183,43 @@ def _load_needs(spec: JobSpec, info: DeviceInfo) -> list[StageNeed]:
     return [StageNeed(f"load.{f.component}", f.predicted_peak_bytes - on_device, on_device, f.mapped_bytes)]
 
 
-def _first_refusal(spec: JobSpec, config: Config, info: DeviceInfo, needs: list[StageNeed], process_host: int,
-                   process_device: int, available: int, total: int) -> str | None:
+def wall_checks(spec: JobSpec, config: Config, info: DeviceInfo, needs: list[StageNeed], process_host: int,
+                process_device: int, available: int, total: int) -> list[WallCheck]:
+    """Every stage against every wall that applies, in run order (the module docstring says what each counts)."""
     from jobs.guard import job_limits
 
     shared = info.kind == "cpu" or info.unified_memory
     limits = job_limits(spec.memory_budget, spec.memory_floor, config, unified=info.unified_memory, total=total)
+    floor = limits.floor or 0
+    checks = []
     for need in needs:
         pooled = need.host + (need.device if shared else 0)
-        walls = []
         if limits.budget is not None:
-            walls.append((pooled, limits.budget, f"the {_gib(limits.budget)} budget"))
-        floor = limits.floor or 0
-        walls.append((process_host + pooled, available - floor,
-                      f"the {_gib(available)} MemAvailable less the {_gib(floor)} floor" if floor
-                      else f"the {_gib(available)} MemAvailable"))
+            checks.append(WallCheck(need.stage, "budget", pooled, limits.budget, f"the {_gib(limits.budget)} budget"))
+        checks.append(WallCheck(need.stage, "available", process_host + pooled, available - floor,
+                                f"the {_gib(available)} MemAvailable less the {_gib(floor)} floor" if floor
+                                else f"the {_gib(available)} MemAvailable", floor))
         if spec.memory_limit is not None:
-            walls.append((process_host + need.host - need.file_backed, spec.memory_limit,
-                          f"the {_gib(spec.memory_limit)} memory limit (anonymous memory; file-backed pages are "
-                          f"reclaimable)"))
+            checks.append(WallCheck(need.stage, "limit", process_host + need.host - need.file_backed, spec.memory_limit,
+                                    f"the {_gib(spec.memory_limit)} memory limit (anonymous memory; file-backed pages "
+                                    f"are reclaimable)"))
         if not shared and info.total_memory:
-            walls.append((need.device, info.total_memory - process_device,
-                          f"{info.name}'s {_gib(info.total_memory)} less the {_gib(process_device)} CUDA context"))
-        for peak, allowance, label in walls:
-            if peak > allowance:
-                return f"refused: {need.stage} would peak at {_gib(peak)}, over {label}"
-    return None
+            checks.append(WallCheck(need.stage, "device", need.device, info.total_memory - process_device,
+                                    f"{info.name}'s {_gib(info.total_memory)} less the {_gib(process_device)} CUDA context"))
+    return checks
+
+
+def tightest(checks: list[WallCheck]) -> WallCheck | None:
+    """The check nearest its wall (the first refused, when any is over)."""
+    over = [c for c in checks if c.over]
+    return over[0] if over else max(checks, key=lambda c: c.share, default=None)
+
+
+def _first_refusal(spec: JobSpec, config: Config, info: DeviceInfo, needs: list[StageNeed], process_host: int,
+                   process_device: int, available: int, total: int) -> str | None:
+    over = next((c for c in wall_checks(spec, config, info, needs, process_host, process_device, available, total)
+                 if c.over), None)
+    return None if over is None else f"refused: {over.line}"
 
 
 def _gib(nbytes: int) -> str:

@@ -136,6 +136,8 @@ class Marks:
     """Limit lines (fr.limit_rows), the predicted peak among them."""
     kill: str | None = None
     """Label of the kill marker at the last sample ("process killed", "memory guard"), None if not killed."""
+    kill_series: str | None = None
+    """The series the kill marker sits on; None: the highest one at the last sample."""
 
 
 def stage_rules(p: Panel, spans: pd.DataFrame | None) -> list:
@@ -179,8 +181,8 @@ def limit_layers(p: Panel, limits: pd.DataFrame | None) -> list:
     rows = limits.assign(color=limits["series"].map(colors))
     rule = alt.Chart(rows).encode(y=alt.Y("value:Q", scale=p.y_scale))
     return [
-        rule.mark_rule(strokeDash=[5, 3], strokeWidth=1.6).encode(color=alt.Color("color:N", scale=None), tooltip=["label:N"]),
-        rule.mark_text(align="left", baseline="bottom", dx=4, dy=-2, fontSize=11).encode(
+        rule.mark_rule(strokeDash=[5, 3], strokeWidth=1.6, clip=True).encode(color=alt.Color("color:N", scale=None), tooltip=["label:N"]),
+        rule.mark_text(align="left", baseline="bottom", dx=4, dy=-2, fontSize=11, clip=True).encode(
             x=alt.value(0), text="label:N", color=alt.Color("color:N", scale=None)
         ),
     ]
@@ -253,14 +255,14 @@ def policy_layers(p: Panel, events: pd.DataFrame | None) -> list:
     ]
 
 
-def kill_layers(p: Panel, label: str | None) -> list:
+def kill_layers(p: Panel, label: str | None, on: str | None = None) -> list:
     """A kill (the OOM killer's, or the memory guard's): a red rule and ✕ at the last sample,
     and the rest of a fixed x domain grayed as "no data"."""
     if not label or not len(p.wide):
         return []
     last = p.wide.iloc[[-1]]
     drawn = [lab for lab in p.labels if pd.notna(last[lab].iloc[0])]
-    top = max(drawn, key=lambda lab: float(last[lab].iloc[0])) if drawn else None
+    top = on if on in drawn else max(drawn, key=lambda lab: float(last[lab].iloc[0])) if drawn else None
     end = p.x_end if p.x_end is not None else float(last["x"].iloc[0])
     kill = pd.DataFrame(
         {"x": last["x"].to_numpy(), "value": [float(last[top].iloc[0]) if top else 0.0], "label": [label], "end": [end]}
@@ -294,7 +296,7 @@ def panel(p: Panel, marks: Marks, *, strip: alt.LayerChart | None, height: int, 
     layers += limit_layers(p, marks.limits)
     layers += curve_layers(p, legend_pick, cursor)
     layers += policy_layers(p, marks.events)
-    layers += kill_layers(p, marks.kill)
+    layers += kill_layers(p, marks.kill, marks.kill_series)
     chart = alt.layer(*layers, cursor_points(p, legend_pick, cursor)).properties(height=height)
     return chart.properties(title=title) if title else chart
 
@@ -309,6 +311,20 @@ def _y_scale(fit: fr.Fit, capacity: int | None, peak: float) -> tuple[alt.Scale,
     if capacity and peak * 1.25 < capacity / GIB:
         capacity = None  # fitting the data: the wall is far off scale, so leave it out
     return alt.Scale(zero=True), capacity
+
+
+def _kill_scale(long: pd.DataFrame, limits: pd.DataFrame, series: str) -> tuple[alt.Scale, float] | None:
+    """Fitting the data of a job killed by a bound on one series (a memory limit on cgroup usage, the guard's
+    budget or floor on System in use): y spans that series and its bounds only, so a host-wide curve far above
+    (System in use beside a 2 GiB cgroup) cannot squash what killed the job; other curves are clipped.
+    None when that series was not drawn. Returns the scale and its top (y units)."""
+    values = long.loc[long["series"] == series, "value"]
+    if values.empty:
+        return None
+    bounds = limits.loc[limits["series"] == series, "value"] if not limits.empty else pd.Series(dtype=float)
+    top = max(float(values.max()), float(bounds.max()) if len(bounds) else 0.0) * 1.08
+    low = 0.0 if series != "System in use" else max(0.0, min(float(values.min()), *bounds.tolist()) * 0.9)
+    return alt.Scale(domain=[low, top], nice=False), top
 
 
 def _near(limits: pd.DataFrame, fit: fr.Fit, peak: float) -> pd.DataFrame:
@@ -330,6 +346,7 @@ def memory_chart(
     events: pd.DataFrame | None = None,
     killed: bool = False,
     kill_label: str = "process killed",
+    kill_series: str | None = None,
     limits: Mapping[str, int | None] | None = None,
     predicted_peak: int | None = None,
     theme: str | None = None,
@@ -347,7 +364,9 @@ def memory_chart(
     adds policy decisions (POLICY_EVENTS) as pink rules and denoising steps (STEP_EVENTS) as
     ticks on the stage strip. limits (memory_limit, memory_budget, memory_floor in bytes, as
     in a job spec) draw dashed lines on the series they bound (frames.job_limits); predicted_peak (bytes the forecast said the job would add) a gray dashed line.
-    killed marks the last sample with the red kill rule and a cross labelled kill_label.
+    killed marks the last sample with the red kill rule and a cross labelled kill_label; kill_series (the series
+    whose bound killed it: "cgroup usage" for a memory limit, "System in use" for the guard) makes fit="data"
+    span that series and its bounds, with the cross on it.
     """
     frames = fr.memory_frames(samples, x=x, total_bytes=total_bytes, mem_total=mem_total, baseline=fit == "baseline")
     wide, long = frames.wide, frames.long
@@ -358,6 +377,12 @@ def memory_chart(
     peak = float(long["value"].max()) if len(long) else 0.0
     y_scale, capacity = _y_scale(fit, capacity, peak)
     bounds = fr.job_limits(limits or {}, mem_total, frames.starts.get("System in use"))
+    rows = fr.limit_rows(bounds, frames, predicted=predicted_peak)
+    scaled = _kill_scale(long, rows, kill_series) if killed and kill_series and fit == "data" else None
+    if scaled is not None:
+        y_scale, top = scaled
+        capacity = capacity if capacity and capacity / GIB <= top else None
+        rows = rows[rows["value"] <= top]
     spans = fr.stage_spans(samples, wide["x"])
     ex = fr.event_x(events, samples, x, total_bytes, frames.placed_unit[1]) if events is not None and len(events) else None
     extent = (domain[1] - domain[0]) if domain else (float(wide["x"].max()) - min(0.0, float(wide["x"].min())) if len(wide) else None)
@@ -369,8 +394,9 @@ def memory_chart(
         diagonal=(x_end or (float(wide["x"].max()) if len(wide) else None)) if fit == "baseline" and x == "bytes" else None,
         spans=spans,
         events=events.assign(x=ex) if ex is not None else None,
-        limits=_near(fr.limit_rows(bounds, frames, predicted=predicted_peak), fit, peak),
+        limits=rows if scaled is not None else _near(rows, fit, peak),
         kill=kill_label if killed else None,
+        kill_series=kill_series if scaled is not None else None,
     )
     ranks = sorted(wide["rank"].unique()) if len(wide) else [0]
     panels = [

@@ -9,10 +9,10 @@ import streamlit as st
 
 from dashboard import charts, data, nav
 from dashboard.host import read_host_memory
-from dashboard.inputs_panel import output_videos
+from dashboard.inputs_panel import input_strip, output_videos
 from dashboard.views.history import checkpoints_of, comparison_table, default_comparison, diff_only, job_summary
 from dashboard.views.query import QueryError, job_ids
-from dashboard.views.spec import job_label, spec_mode
+from dashboard.views.spec import job_label, spec_mode, spec_of, workflow_of
 
 db = data.db_path()
 mem_total = read_host_memory().total
@@ -96,14 +96,20 @@ def draw_tables(jobs: list[dict], summaries: dict[int, dict]) -> None:
 
 
 def draw_videos(jobs: list[dict]) -> None:
-    videos = [(job, a) for job in jobs for a in output_videos(data.artifacts(db, job["id"]))]
-    if not videos:
+    """Each generate job's input images (from its own folder) above its video, three jobs to a row at most."""
+    shown = [(job, data.artifacts(db, job["id"])) for job in jobs if job["kind"] == "generate"]
+    shown = [(job, files) for job, files in shown
+             if output_videos(files) or any(a["media_type"].startswith("image/") for a in files)]
+    if not shown:
         return
-    st.subheader("Videos")
-    for column, (job, artifact) in zip(st.columns(min(3, len(videos))), videos[:3]):
+    st.subheader("Inputs and videos")
+    for column, (job, files) in zip(st.columns(min(3, len(shown))), shown[:3]):
         with column:
-            st.caption(job_label(job))
-            st.video(str(data.artifact_path(job["id"], artifact["name"])), loop=True)
+            st.caption(f"{job_label(job)} · {workflow_of(spec_of(job).get('generate') or {})}")
+            input_strip(files, lambda name, job_id=job["id"]: data.artifact_path(job_id, name))
+            video = next(iter(output_videos(files)), None)
+            if video is not None:
+                st.video(str(data.artifact_path(job["id"], video["name"])), loop=True)
 
 
 def main() -> None:

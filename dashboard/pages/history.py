@@ -9,7 +9,8 @@ import streamlit as st
 from dashboard import data, nav
 from dashboard import format as fmt
 from dashboard.host import read_host_memory
-from dashboard.views.history import FILTERS, history_frame, job_summary, matches, status_tint
+from dashboard.thumbnails import job_inputs
+from dashboard.views.history import FILTERS, INPUT_COLUMNS, history_frame, job_summary, matches, status_tint
 from dashboard.views.spec import spec_mode
 from storage.connections import connect
 from storage.queries import delete_job
@@ -58,7 +59,8 @@ def table(shown: list[dict]):
         j["id"]: job_summary(data.series(db, j["id"], data.sample_count(db, j["id"]), max_points=60), mem_total)
         for j in shown
     }
-    frame = history_frame(shown, summaries, link=lambda job_id: nav.link("job", job=str(job_id)))
+    inputs = {j["id"]: job_inputs(db, j["id"], tuple(INPUT_COLUMNS)) for j in shown if j["kind"] == "generate"}
+    frame = history_frame(shown, summaries, link=lambda job_id: nav.link("job", job=str(job_id)), inputs=inputs)
     if frame.empty:
         st.info("No job matches these filters and search.", icon=":material/search_off:")
         return frame, []
@@ -87,6 +89,8 @@ def table(shown: list[dict]):
             ),
             "min headroom": st.column_config.NumberColumn("min headroom", width="small"),
             "in use": st.column_config.LineChartColumn("in use (GiB)", width="small"),
+            **{heading: st.column_config.ImageColumn(heading, width="small", help=f"the job's own copy of its {heading}")
+               for heading in INPUT_COLUMNS.values()},
             "retry of": st.column_config.LinkColumn("retry of", display_text=r"/job\?job=(\d+)", width="small"),
         },
     )

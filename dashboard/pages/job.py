@@ -12,7 +12,10 @@ from dashboard import words
 from dashboard.host import memory_kind, read_host_memory
 from dashboard.views import eta as ev
 from dashboard.inputs_panel import input_strip, output_videos
+from dashboard.views import cards as cv
+from dashboard.views import job_tables as tv
 from dashboard.views import jobs as jv
+from dashboard.views import outcome as oc
 from dashboard.views.query import QueryError, job_id as parse_job_id
 from dashboard.views.spec import generate_parameters, job_parameters, spec_checkpoint_name, spec_of
 from jobs.queue import JobStateError, cancel, retry
@@ -82,7 +85,9 @@ def draw_header(job: dict, total_bytes: int | None) -> None:
     if asked:
         steps = (spec.get("generate") or {}).get("steps")
         st.markdown(f"**Prompt:** {asked['prompt']}  \n**Seed** {asked['seed']} · **frames** {asked['frames']} · "
-                    f"**size** {asked['size']} · **{words.steps(steps)}**")
+                    f"**size** {asked['size']} · **{words.steps(steps)}**  \n**Workflow** {asked['workflow']} "
+                    f"(input images: {asked['input images']}) · **VAE tiling** {asked['VAE tiling']} · "
+                    f"**VAE precision** {asked['VAE precision']} · **transformer weights** {asked['transformer weights']}")
     draw_lineage(job)
 
 
@@ -98,13 +103,13 @@ def draw_lineage(job: dict) -> None:
         st.markdown(" · ".join(links).capitalize())
 
 
-def job_outcome(job: dict, total_bytes: int | None) -> jv.Outcome:
+def job_outcome(job: dict, total_bytes: int | None) -> oc.Outcome:
     samples = data.series(db, job["id"], data.sample_count(db, job["id"]))
     stats = jv.live_stats(samples, host.total)
-    return jv.outcome(job, stats, total_bytes, samples=samples, predicted=jv.predicted_peak(job, data.events(db, job["id"])))
+    return oc.outcome(job, stats, total_bytes, samples=samples, predicted=oc.predicted_peak(job, data.events(db, job["id"])))
 
 
-def draw_outcome(told: jv.Outcome) -> None:
+def draw_outcome(told: oc.Outcome) -> None:
     """Why a finished job ended, at the top of its page: one plain sentence and what to do next;
     the whole cause (every line, in plain words, folded) one click away."""
     draw = {"success": st.success, "info": st.info, "warning": st.warning}.get(told.tone, st.error)
@@ -194,12 +199,12 @@ def draw_status(job: dict, stats: jv.LiveStats, events, total_bytes: int | None)
             st.warning("No memory samples after 60 s: check the supervisor on the System page.")
     label = jv.status_label(job, stats, total_bytes, stalled=jv.stalled_for(job, stats, events))
     with st.status(label, state=jv.status_state(job["status"]), expanded=False):
-        st.dataframe(jv.event_table(events, last=20), hide_index=True, width="stretch")
+        st.dataframe(tv.event_table(events, last=20), hide_index=True, width="stretch")
 
 
 def draw_cards(job: dict, stats: jv.LiveStats, samples, events, total_bytes: int | None, capacity: int | None) -> None:
-    previous = jv.comparable_previous(job, data.jobs(db, status=("succeeded",), limit=200))
-    cards = jv.metric_cards(job, stats, total_bytes=total_bytes, capacity=capacity, previous=previous, events=events)
+    previous = cv.comparable_previous(job, data.jobs(db, status=("succeeded",), limit=200))
+    cards = cv.metric_cards(job, stats, total_bytes=total_bytes, capacity=capacity, previous=previous, events=events)
     spark = (host.total - samples["mem_available"]).iloc[:: max(1, len(samples) // 50)] / fmt.GIB if len(samples) else None
     for column, card in zip(st.columns(len(cards)), cards):
         column.metric(
@@ -229,8 +234,9 @@ def draw_chart(job: dict, samples, events, count: int, x: str, fit: str, total_b
         events=events[["t", "kind", "message"]] if len(events) else None,
         killed=job["status"] == "killed",
         kill_label="memory guard" if jv.kill_kind(job) == "guard" else "process killed",
-        limits=jv.job_limits(job),
-        predicted_peak=jv.predicted_peak(job, events),
+        kill_series=oc.kill_series(job),
+        limits=oc.job_limits(job),
+        predicted_peak=oc.predicted_peak(job, events),
         theme=st.context.theme.type or "light",
     )
     st.altair_chart(chart, width="stretch", key=f"memory_chart_{job['id']}")
@@ -253,7 +259,7 @@ def draw_progress(job: dict, stats: jv.LiveStats, events) -> None:
     draw_time_left(job, events, where.fraction)
     if stats.samples == 0 or job.get("stage") in jv.STARTING_STAGES:
         st.info(jv.starting_text(job))
-    st.dataframe(jv.event_table(events, last=8), hide_index=True, width="stretch")
+    st.dataframe(tv.event_table(events, last=8), hide_index=True, width="stretch")
 
 
 def draw_time_left(job: dict, events, fraction: float | None) -> None:
@@ -282,37 +288,37 @@ def draw_video(job: dict) -> None:
         st.info(f"No video: the job was {job['status']} before it wrote one.")
     if job["status"] != "succeeded":
         st.caption("Last sample")
-        st.table(jv.last_sample_table(data.last_sample(db, job["id"]), host.total).set_index("field"))
+        st.table(tv.last_sample_table(data.last_sample(db, job["id"]), host.total).set_index("field"))
 
 
 def draw_details(job: dict) -> None:
     """Parameters, per-component load reports (generate), metrics and events, one tab each."""
     metrics = job.get("metrics") or {}
-    reports = jv.load_reports_table(metrics)
+    reports = tv.load_reports_table(metrics)
     names = ["Parameters"] + (["Load reports"] if len(reports) else []) + ["Metrics", "Events"]
     tabs = dict(zip(names, st.tabs(names)))
     params = job_parameters(job)
     tabs["Parameters"].table(pd.DataFrame({"value": list(params.values())}, index=pd.Index(list(params), name="parameter")))
     if "Load reports" in tabs:
         tabs["Load reports"].dataframe(reports, hide_index=True, width="stretch", key="job_load_reports")
-    table = jv.metrics_table(metrics)
+    table = tv.metrics_table(metrics)
     if len(table):
         tabs["Metrics"].dataframe(table, hide_index=True, width="stretch", key="job_metrics")
     else:
         tabs["Metrics"].caption("No metrics recorded (yet).")
-    tabs["Events"].dataframe(jv.event_table(data.events(db, job["id"])), hide_index=True, width="stretch", key="job_events")
+    tabs["Events"].dataframe(tv.event_table(data.events(db, job["id"])), hide_index=True, width="stretch", key="job_events")
 
 
 def draw_retry(job: dict, suggested: int | None) -> None:
-    """Retry buttons that fit how the job ended (jv.retry_choices)."""
-    choices = jv.retry_choices(job, suggested)
+    """Retry buttons that fit how the job ended (oc.retry_choices)."""
+    choices = oc.retry_choices(job, suggested)
     if not choices:
         return
     st.subheader("Retry")
     row = st.container(horizontal=True)
     for choice in choices:
         if row.button(f"Retry with {choice}", key=f"retry_{choice}"):
-            changes = jv.retry_changes(choice, suggested)
+            changes = oc.retry_changes(choice, suggested)
             try:  # the one retry path: the stored spec is validated again, as the CLI's retry does
                 new_id = retry(connect(db, ensure=False), job["id"], data.config(), changes=changes)
             except (JobSpecError, JobStateError) as e:

@@ -119,3 +119,39 @@ def load_peaks(path: str, *, component: str | None, dtype: str | None, device, r
 def mode_peaks(bytes_to_place: int) -> dict[str, int]:
     """Predicted peak per mode from the measured ratios, for a checkpoint of `bytes_to_place` bytes."""
     return {mode: int(ratio * bytes_to_place) for mode, ratio in MODE_RATIO.items()}
+
+
+WALL_WORDS = {"budget": "budget", "available": "MemAvailable", "limit": "limit", "device": "device"}
+"""The fit bar's caption word per jobs.admission wall."""
+
+
+@dataclass(frozen=True)
+class SubmitFit:
+    """The fit bar of a job the submit check assessed: its tightest stage and wall (jobs.admission.WallCheck)."""
+
+    forecast: Forecast
+    """Peak, wall, share and message, as the bar and its line draw them."""
+    base: int
+    """What the bar shows in use before the job: system in use now, or 0 against a GPU's own memory."""
+    caption: str
+    """The wall's caption: its kind and the size it stands for (the floor, when one is set, for MemAvailable)."""
+
+
+def submit_fit(tightest: Mapping, in_use: int) -> SubmitFit:
+    """The bar and line for `tightest` (an Admission's `tightest` dict), with the submit check's own numbers:
+    the refusal line, word for word, when it is over."""
+    peak, allowance = int(tightest["peak"]), int(tightest["allowance"])
+    name = tightest["wall"]
+    share = _share(peak, allowance)
+    line = tightest["line"]
+    if share <= TIGHT:
+        message = f"Fits: {line}, {fmt.gib(allowance - peak)} to spare."
+    elif share <= 1.0:
+        message = f"Tight: {line}, {fmt.percent(share)} of what it allows."
+    else:
+        message = f"Will not fit: refused: {line}."
+    shown = tightest.get("floor") if name == "available" and tightest.get("floor") else allowance
+    word = "floor" if name == "available" and tightest.get("floor") else WALL_WORDS.get(name, name)
+    wall = Wall(name, allowance, tightest["label"])
+    return SubmitFit(Forecast(tightest["stage"], peak, wall, share, message), 0 if name == "device" else in_use,
+                     f"{word} {fmt.gib(shown)}")

@@ -7,6 +7,7 @@ import datetime as dt
 import pandas as pd
 
 from dashboard import format as fmt
+from dashboard import words
 from dashboard.views import failure
 from dashboard.views.jobs import STATUS_ICONS
 from dashboard.views.spec import checkpoint_key, generate_parameters, job_parameters, spec_checkpoint_name, spec_mode
@@ -63,10 +64,15 @@ def _duration(job: dict) -> float | None:
     return None
 
 
+INPUT_COLUMNS = dict(words.INPUT_WORDS)
+"""History's column per input image (its GenerateParams field -> heading), each cell a thumbnail."""
+GENERATE_COLUMNS = ("prompt", "seed", "steps", "frames", "size", "workflow", "VAE tiling", "VAE precision",
+                    "transformer weights")
+"""History's columns that generate_parameters fills (empty for a load)."""
 HISTORY_COLUMNS = [
     "status", "job", "id", "kind", "mode", "checkpoint", "duration", "peak in use", "footprint ×", "min headroom",
     "in use", "outcome", "started", "device", "dtype", "memory limit", "prompt", "seed", "steps", "frames", "size",
-    "retry of",
+    "workflow", *INPUT_COLUMNS.values(), "VAE tiling", "VAE precision", "transformer weights", "retry of",
 ]
 """History's columns, in order: what a job cost (duration, peak, footprint) right after what it was, so it is in
 view at 1400 px. Numbers stay numeric (so they sort) and get their unit from the page's format."""
@@ -87,9 +93,11 @@ def status_tint(cell: str) -> str:
     return f"background-color: {STATUS_TINTS[word]}" if word in STATUS_TINTS else ""
 
 
-def history_frame(jobs: list[dict], summaries: dict[int, dict], *, link) -> pd.DataFrame:
+def history_frame(jobs: list[dict], summaries: dict[int, dict], *, link,
+                  inputs: dict[int, dict[str, str]] | None = None) -> pd.DataFrame:
     """One row per job for st.dataframe; `link(job_id)` builds the Job page URL. Memory in GiB,
-    durations in seconds (the page's column formats add the units)."""
+    durations in seconds (the page's column formats add the units). `inputs` (job id -> field -> image URL,
+    from the job's own folder) fills the input image columns."""
     rows = []
     for job in jobs:
         summary = summaries.get(job["id"], {})
@@ -109,11 +117,8 @@ def history_frame(jobs: list[dict], summaries: dict[int, dict], *, link) -> pd.D
                 "device": params["device"],
                 "dtype": params["dtype"],
                 "memory limit": params["memory limit"],
-                "prompt": asked.get("prompt", ""),
-                "seed": asked.get("seed", ""),
-                "steps": asked.get("steps", ""),
-                "frames": asked.get("frames", ""),
-                "size": asked.get("size", ""),
+                **{column: asked.get(column, "") for column in GENERATE_COLUMNS},
+                **{heading: (inputs or {}).get(job["id"], {}).get(field) for field, heading in INPUT_COLUMNS.items()},
                 "started": _started(job),
                 "duration": _duration(job),
                 "peak in use": peak / fmt.GIB if peak is not None else None,

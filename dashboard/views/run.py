@@ -17,6 +17,7 @@ from dashboard import words
 from loader.device import DeviceInfo
 from loader.offload import OffloadSettings, resolve_offload
 from models.params import GenerateParams
+from models.request_args import QUANTIZATIONS, VAE_DTYPES
 
 MODE_HELP = {
     "stream": "stream: reads tensor by tensor straight into place, never builds a dict; about 1.0×",
@@ -38,8 +39,17 @@ DTYPES = ("checkpoint dtype", "bfloat16", "float16", "float32")
 DEFAULT_COMPONENT = ""
 """The component field's value for "the loader's default" (a selectbox shows None as no choice)."""
 
-GENERATE_FIELDS = ("prompt", "frames", "height", "width", "steps", "seed", "audio")
-"""GenerateParams fields the form edits, in form order (H3 fixes the rest: no negative prompt, no guidance, 24 fps)."""
+GENERATE_FIELDS = ("prompt", "frames", "height", "width", "steps", "seed", "audio", "vae_tiling", "vae_dtype", "quantize")
+"""GenerateParams fields the form edits, in form order (H3 fixes the rest: no negative prompt, no guidance, 24 fps;
+the workflow and its images are the workflow section's)."""
+QUANTIZE_NONE = "none"
+"""The quantize control's value for GenerateParams.quantize = None (a selectbox shows None as no choice)."""
+QUANTIZE_CHOICES = (QUANTIZE_NONE, *QUANTIZATIONS)
+"""What the quantize control offers: the spec's own names (`--quantize int8|fp8`), or none."""
+VAE_DTYPE_CHOICES = VAE_DTYPES
+"""What the VAE precision control offers: the spec's own names (`--vae-dtype bf16|fp32`)."""
+FP8_CAPABILITY = (8, 9)
+"""The least CUDA compute capability torchao's fp8 weight-only kernels run on (models.quantize)."""
 FIRST_VISIT_STEPS = 3
 """Pre-filled steps (2 DiT calls): keeps the CPU demo near a minute; H3's own default is 50."""
 
@@ -106,18 +116,48 @@ def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
         "drop_page_cache": tristate_text(spec.get("drop_page_cache")),
         "sequential_components": tristate_text(spec.get("sequential_components")),
         "gpus": int(spec.get("gpus", 1)),
+        "skeleton": bool(spec.get("skeleton", False)),
     }
     offload = {**OffloadSettings().to_dict(), **(spec.get("offload") or {})}
     values.update({f"offload_{name}": bool(offload[name]) for name in OFFERED_FLAGS})
     values.update({f"gen_{name}": value for name, value in (spec.get("generate") or {}).items() if name in GENERATE_FIELDS})
+    if "gen_quantize" in values:
+        values["gen_quantize"] = quantize_choice(values["gen_quantize"])
     return values
+
+
+def quantize_choice(value: str | None) -> str:
+    """The quantize control's value for GenerateParams.quantize."""
+    return QUANTIZE_NONE if value is None else value
+
+
+def quantize_value(choice: str) -> str | None:
+    """GenerateParams.quantize for the quantize control's value."""
+    return None if choice == QUANTIZE_NONE else choice
+
+
+def quantize_problem(choice: str | None, device: str, capability: tuple[int, int] | None, torchao: bool) -> str | None:
+    """Why a quantized DiT would fail on `device` (CUDA `capability`, None elsewhere), or None when it can run.
+    The job fails then, loading the transformer; the page says so before it is queued."""
+    if choice is None:
+        return None
+    if not torchao:
+        return (f"{choice} quantization needs torchao, which is not installed here: "
+                "`pip install -r requirements-quant.txt` (a wheel with no dependencies; it never pulls a CUDA torch). "
+                "Queued as it is, the job would fail when it loads the transformer.")
+    if choice == "fp8" and (capability is None or capability < FP8_CAPABILITY):
+        has = f"compute capability {capability[0]}.{capability[1]}" if capability else "no CUDA"
+        return (f"fp8 needs a CUDA GPU of compute capability {FP8_CAPABILITY[0]}.{FP8_CAPABILITY[1]} or newer; {device} has "
+                f"{has}, so the job would fail when it loads the transformer. int8 runs on CPU and CUDA.")
+    return None
 
 
 def generate_defaults(prompt: str, canvas: tuple[int, int]) -> dict[str, Any]:
     """Form values of GenerateParams' defaults with `prompt`, the checkpoint's (height, width) canvas and
     FIRST_VISIT_STEPS."""
     base = GenerateParams(prompt=prompt, height=canvas[0], width=canvas[1], steps=FIRST_VISIT_STEPS)
-    return {f"gen_{f.name}": getattr(base, f.name) for f in fields(GenerateParams) if f.name in GENERATE_FIELDS}
+    values = {f"gen_{f.name}": getattr(base, f.name) for f in fields(GenerateParams) if f.name in GENERATE_FIELDS}
+    return values | {"gen_quantize": quantize_choice(base.quantize)}
 
 
 def generate_geometry(path: str | None) -> tuple[tuple[int, int], int]:

@@ -66,6 +66,9 @@ def job_parameters(job: dict) -> dict[str, str]:
     }
     if "drop_page_cache" in spec:
         rows["drop page cache"] = fmt.flag(spec.get("drop_page_cache"))
+    if job.get("kind", spec.get("kind")) == "load":
+        rows["module built from"] = ("the checkpoint's own names and shapes (skeleton)" if spec.get("skeleton")
+                                     else "its config's class (names and shapes checked)")
     if "sequential_components" in spec:
         rows["sequential components"] = fmt.flag(spec.get("sequential_components"))
     if str(spec.get("device") or "cpu") == "cpu" and spec.get("offload") is not None:
@@ -90,13 +93,16 @@ STAGING_WORDS = {
 
 
 def generate_parameters(job: dict) -> dict[str, str]:
-    """What a generate job was asked for (prompt, seed, frames, size, steps, audio); {} for a load. The
-    negative prompt and guidance are fixed by the model (H3 takes neither), so they are not listed."""
+    """What a generate job was asked for (prompt, seed, frames, size, steps, audio, workflow and its input images,
+    the VAE and DiT knobs); {} for a load. The negative prompt and guidance are fixed by the model (H3 takes
+    neither), so they are not listed. A spec from before a knob existed ran with its default, which is shown."""
     params = spec_of(job).get("generate")
     if not params:
         return {}
     frames, fps = params.get("frames"), params.get("fps")
     length = f" ({fmt.duration(frames / fps)} at {fps} fps)" if frames and fps else ""
+    given = [field for field in words.INPUT_WORDS if params.get(field)]
+    quantize = params.get("quantize")
     return {
         "prompt": params.get("prompt") or "",
         "seed": str(params.get("seed", fmt.MISSING)),
@@ -104,7 +110,22 @@ def generate_parameters(job: dict) -> dict[str, str]:
         "size": f"{params.get('width')} × {params.get('height')} px" if params.get("width") and params.get("height") else "checkpoint default",
         "steps": words.steps(params.get("steps")) if params.get("steps") else fmt.MISSING,
         "audio": fmt.flag(params.get("audio")),
+        "workflow": workflow_of(params),
+        "input images": ", ".join(words.input_role(field) for field in given) or "none (text only)",
+        "VAE tiling": fmt.flag(params.get("vae_tiling", True)),
+        "VAE precision": params.get("vae_dtype") or "bf16",
+        "transformer weights": f"{quantize} (weight-only)" if quantize else "not quantized",
     }
+
+
+def workflow_of(params: dict) -> str:
+    """The workflow a generate spec ran: the one it names, else the one its images select (GenerateParams' rule)."""
+    from models.params import GenerateParams
+
+    try:
+        return GenerateParams(**params).resolved_workflow
+    except TypeError:  # a spec with fields this version does not know
+        return params.get("workflow") or "t2va"
 
 
 def field_errors(errors: list[str]) -> dict[str, list[str]]:

@@ -150,3 +150,67 @@ def test_run_and_system_pages_render_at_each_width_and_scheme(dashboard, browser
             page.screenshot(path=str(ARTIFACTS / f"{name}-{width}-{scheme}.png"), full_page=True)
     finally:
         context.close()
+
+
+FOCUS_JS = """() => {
+  const e = document.activeElement;
+  if (!e || e === document.body) return null;
+  const box = e.getBoundingClientRect();
+  const style = getComputedStyle(e);
+  const field = e.closest('[data-testid]');
+  return {tag: e.tagName, text: (e.innerText || e.getAttribute('aria-label') || e.value || '').trim().slice(0, 40),
+          where: field ? field.getAttribute('data-testid') : '', visible: box.width > 0 && box.height > 0
+          && style.visibility !== 'hidden' && !!e.offsetParent, top: box.top + window.scrollY};
+}"""
+"""What has the keyboard focus: its tag, text, nearest Streamlit element, whether a sighted user sees it."""
+TAB_STOPS = 60
+"""Tab presses allowed before *Queue job*: the nav, the form's fields, the verdict, then the button."""
+
+
+@pytest.mark.parametrize("kind", ["load", "load + generate"])
+def test_queue_job_is_reached_by_tab_after_the_form_with_no_hidden_stop_on_the_way(dashboard, browser, kind):  # noqa: F811
+    base, _ = dashboard
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    try:
+        page.goto(base + "/")
+        _pick(page, "Checkpoint", "tiny")
+        page.get_by_text("headers valid").first.wait_for()
+        choice = page.get_by_role("radio", name=kind, exact=True).first
+        if choice.get_attribute("aria-checked") != "true":
+            choice.click()
+        # The form is mirrored in the URL once the click's run is over: wait for it, or a reload loses the kind.
+        page.wait_for_url(lambda url: ("kind=generate" in url) == (kind != "load"))
+        _settled(page)
+        _queue_button(page, disabled=False)
+        # A fresh load of the same form (the URL keeps it), so Tab starts at the top, not at the last click.
+        page.reload()
+        page.get_by_text("headers valid").first.wait_for()
+        _settled(page)
+        _queue_button(page, disabled=False)
+        assert page.get_by_role("radio", name=kind, exact=True).first.get_attribute("aria-checked") == "true"
+        stops = []
+        for _ in range(TAB_STOPS):
+            page.keyboard.press("Tab")
+            focused = page.evaluate(FOCUS_JS)
+            stops.append(focused)
+            if focused and focused["tag"] == "BUTTON" and "Queue job" in focused["text"]:
+                break
+        described = [f"{s['where']}:{s['text']}" if s else "body" for s in stops]
+        assert stops[-1] and "Queue job" in stops[-1]["text"], described
+        # Every stop on the way is one a sighted keyboard user sees (Streamlit's skip link shows itself on focus).
+        hidden = [f"{s['where']}:{s['text']}" for s in stops if s and not s["visible"] and s["where"] != "stSkipToContent"]
+        assert hidden == [], hidden
+        print(f"{kind}: Queue job is Tab stop {len(stops)}: {described}")
+        wheres = [s["where"] for s in stops if s]
+        # The form in its reading order: checkpoint, job kind, mode, device, then the limits, then Queue job.
+        first = {name: next(i for i, w in enumerate(wheres) if w == name)
+                 for name in ("stSelectbox", "stButtonGroup", "stTextInputField")}
+        assert first["stSelectbox"] < first["stButtonGroup"] < first["stTextInputField"] < len(wheres) - 1, described
+        assert "stHeaderActionElements" not in wheres, described  # no heading links between the form and the button
+        page.keyboard.press("Enter")
+        page.wait_for_url("**/job?job=*")  # the button Tab reached is the one that queues
+    finally:
+        page.screenshot(path=str(ARTIFACTS / f"run-tab-order-{kind.replace(' + ', '-')}.png"))
+        context.close()

@@ -399,3 +399,40 @@ def test_the_stage_strip_follows_the_theme(load_samples):
     light, dark = strip_colours("light"), strip_colours("dark")
     assert light == ("#ffffff", "#333333")
     assert dark == ("#0e1117", "#e6e6e6")
+
+
+def _killed_generate(n: int = 60) -> pd.DataFrame:
+    """A generate job on a busy 64 GiB box, killed at its 2 GiB memory limit while denoising: System in use
+    sits near 40 GiB, the job's own cgroup climbs to the limit."""
+    i = pd.RangeIndex(n)
+    grow = (i + 1) * (2 * GIB // n)
+    return pd.DataFrame({
+        "rank": 0, "t": i * 0.5, "stage": ["text_encoder"] * (n // 2) + ["denoise.denoise"] * (n - n // 2),
+        "bytes_placed": 0, "tensor_name": None, "vm_rss": GIB // 2 + grow, "rss_file": GIB // 8, "rss_anon": grow,
+        "vm_hwm": GIB // 2 + grow, "mem_available": 24 * GIB - grow, "device_allocated": 0, "device_reserved": 0,
+        "cgroup_usage": GIB // 4 + grow,
+    })
+
+
+def _y_domains(spec: dict) -> list:
+    return [l["encoding"]["y"]["scale"].get("domain") for l in _layers(spec)
+            if "scale" in l.get("encoding", {}).get("y", {})]
+
+
+def test_fitting_the_data_of_a_job_killed_at_its_limit_scales_to_the_cgroup_not_the_whole_machine():
+    samples = _killed_generate()
+    limit = 2 * GIB + GIB // 4
+    spec = charts.memory_chart(samples, x="seconds", mem_total=64 * GIB, capacity=64 * GIB, fit="data", killed=True,
+                               kill_series="cgroup usage", limits={"memory_limit": limit},
+                               predicted_peak=30 * GIB).to_dict()
+    top = limit / GIB * 1.08
+    domains = _y_domains(spec)
+    assert domains and all(d == [0.0, pytest.approx(top)] for d in domains), domains
+    rules = [l for l in _layers(spec) if l["mark"].get("type") == "rule" and l["mark"].get("strokeDash") == [5, 3]]
+    labels = [r["label"] for r in _datasets(spec)[rules[0]["data"]["name"]]]
+    assert labels == ["memory limit 2.25 GiB"]  # the 30 GiB prediction is off this scale and left out
+    cross = next(l for l in _layers(spec) if l["mark"].get("text") == "✕")
+    assert _datasets(spec)[cross["data"]["name"]][0]["value"] == pytest.approx(float(samples["cgroup_usage"].iloc[-1]) / GIB)
+    # The same job not killed (or no series named) keeps the zero-based scale over every curve.
+    plain = charts.memory_chart(samples, x="seconds", mem_total=64 * GIB, fit="data", limits={"memory_limit": limit}).to_dict()
+    assert all(d is None for d in _y_domains(plain))

@@ -39,9 +39,21 @@ def test_fl2va_offers_two_uploaders_previews_an_upload_and_feeds_the_spec(tmp_pa
     assert fields["workflow"] == "fl2va" and "last_image" not in fields
     assert saved.parent == tmp_path / "uploads" and saved.read_bytes() == _png()
     assert [i.captions for i in at.get("image")] == [["frame.png"]]  # the preview
-    plan = at.dataframe[0].value
-    assert list(plan["stage"]) == ["text_encoder", "vae_encoder", "denoise.denoise", "decode.video", "decode.audio"]
-    assert list(plan["resident"])[2] == "transformer"
+
+
+def test_the_stage_plan_covers_every_workflow_and_names_a_quantized_dit():
+    from dashboard.inputs_panel import plan_table
+
+    fl2va = plan_table("fl2va", True, sequential=True)
+    assert list(fl2va["stage"]) == ["encoding the prompt", "encoding the images", "denoising", "decoding the video",
+                                    "decoding the audio"]
+    assert list(fl2va["resident"]) == ["text encoder", "video decoder", "transformer", "video decoder", "audio decoder"]
+    ref2va = plan_table("ref2va", True, sequential=True, quantize="int8")
+    assert "reference transformer (int8 weights)" in set(ref2va["resident"])
+    assert not any("transformer (int8" in r and "reference" not in r for r in ref2va["resident"])  # never both DiTs
+    resident = plan_table("t2va", False, sequential=False, quantize="fp8")
+    assert list(resident["stage"]) == ["encoding the prompt", "denoising", "decoding the video"]  # no audio block
+    assert set(resident["resident"]) == {"text encoder, transformer (fp8 weights), video decoder"}  # all, from the start
 
 
 def _strip(folder: str):

@@ -7,7 +7,10 @@ import pytest
 
 from dashboard.host import memory_kind, pool_caption
 from dashboard.views import failure
+from dashboard.views import cards as cv
+from dashboard.views import job_tables as tv
 from dashboard.views import jobs as jv
+from dashboard.views import outcome as oc
 from loader.device import DeviceInfo
 
 GIB = 2**30
@@ -21,7 +24,7 @@ def test_generate_cards_show_steps_with_seconds_per_step_and_the_peak_stage(load
     job = {"kind": "generate", "status": "succeeded", "progress_done": 8, "progress_total": 8,
            "metrics": {"peak_footprint": GIB, "stage_peaks": {"conditioning": GIB, "denoise.denoise": GIB // 2},
                        "stage_seconds": {"denoise.denoise": 4.0}}}
-    cards = {c.label: c for c in jv.metric_cards(job, jv.live_stats(load_samples, 24 * GIB), total_bytes=GIB, capacity=24 * GIB)}
+    cards = {c.label: c for c in cv.metric_cards(job, jv.live_stats(load_samples, 24 * GIB), total_bytes=GIB, capacity=24 * GIB)}
     assert list(cards) == ["Transformer passes", "Peak in use", "Peak footprint", "Min headroom", "Peak VmRSS"]
     assert (cards["Transformer passes"].value, cards["Transformer passes"].delta) == ("8/8", "0.50 s per pass")
     assert (cards["Peak footprint"].value, cards["Peak footprint"].delta) == ("1.0 GiB", "while conditioning")
@@ -32,7 +35,7 @@ def test_a_running_generate_job_measures_steps_from_when_denoising_started(load_
     job = {"kind": "generate", "status": "running", "stage": "denoising", "progress_done": 2, "progress_total": 10, "metrics": None}
     events = pd.DataFrame({"t": [0.5, 9.9], "kind": ["stage_start", "stage_start"], "stage": ["conditioning", "denoise.denoise"]})
     stats = jv.live_stats(load_samples, 24 * GIB)  # last sample at t = 11.9
-    cards = {c.label: c for c in jv.metric_cards(job, stats, total_bytes=None, capacity=None, events=events)}
+    cards = {c.label: c for c in cv.metric_cards(job, stats, total_bytes=None, capacity=None, events=events)}
     assert cards["Transformer passes"].delta == "1.00 s per pass"
     # Live peak footprint: max of VmRSS + device allocated, and the stage it happened in.
     assert cards["Peak footprint"].value == "2.2 GiB"
@@ -44,7 +47,7 @@ def test_seconds_per_pass_freeze_when_denoising_ends():
     job = {"kind": "generate", "status": "running", "stage": "decode.video", "progress_done": 2, "progress_total": 2}
     events = pd.DataFrame({"t": [2.0, 6.0], "kind": ["stage_start", "stage_end"],
                            "stage": ["denoise.denoise", "denoise.denoise"]})
-    assert jv.seconds_per_step(job, events, elapsed=30.0) == 2.0  # decoding for 24 s more changes nothing
+    assert cv.seconds_per_step(job, events, elapsed=30.0) == 2.0  # decoding for 24 s more changes nothing
 
 
 def test_the_start_of_a_generate_says_what_is_happening_not_the_probe_stage():
@@ -57,13 +60,13 @@ def test_the_start_of_a_generate_says_what_is_happening_not_the_probe_stage():
 
 def test_before_denoising_the_steps_card_says_nothing_rather_than_zero(load_samples):
     job = {"kind": "generate", "status": "running", "progress_done": None, "progress_total": None}
-    cards = jv.metric_cards(job, jv.live_stats(load_samples, None), total_bytes=None, capacity=None)
+    cards = cv.metric_cards(job, jv.live_stats(load_samples, None), total_bytes=None, capacity=None)
     assert (cards[0].value, cards[0].delta) == ("—", None)
 
 
 def test_load_cards_keep_placement_and_footprint_ratio(load_samples):
     job = {"kind": "load", "status": "succeeded", "metrics": {"footprint_ratio": 1.2}}
-    labels = [c.label for c in jv.metric_cards(job, jv.live_stats(load_samples, 24 * GIB), total_bytes=2 * GIB, capacity=24 * GIB)]
+    labels = [c.label for c in cv.metric_cards(job, jv.live_stats(load_samples, 24 * GIB), total_bytes=2 * GIB, capacity=24 * GIB)]
     assert labels[:3] == ["Placed", "Peak in use", "Footprint ratio"]
 
 
@@ -91,17 +94,17 @@ def _no_samples() -> jv.LiveStats:
 
 def test_a_failed_job_shows_every_line_of_its_error_without_the_class_name():
     error = "CheckpointError: 3 problems:\n  a.safetensors: truncated\n  b.safetensors: bad header\n  c: missing key w"
-    told = jv.outcome({"status": "failed", "kind": "load", "error": error}, _no_samples(), None)
+    told = oc.outcome({"status": "failed", "kind": "load", "error": error}, _no_samples(), None)
     assert told.tone == "error"
     assert told.cause == ["3 problems:", "a.safetensors: truncated", "b.safetensors: bad header", "c: missing key w"]
     assert "CheckpointError" not in told.headline and told.raw == error  # verbatim only on demand
     # A fuller error the runner kept wins over the stored one-line summary.
-    detailed = jv.outcome({"status": "failed", "kind": "load", "error": "3 problems", "error_detail": error}, _no_samples(), None)
+    detailed = oc.outcome({"status": "failed", "kind": "load", "error": "3 problems", "error_detail": error}, _no_samples(), None)
     assert detailed.cause == told.cause
 
 
 def test_a_user_cancel_is_not_styled_as_an_error():
-    told = jv.outcome({"status": "cancelled", "kind": "load", "error": "cancelled while running (SIGTERM)"}, _no_samples(), None)
+    told = oc.outcome({"status": "cancelled", "kind": "load", "error": "cancelled while running (SIGTERM)"}, _no_samples(), None)
     assert told.tone == "info"
     assert told.headline.startswith("Cancelled by the user")
     assert jv.status_state("cancelled") == "complete"
@@ -117,7 +120,7 @@ def test_a_guard_kill_says_it_was_the_memory_guard():
 
 def test_a_failed_load_reads_failed_not_killed_on_the_footprint_card():
     job = {"kind": "load", "status": "failed", "metrics": None, "error": "CheckpointError: bad"}
-    cards = {c.label: c for c in jv.metric_cards(job, _no_samples(), total_bytes=GIB, capacity=None)}
+    cards = {c.label: c for c in cv.metric_cards(job, _no_samples(), total_bytes=GIB, capacity=None)}
     assert cards["Footprint ratio"].value == "— (failed)"
 
 
@@ -135,7 +138,7 @@ def test_a_failed_load_reads_failed_not_killed_on_the_footprint_card():
     ],
 )
 def test_retry_offers_only_what_could_change_the_outcome(status, mode, error, choices):
-    assert jv.retry_choices({"status": status, "spec": {"mode": mode}, "error": error}) == choices
+    assert oc.retry_choices({"status": status, "spec": {"mode": mode}, "error": error}) == choices
 
 
 def _job(id_, *, model="/m/a", component=None, mode="stream", kind="load", ratio=1.0, status="succeeded"):
@@ -147,16 +150,16 @@ def test_deltas_compare_only_jobs_of_the_same_checkpoint_component_and_mode():
     job = _job(9, ratio=1.2)
     candidates = [_job(8, model="/m/other"), _job(7, component="vae"), _job(6, mode="drain"), _job(5, kind="generate"),
                   _job(4, status="failed"), _job(3, ratio=1.0), _job(2)]
-    assert jv.comparable_previous(job, candidates)["id"] == 3
-    assert jv.comparable_previous(_job(1), candidates) is None
+    assert cv.comparable_previous(job, candidates)["id"] == 3
+    assert cv.comparable_previous(_job(1), candidates) is None
 
 
 def test_no_change_in_footprint_is_neutral_and_never_plus_zero(load_samples):
     stats = jv.live_stats(load_samples, 24 * GIB)
-    same = jv.metric_cards(_job(9, ratio=1.001), stats, total_bytes=2 * GIB, capacity=None, previous=_job(3, ratio=1.0))
+    same = cv.metric_cards(_job(9, ratio=1.001), stats, total_bytes=2 * GIB, capacity=None, previous=_job(3, ratio=1.0))
     card = next(c for c in same if c.label == "Footprint ratio")
     assert (card.delta, card.delta_color) == ("same as job 3", "off")
-    better = jv.metric_cards(_job(9, ratio=1.0), stats, total_bytes=2 * GIB, capacity=None, previous=_job(3, ratio=2.0))
+    better = cv.metric_cards(_job(9, ratio=1.0), stats, total_bytes=2 * GIB, capacity=None, previous=_job(3, ratio=2.0))
     card = next(c for c in better if c.label == "Footprint ratio")
     assert (card.delta, card.delta_color) == ("-1.00× vs job 3", "inverse")
 
@@ -167,7 +170,7 @@ def test_header_status_line_and_cards_quote_one_progress():
     stats = jv.live_stats(make_frame(), None)
     chip = jv.queue_chip([job])
     label = jv.status_label(job, stats, None)
-    steps = jv.metric_cards(job, stats, total_bytes=None, capacity=None)[0].value
+    steps = cv.metric_cards(job, stats, total_bytes=None, capacity=None)[0].value
     assert "denoising 3/6" in chip and label.startswith("denoising 3/6") and steps == "3/6"
 
 
@@ -179,9 +182,9 @@ def make_frame() -> pd.DataFrame:
 
 def test_load_throughput_reads_in_gb_per_second_like_the_metrics(load_samples):
     stats = jv.live_stats(load_samples, 24 * GIB)
-    live = jv.metric_cards({"kind": "load", "status": "running", "metrics": None}, stats, total_bytes=2 * GIB, capacity=None)
+    live = cv.metric_cards({"kind": "load", "status": "running", "metrics": None}, stats, total_bytes=2 * GIB, capacity=None)
     assert live[0].delta.endswith(f"· {stats.throughput / 1e9:.2f} GB/s")
-    done = jv.metric_cards({"kind": "load", "status": "succeeded", "metrics": {"throughput_gbps": 0.46}}, stats,
+    done = cv.metric_cards({"kind": "load", "status": "succeeded", "metrics": {"throughput_gbps": 0.46}}, stats,
                            total_bytes=2 * GIB, capacity=None)
     assert done[0].delta.endswith("· 0.46 GB/s")
 
@@ -191,28 +194,26 @@ def test_a_generate_jobs_component_loads_are_one_row_each():
                                          "load_seconds": 2.5, "throughput_gbps": 0.64, "footprint_ratio": 1.01,
                                          "host_peak_ratio": 1.0, "excluded_bytes": 0},
                          "vae": {"mode": "stream", "device": "cpu", "tensors_placed": 9, "bytes_placed": 2**20 * 300}}}
-    table = jv.load_reports_table(metrics).set_index("component")
+    table = tv.load_reports_table(metrics).set_index("component")
     assert table.loc["transformer", "placed"] == "1.50 GiB"
     assert table.loc["transformer", "throughput"] == "0.64 GB/s"
     assert table.loc["video decoder", "placed"] == "300.0 MiB"
     assert table.loc["video decoder", "footprint"] == "—"
-    assert jv.load_reports_table({}).empty
+    assert tv.load_reports_table({}).empty
 
 
 def test_a_killed_load_draws_the_predicted_peak_its_forecast_event_recorded():
     import pandas as pd
 
-    from dashboard.views import jobs as jv
-
     events = pd.DataFrame([{"kind": "device", "data": {}}, {"kind": "forecast", "data": {"predicted_peak_bytes": 123}}])
-    assert jv.predicted_peak({"metrics": None, "spec": {}}, events) == 123
-    assert jv.predicted_peak({"metrics": None, "spec": {}}, events.iloc[:1]) is None
+    assert oc.predicted_peak({"metrics": None, "spec": {}}, events) == 123
+    assert oc.predicted_peak({"metrics": None, "spec": {}}, events.iloc[:1]) is None
 
 
 def test_a_strict_load_failure_drops_the_python_argument_and_the_class_name():
     error = ("PlacementError: strict load failed; 1 missing from /m/t: a.weight; 1 unexpected in /m/t: b.weight "
              "(pass strict=False to load anyway)")
-    told = jv.outcome({"status": "failed", "kind": "load", "error": error}, _no_samples(), None)
+    told = oc.outcome({"status": "failed", "kind": "load", "error": error}, _no_samples(), None)
     assert told.headline == "Failed at 0 B placed · t = 0.00 s: strict load failed; 1 missing from /m/t: a.weight; 1 unexpected in /m/t: b.weight"
     assert not any("strict=False" in line or "PlacementError" in line for line in told.cause)
 
@@ -236,13 +237,13 @@ def test_a_limit_kill_suggests_the_smallest_limit_that_would_have_worked_and_ret
                             "vm_rss": [GIB // 4, GIB], "device_allocated": 0, "mem_available": 8 * GIB,
                             "cgroup_usage": [GIB // 4, GIB]})
     stats = jv.live_stats(samples, 16 * GIB)
-    told = jv.outcome(job, stats, 2 * GIB, samples=samples)
+    told = oc.outcome(job, stats, 2 * GIB, samples=samples)
     # Half placed at 1 GiB from a 0.25 GiB start: the whole load needs 0.25 + 2 * 0.75 = 1.75 GiB, +10%, rounded up.
     assert told.suggested_limit == failure.round_up(1.75 * GIB * 1.1)
     assert "retry with a limit of 2.0 GiB" in told.next_step
-    choices = jv.retry_choices(job, told.suggested_limit)
+    choices = oc.retry_choices(job, told.suggested_limit)
     assert choices == ["a limit of 2.0 GiB", "stream", "drain"]  # never the same settings, killed again
-    assert jv.retry_changes(choices[0], told.suggested_limit) == {"memory_limit": told.suggested_limit}
+    assert oc.retry_changes(choices[0], told.suggested_limit) == {"memory_limit": told.suggested_limit}
 
 
 def test_every_kill_says_what_to_do_next():
@@ -250,3 +251,14 @@ def test_every_kill_says_what_to_do_next():
     assert "budget of 400 MiB" in guard
     oom = failure.next_step("oom", limit=None, budget=None, suggested_limit=None, mode="retain")
     assert "close programs" in oom and "stream" in oom
+
+
+def test_the_chart_scales_to_the_series_whose_bound_killed_the_job():
+    limit_kill = {"status": "killed", "error": "killed (SIGKILL) by the kernel OOM killer in the job's memory cgroup: "
+                  "limit 2.00 GiB reached", "spec": {"memory_limit": 2 * GIB}}
+    assert oc.kill_series(limit_kill) == "cgroup usage"
+    assert oc.kill_series({"status": "killed", "error": "memory guard: system in use grew 5 GiB", "spec": {}}) == \
+        "System in use"
+    assert oc.kill_series({"status": "killed", "error": "killed (SIGKILL), most likely by the kernel OOM killer",
+                           "spec": {}}) is None
+    assert oc.kill_series({"status": "succeeded", "error": None, "spec": {}}) is None

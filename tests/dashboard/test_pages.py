@@ -455,3 +455,33 @@ def test_compare_diff_only_covers_parameters_too(db_with_jobs, job_adder, load_s
     table = at.dataframe[0].value
     assert "prompt" in table.columns and "seed" not in table.columns
     assert list(table["prompt"]) == [GENERATE["prompt"], "a whale at dusk"]
+
+
+def test_history_and_compare_show_a_generate_jobs_inputs_from_its_own_folder(db_with_jobs, job_adder, load_samples,
+                                                                           data_dir, tmp_path):
+    from PIL import Image
+
+    from storage.artifacts import job_dir, record_artifact
+
+    db, ids = db_with_jobs
+    elsewhere = tmp_path / "upload.png"  # where the user's file was: gone, the job's copy is what shows
+    job_id = job_adder(db, status="succeeded", kind="generate", samples=load_samples,
+                       generate={"prompt": "a fox", "image": str(elsewhere), "vae_dtype": "fp32", "quantize": "int8"})
+    folder = job_dir(data_dir, job_id)
+    folder.mkdir(parents=True)
+    Image.new("RGB", (640, 360), (200, 30, 30)).save(folder / "image.png")
+    record_artifact(db, data_dir, job_id, folder / "image.png")
+    at = page("history").run()
+    assert not at.exception, at.exception
+    table = next(d.value for d in at.dataframe if "first frame" in d.value.columns)
+    row = table[table["id"] == job_id].iloc[0]
+    assert row["first frame"].startswith("data:image/png;base64,")
+    assert (row["workflow"], row["VAE precision"], row["transformer weights"]) == ("fl2va", "fp32", "int8 (weight-only)")
+    thumb = Image.open(__import__("io").BytesIO(__import__("base64").b64decode(row["first frame"].split(",", 1)[1])))
+    assert max(thumb.size) <= 96  # a thumbnail, not the frame
+
+    compare = page("compare")
+    compare.query_params["jobs"] = f"{ids['stream']},{job_id}"
+    compare.run()
+    assert not compare.exception, compare.exception
+    assert [c for image in compare.get("image") for c in image.captions] == ["First frame (image.png)"]

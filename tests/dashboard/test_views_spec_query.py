@@ -90,3 +90,26 @@ def test_a_load_says_how_its_ring_held_its_staging_and_why():
     row = job_parameters(job)["host staging (ran)"]
     assert row.startswith("pinned host memory from torch's allocator") and row.endswith("cuMemHostRegister: not supported")
     assert "host staging (ran)" not in job_parameters({**job, "metrics": {}})
+
+
+def test_a_generate_jobs_workflow_inputs_and_knobs_are_among_its_parameters():
+    job = _generate_job()
+    old = job_parameters(job)  # a spec from before the knobs: what it ran with, the defaults
+    assert (old["workflow"], old["input images"], old["VAE tiling"], old["VAE precision"], old["transformer weights"]) == \
+        ("t2va", "none (text only)", "on", "bf16", "not quantized")
+    job["spec"]["generate"] |= {"image": "/data/uploads/0a1b.png", "last_image": "/data/uploads/2c3d.png",
+                                "vae_tiling": False, "vae_dtype": "fp32", "quantize": "int8"}
+    params = job_parameters(job)
+    assert (params["workflow"], params["input images"], params["VAE tiling"], params["VAE precision"],
+            params["transformer weights"]) == ("fl2va", "first frame, last frame", "off", "fp32", "int8 (weight-only)")
+
+
+def test_history_puts_each_input_images_thumbnail_in_its_own_column():
+    from dashboard.views.history import history_frame
+
+    job = _generate_job() | {"status": "succeeded", "retry_of": None}
+    job["spec"]["generate"] |= {"ref_image": "/data/uploads/ab.png", "quantize": "fp8"}
+    frame = history_frame([job], {}, link=str, inputs={7: {"ref_image": "data:image/png;base64,AAAA"}})
+    row = frame.iloc[0]
+    assert row["reference image"] == "data:image/png;base64,AAAA" and row["first frame"] is None
+    assert (row["workflow"], row["transformer weights"]) == ("ref2va", "fp8 (weight-only)")

@@ -77,3 +77,16 @@ def test_a_discrete_gpu_refuses_on_its_pool_and_unified_memory_on_the_sum(config
     line = _first_refusal(_spec(memory_floor=20 * GIB), config, gb10, need, GIB, 0, 110 * GIB, 121 * GIB)
     assert line == ("refused: decode.video would peak at 101.0 GiB, over the 110.0 GiB MemAvailable less the "
                     "20.0 GiB floor")
+
+
+def test_the_tightest_check_is_the_refused_one_or_else_the_stage_nearest_its_wall(config):
+    from jobs.admission import tightest, wall_checks
+
+    needs = [StageNeed("text_encoder", host=2 * GIB, device=0, file_backed=0),
+             StageNeed("decode.video", host=6 * GIB, device=0, file_backed=0)]
+    args = (config, CPU, needs, GIB, 0, 100 * GIB, 128 * GIB)
+    fits = tightest(wall_checks(_spec(memory_budget=10 * GIB), *args))
+    assert (fits.stage, fits.wall, fits.peak, fits.allowance) == ("decode.video", "budget", 6 * GIB, 10 * GIB)
+    assert fits.line == "decode.video would peak at 6.0 GiB, under the 10.0 GiB budget" and not fits.over
+    refused = tightest(wall_checks(_spec(memory_budget=4 * GIB), *args))
+    assert refused.over and f"refused: {refused.line}" == _first_refusal(_spec(memory_budget=4 * GIB), *args)

@@ -1,0 +1,106 @@
+"""The Run form's memory: widget values kept across pages (session state) and refreshes (the URL), `?from=<job
+id>` filling the form from a stored job, and each field's messages from a rejected submit.
+
+Widget keys are dropped when the page is left, so every field is seeded from FORM_KEY before it is drawn
+and kept there after; the main ones are mirrored in the query string, which survives a refresh.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from dashboard import data
+from dashboard.views import query
+from dashboard.views.run import form_values
+
+# Session keys (a page script must not hold bare strings: Streamlit would draw them).
+FORM_KEY = "run_form"  # field -> value of the form, kept while the user is on other pages
+FROM_KEY = "run_filled_from"  # id of the job whose spec filled the form (applied once per arrival)
+ERRORS_KEY = "run_errors"  # field -> messages from the last rejected submit
+DRAWN_KEY = "run_drawn"  # fields drawn in this script run, kept at its end
+# Fields mirrored in the query string, so a refreshed or shared URL opens the same form.
+URL_FIELDS = ("checkpoint", "component", "kind", "mode", "device", "dtype")
+
+
+def key(name: str) -> str:
+    """The widget key of a form field."""
+    return f"run_{name}"
+
+
+def durable() -> dict[str, Any]:
+    return st.session_state.setdefault(FORM_KEY, {})
+
+
+def start_run() -> None:
+    """Forget which fields the previous script run drew (the page draws a different set per job kind)."""
+    st.session_state[DRAWN_KEY] = []
+
+
+def seed(name: str, default: Any, options: list | tuple | None = None) -> None:
+    """Give a widget its value before it is drawn: what it had, else the kept form value,
+    else `default`; a value no longer among `options` falls back to `default`."""
+    st.session_state.setdefault(DRAWN_KEY, []).append(name)
+    value = st.session_state.get(key(name), durable().get(name, default))
+    if options is not None and value not in options:
+        value = default
+    st.session_state[key(name)] = value
+
+
+def keep(names: list[str]) -> None:
+    """Remember these fields' values for the next visit."""
+    durable().update({name: st.session_state[key(name)] for name in names if key(name) in st.session_state})
+
+
+def keep_drawn() -> None:
+    """Remember every field this run drew."""
+    keep(st.session_state.get(DRAWN_KEY, []))
+
+
+def keep_selection(name: str) -> None:
+    """on_change of a segmented control: clicking the selected option must not leave nothing selected."""
+    if st.session_state.get(key(name)) is None:
+        st.session_state[key(name)] = durable().get(name)
+
+
+def fill_from_query(db: str) -> None:
+    """Apply `?from=<job id>` once per id (its spec fills every field), or, on a fresh session,
+    the fields mirrored in the URL."""
+    raw = st.query_params.get("from")
+    try:
+        job_id = None if raw is None else query.job_id(raw, name="from")
+    except query.QueryError as e:
+        st.warning(f"{e}. The form keeps its values.")
+        job_id = None
+    if job_id is None:
+        st.session_state.pop(FROM_KEY, None)  # arriving with ?from= again fills the form again
+    elif st.session_state.get(FROM_KEY) != job_id:
+        job = data.job(db, job_id)
+        if job is None:
+            st.warning(f"There is no job {job_id} to fill the form from.")
+        else:
+            values = form_values(job["spec"])
+            durable().update(values)
+            for name in values:
+                st.session_state.pop(key(name), None)  # seed() takes the job's value (if still offered)
+            st.session_state[FROM_KEY] = job_id
+    if not durable():
+        durable().update({name: st.query_params[name] for name in URL_FIELDS if st.query_params.get(name)})
+
+
+def mirror_in_url() -> None:
+    """The main fields into the query string (`from` stays while the form is filled from it)."""
+    params = {name: str(durable()[name]) for name in URL_FIELDS if durable().get(name) not in (None, "")}
+    if st.session_state.get(FROM_KEY) is not None:
+        params["from"] = str(st.session_state[FROM_KEY])
+    if dict(st.query_params) != params:
+        st.query_params.from_dict(params)
+
+
+def show_errors(*names: str) -> None:
+    """Messages for these fields from the last rejected submit, right under the widget."""
+    errors = st.session_state.get(ERRORS_KEY, {})
+    for name in names:
+        for message in errors.get(name, []):
+            st.error(message, icon=":material/error:")

@@ -1,0 +1,171 @@
+"""The Run page's checks before and at Queue: will it fit (the bar), the submit check's verdict and seconds,
+the Queue button itself, and whether the worker, checkpoint, device and disk are ready."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from typing import Any
+
+import streamlit as st
+
+from dashboard import data, nav
+from dashboard import format as fmt
+from dashboard.form_state import ERRORS_KEY, key
+from dashboard.host import read_host_memory
+from dashboard.host_charts import fit_bar, wall_caption
+from dashboard.views import eta as ev
+from dashboard.views import fit
+from dashboard.views.checkpoints import CheckpointChoice
+from dashboard.views.jobs import describe_supervisor
+from dashboard.views.run import DTYPES
+from dashboard.views.spec import field_errors
+from jobs.admission import JobRefused, admit, assess
+from jobs.queue import queue_spec
+from jobs.spec import JobSpec, JobSpecError, build_spec
+from loader.device import DeviceInfo
+from loader.sizes import parse_size
+from storage.connections import connect
+
+
+def typed_size(name: str) -> int | None:
+    """A size field's bytes for the forecast (None when empty or not a size: build_spec says why on submit)."""
+    text = str(st.session_state.get(key(name)) or "").strip()
+    try:
+        return parse_size(text) if text else None
+    except ValueError:
+        return None
+
+
+def fit_panel(choice: CheckpointChoice | None, kind: str, component: str | None, mode: str, device: DeviceInfo,
+              dtype: str, db: str, found: dict | None) -> None:
+    """Will it fit: for a load, the chosen mode's predicted peak against the tightest wall, and a cheaper mode
+    when not; for a generate, the submit check's own stage and wall (`found`: its Admission dict)."""
+    st.subheader("Will it fit?", anchor=False)  # no heading link: one Tab stop fewer before Queue job
+    if choice is None or not choice.ok:
+        st.caption("Choose a sound checkpoint to see a forecast.")
+        return
+    host = read_host_memory()
+    if kind == "generate":
+        submit_fit_panel(found, host.in_use)
+        return
+    capacity = device.total_memory or host.total
+    limit = typed_size("memory_limit")
+    guard = data.guard_limits(typed_size("memory_budget"), typed_size("memory_floor"), host.total)
+    found_walls = fit.walls(in_use=host.in_use, capacity=capacity, limit=limit,
+                            limit_baseline=(data.worker_baseline(db) or 0) if limit else 0,
+                            budget=guard.budget, floor=guard.floor)
+    peaks = fit.load_peaks(str(choice.path), component=component or None, device=device, roots=[choice.root],
+                           dtype=None if dtype == DTYPES[0] else dtype)
+    guess = fit.forecast(mode, peaks or fit.mode_peaks(choice.bytes_to_place(kind, component)), found_walls)
+    st.altair_chart(
+        fit_bar(host.in_use, guess.predicted_peak, host.in_use + guess.wall.allowance,
+                wall_caption(guess.wall.name, {"pool": capacity, "limit": limit, "budget": guard.budget,
+                                               "floor": guard.floor}[guess.wall.name]), guess.share),
+        width="stretch",
+    )
+    {"ok": st.success, "tight": st.warning, "over": st.error}[guess.level](guess.message)
+    notes = []
+    if limit:
+        notes.append("A memory limit counts the worker's own memory (its first sample in the last load) as well.")
+    if guard.floor is not None and not typed_size("memory_floor"):
+        notes.append(f"The guard's configured floor ({fmt.gib(guard.floor)} of MemAvailable) applies.")
+    if dtype != DTYPES[0]:
+        notes.append("The forecast uses the checkpoint's bytes; a dtype change scales what is placed.")
+    if notes:
+        st.caption(" ".join(notes))
+
+
+def submit_fit_panel(found: dict | None, in_use: int) -> None:
+    """A generate's bar: the forecast's job peak at its tightest stage against the wall nearest it, the numbers
+    the submit check refuses with (jobs.admission), so the bar and a refusal never disagree."""
+    if found is None or not found.get("tightest"):
+        st.caption("No forecast for these settings yet: the fields the Queue button names must be fixed first.")
+        return
+    shown = fit.submit_fit(found["tightest"], in_use)
+    guess = shown.forecast
+    st.altair_chart(fit_bar(shown.base, guess.predicted_peak, shown.base + guess.wall.allowance, shown.caption,
+                            guess.share), width="stretch")
+    {"ok": st.success, "tight": st.warning, "over": st.error}[guess.level](guess.message)
+    st.caption(f"The submit check's own numbers, so a refusal says the same: the whole job's forecast (weights,"
+               f" activations, decoded frames) peaks at {fmt.gib(found.get('peak_bytes'))}; walls on host memory "
+               f"(MemAvailable, a memory limit) also count the job's new process, {fmt.gib(found.get('process_host'))}.")
+
+
+@st.cache_data(ttl=10, show_spinner="Forecasting…")
+def admission(spec_json: str, db: str) -> dict | None:
+    """jobs.admission.assess of a spec (as JSON, so it caches): the forecast, its refusal and seconds."""
+    found = assess(JobSpec.from_dict(json.loads(spec_json)), data.config(), connect(db, ensure=False))
+    return None if found is None else found.to_dict()
+
+
+def assessed(raw: dict[str, Any], choice: CheckpointChoice | None, db: str) -> dict | None:
+    """The submit check of the form as it stands (its Admission dict), or None while it cannot be built."""
+    if choice is None or not choice.ok:
+        return None
+    try:
+        spec = build_spec({**raw, "forced": False}, data.config())
+    except JobSpecError:
+        return None  # the queue button names the bad fields
+    return admission(json.dumps(spec.to_dict()), db)
+
+
+def forecast_panel(found: dict | None) -> None:
+    """The submit check before Queue is pressed: the refusal in red with its numbers, a checkbox to queue
+    anyway, and a generate's predicted seconds per stage."""
+    if found is None:
+        return
+    if found["refusal"]:
+        st.error(found["refusal"] + ". The job would be refused at submit.", icon=":material/block:")
+        st.checkbox("Queue anyway (forced)", key=key("forced"),
+                    help="Queue it over the forecast; the job records that it was forced. The memory guard still "
+                         "stops it if it crosses the budget or the floor.")
+    if found["eta"]:
+        st.caption(ev.duration_summary(found))
+        st.dataframe(ev.duration_rows(found), hide_index=True, width="stretch", key=key("durations"))
+
+
+def queue_button(raw: dict[str, Any], choice: CheckpointChoice | None, db: str) -> None:
+    """Queue job: build and validate the spec, check its forecast fits (or that it is forced), enqueue, go to
+    the job's page."""
+    blocked = choice is None or not choice.ok
+    if st.button("Queue job", type="primary", icon=":material/play_arrow:", key=key("submit"), disabled=blocked,
+                 help="The loader refuses the chosen checkpoint (see under it)." if blocked else None):
+        connection = connect(db, ensure=False)
+        try:
+            spec = admit(build_spec({**raw, "forced": bool(st.session_state.get(key("forced")))}, data.config()),
+                         data.config(), connection)
+        except JobSpecError as e:
+            st.session_state[ERRORS_KEY] = field_errors(e.errors)
+            st.rerun()
+        except JobRefused as e:
+            st.session_state[ERRORS_KEY] = {"forecast": [str(e)]}
+            st.rerun()
+        st.session_state.pop(ERRORS_KEY, None)
+        job_id = queue_spec(connection, spec, data.config().data_dir)
+        data.jobs.clear()
+        st.toast(f"Queued job {job_id}")
+        nav.goto("job", job=str(job_id))
+    errors = st.session_state.get(ERRORS_KEY)
+    if errors:
+        st.error("Nothing was queued: " + "; ".join(f"{k}: {m}" for k, ms in errors.items() for m in ms))
+
+
+def ready_panel(choice: CheckpointChoice | None, device: DeviceInfo, db: str) -> None:
+    config = data.config()
+    st.subheader("Ready?", anchor=False)
+    supervisor = data.supervisor(db)
+    host_total = read_host_memory().total
+    disk = shutil.disk_usage(config.data_dir if config.data_dir.exists() else config.data_dir.parent)
+    where = "host memory, MemTotal" if device.kind == "cpu" else "unified: GPU and CPU share one pool" if device.unified_memory else "device memory"
+    checks = [
+        (supervisor["alive"], f"Worker: {describe_supervisor(supervisor)}"),
+        (choice is not None and choice.ok,
+         "Checkpoint: none chosen" if choice is None else
+         f"Checkpoint {choice.path.name}: headers valid ({fmt.gib(choice.total_bytes)})" if choice.ok else
+         f"Checkpoint {choice.path.name}: {len(choice.problems)} problem(s), see under the picker"),
+        (device.total_memory is not None, f"Capacity {fmt.gib(device.total_memory or host_total)} on {device.spec} ({where})"),
+        (disk.free > 2 * fmt.GIB, f"Free disk for outputs: {fmt.gib(disk.free)}"),
+    ]
+    for ok, text in checks:
+        st.markdown(f"{':material/check_circle:' if ok else ':material/error:'} {text}")

@@ -1,0 +1,286 @@
+"""The Run form's fields, one function per group: each draws its widgets (seeded from the form's memory, with
+the last submit's messages under them) and returns the spec's raw fields for jobs.spec.build_spec."""
+
+from __future__ import annotations
+
+from importlib.util import find_spec
+from typing import Any
+
+import streamlit as st
+
+from dashboard import data
+from dashboard import format as fmt
+from dashboard import words
+from dashboard.form_state import durable, keep, keep_selection, key, seed, show_errors
+from dashboard.inputs_panel import stage_plan_section, workflow_section
+from dashboard.views.checkpoints import CheckpointChoice, components_table, outside_roots
+from dashboard.views.run import (
+    DEFAULT_COMPONENT, DTYPES, GENERATE_FIELDS, KIND_LABELS, MODE_HELP, OFFERED_FLAGS, POLICY_DEFAULT, QUANTIZE_CHOICES,
+    QUANTIZE_NONE, TRISTATE, VAE_DTYPE_CHOICES, generate_defaults, generate_geometry, offload_preview, offload_summary,
+    quantize_problem, quantize_value,
+)
+from jobs.kinds import kind_names
+from loader.device import DeviceInfo
+from loader.offload import OffloadSettings
+
+DEFAULT_PROMPT = "a red fox trotting through fresh snow at dawn, soft light"
+MODES = ("stream", "drain", "retain")
+KNOBS = ("vae_tiling", "vae_dtype", "quantize")
+"""The generate fields knob_fields draws (and shows the messages of)."""
+
+
+def checkpoint_field(choices: list[CheckpointChoice], roots: list) -> CheckpointChoice | None:
+    """The checkpoint picker, with the loader's verdict on the chosen one right under it."""
+    if not choices:
+        st.warning(
+            "No checkpoint found under the model roots: " + ", ".join(str(r) for r in roots)
+            + ". Write one with `python -m models synth DIR --profile demo` or set DRAINBOARD_MODEL_ROOTS."
+        )
+        return None
+    by_path = {str(c.path): c for c in choices}
+    usable = [c for c in choices if c.ok]
+    default = next((c for c in usable if c.path.name == "demo"), usable[0] if usable else choices[0])
+    wanted = durable().get("checkpoint")
+    if wanted and wanted not in by_path:
+        st.warning(f"{outside_roots(wanted, roots)} {default.path.name} is chosen instead.")
+        durable()["checkpoint"] = str(default.path)
+    seed("checkpoint", str(default.path), list(by_path))
+    choice = by_path[st.selectbox("Checkpoint", list(by_path), format_func=lambda p: by_path[p].label, key=key("checkpoint"))]
+    show_errors("model")
+    if not choice.ok:
+        st.error(
+            f"The loader refuses {choice.path}: it cannot be queued.\n\n" + "\n".join(f"- {p}" for p in choice.problems[:20])
+            + (f"\n- … and {len(choice.problems) - 20} more" if len(choice.problems) > 20 else ""),
+            icon=":material/error:",
+        )
+    else:
+        tensors = sum(c.tensors for c in choice.components)
+        with st.expander(f"Components of {choice.path.name} ({fmt.gib(choice.total_bytes)}, {tensors:,} tensors: headers valid)"):
+            st.dataframe(components_table(choice), hide_index=True, width="stretch")
+    broken = [c for c in choices if not c.ok]
+    if broken and len(broken) < len(choices):
+        st.caption(f"{len(broken)} broken checkpoint(s) under the roots are listed with ✗.")
+    return choice
+
+
+def component_field(choice: CheckpointChoice | None) -> str | None:
+    """Which component a load job loads, when the checkpoint has several."""
+    if choice is None or len(choice.components) < 2:
+        return None
+    options = ([DEFAULT_COMPONENT] if choice.default_component else []) + [c.name for c in choice.components]
+    seed("component", options[0], options)
+    picked = st.selectbox(
+        "Component to load", options, key=key("component"),
+        format_func=lambda c: f"(default: {choice.default_component})" if c == DEFAULT_COMPONENT else c,
+        help="A load job loads one component; a generate job loads every component.",
+    )
+    show_errors("component")
+    return picked or None
+
+
+def job_fields() -> tuple[str, str]:
+    """Job kind and placement mode (neither can be un-selected)."""
+    names = kind_names()
+    kinds = [k for k in KIND_LABELS if k in names] + [k for k in names if k not in KIND_LABELS]
+    seed("kind", "load", kinds)
+    seed("mode", "stream", MODES)
+    keep(["kind", "mode"])  # keep_selection restores these
+    kind = st.segmented_control(
+        "Job", kinds, format_func=lambda k: KIND_LABELS.get(k, k), key=key("kind"), on_change=keep_selection, args=("kind",)
+    )
+    show_errors("kind")
+    mode = st.segmented_control("Placement mode", MODES, key=key("mode"), on_change=keep_selection, args=("mode",))
+    st.caption(MODE_HELP[mode])
+    show_errors("mode")
+    return kind, mode
+
+
+def device_fields(devices: list[DeviceInfo]) -> tuple[DeviceInfo, str]:
+    by_spec = {d.spec: d for d in devices}
+    seed("device", devices[0].spec, list(by_spec))
+    seed("dtype", DTYPES[0], DTYPES)
+    left, right = st.columns(2)
+    spec = left.selectbox(
+        "Device", list(by_spec), key=key("device"),
+        format_func=lambda s: f"{s} — {by_spec[s].name}" + (" (unified memory)" if by_spec[s].unified_memory and by_spec[s].kind != "cpu" else ""),
+    )
+    show_errors("device")
+    dtype = right.selectbox("dtype", DTYPES, key=key("dtype"), help="Target dtype; the checkpoint's own keeps bytes unchanged.")
+    show_errors("dtype")
+    return by_spec[spec], dtype
+
+
+def limit_fields(device: DeviceInfo, kind: str, mode: str) -> dict[str, Any]:
+    """Sampling, the memory limit, the GPU count and the guard, as the spec's raw fields."""
+    seed("sample_every", 1)
+    seed("memory_limit", "")
+    seed("gpus", 1)
+    left, right = st.columns(2)
+    sample_every = left.number_input(
+        "Sample memory every N tensors", min_value=1, step=1, key=key("sample_every"),
+        help="1 records a sample per placed tensor (the default); generate stages also sample on a timer.",
+    )
+    show_errors("sample_every")
+    reason = data.memory_limit_reason()
+    memory_limit = right.text_input(
+        "Memory limit (cgroup)", key=key("memory_limit"), disabled=reason is not None,
+        placeholder="e.g. 8GiB" if reason is None else "not available here",
+        help=reason or "Kill the job's process tree when it uses more than this (it counts the worker's own memory "
+        "too). Empty: no limit. Sizes such as 300MB (powers of 1000) or 8GiB (powers of 1024).",
+    )
+    show_errors("memory_limit")
+    gpus = 1
+    if device.kind == "cuda":
+        gpus = st.number_input("GPUs (ranks)", min_value=1, step=1, key=key("gpus"))
+        show_errors("gpus")
+    return {"sample_every": int(sample_every), "memory_limit": memory_limit.strip() or None, "gpus": int(gpus),
+            **guard_fields(kind, mode, int(gpus))}
+
+
+def guard_fields(kind: str, mode: str, gpus: int) -> dict[str, Any]:
+    """The memory guard's budget and floor, and (for a one-rank stream load, the only job that applies it)
+    whether to drop the page cache, (for a one-rank load) whether to build a skeleton, and (for generate) whether to
+    hold one component at a time, as raw spec fields."""
+    seed("memory_budget", "")
+    seed("memory_floor", "")
+    left, right = st.columns(2)
+    budget = left.text_input(
+        "Memory budget (guard)", key=key("memory_budget"), placeholder="e.g. 40GiB",
+        help="Stop the job when system in use grows more than this over its start. Unlike a cgroup limit it "
+             "counts CUDA allocations on unified memory. Empty: no budget.",
+    )
+    show_errors("memory_budget")
+    floor = right.text_input(
+        "MemAvailable floor (guard)", key=key("memory_floor"), placeholder="configured floor",
+        help="Stop the job when MemAvailable falls below this; empty keeps the configured floor.",
+    )
+    show_errors("memory_floor")
+    raw: dict[str, Any] = {"memory_budget": budget.strip() or None, "memory_floor": floor.strip() or None}
+    if kind == "load" and mode == "stream" and gpus == 1:
+        raw["drop_page_cache"] = policy_choice(
+            "drop_page_cache", "Drop page cache after reading",
+            "Evict the checkpoint's file pages once placed, so cached bytes do not crowd the pool "
+            "(the default: on for unified-memory CUDA targets).",
+        )
+    if kind == "load" and gpus == 1:
+        seed("skeleton", False)
+        raw["skeleton"] = st.checkbox(
+            "Load as a generic checkpoint (skeleton)", key=key("skeleton"),
+            help="Build the module from the checkpoint's own tensor names and shapes instead of the class its "
+                 "config names (`--skeleton`): for tensors of another layout. Off, names and shapes are checked "
+                 "exactly as a generate job will.")
+        show_errors("skeleton")
+    if kind == "generate":
+        raw["sequential_components"] = policy_choice(
+            "sequential_components", "One component at a time",
+            "Load each component just before its first pipeline block and release it after its last, so the "
+            "peak is the largest stage, not the sum (the default: on for unified memory).",
+        )
+    return raw
+
+
+def policy_choice(field: str, label: str, help: str) -> bool | None:
+    """A bool spec field the policy decides unless the user says on or off: None, True or False."""
+    seed(field, POLICY_DEFAULT, list(TRISTATE))
+    choice = st.selectbox(label, list(TRISTATE), key=key(field), help=help)
+    show_errors(field)
+    return TRISTATE[choice]
+
+
+def generate_fields(choice, device: DeviceInfo, sequential: bool | None) -> dict[str, Any]:
+    """The clip to generate (MiniMax H3 t2va, fl2va or ref2va), its VAE and DiT knobs and its stage plan, as the
+    spec's `generate` mapping. `sequential` is the form's one-component-at-a-time choice (None: the policy's)."""
+    canvas, multiple = generate_geometry(str(choice.path) if choice else None)
+    defaults = generate_defaults(DEFAULT_PROMPT, canvas)
+    for name, value in defaults.items():
+        seed(name, value, QUANTIZE_CHOICES if name == "gen_quantize" else VAE_DTYPE_CHOICES if name == "gen_vae_dtype"
+             else None)
+    st.subheader("Generate", anchor=False)
+    st.text_area("Prompt", key=key("gen_prompt"), height=80)
+    show_errors("generate.prompt")
+    cols = st.columns(4)
+    cols[0].number_input("Frames (24 fps)", min_value=124, max_value=345, step=17, key=key("gen_frames"),
+                         help="17n + 5: 124 (5.2 s) to 345 (14.4 s)")
+    canvas_help = f"a multiple of {multiple}; checkpoint default: {canvas[1]}x{canvas[0]} (width x height)"
+    cols[1].number_input("Height", min_value=multiple, step=multiple, key=key("gen_height"), help=canvas_help)
+    cols[2].number_input("Width", min_value=multiple, step=multiple, key=key("gen_width"), help=canvas_help)
+    cols[3].number_input("Steps", min_value=2, key=key("gen_steps"),
+                         help="N steps make N - 1 transformer passes (3 steps = 2 passes); the model's own default is 50")
+    cols = st.columns(4)
+    cols[0].number_input("Seed", min_value=0, key=key("gen_seed"))
+    cols[1].toggle("Audio track", key=key("gen_audio"))
+    show_errors(*[f"generate.{name}" for name in GENERATE_FIELDS if name not in ("prompt", *KNOBS)], "generate")
+    fields = {name: st.session_state[key(f"gen_{name}")] for name in GENERATE_FIELDS}
+    fields |= workflow_section(data.config().data_dir, fields["audio"])
+    show_errors("generate.workflow", "generate.image", "generate.last_image", "generate.ref_image")
+    fields |= knob_fields(device)
+    stage_plan_section(fields["workflow"], fields["audio"],
+                       device.unified_memory if sequential is None else sequential, fields["quantize"])
+    return fields
+
+
+def knob_fields(device: DeviceInfo) -> dict[str, Any]:
+    """VAE tiling, VAE decode precision and DiT quantization (`--vae-tiling`, `--vae-dtype`, `--quantize`), each
+    with what it costs said beside it."""
+    from models.pipeline import VAE_TILING_WARNING
+
+    cols = st.columns(3)
+    tiling = cols[0].toggle("VAE tiling (256 px tiles)", key=key("gen_vae_tiling"),
+                            help="Decode the video on the 256 px tiles H3's VAE was trained on (the default).")
+    vae_dtype = cols[1].selectbox(
+        "VAE decode precision", VAE_DTYPE_CHOICES, key=key("gen_vae_dtype"),
+        help="bf16 (the default) or the checkpoint's fp32. Measured on one H200 at 1344x768, 124 frames: bf16 "
+             "decoded in 15.3 s at an 8.7 GiB peak, fp32 in 57.6 s at 13.4 GiB; bf16's frames were 58.3 dB "
+             "(PSNR) from fp32's.")
+    quantize = quantize_value(cols[2].selectbox(
+        "Transformer weights", QUANTIZE_CHOICES, key=key("gen_quantize"),
+        format_func=lambda q: "bf16 (not quantized)" if q == QUANTIZE_NONE else f"{q} (weight-only, torchao)",
+        help="Weight-only quantization of the DiT as it is placed: int8 on CPU and CUDA, fp8 on CUDA compute "
+             "capability 8.9+. It holds about half the bf16 bytes."))
+    show_errors(*[f"generate.{name}" for name in KNOBS])
+    if not tiling:
+        st.warning(VAE_TILING_WARNING + ". Turn it off only to compare.", icon=":material/warning:")
+    if vae_dtype == "fp32":
+        st.caption("fp32 decode: about 3.8x the seconds and 1.5x the peak of bf16 (one H200, 1344x768, 124 frames).")
+    if quantize is not None:
+        problem = quantize_problem(quantize, device.spec, cuda_capability(device), find_spec("torchao") is not None)
+        if problem:
+            st.error(problem, icon=":material/error:")
+        st.info(f"{quantize} frames are not bit-identical to bf16's: the same seed gives a different clip (the seed "
+                "contract holds for unquantized runs only).", icon=":material/info:")
+    return {"vae_tiling": bool(tiling), "vae_dtype": vae_dtype, "quantize": quantize}
+
+
+def cuda_capability(device: DeviceInfo) -> tuple[int, int] | None:
+    """The CUDA device's compute capability, or None off CUDA (or when torch cannot read it)."""
+    if device.kind != "cuda":
+        return None
+    try:
+        import torch
+
+        return tuple(torch.cuda.get_device_capability(device.index or 0))
+    except (RuntimeError, AssertionError, ValueError):
+        return None
+
+
+def offload_fields(device: DeviceInfo) -> dict[str, bool]:
+    """The offload flags the user changed from the defaults, collapsed under a line saying what the policy
+    does with them (open when the user changed one, so they see what becomes of it)."""
+    defaults = OffloadSettings()
+    for name in OFFERED_FLAGS:
+        seed(f"offload_{name}", getattr(defaults, name))
+    flags = {name: bool(st.session_state[key(f"offload_{name}")]) for name in OFFERED_FLAGS}
+    preview = offload_preview(OffloadSettings(**flags), device)
+    touched = any(flags[name] != getattr(defaults, name) for name in OFFERED_FLAGS)
+    with st.expander(offload_summary(preview, device.spec), expanded=touched):
+        cols = st.columns(2)
+        for i, name in enumerate(OFFERED_FLAGS):
+            cols[i % 2].checkbox(words.flag(name), key=key(f"offload_{name}"), help=name)
+        show_errors("offload")
+        st.caption(device.reason)
+        st.dataframe(
+            preview, hide_index=True, width="stretch",
+            column_config={"requested": st.column_config.CheckboxColumn(), "used": st.column_config.CheckboxColumn()},
+        )
+    # Only the flags the user changed are set: the policy (fit-aware on a discrete GPU) decides the others.
+    return {name: value for name, value in flags.items() if value != getattr(defaults, name)}

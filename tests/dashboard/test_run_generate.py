@@ -1,0 +1,131 @@
+"""The Run page's generate options under AppTest, on the `tiny` profile: the VAE and DiT knobs under the spec's
+own names, what each costs said beside it, the stage plan, the fit bar that reads the submit check's numbers,
+and a load job's skeleton switch."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 120
+
+
+@pytest.fixture(scope="module")
+def tiny_source(tmp_path_factory) -> Path:
+    target = tmp_path_factory.mktemp("tiny") / "tiny"
+    subprocess.run([sys.executable, "-m", "models", "synth", str(target), "--profile", "tiny"], cwd=ROOT, check=True,
+                   capture_output=True)
+    return target
+
+
+@pytest.fixture
+def tiny_root(fresh_db, data_dir, tiny_source) -> Path:
+    """The tiny H3 root under the model root, alone there (so it is the picker's default)."""
+    target = data_dir / "models" / "tiny"
+    shutil.copytree(tiny_source, target)
+    return target
+
+
+def generate_page() -> AppTest:
+    at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "run.py"), default_timeout=TIMEOUT)
+    at.query_params["kind"] = "generate"
+    return at.run()
+
+
+def _queued(db) -> list[dict]:
+    return [json.loads(row[0]) for row in db.execute("SELECT spec FROM jobs ORDER BY id").fetchall()]
+
+
+def _plan(at: AppTest):
+    return next(d.value for d in at.dataframe if "resident" in d.value.columns)
+
+
+def test_the_vae_and_dit_knobs_queue_under_the_specs_own_names_and_come_back_on_edit(tiny_root, fresh_db):
+    at = generate_page()
+    assert not at.exception, at.exception
+    assert at.toggle(key="run_gen_vae_tiling").value is True  # the defaults: tiled, bf16, not quantized
+    assert at.selectbox(key="run_gen_vae_dtype").value == "bf16"
+    assert at.selectbox(key="run_gen_quantize").value == "none"
+    assert list(at.selectbox(key="run_gen_vae_dtype").options) == ["bf16", "fp32"]
+    at.toggle(key="run_gen_vae_tiling").set_value(False).run()
+    assert any("36.4 dB tiled against 21.5 dB untiled" in w.value for w in at.warning)
+    at.selectbox(key="run_gen_vae_dtype").set_value("fp32").run()
+    assert any("3.8x the seconds" in c.value for c in at.caption)
+    at.selectbox(key="run_gen_quantize").set_value("int8").run()
+    assert any("not bit-identical" in i.value for i in at.info)
+    assert "transformer (int8 weights)" in set(_plan(at)["resident"])
+    at.button(key="run_submit").click().run()
+    [spec] = _queued(fresh_db)
+    assert {k: spec["generate"][k] for k in ("vae_tiling", "vae_dtype", "quantize")} == \
+        {"vae_tiling": False, "vae_dtype": "fp32", "quantize": "int8"}
+
+    again = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "run.py"), default_timeout=TIMEOUT)
+    again.query_params["from"] = "1"
+    again.run()
+    assert not again.exception, again.exception
+    assert again.toggle(key="run_gen_vae_tiling").value is False
+    assert again.selectbox(key="run_gen_vae_dtype").value == "fp32"
+    assert again.selectbox(key="run_gen_quantize").value == "int8"
+
+
+def test_fp8_on_the_cpu_says_why_the_job_would_fail(tiny_root):
+    at = generate_page()
+    assert not any("compute capability" in e.value for e in at.error)
+    at.selectbox(key="run_gen_quantize").set_value("fp8").run()
+    assert any("fp8 needs a CUDA GPU of compute capability 8.9 or newer; cpu has no CUDA" in e.value for e in at.error)
+
+
+def test_a_missing_torchao_is_named_with_the_command_that_installs_it():
+    from dashboard.views.run import quantize_problem
+
+    assert "pip install -r requirements-quant.txt" in quantize_problem("int8", "cpu", None, torchao=False)
+    assert quantize_problem("int8", "cpu", None, torchao=True) is None
+    assert quantize_problem("fp8", "cuda:0", (9, 0), torchao=True) is None  # an H100 / H200
+    assert "has compute capability 8.0" in quantize_problem("fp8", "cuda:0", (8, 0), torchao=True)  # an A100
+
+
+def test_the_stage_plan_follows_the_one_component_at_a_time_choice(tiny_root):
+    at = generate_page()
+    at.selectbox(key="run_sequential_components").set_value("on").run()
+    plan = _plan(at)
+    assert list(plan["stage"]) == ["encoding the prompt", "denoising", "decoding the video", "decoding the audio"]
+    assert list(plan["resident"]) == ["text encoder", "transformer", "video decoder", "audio decoder"]
+    at.selectbox(key="run_sequential_components").set_value("off").run()
+    plan = _plan(at)
+    assert plan["resident"].iloc[1] == "text encoder, transformer, video decoder, audio decoder"
+    assert any("every component resident" in e.label for e in at.expander)
+
+
+def test_the_generate_fit_bar_reads_the_submit_checks_numbers_word_for_word(tiny_root, fresh_db):
+    from tests.dashboard.test_run_page import chart_labels
+
+    at = generate_page()
+    assert any(s.value.startswith("Fits: ") and " would peak at " in s.value for s in at.success)
+    at.text_input(key="run_memory_budget").input("1MiB").run()
+    refusal = next(e.value for e in at.error if e.value.startswith("refused: "))
+    line = refusal.removesuffix(". The job would be refused at submit.")
+    assert re.fullmatch(r"refused: \S+ would peak at [\d.]+ MiB, over the 1\.0 MiB budget", line), line
+    assert any(e.value == f"Will not fit: {line}." for e in at.error)  # the bar's line is the refusal's
+    assert "budget 1 MiB" in chart_labels(at)  # as typed, like a load's bar
+    at.button(key="run_submit").click().run()
+    assert _queued(fresh_db) == []
+
+
+def test_a_load_job_offers_the_skeleton_switch_and_queues_it(tiny_root, fresh_db):
+    at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "run.py"), default_timeout=TIMEOUT).run()
+    assert at.checkbox(key="run_skeleton").value is False
+    at.checkbox(key="run_skeleton").check().run()
+    at.button(key="run_submit").click().run()
+    assert not at.exception, at.exception
+    [spec] = _queued(fresh_db)
+    assert spec["kind"] == "load" and spec["skeleton"] is True
+    at.segmented_control(key="run_kind").set_value("generate").run()
+    assert not at.get("checkbox") or all(c.key != "run_skeleton" for c in at.checkbox)
