@@ -187,7 +187,8 @@ def _add_root_option(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None, *, builder_plugins: bool = False) -> int:
     """Run the command line; `builder_plugins` (what `python -m loader` passes) first loads the model
-    builder plugins present (`model_registry.load_builder_plugins`), so `load` builds their classes."""
+    builder plugins of the `loader_plugins` namespace (`model_registry.load_builder_plugins`), so `load`
+    builds their classes."""
     parser = build_parser()
     parser.set_defaults(builder_plugins=builder_plugins)
     return run_cli(parser, argv)
