@@ -18,7 +18,7 @@ from loader.echo import echo
 from loader.errors import CheckpointError, DeviceError, PlacementError
 from loader.offload import OffloadSettings
 from loader.placement import known_placements
-from loader.validate import checkpoint_problems
+from loader.checkpoint import checkpoint_problems
 from loader.sizes import parse_size
 from models.params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
 from jobs.errors import JobSpecError

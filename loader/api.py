@@ -18,7 +18,8 @@ from typing import Callable, Mapping, Sequence
 import torch
 import torch.nn as nn
 
-from .checkpoint import ComponentMeta, TensorMeta, discover_checkpoint
+from .metadata import ComponentMeta, TensorMeta
+from .checkpoint import discover_checkpoint
 from .dtypes import DtypePolicy
 from .device import parse_device_spec
 from .errors import DeviceError, PlacementError, clip

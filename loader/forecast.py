@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .checkpoint import ComponentMeta, TensorMeta, discover_checkpoint
+from .metadata import ComponentMeta, TensorMeta
+from .checkpoint import discover_checkpoint
 from .device import DeviceInfo, probe_device
 from .dtypes import DtypePolicy
 from .errors import PlacementError

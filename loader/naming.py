@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from .checkpoint import TensorMeta
+from .metadata import TensorMeta
 from .errors import PlacementError
 
 EXTRA_STATE_SUFFIX = "_extra_state"

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from loader.checkpoint import read_shard_header
+from loader.shard_header import read_shard_header
 from loader.device import DeviceInfo
 from loader.offload import OffloadSettings, resolve_offload
 

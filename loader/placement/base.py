@@ -16,7 +16,7 @@ from typing import Callable, ClassVar
 import torch
 import torch.nn as nn
 
-from ..checkpoint import TensorMeta
+from ..metadata import TensorMeta
 from ..errors import PlacementError
 from ..naming import Target
 from ..report import LoadMeter

@@ -27,7 +27,7 @@ from typing import ClassVar
 
 import torch
 
-from ..checkpoint import TensorMeta
+from ..metadata import TensorMeta
 from ..confined import reopen
 from ..errors import CheckpointError, clip
 from .base import LoadPlan, Placement, PlacementContext, register_placement

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from .. import pagecache
-from ..checkpoint import TensorMeta
+from ..metadata import TensorMeta
 from ..confined import CheckedFile, reopen
 from ..reading import advice_step, advise_willneed
 from ..errors import CheckpointError

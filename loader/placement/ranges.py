@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import TensorMeta
+from ..metadata import TensorMeta
 from ..cuda_copy import DriverCopier, copy_streams_for
 from ..errors import CheckpointError, PlacementError
 from ..pinned import POOL, HostStaging, current_context

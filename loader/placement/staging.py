@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..checkpoint import TensorMeta
+from ..metadata import TensorMeta
 from ..reading import submit_parts
 from .files import OpenFiles
 

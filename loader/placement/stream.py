@@ -35,7 +35,7 @@ from functools import partial
 
 import torch
 
-from ..checkpoint import TensorMeta
+from ..metadata import TensorMeta
 from ..device import DeviceInfo, probe_device
 from ..errors import PlacementError
 from ..reading import byte_view, read_into_fresh

@@ -30,7 +30,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, Shard
 
-from ..checkpoint import TensorMeta
+from ..metadata import TensorMeta
 from ..errors import PlacementError
 from ..naming import Target
 from ..placement.base import LoadPlan, Placement, PlacementContext, PlannedTarget

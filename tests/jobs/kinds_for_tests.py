@@ -104,7 +104,7 @@ def run_ring_load(spec, ctx):
 
     import torch
 
-    from loader.checkpoint import TensorMeta
+    from loader.metadata import TensorMeta
     from loader.placement.ranges import FileHandles, Piece, RangeRing
 
     total, _ = _steps()
