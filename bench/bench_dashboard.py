@@ -31,10 +31,10 @@ def _make_job(data: Path, samples: int) -> int:
     from jobs.queue import enqueue
     from jobs.spec import JobSpec
     from loader.memory import MemorySample
-    from storage.connections import connect
+    from storage.schema import open_database
     from storage.sample_writer import SampleWriter
 
-    db = connect(data / "drainboard.db")
+    db = open_database(data / "drainboard.db")
     job_id = enqueue(db, JobSpec(kind="load", model=str(data / "models" / "none"), mode="drain"))
     db.conn.close()
     i = np.arange(samples)
@@ -50,7 +50,7 @@ def _make_job(data: Path, samples: int) -> int:
                 stage="load", tensors_placed=k + 1, bytes_placed=int(placed[k]),
                 tensor_name=f"transformer_blocks.{k % 50}.ff.fc_in.weight",
             )
-    db = connect(data / "drainboard.db")
+    db = open_database(data / "drainboard.db")
     metrics = {"bytes_placed": int(placed[-1]), "footprint_ratio": 1.16, "load_seconds": samples * 0.01}
     db.execute(
         "UPDATE jobs SET status = 'succeeded', started_at = created_at, finished_at = created_at + ?, metrics = ? WHERE id = ?",

@@ -39,7 +39,7 @@ def db_path() -> str:
 
 
 def _db(path: str):
-    return connect(path, ensure=False)
+    return connect(path)
 
 
 @st.cache_data(ttl=1, show_spinner=False)

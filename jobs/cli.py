@@ -31,9 +31,9 @@ from loader.errors import DiskFullError
 from loader.sizes import MAX_SIZE
 from models.request_args import add_workflow_arguments, workflow_fields
 from storage.config import Config, load_config
-from storage.connections import connect, damage_error, is_database_full
+from storage.connections import damage_error, is_database_full
 from storage.queries import get_job, list_jobs
-from storage.schema import FINAL_STATUSES, JOB_STATUSES
+from storage.schema import FINAL_STATUSES, JOB_STATUSES, open_database
 
 LOW_DISK_SPACE = 2**20
 """Free bytes under which an SQLite I/O error counts as a full disk (a WAL database that cannot create its
@@ -68,7 +68,7 @@ def _with_database(run: Command) -> Callable[[argparse.Namespace], int]:
     def command(args: argparse.Namespace) -> int:
         config = load_config()
         try:
-            db = connect(config.db_path)
+            db = open_database(config.db_path)
             try:
                 return run(args, config, db)
             finally:

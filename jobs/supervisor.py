@@ -53,9 +53,9 @@ from loader.diskspace import free_bytes, is_disk_full
 from loader.errors import DiskFullError, DrainboardError
 from storage.artifacts import job_dir, new_artifact_path, record_artifact, remove_unrecorded
 from storage.config import Config
-from storage.connections import checkpoint_wal, connect, is_database_full
+from storage.connections import checkpoint_wal, is_database_full
 from storage.queries import get_job, last_sample, supervisors
-from storage.schema import FINAL_STATUSES
+from storage.schema import FINAL_STATUSES, open_database
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HEARTBEAT_INTERVAL = 1.0
@@ -116,7 +116,7 @@ class Supervisor:
         self.read_meminfo = read_meminfo
         self.id = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.boot_id = boot_id()
-        self.db = connect(config.db_path)
+        self.db = open_database(config.db_path)
         self._db_file = _file_identity(config.db_path)
         self.idle_exit = idle_exit
         self._used_at = time.time()
@@ -566,7 +566,7 @@ def ensure_supervisor(config: Config, *, wait: float = 10.0) -> dict:
     config.data_dir.mkdir(parents=True, exist_ok=True)
     with open(config.data_dir / "worker.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        db = connect(config.db_path)
+        db = open_database(config.db_path)
         try:
             status = supervisor_status(db)
             if status["alive"]:

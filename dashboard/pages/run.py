@@ -376,7 +376,7 @@ def fit_panel(choice: CheckpointChoice | None, kind: str, component: str | None,
 @st.cache_data(ttl=10, show_spinner="Forecasting…")
 def admission(spec_json: str, db: str) -> dict | None:
     """jobs.admission.assess of a spec (as JSON, so it caches): the forecast, its refusal and seconds."""
-    found = assess(JobSpec.from_dict(json.loads(spec_json)), data.config(), connect(db, ensure=False))
+    found = assess(JobSpec.from_dict(json.loads(spec_json)), data.config(), connect(db))
     return None if found is None else found.to_dict()
 
 
@@ -408,7 +408,7 @@ def queue_button(raw: dict[str, Any], choice: CheckpointChoice | None, db: str) 
     blocked = choice is None or not choice.ok
     if st.button("Queue job", type="primary", icon=":material/play_arrow:", key=key("submit"), disabled=blocked,
                  help="The loader refuses the chosen checkpoint (see under it)." if blocked else None):
-        connection = connect(db, ensure=False)
+        connection = connect(db)
         try:
             spec = admit(build_spec({**raw, "forced": bool(st.session_state.get(key("forced")))}, data.config()),
                          data.config(), connection)
@@ -463,7 +463,7 @@ def queue_panel(db: str) -> None:
                          + (f" · {where}" if where else ""))
             if button.button("Cancel", key=f"cancel_{job['id']}"):
                 try:
-                    cancel(connect(db, ensure=False), job["id"])
+                    cancel(connect(db), job["id"])
                 except JobStateError as e:
                     st.warning(str(e))
                 data.jobs.clear()

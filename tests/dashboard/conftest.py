@@ -84,9 +84,9 @@ def data_dir(tmp_path, monkeypatch):
 @pytest.fixture
 def fresh_db(data_dir):
     """A connection to the schema-ready, empty database in `data_dir`."""
-    from storage.connections import connect
+    from storage.schema import open_database
 
-    db = connect(data_dir / "drainboard.db")
+    db = open_database(data_dir / "drainboard.db")
     yield db
     db.conn.close()
 

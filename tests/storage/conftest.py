@@ -1,7 +1,7 @@
 import pytest
 
 from loader.memory import MemorySample
-from storage.connections import connect
+from storage.schema import open_database
 
 
 @pytest.fixture
@@ -11,7 +11,7 @@ def db_path(tmp_path):
 
 @pytest.fixture
 def fresh_db(db_path):
-    db = connect(db_path)
+    db = open_database(db_path)
     yield db
     db.conn.close()
 

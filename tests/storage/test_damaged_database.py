@@ -11,14 +11,15 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from jobs.cli import main
-from storage.connections import DatabaseDamagedError, OPEN_TIMEOUT_MS, connect
+from storage.connections import DatabaseDamagedError, OPEN_TIMEOUT_MS
+from storage.schema import open_database
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _garble_tables(path: Path) -> None:
     """Random bytes over every page after the first (the jobs table's among them)."""
-    db = connect(path)
+    db = open_database(path)
     db["jobs"].insert({"kind": "load", "spec": "{}", "status": "queued", "created_at": 1.0})
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.conn.close()
@@ -59,13 +60,13 @@ def test_the_page_shows_the_same_line_without_a_traceback(data):
 
 def test_a_database_truncated_under_a_live_connection_is_said_within_seconds(data):
     path = data / "drainboard.db"
-    holder = connect(path)  # the worker
+    holder = open_database(path)  # the worker
     holder["jobs"].insert({"kind": "load", "spec": "{}", "status": "queued", "created_at": 1.0})
     os.truncate(path, 0)
     holder.execute("UPDATE jobs SET status = 'queued'")
     started = time.monotonic()
     with pytest.raises(DatabaseDamagedError, match=f"the job database at {path} stayed locked for 3 s on opening"):
-        connect(path)
+        open_database(path)
     assert time.monotonic() - started < OPEN_TIMEOUT_MS / 1000 + 5
     holder.conn.close()
 
