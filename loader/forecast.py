@@ -35,7 +35,7 @@ from .model_registry import get_model_builder
 from .naming import EXTRA_STATE_SUFFIX
 from .memory import sample_memory
 from .placement import get_placement
-from .placement.stream import ring_geometry
+from .placement.ring_sizing import ring_geometry
 from .roots import RootsArg
 
 

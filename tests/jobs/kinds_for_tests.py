@@ -105,7 +105,9 @@ def run_ring_load(spec, ctx):
     import torch
 
     from loader.metadata import TensorMeta
-    from loader.placement.ranges import FileHandles, Piece, RangeRing
+    from loader.placement.chunk_reads import FileHandles
+    from loader.placement.chunks import Piece
+    from loader.placement.ranges import RangeRing
 
     total, _ = _steps()
     path = Path(os.environ["DRAINBOARD_TEST_FILE"])

@@ -25,8 +25,10 @@ from loader.naming import Target
 from loader.pagecache import drop, files_resident_fraction, resident_fraction
 from loader.placement import LoadPlan, PlannedTarget, get_placement
 from loader.placement.files import OpenFiles
-from loader.placement.ranges import ALIGN, Piece, RangeRing, plan_chunks
-from loader.placement.stream import RING_CHUNK_BYTES, STAGING_SHARE, drop_by_default, ring_geometry
+from loader.placement.chunks import ALIGN, Piece, plan_chunks
+from loader.placement.ranges import RangeRing
+from loader.placement.ring_sizing import RING_CHUNK_BYTES, STAGING_SHARE, ring_geometry
+from loader.placement.stream import drop_by_default
 
 _MiB = 1 << 20
 GiB = 1 << 30
@@ -668,7 +670,7 @@ def test_the_rings_copy_streams_come_from_the_driver_are_kept_and_follow_the_cur
 
 
 def test_comparison_options_live_in_one_stream_tuning_and_keywords_still_reach_it(writer):
-    from loader.placement.stream import StreamTuning
+    from loader.placement.tuning import StreamTuning
 
     by_keyword = get_placement("stream", staging_bytes=1 << 20, io_uring=False, threads=3)
     assert by_keyword.tuning == StreamTuning(staging_bytes=1 << 20, io_uring=False) and by_keyword.threads == 3
