@@ -30,7 +30,7 @@ GIB = 2**30
 def _make_job(data: Path, samples: int) -> int:
     from jobs.queue import enqueue
     from jobs.spec import JobSpec
-    from loader.memory import MemorySample
+    from machine.memory import MemorySample
     from storage.schema import open_database
     from storage.sample_writer import SampleWriter
 

@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jobs.samples import DatabaseSink, PipeSink, SampleRelay, open_sample_pipe  # noqa: E402
-from loader.memory import MemoryProbe  # noqa: E402
+from machine.memory import MemoryProbe  # noqa: E402
 from storage.schema import open_database  # noqa: E402
 from storage.sample_writer import SampleWriter  # noqa: E402
 

@@ -26,7 +26,8 @@ import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
 from jobs.context import JobContext  # noqa: E402
-from loader import MemoryProbe, load_checkpoint  # noqa: E402
+from machine import MemoryProbe
+from loader import load_checkpoint  # noqa: E402
 from storage.schema import open_database  # noqa: E402
 from storage.queries import sample_count  # noqa: E402
 from storage.sample_writer import SampleWriter  # noqa: E402

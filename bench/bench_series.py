@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loader.memory import MemorySample  # noqa: E402
+from machine.memory import MemorySample  # noqa: E402
 from storage import queries  # noqa: E402
 from storage.schema import open_database  # noqa: E402
 from storage.sample_writer import SampleWriter  # noqa: E402

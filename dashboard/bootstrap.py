@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from loader.errors import DrainboardError
+from core.errors import DrainboardError
 from storage.config import Config
 from storage.schema import open_database
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from loader.device import DeviceInfo, probe_device
+from machine.device import DeviceInfo, probe_device
 from storage import queries
 from storage.artifacts import resolve_artifact
 from storage.config import Config, load_config

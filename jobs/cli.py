@@ -1,7 +1,7 @@
 """`python -m jobs`: submit, list, show, cancel and retry jobs, and run the worker.
 
 Each subcommand is one function calling one library function, run through the
-shared `loader.command_line.run_cli`: with `--json` exactly one JSON object goes
+shared `core.command_line.run_cli`: with `--json` exactly one JSON object goes
 to stdout (logs and progress to stderr); bad input, usage errors and a full
 disk print `{"ok": false, "error": ..., "errors": [...]}` (or one `error:`
 line) and exit 2; anything unexpected exits 1.
@@ -23,12 +23,13 @@ from jobs.documents import job_document, print_job, print_job_table
 from jobs.kinds import kind_names
 from jobs.queue import cancel, retry, submit
 from jobs.errors import JobSpecError
-from loader.advice import warn_about_mode
-from loader.command_line import CliParser, add_offload_option, dtype_type, run_cli
-from loader.dtype_names import DTYPE_HELP
-from loader.diskspace import free_bytes, is_disk_full
-from loader.errors import DiskFullError
-from loader.sizes import MAX_SIZE
+from machine.advice import warn_about_mode
+from core.command_line import CliParser, dtype_type, run_cli
+from machine.offload_option import add_offload_option
+from core.dtype_names import DTYPE_HELP
+from core.diskspace import free_bytes, is_disk_full
+from core.errors import DiskFullError
+from core.sizes import MAX_SIZE
 from models.request_args import add_workflow_arguments, workflow_fields
 from storage.config import Config, load_config
 from storage.connections import damage_error, is_database_full

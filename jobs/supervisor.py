@@ -49,8 +49,8 @@ from jobs.queue import claim, finish
 from jobs.samples import ENV_SAMPLE_FD, SampleRelay, open_sample_pipe
 from jobs.setup import prepare_child
 from jobs.spec import JobSpec
-from loader.diskspace import free_bytes, is_disk_full
-from loader.errors import DiskFullError, DrainboardError
+from core.diskspace import free_bytes, is_disk_full
+from core.errors import DiskFullError, DrainboardError
 from storage.artifacts import job_dir, new_artifact_path, record_artifact, remove_unrecorded
 from storage.config import Config
 from storage.connections import checkpoint_wal, is_database_full

@@ -29,7 +29,7 @@ import os
 from pathlib import Path
 
 from .confined import check_name, read_json_checked
-from .errors import CheckpointError, DrainboardError, clip, first_of
+from core.errors import CheckpointError, DrainboardError, clip, first_of
 from .metadata import AuxFolder, CheckpointIndex, ComponentMeta
 from .roots import ModelRoots, RootEscape, RootsArg
 from .shard_header import HeaderBudget, read_shard_header

@@ -28,12 +28,12 @@ import torch
 
 from .metadata import ComponentMeta, TensorMeta
 from .checkpoint import discover_checkpoint
-from .device import DeviceInfo, probe_device
+from machine.device import DeviceInfo, probe_device
 from .dtypes import DtypePolicy
-from .errors import PlacementError
+from core.errors import PlacementError
 from .model_registry import get_model_builder
 from .naming import EXTRA_STATE_SUFFIX
-from .memory import sample_memory
+from machine.memory import sample_memory
 from .placement import get_placement
 from .placement.ring_sizing import ring_geometry
 from .roots import RootsArg

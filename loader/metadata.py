@@ -13,7 +13,7 @@ import torch
 
 from .confined import CheckedFile
 from .dtypes import SAFETENSORS_DTYPES
-from .errors import CheckpointError
+from core.errors import CheckpointError
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from .metadata import TensorMeta
-from .errors import PlacementError
+from core.errors import PlacementError
 
 EXTRA_STATE_SUFFIX = "_extra_state"
 

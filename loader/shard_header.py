@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .confined import open_checked, read_at_most
-from .errors import CheckpointError, clip
-from .jsonfile import JSONProblem, parse_json
+from core.errors import CheckpointError, clip
+from core.jsonfile import JSONProblem, parse_json
 from .metadata import ShardMeta, TensorMeta
 from .roots import ModelRoots, RootEscape
 

@@ -5,7 +5,7 @@ Pure checks of what discovery described (`metadata`); `checkpoint.checkpoint_pro
 from __future__ import annotations
 
 from .dtypes import SAFETENSORS_DTYPES, itemsize
-from .errors import clip
+from core.errors import clip
 from .metadata import CheckpointIndex, ComponentMeta, ShardMeta
 
 

@@ -28,7 +28,7 @@ from typing import Iterator
 
 import sqlite_utils
 
-from loader.errors import DrainboardError
+from core.errors import DrainboardError
 
 BUSY_TIMEOUT_MS = 30_000
 """How long a statement waits for another writer's lock (the sample writer commits at least every second)."""

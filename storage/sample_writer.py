@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from loader.memory import MemorySample
+from machine.memory import MemorySample
 from storage.connections import is_database_full, transaction
 from storage.schema import EXTREME_COLUMNS, EXTREMES_BLOCK, SAMPLE_COLUMNS, open_database
 

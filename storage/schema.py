@@ -13,7 +13,7 @@ from pathlib import Path
 
 import sqlite_utils
 
-from loader.errors import DrainboardError
+from core.errors import DrainboardError
 from storage.connections import connect, damage_error, transaction
 
 SAMPLE_COLUMNS = (

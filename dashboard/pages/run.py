@@ -34,10 +34,10 @@ from jobs.admission import JobRefused, admit, assess
 from jobs.kinds import kind_names
 from jobs.queue import JobStateError, cancel, queue_spec
 from jobs.spec import JobSpec, JobSpecError, build_spec
-from loader.advice import mode_warning
-from loader.device import DeviceInfo
-from loader.offload import OffloadSettings
-from loader.sizes import parse_size
+from machine.advice import mode_warning
+from machine.device import DeviceInfo
+from machine.offload import OffloadSettings
+from core.sizes import parse_size
 from storage.connections import connect
 
 # Session keys (a page script must not hold bare strings: Streamlit would draw them).

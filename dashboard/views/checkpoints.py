@@ -15,7 +15,7 @@ import pandas as pd
 
 from dashboard import format as fmt
 from dashboard.views import failure
-from loader.errors import DrainboardError
+from core.errors import DrainboardError
 from loader.checkpoint import checkpoint_problems
 from storage.config import ModelPathError, resolve_model_path
 

@@ -49,9 +49,9 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
 def _record_forecast(spec: JobSpec, ctx: JobContext, roots, device) -> dict[str, Any] | None:
     """The loader's forecast from headers alone, recorded before the first byte is read (an event,
     so a job killed mid-load still has it) and returned for the metrics: predicted beside measured."""
-    from loader.errors import DrainboardError
+    from core.errors import DrainboardError
     from loader.forecast import forecast_load
-    from loader.sizes import format_size
+    from core.sizes import format_size
 
     try:
         forecast = forecast_load(spec.model, component=spec.component, mode=spec.mode, device=spec.device,

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 
 from ..metadata import TensorMeta
-from ..errors import PlacementError
+from core.errors import PlacementError
 from ..naming import Target
 from ..report import LoadMeter
 

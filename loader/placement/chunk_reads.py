@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from ..errors import CheckpointError
-from ..uring import ReadQueue
+from core.errors import CheckpointError
+from ..io.uring import ReadQueue
 from .chunks import Chunk, chunk_name
 
 class FileHandles:

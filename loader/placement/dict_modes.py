@@ -29,7 +29,7 @@ import torch
 
 from ..metadata import TensorMeta
 from ..confined import reopen
-from ..errors import CheckpointError, clip
+from core.errors import CheckpointError, clip
 from .base import LoadPlan, Placement, PlacementContext, register_placement
 
 

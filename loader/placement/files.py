@@ -8,11 +8,11 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from .. import pagecache
+from ..io import pagecache
 from ..metadata import TensorMeta
 from ..confined import CheckedFile, reopen
-from ..reading import advice_step, advise_willneed
-from ..errors import CheckpointError
+from ..io.reading import advice_step, advise_willneed
+from core.errors import CheckpointError
 from .base import LoadPlan
 from .chunk_reads import FileHandles
 

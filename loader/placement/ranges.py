@@ -4,9 +4,9 @@ Tensors that keep their dtype need no per-tensor staging: their bytes lie
 back to back in each shard, so `stream` reads each shard's planned range in
 buffer-sized chunks, each filled by several positioned reads in flight at
 once, and copies every piece of a filled buffer to its destination slice on
-a side stream (through the CUDA driver, `loader.cuda_copy`, where it can).
+a side stream (through the CUDA driver, `loader.io.cuda_copy`, where it can).
 
-The reads go through io_uring (`loader.uring`: the kernel's workers, capped
+The reads go through io_uring (`loader.io.uring`: the kernel's workers, capped
 at the reader count, copy from the page cache, so no Python thread competes
 with the one queueing the copies) or, where io_uring is refused, a pool of
 reader threads. A buffer is refilled once the device event of its last copy
@@ -34,10 +34,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..cuda_copy import DriverCopier, copy_streams_for
-from ..errors import PlacementError
-from ..pinned import POOL, HostStaging, current_context
-from ..uring import ReadQueue, UringUnavailable, auto_refusal
+from ..io.cuda_copy import DriverCopier, copy_streams_for
+from core.errors import PlacementError
+from ..io.pinned import POOL, HostStaging, current_context
+from ..io.uring import ReadQueue, UringUnavailable, auto_refusal
 from .chunk_reads import FileHandles, QueuedRead, read_chunk
 from .chunks import ALIGN, Chunk, Piece, chunk_name, plan_chunks
 
@@ -91,7 +91,7 @@ class RingStats:
     """What queued the host-to-device copies: "driver" (cuMemcpyHtoDAsync) or "torch" (Tensor.copy_);
     empty on a CPU destination."""
     staging: str = ""
-    """What the host buffers are: "registered" (`loader.pinned`, cuMemHostRegister), "torch-pinned"
+    """What the host buffers are: "registered" (`loader.io.pinned`, cuMemHostRegister), "torch-pinned"
     (torch's pinned allocator, cudaHostAlloc) or "pageable"; empty on a CPU destination."""
     staging_note: str = ""
     """Why the buffers are not registered, where they are not (the refusals, in order)."""
@@ -116,7 +116,7 @@ class RangeRing:
     queue entry: 40 for the default ring, which on 16 cores starved the thread
     that queues the copies; see docs/benchmarks.md, Ring settings on one H200).
     `driver_copies` queues the copies through the CUDA driver
-    (`loader.cuda_copy`) where it can, else through torch.
+    (`loader.io.cuda_copy`) where it can, else through torch.
     """
 
     def __init__(
@@ -163,7 +163,7 @@ class RangeRing:
         self._pinning: list[Future] = []
         """The helper's allocations, one per buffer, while pinning runs in the background."""
         self.staging = HostStaging(POOL)
-        """Where the host buffers come from, and what was refused (see `loader.pinned.HostStaging`)."""
+        """Where the host buffers come from, and what was refused (see `loader.io.pinned.HostStaging`)."""
         self.allocated_bytes = 0
         """Host bytes held by the buffers allocated so far."""
         self.stats = RingStats()
@@ -299,7 +299,7 @@ class RangeRing:
         """Pin every buffer on a helper thread, in ring order, while the loader does other set-up and the
         first reads run (`open` starts it inside the device's context; starting it again does nothing).
 
-        The helper registers memory with the driver (`loader.pinned`), which
+        The helper registers memory with the driver (`loader.io.pinned`), which
         lets the loader's copies run beside it: torch's pinned allocator, which
         it uses where the driver library is not at hand, stalled them while it
         pinned (see docs/benchmarks.md, Ring settings on one H200).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..device import DeviceInfo
+from machine.device import DeviceInfo
 from .chunks import ALIGN
 
 _MiB = 1024 * 1024

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ..metadata import TensorMeta
-from ..reading import submit_parts
+from ..io.reading import submit_parts
 from .files import OpenFiles
 
 

@@ -36,9 +36,9 @@ from functools import partial
 import torch
 
 from ..metadata import TensorMeta
-from ..device import DeviceInfo, probe_device
-from ..errors import PlacementError
-from ..reading import byte_view, read_into_fresh
+from machine.device import DeviceInfo, probe_device
+from core.errors import PlacementError
+from ..io.reading import byte_view, read_into_fresh
 from .base import LoadPlan, Placement, PlacementContext, PlannedTarget, register_placement
 from .files import OpenFiles, mostly_uncached, sampled_residency
 from .chunks import Piece
@@ -331,6 +331,6 @@ def _cancel_pending(pending: deque) -> None:
 
 
 def _mem_available() -> int:
-    from ..memory import sample_memory
+    from machine.memory import sample_memory
 
     return sample_memory().mem_available

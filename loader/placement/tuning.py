@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from ..errors import PlacementError
+from core.errors import PlacementError
 
 _MiB = 1024 * 1024
 

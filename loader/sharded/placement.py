@@ -31,7 +31,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, Shard
 
 from ..metadata import TensorMeta
-from ..errors import PlacementError
+from core.errors import PlacementError
 from ..naming import Target
 from ..placement.base import LoadPlan, Placement, PlacementContext, PlannedTarget
 from ..placement.stream import StreamPlacement

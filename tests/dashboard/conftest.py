@@ -140,7 +140,7 @@ def _write_samples(db, job_id: int, samples: pd.DataFrame) -> None:
     """Through the job child's own SampleWriter (it also keeps the extremes the series query reads)."""
     from pathlib import Path
 
-    from loader.memory import MemorySample
+    from machine.memory import MemorySample
     from storage.sample_writer import SampleWriter
 
     db_path = Path(db.execute("PRAGMA database_list").fetchone()[2])

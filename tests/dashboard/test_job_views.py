@@ -8,7 +8,7 @@ import pytest
 from dashboard.host import memory_kind, pool_caption
 from dashboard.views import failure
 from dashboard.views import jobs as jv
-from loader.device import DeviceInfo
+from machine.device import DeviceInfo
 
 GIB = 2**30
 

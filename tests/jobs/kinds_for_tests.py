@@ -44,7 +44,7 @@ def run_fail(spec, ctx):
 @job_kind("broken_checkpoint")
 def run_broken_checkpoint(spec, ctx):
     """Raise a checkpoint error listing several problems."""
-    from loader.errors import CheckpointError
+    from core.errors import CheckpointError
 
     with ctx.stage("load"):
         raise CheckpointError([f"shard-{i}.safetensors: truncated, expected 4096 bytes" for i in range(3)])

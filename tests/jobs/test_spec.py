@@ -5,7 +5,7 @@ import torch
 
 from jobs.queue import claim, enqueue, retry, submit
 from jobs.spec import JobSpec, JobSpecError, build_spec
-from loader.device import DeviceInfo
+from machine.device import DeviceInfo
 from storage.schema import open_database
 from storage.queries import get_job, list_jobs
 

@@ -14,7 +14,7 @@ import pytest
 
 from jobs.backends.follow import Follower
 from jobs.wire import LineWriter, StdoutReporter, decode, encode
-from loader.memory import MemorySample
+from machine.memory import MemorySample
 from storage.artifacts import job_dir
 from storage.queries import artifacts, events, get_job, last_sample, sample_count
 

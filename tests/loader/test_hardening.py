@@ -26,7 +26,7 @@ from loader import shard_header
 from loader.api import load_checkpoint
 from loader.checkpoint import discover_checkpoint
 from loader.cli import main
-from loader.errors import CheckpointError
+from core.errors import CheckpointError
 from loader.placement.dict_modes import DrainPlacement
 from loader.placement.stream import StreamPlacement
 
@@ -220,7 +220,7 @@ TRUNCATE_MID_DRAIN = """
 import sys
 from pathlib import Path
 from loader.api import load_checkpoint
-from loader.errors import CheckpointError
+from core.errors import CheckpointError
 folder = Path(sys.argv[1])
 shard = sorted(folder.glob("*.safetensors"))[1]
 def on_tensor(placed):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from loader import known_placements, load_checkpoint
-from loader.errors import CheckpointError
+from core.errors import CheckpointError
 from models.components import (
     build_empty,
     fp32_patterns,

@@ -14,7 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
-from loader.device import DeviceInfo
+from machine.device import DeviceInfo
 from models.params import GenerateParams, GenerateParamsError
 from models.pipeline import VAE_TILING_WARNING, PipelineEvent, load_stage, run_generate
 from models.workflows import stage_plan, workflow_components

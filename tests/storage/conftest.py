@@ -1,6 +1,6 @@
 import pytest
 
-from loader.memory import MemorySample
+from machine.memory import MemorySample
 from storage.schema import open_database
 
 
