@@ -29,12 +29,12 @@ GIB = 2**30
 
 def _make_job(data: Path, samples: int) -> int:
     from jobs.spec import JobSpec
-    from loader.memory import MemorySample
+    from machine.memory import MemorySample
     from storage import jobs_table
-    from storage.connections import connect
+    from storage.schema import open_database
     from storage.sample_writer import SampleWriter
 
-    db = connect(data / "drainboard.db")
+    db = open_database(data / "drainboard.db")
     spec = JobSpec(kind="load", model=str(data / "models" / "none"), mode="drain")
     created = time.time()
     job_id = jobs_table.enqueue(db, spec.kind, spec.to_dict(), now=created)
@@ -53,7 +53,7 @@ def _make_job(data: Path, samples: int) -> int:
                 stage="load", tensors_placed=k + 1, bytes_placed=int(placed[k]),
                 tensor_name=f"transformer_blocks.{k % 50}.ff.fc_in.weight",
             )
-    db = connect(data / "drainboard.db")
+    db = open_database(data / "drainboard.db")
     metrics = {"bytes_placed": int(placed[-1]), "footprint_ratio": 1.16, "load_seconds": samples * 0.01}
     jobs_table.finish(db, job_id, "succeeded", metrics=metrics, now=created + samples * 0.01)
     db.conn.close()

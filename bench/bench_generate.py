@@ -40,9 +40,9 @@ def main() -> int:
     if args.unified:
         os.environ["DRAINBOARD_UNIFIED_MEMORY"] = "1"
 
-    from loader.device import probe_device
-    from loader.memory import MemoryProbe
-    from loader.offload import OffloadSettings
+    from machine.device import probe_device
+    from machine.memory import MemoryProbe
+    from machine.offload import OffloadSettings
     from models.forecast import forecast_generate
     from models.params import GenerateParams
     from models.pipeline import run_generate

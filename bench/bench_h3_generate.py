@@ -191,7 +191,7 @@ def _frames_record(frames, work: Path, run: str) -> dict:
 
 def child_ours(args, tracker: Tracker) -> dict:
     import models.pipeline as pipeline
-    from loader.offload import OffloadSettings
+    from machine.offload import OffloadSettings
     from models.params import GenerateParams
 
     offload = args.placement in ("offload", "offloadseq")
@@ -569,7 +569,7 @@ def run_child(args, run: str, geometry: tuple[int, int], timeout: float, roots: 
 def disk_cached(root: Path, shm: Path) -> float | None:
     """Share of the weight files on disk (not under `shm`) now in the page cache, by mincore; None if none.
     Ours reads cold files with O_DIRECT and diffusers through mmap, so this moves from run to run."""
-    from loader.pagecache import resident_pages
+    from loader.io.pagecache import resident_pages
 
     resident = pages = 0
     for file in root.glob("*/*.safetensors"):

@@ -30,7 +30,7 @@ from safetensors.torch import save_file  # noqa: E402
 from jobs.queue import submit  # noqa: E402
 from jobs.supervisor import Supervisor  # noqa: E402
 from storage.config import load_config  # noqa: E402
-from storage.connections import connect  # noqa: E402
+from storage.schema import open_database  # noqa: E402
 from storage.queries import events, get_job  # noqa: E402
 from storage.schema import FINAL_STATUSES  # noqa: E402
 
@@ -73,7 +73,7 @@ def main() -> None:
         os.environ.pop("DRAINBOARD_MODEL_ROOTS", None)
         os.environ.pop("DRAINBOARD_CONFIG", None)
         config = load_config()
-        db = connect(config.db_path)
+        db = open_database(config.db_path)
         raw = {"kind": "load", "model": str(model), "component": "transformer"}
         supervisors = {method: Supervisor(config, start_method=method) for method in ("spawn", "fork")}
         for supervisor in supervisors.values():

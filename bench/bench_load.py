@@ -30,8 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loader.command_line import size_type  # noqa: E402 (after the path line)
-from loader.sizes import parse_size  # noqa: E402
+from core.command_line import size_type  # noqa: E402 (after the path line)
+from core.sizes import parse_size  # noqa: E402
 
 CASES = ("stream", "drain", "retain", "load_file", "assign")
 
@@ -84,8 +84,9 @@ def _baseline_load(path: Path, device: str, assign: bool) -> dict:
     import torch
     from safetensors.torch import load_file
 
-    from loader import MemoryProbe, discover_checkpoint, resolve_device
-    from loader.memory import PeriodicSampler
+    from machine import MemoryProbe
+    from loader import discover_checkpoint, resolve_device
+    from machine.memory import PeriodicSampler
     from loader.skeleton import build_skeleton
 
     dev = resolve_device(device)
@@ -229,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_child(args.child, args.path, args.device, args.dtype, dict(args.stream_option))))
         return 0
     if args.stream_option:
-        from loader.errors import PlacementError
+        from core.errors import PlacementError
         from loader.placement import get_placement
 
         try:

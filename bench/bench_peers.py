@@ -184,7 +184,7 @@ def _case_stream(path: Path, options: dict, device: str) -> tuple[object, dict]:
 
 def _case_stream_unregistered(path: Path, options: dict, device: str) -> tuple[object, dict]:
     """stream where the driver refuses to register host memory (forced here; a GB10 refuses for real)."""
-    from loader.pinned import POOL, PinFailed
+    from loader.io.pinned import POOL, PinFailed
 
     def refuse(size, context):
         raise PinFailed(f"page-locking {size} bytes of host memory failed: refused by the benchmark (as on a GB10)")
@@ -393,7 +393,7 @@ def run_child(case: str, path: Path, options: dict, device: str = "cuda") -> dic
     """
     import torch
 
-    from loader.memory import MemoryProbe, PeriodicSampler
+    from machine.memory import MemoryProbe, PeriodicSampler
 
     cuda = device.startswith("cuda")
     if cuda:
@@ -455,7 +455,7 @@ def run_child(case: str, path: Path, options: dict, device: str = "cuda") -> dic
 # ---- parent: cache states, fresh processes, the table ---------------------------------------------------
 
 def _warm(path: Path) -> None:
-    from loader.pagecache import files_resident_fraction
+    from loader.io.pagecache import files_resident_fraction
 
     if files_resident_fraction(shard_files(path)) < 0.99:
         fds = {f: os.open(f, os.O_RDONLY) for f in shard_files(path)}

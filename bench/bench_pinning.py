@@ -56,7 +56,7 @@ def _pinned_buffers(method: str, count: int, size: int) -> tuple[list, float, fl
             buffers.append((t.data_ptr(), t))
             first = first or time.perf_counter() - start
         return buffers, first, time.perf_counter() - start
-    from loader.cuda_copy import _driver
+    from loader.io.cuda_copy import _driver
 
     cu = _driver()
     cu.cuMemHostRegister_v2.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
@@ -83,7 +83,7 @@ def _pinned_buffers(method: str, count: int, size: int) -> tuple[list, float, fl
 def run_child(method: str, count: int, size: int) -> dict:
     import torch
 
-    from loader.cuda_copy import DriverCopier
+    from loader.io.cuda_copy import DriverCopier
 
     torch.empty(0, device="cuda")
     buffers, first, whole = _pinned_buffers(method, count, size)
@@ -110,7 +110,7 @@ def run_beside(method: str, count: int, size: int) -> dict:
 
     import torch
 
-    from loader.cuda_copy import DriverCopier
+    from loader.io.cuda_copy import DriverCopier
 
     torch.empty(0, device="cuda")
     source = torch.empty(_MiB, dtype=torch.uint8, pin_memory=True)

@@ -165,7 +165,7 @@ ts = [torch.empty(shape, dtype=torch.bfloat16, device="cuda") for _, shape in sp
 torch.cuda.synchronize()
 log(case="639 cuda allocations", seconds=round(time.perf_counter() - t, 4))
 sys.path.insert(0, str(HERE.parent))
-from loader.memory import MemoryProbe
+from machine.memory import MemoryProbe
 p = MemoryProbe("cuda")
 t = time.perf_counter()
 for _ in range(639):

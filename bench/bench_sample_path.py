@@ -27,14 +27,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jobs.samples import DatabaseSink, PipeSink, SampleRelay, open_sample_pipe  # noqa: E402
-from loader.memory import MemoryProbe  # noqa: E402
+from machine.memory import MemoryProbe  # noqa: E402
 from storage import jobs_table  # noqa: E402
-from storage.connections import connect  # noqa: E402
+from storage.schema import open_database  # noqa: E402
 from storage.sample_writer import SampleWriter  # noqa: E402
 
 
 def new_job(db_path: Path) -> int:
-    db = connect(db_path)
+    db = open_database(db_path)
     job_id = jobs_table.enqueue(db, "load", {}, now=0.0)
     jobs_table.claim_oldest(db, "bench", now=0.0)
     db.conn.close()

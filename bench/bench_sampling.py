@@ -26,9 +26,10 @@ import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
 from jobs.context import JobContext  # noqa: E402
-from loader import MemoryProbe, load_checkpoint  # noqa: E402
+from machine import MemoryProbe
+from loader import load_checkpoint  # noqa: E402
 from storage import jobs_table  # noqa: E402
-from storage.connections import connect  # noqa: E402
+from storage.schema import open_database  # noqa: E402
 from storage.queries import sample_count  # noqa: E402
 from storage.sample_writer import SampleWriter  # noqa: E402
 
@@ -43,7 +44,7 @@ def write_checkpoint(folder: Path, tensors: int, tensor_mib: float) -> Path:
 
 
 def new_job(db_path: Path) -> int:
-    db = connect(db_path)
+    db = open_database(db_path)
     job_id = jobs_table.enqueue(db, "load", {})
     jobs_table.claim_oldest(db, "bench")
     db.conn.close()
@@ -93,7 +94,7 @@ def main() -> None:
         ctx.samples.flush()
         record_us = (time.perf_counter() - start) / args.tensors * 1e6
         ctx.close()
-        recorded = sample_count(connect(db_path), job_id)
+        recorded = sample_count(open_database(db_path), job_id)
 
         ingest_job = new_job(db_path)
         writer = SampleWriter(db_path, ingest_job, t0=0.0)

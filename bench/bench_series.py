@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loader.memory import MemorySample  # noqa: E402
+from machine.memory import MemorySample  # noqa: E402
 from storage import jobs_table, queries  # noqa: E402
-from storage.connections import connect  # noqa: E402
+from storage.schema import open_database  # noqa: E402
 from storage.sample_writer import SampleWriter  # noqa: E402
 
 CHART_COLUMNS = ("vm_rss", "rss_file", "device_allocated", "mem_available")
@@ -32,7 +32,7 @@ CHART_COLUMNS = ("vm_rss", "rss_file", "device_allocated", "mem_available")
 
 def fill(db_path: Path, samples: int) -> tuple[int, float]:
     """A job with `samples` made-up samples (a rising curve with ripple and one spike); returns (job, seconds)."""
-    db = connect(db_path)
+    db = open_database(db_path)
     job = jobs_table.enqueue(db, "load", {}, now=0.0)
     db.conn.close()
     start = time.perf_counter()
@@ -63,7 +63,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             db_path = Path(tmp) / "drainboard.db"
             job, ingest = fill(db_path, samples)
-            db = connect(db_path)
+            db = open_database(db_path)
             chart_s, chart_rows = timed(lambda: queries.sample_series(
                 db, job, max_points=args.max_points, columns=CHART_COLUMNS))
             six_s, six_rows = timed(lambda: queries.sample_series(db, job, max_points=args.max_points))

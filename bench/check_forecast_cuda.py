@@ -49,8 +49,8 @@ def write_sparse_h3(root: Path, profile: str = "h3", components: list[str] | Non
 
 def compare(measured: dict, root: Path) -> list[dict]:
     """One row per (our run, stage): predicted and measured sums and their ratio."""
-    from loader.device import DeviceInfo
-    from loader.offload import OffloadSettings
+    from machine.device import DeviceInfo
+    from machine.offload import OffloadSettings
     from models.forecast import forecast_generate
     from models.params import GenerateParams
 

@@ -23,8 +23,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def _runs(items: list[str]):
-    from loader.device import probe_device
-    from loader.offload import OffloadSettings
+    from machine.device import probe_device
+    from machine.offload import OffloadSettings
     from models.forecast import forecast_generate
     from models.params import GenerateParams
 

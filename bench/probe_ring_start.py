@@ -36,10 +36,10 @@ def main() -> None:
     torch.empty(0, device="cuda")
     gc.collect()
     gc.freeze()
-    from loader.cuda_copy import _driver
-    from loader.pinned import current_context
-    from loader.reading import byte_view, populate
-    from loader.uring import ReadQueue
+    from loader.io.cuda_copy import _driver
+    from loader.io.pinned import current_context
+    from loader.io.reading import byte_view, populate
+    from loader.io.uring import ReadQueue
 
     lib = _driver()
     clock = time.perf_counter
@@ -123,7 +123,7 @@ def main() -> None:
 
 def _fault_in_variants() -> None:
     """Ways to fault in fresh anonymous memory, each on a fresh mapping (faulting in is most of pinning)."""
-    from loader.reading import populate
+    from loader.io.reading import populate
 
     libc = ctypes.CDLL(None, use_errno=True)
     madv_hugepage = 14

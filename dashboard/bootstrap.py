@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from loader.errors import DrainboardError
+from core.errors import DrainboardError
 from storage.config import Config
-from storage.connections import connect
+from storage.schema import open_database
 
 DEMO_NAME = "demo"
 """Folder name of the embedded demo checkpoint under the first model root."""
@@ -49,7 +49,7 @@ def demo_missing(config: Config) -> bool:
 def prepare(config: Config, on_progress: Progress = lambda fraction, text: None, *, start_worker: bool = True) -> Prepared:
     """Make the box ready: data folder + schema, demo checkpoint, supervisor (unless `start_worker` is False)."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
-    connect(config.db_path).conn.close()
+    open_database(config.db_path).conn.close()
     wrote, demo_error = False, None
     if demo_missing(config):
         with open(config.data_dir / "demo.lock", "w") as lock:

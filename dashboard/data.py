@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from loader.device import DeviceInfo, probe_device
+from machine.device import DeviceInfo, probe_device
 from storage import queries
 from storage.artifacts import resolve_artifact
 from storage.config import Config, load_config
@@ -39,7 +39,7 @@ def db_path() -> str:
 
 
 def _db(path: str):
-    return connect(path, ensure=False)
+    return connect(path)
 
 
 @st.cache_data(ttl=1, show_spinner=False)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from dashboard import format as fmt
-from loader.device import DeviceInfo
+from machine.device import DeviceInfo
 
 MEMINFO = Path("/proc/meminfo")
 PRESSURE = Path("/proc/pressure/memory")

@@ -23,8 +23,8 @@ from dashboard.views.spec import field_errors
 from jobs.admission import JobRefused, admit, assess
 from jobs.queue import queue_spec
 from jobs.spec import JobSpec, JobSpecError, build_spec
-from loader.device import DeviceInfo
-from loader.sizes import parse_size
+from machine.device import DeviceInfo
+from core.sizes import parse_size
 from storage.connections import connect
 
 
@@ -95,7 +95,7 @@ def submit_fit_panel(found: dict | None, in_use: int) -> None:
 @st.cache_data(ttl=10, show_spinner="Forecasting…")
 def admission(spec_json: str, db: str) -> dict | None:
     """jobs.admission.assess of a spec (as JSON, so it caches): the forecast, its refusal and seconds."""
-    found = assess(JobSpec.from_dict(json.loads(spec_json)), data.config(), connect(db, ensure=False))
+    found = assess(JobSpec.from_dict(json.loads(spec_json)), data.config(), connect(db))
     return None if found is None else found.to_dict()
 
 
@@ -131,7 +131,7 @@ def queue_button(raw: dict[str, Any], choice: CheckpointChoice | None, db: str) 
     blocked = choice is None or not choice.ok
     if st.button("Queue job", type="primary", icon=":material/play_arrow:", key=key("submit"), disabled=blocked,
                  help="The loader refuses the chosen checkpoint (see under it)." if blocked else None):
-        connection = connect(db, ensure=False)
+        connection = connect(db)
         try:
             spec = admit(build_spec({**raw, "forced": bool(st.session_state.get(key("forced")))}, data.config()),
                          data.config(), connection)

@@ -20,8 +20,8 @@ from dashboard.views.run import (
     quantize_problem, quantize_value,
 )
 from jobs.kinds import kind_names
-from loader.device import DeviceInfo
-from loader.offload import OffloadSettings
+from machine.device import DeviceInfo
+from machine.offload import OffloadSettings
 
 DEFAULT_PROMPT = "a red fox trotting through fresh snow at dawn, soft light"
 MODES = ("stream", "drain", "retain")

@@ -27,8 +27,8 @@ from typing import Any, Callable
 import sqlite_utils
 
 from jobs.spec import JobSpec
-from loader.device import DeviceInfo, probe_device
-from loader.errors import DrainboardError
+from machine.device import DeviceInfo, probe_device
+from core.errors import DrainboardError
 from storage.config import Config
 
 GiB = 2**30

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from loader.errors import DrainboardError
+from core.errors import DrainboardError
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 JOB_GROUP = re.compile(r"drainboard-job-(\d+)-(\d+)")

@@ -21,8 +21,8 @@ from pathlib import Path
 from jobs.reporting import DatabaseReporter, Reporter
 from jobs.samples import ENV_SAMPLE_FD
 from jobs.wire import ENV_REPORT
-from loader.diskspace import free_bytes, is_disk_full
-from loader.errors import DiskFullError
+from core.diskspace import free_bytes, is_disk_full
+from core.errors import DiskFullError
 from storage.config import Config, load_config
 from storage.connections import is_database_full
 
@@ -70,7 +70,7 @@ def _run(job_id: int, reporter: Reporter, data_dir: Path, config: Config) -> int
     from jobs.context import JobContext
     from jobs.kinds import get_kind
     from jobs.spec import JobSpec
-    from loader.memory import MemoryProbe
+    from machine.memory import MemoryProbe
 
     raw = reporter.spec()
     if raw is None:

@@ -1,7 +1,7 @@
 """`python -m jobs`: submit, list, show, cancel and retry jobs, and run the worker.
 
 Each subcommand is one function calling one library function, run through the
-shared `loader.command_line.run_cli`: with `--json` exactly one JSON object goes
+shared `core.command_line.run_cli`: with `--json` exactly one JSON object goes
 to stdout (logs and progress to stderr); bad input, usage errors and a full
 disk print `{"ok": false, "error": ..., "errors": [...]}` (or one `error:`
 line) and exit 2; anything unexpected exits 1.
@@ -23,17 +23,18 @@ from jobs.documents import job_document, print_job, print_job_table
 from jobs.kinds import kind_names
 from jobs.queue import cancel, retry, submit
 from jobs.errors import JobSpecError
-from loader.advice import warn_about_mode
-from loader.command_line import CliParser, add_offload_option, dtype_type, run_cli
-from loader.dtype_names import DTYPE_HELP
-from loader.diskspace import free_bytes, is_disk_full
-from loader.errors import DiskFullError
-from loader.sizes import MAX_SIZE
+from machine.advice import warn_about_mode
+from core.command_line import CliParser, dtype_type, run_cli
+from machine.offload_option import add_offload_option
+from core.dtype_names import DTYPE_HELP
+from core.diskspace import free_bytes, is_disk_full
+from core.errors import DiskFullError
+from core.sizes import MAX_SIZE
 from models.request_args import add_workflow_arguments, workflow_fields
 from storage.config import Config, load_config
-from storage.connections import connect, damage_error, is_database_full
+from storage.connections import damage_error, is_database_full
 from storage.queries import get_job, list_jobs
-from storage.schema import FINAL_STATUSES, JOB_STATUSES
+from storage.schema import FINAL_STATUSES, JOB_STATUSES, open_database
 
 LOW_DISK_SPACE = 2**20
 """Free bytes under which an SQLite I/O error counts as a full disk (a WAL database that cannot create its
@@ -68,7 +69,7 @@ def _with_database(run: Command) -> Callable[[argparse.Namespace], int]:
     def command(args: argparse.Namespace) -> int:
         config = load_config()
         try:
-            db = connect(config.db_path)
+            db = open_database(config.db_path)
             try:
                 return run(args, config, db)
             finally:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 
 from jobs.reporting import DatabaseReporter, Reporter
 from jobs.samples import PipeSink
-from loader.memory import MemoryProbe, MemorySample
+from machine.memory import MemoryProbe, MemorySample
 from storage.artifacts import new_artifact_path
 
 PROGRESS_INTERVAL = 0.2

@@ -24,8 +24,8 @@ from jobs.forkserver import ForkedChild
 from jobs.guard import GuardTrip, MemoryGuard
 from jobs.outcome import describe_sample, guard_error, kill_reason
 from jobs.samples import SampleRelay
-from loader.diskspace import free_bytes
-from loader.errors import DiskFullError
+from core.diskspace import free_bytes
+from core.errors import DiskFullError
 from storage import jobs_table
 from storage.artifacts import job_dir, record_artifact, remove_unrecorded
 from storage.config import Config

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loader.errors import DrainboardError
+from core.errors import DrainboardError
 
 
 class JobSpecError(DrainboardError):

@@ -34,7 +34,7 @@ import threading
 import time
 from typing import Any
 
-PRELOAD = ("jobs.child", "jobs.kinds.load", "jobs.kinds.generate", "loader.api", "loader.device", "loader.offload")
+PRELOAD = ("jobs.child", "jobs.kinds.load", "jobs.kinds.generate", "loader.api", "machine.device", "machine.offload")
 """What a job child imports before its first sample (torch, the loader, the models package)."""
 
 ENV_SOCKET_FD = "DRAINBOARD_FORKSERVER_FD"

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from loader.sizes import format_size
+from core.sizes import format_size
 from storage.config import Config, memory_floor_setting
 
 GUARD_INTERVAL = 0.05
@@ -219,7 +219,7 @@ class MemoryGuard:
 
 def host_has_unified_memory() -> bool:
     """Whether this machine's GPU shares host memory (probe of `cuda`, `DRAINBOARD_UNIFIED_MEMORY` honoured)."""
-    from loader.device import probe_device
+    from machine.device import probe_device
 
     info = probe_device("cuda", environ=os.environ)
     return info.unified_memory and info.source != "probe-failed"

@@ -9,7 +9,7 @@ the job was.
 from __future__ import annotations
 
 from jobs.guard import GuardTrip
-from loader.sizes import format_size
+from core.sizes import format_size
 
 
 def _gib(value: int | None) -> str:

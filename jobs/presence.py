@@ -20,7 +20,7 @@ import sqlite_utils
 
 from jobs.liveness import boot_id, pid_alive
 from storage.config import Config
-from storage.connections import connect
+from storage.schema import open_database
 from storage.queries import supervisors
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -64,7 +64,7 @@ def ensure_supervisor(config: Config, *, wait: float = 10.0) -> dict:
     config.data_dir.mkdir(parents=True, exist_ok=True)
     with open(config.data_dir / "worker.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        db = connect(config.db_path)
+        db = open_database(config.db_path)
         try:
             status = supervisor_status(db)
             if status["alive"]:

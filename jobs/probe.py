@@ -8,8 +8,8 @@ from jobs.context import JobContext
 
 if TYPE_CHECKING:
     from jobs.spec import JobSpec  # annotations only: jobs.spec imports torch, listing kinds must not
-    from loader.device import DeviceInfo
-    from loader.offload import OffloadDecision, OffloadSettings
+    from machine.device import DeviceInfo
+    from machine.offload import OffloadDecision, OffloadSettings
 
 
 def decide_offload(spec: JobSpec, ctx: JobContext) -> tuple["DeviceInfo", "OffloadSettings", list["OffloadDecision"]]:
@@ -19,8 +19,8 @@ def decide_offload(spec: JobSpec, ctx: JobContext) -> tuple["DeviceInfo", "Offlo
     flags the user did not set keep each component resident where it fits. The device and every policy
     decision become job events, so the dashboard can say why; every later site reads the returned settings.
     """
-    from loader.device import probe_device
-    from loader.offload import resolve_offload
+    from machine.device import probe_device
+    from machine.offload import resolve_offload
 
     with ctx.stage("probe"):
         device = probe_device(spec.device)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import sqlite_utils
 
-from loader.errors import DrainboardError
+from core.errors import DrainboardError
 from storage import jobs_table
 from storage.config import Config
 from storage.connections import transaction

@@ -16,7 +16,8 @@ from jobs.samples import DatabaseSink, SampleSink
 
 from storage import jobs_table
 from storage.artifacts import record_artifact
-from storage.connections import connect, is_database_full
+from storage.connections import is_database_full
+from storage.schema import open_database
 from storage.queries import get_job
 
 
@@ -66,7 +67,7 @@ class DatabaseReporter:
         self.job_id = job_id
         self._db_path = db_path
         self._data_dir = Path(data_dir)
-        self._db = connect(db_path, check_same_thread=False)
+        self._db = open_database(db_path, check_same_thread=False)
         self._lock = threading.Lock()
 
     def spec(self) -> dict[str, Any] | None:

@@ -17,9 +17,9 @@ import threading
 from pathlib import Path
 from typing import Callable, Protocol
 
-from loader.diskspace import free_bytes
-from loader.errors import DiskFullError
-from loader.memory import MemorySample
+from core.diskspace import free_bytes
+from core.errors import DiskFullError
+from machine.memory import MemorySample
 from storage.connections import is_database_full
 from storage.sample_writer import SampleWriter
 

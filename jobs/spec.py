@@ -12,14 +12,14 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Mapping
 
 from loader.checkpoint import discover_checkpoint
-from loader.device import DeviceInfo, parse_device_spec, probe_device
+from machine.device import DeviceInfo, parse_device_spec, probe_device
 from loader.dtypes import parse_dtype
-from loader.echo import echo
-from loader.errors import CheckpointError, DeviceError, PlacementError
-from loader.offload import OffloadSettings
+from core.echo import echo
+from core.errors import CheckpointError, DeviceError, PlacementError
+from machine.offload import OffloadSettings
 from loader.placement import known_placements
-from loader.validate import checkpoint_problems
-from loader.sizes import parse_size
+from loader.checkpoint import checkpoint_problems
+from core.sizes import parse_size
 from models.params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
 from jobs.errors import JobSpecError
 from storage.config import Config, ModelPathError, resolve_model_path
@@ -73,7 +73,7 @@ class JobSpec:
     """Load: build the module from the checkpoint's own names and shapes, not its config's registered class
     (a checkpoint of another layout); False checks names and shapes strictly, as generate does."""
     offload_set: tuple[str, ...] = ()
-    """The offload flags the user set; the fit-aware policy decides the others (`loader.offload`)."""
+    """The offload flags the user set; the fit-aware policy decides the others (`machine.offload`)."""
     forced: bool = False
     """Queued with `--force` (or the Run page's "Queue anyway"): a refusal of the forecast was overridden."""
     forecast: dict[str, Any] | None = None
@@ -116,7 +116,7 @@ def build_spec(raw: Mapping[str, Any], config: Config, *, known_kinds: tuple[str
     """Validate user input and return the spec to queue, or raise `JobSpecError` listing every bad field.
 
     `raw` has JobSpec's field names; `generate` and `offload` are mappings;
-    sizes may be size strings (`loader.sizes`). The model path must exist under
+    sizes may be size strings (`core.sizes`). The model path must exist under
     one of `config.model_roots`. `known_kinds` defaults to the registered kinds;
     `probe` (loader's device probe, which creates no CUDA context) checks that a
     CUDA device asked for is there.

@@ -45,12 +45,13 @@ from jobs.queue import claim
 from jobs.samples import ENV_SAMPLE_FD, SampleRelay, open_sample_pipe
 from jobs.setup import prepare_child
 from jobs.spec import JobSpec
-from loader.diskspace import free_bytes, is_disk_full
-from loader.errors import DrainboardError
+from core.diskspace import free_bytes, is_disk_full
+from core.errors import DrainboardError
 from storage import jobs_table
 from storage.artifacts import new_artifact_path
 from storage.config import Config
-from storage.connections import checkpoint_wal, connect, is_database_full
+from storage.connections import checkpoint_wal, is_database_full
+from storage.schema import open_database
 from storage.queries import last_sample, supervisors
 
 HEARTBEAT_INTERVAL = 1.0
@@ -95,7 +96,7 @@ class Supervisor:
         self.read_meminfo = read_meminfo
         self.id = f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.boot_id = boot_id()
-        self.db = connect(config.db_path)
+        self.db = open_database(config.db_path)
         self._db_file = _file_identity(config.db_path)
         self.idle_exit = idle_exit
         self._used_at = time.time()

@@ -34,9 +34,9 @@ from typing import Any, Callable
 
 from jobs.guard import GuardTrip
 from jobs.samples import sample_message
-from loader.errors import DrainboardError
-from loader.memory import MemorySample
-from loader.sizes import format_size
+from core.errors import DrainboardError
+from machine.memory import MemorySample
+from core.sizes import format_size
 
 TAG = "@drainboard "
 ENV_REPORT = "DRAINBOARD_REPORT"

@@ -1,8 +1,9 @@
-"""Drainboard's frugal checkpoint loader: discovery, validation, placement, probes, forecasts.
+"""Drainboard's frugal checkpoint loader: discovery, validation, placement, forecasts.
 
-Names are imported on first use (PEP 562), so `import loader.errors` (and
-`storage`, `jobs` listing their kinds through it) never pulls in torch; torch
-loads when a torch-using name such as `load_checkpoint` is first touched.
+Names are imported on first use (PEP 562), so `import loader` never pulls in
+torch; torch loads when a torch-using name such as `load_checkpoint` is first
+touched. The error types are the foundation's (`core`), the device and memory
+probes the machine's (`machine`); the I/O engine is `loader.io`.
 """
 
 from __future__ import annotations
@@ -10,32 +11,26 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .errors import CheckpointError, DeviceError, DiskFullError, DrainboardError, PlacementError
-
 _LAZY = {
     "load_checkpoint": "api",
     "resolve_device": "api",
-    "CheckpointIndex": "checkpoint",
-    "ComponentMeta": "checkpoint",
-    "ShardMeta": "checkpoint",
-    "TensorMeta": "checkpoint",
-    "AuxFolder": "checkpoint",
+    "CheckpointIndex": "metadata",
+    "ComponentMeta": "metadata",
+    "ShardMeta": "metadata",
+    "TensorMeta": "metadata",
+    "AuxFolder": "metadata",
     "discover_checkpoint": "checkpoint",
     "DtypePolicy": "dtypes",
     "parse_dtype": "dtypes",
     "LoadForecast": "forecast",
     "forecast_load": "forecast",
-    "MemoryProbe": "memory",
-    "MemorySample": "memory",
-    "PeriodicSampler": "memory",
-    "sample_memory": "memory",
     "register_model_builder": "model_registry",
     "MergeRule": "naming",
     "Placement": "placement",
     "get_placement": "placement",
     "known_placements": "placement",
     "register_placement": "placement",
-    "read_into": "reading",
+    "read_into": "io.reading",
     "LoadReport": "report",
     "TensorPlaced": "report",
     "ModelRoots": "roots",
@@ -43,7 +38,7 @@ _LAZY = {
 }
 """Public name -> the submodule defining it, imported on first access."""
 
-__all__ = sorted(["CheckpointError", "DeviceError", "DiskFullError", "DrainboardError", "PlacementError", *_LAZY])
+__all__ = sorted(_LAZY)
 
 
 def __getattr__(name: str) -> Any:

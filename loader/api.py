@@ -18,11 +18,12 @@ from typing import Callable, Mapping, Sequence
 import torch
 import torch.nn as nn
 
-from .checkpoint import ComponentMeta, TensorMeta, discover_checkpoint
+from .metadata import ComponentMeta, TensorMeta
+from .checkpoint import discover_checkpoint
 from .dtypes import DtypePolicy
-from .device import parse_device_spec
-from .errors import DeviceError, PlacementError, clip
-from .memory import MemoryProbe
+from machine.device import parse_device_spec
+from core.errors import DeviceError, PlacementError, clip
+from machine.memory import MemoryProbe
 from .model_registry import get_model_builder
 from .naming import EXTRA_STATE_SUFFIX, MergeRules, RenameRules, plan_targets
 from .placement import LoadPlan, Placement, PlacementContext, PlannedTarget, get_placement

@@ -12,13 +12,13 @@ import json
 import sys
 from typing import Sequence
 
-from .advice import warn_about_mode
+from machine.advice import warn_about_mode
 from .api import load_checkpoint
 from .checkpoint import discover_checkpoint
-from .errors import PlacementError
-from . import device_cli
-from .command_line import CliParser, dtype_type, run_cli
-from .dtype_names import DTYPE_HELP
+from core.errors import PlacementError
+from machine import device_cli
+from core.command_line import CliParser, dtype_type, run_cli
+from core.dtype_names import DTYPE_HELP
 from .placement import known_placements
 from .model_registry import load_builder_plugins
 from .report import TensorPlaced
@@ -187,7 +187,8 @@ def _add_root_option(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None, *, builder_plugins: bool = False) -> int:
     """Run the command line; `builder_plugins` (what `python -m loader` passes) first loads the model
-    builder plugins present (`model_registry.load_builder_plugins`), so `load` builds their classes."""
+    builder plugins of the `loader_plugins` namespace (`model_registry.load_builder_plugins`), so `load`
+    builds their classes."""
     parser = build_parser()
     parser.set_defaults(builder_plugins=builder_plugins)
     return run_cli(parser, argv)

@@ -27,8 +27,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import jsonfile
-from .errors import CheckpointError
+from core import jsonfile
+from core.errors import CheckpointError
 from .roots import ModelRoots, RootEscape
 
 _BASE_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | os.O_NOFOLLOW

@@ -13,8 +13,8 @@ from typing import Mapping
 
 import torch
 
-from .dtype_names import DTYPE_ALIASES
-from .errors import PlacementError
+from core.dtype_names import DTYPE_ALIASES
+from core.errors import PlacementError
 
 SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
     "F64": torch.float64,
@@ -36,7 +36,7 @@ SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
 """safetensors header dtype name -> torch dtype (the ones torch can hold)."""
 
 _ALIASES: dict[str, torch.dtype] = {alias: getattr(torch, name) for alias, name in DTYPE_ALIASES.items()}
-"""Every accepted dtype name (`loader.dtype_names`) -> its torch dtype."""
+"""Every accepted dtype name (`core.dtype_names`) -> its torch dtype."""
 
 
 def itemsize(safetensors_dtype: str) -> int:

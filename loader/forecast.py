@@ -26,15 +26,16 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .checkpoint import ComponentMeta, TensorMeta, discover_checkpoint
-from .device import DeviceInfo, probe_device
+from .metadata import ComponentMeta, TensorMeta
+from .checkpoint import discover_checkpoint
+from machine.device import DeviceInfo, probe_device
 from .dtypes import DtypePolicy
-from .errors import PlacementError
+from core.errors import PlacementError
 from .model_registry import get_model_builder
 from .naming import EXTRA_STATE_SUFFIX
-from .memory import sample_memory
+from machine.memory import sample_memory
 from .placement import get_placement
-from .placement.stream import ring_geometry
+from .placement.ring_sizing import ring_geometry
 from .roots import RootsArg
 
 

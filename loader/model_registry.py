@@ -1,17 +1,19 @@
 """Known model classes: `config.json`'s `_class_name` -> a builder of the module skeleton.
 
-`models/` registers its classes here; the loader never imports `models/` as a
-dependency. Its command line loads the builder plugins that are present
-(`load_builder_plugins`): modules with a `register_builders()` function, found
-with `importlib.util.find_spec` and imported only then. A checkpoint whose class
-is not registered gets a skeleton built from its own metadata instead (see the
-skeleton module).
+The loader names no model package. Model packages register their classes here
+(`register_model_builder`); whoever knows both registers them: a job kind, or,
+for `python -m loader`, a plugin module in the `loader_plugins` namespace
+package (`load_builder_plugins`), found by listing the namespace, as the Python
+packaging guide's namespace-package plugins are, with no install step. A
+checkpoint whose class is not registered gets a skeleton built from its own
+metadata instead (see the skeleton module).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import pkgutil
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -49,24 +51,30 @@ def get_model_builder(class_name: str | None) -> ModelBuilder | None:
     return _BUILDERS.get(class_name)
 
 
-DEFAULT_BUILDER_MODULES: tuple[str, ...] = ("models.components",)
-"""Plugins the loader's command line loads when present: MiniMax H3's diffusers / transformers classes."""
+PLUGIN_NAMESPACE = "loader_plugins"
+"""The namespace package (no `__init__.py`) whose every module defines `register_builders()`; the loader's
+command line calls each. The repo's own, `loader_plugins/minimax_h3.py`, registers MiniMax H3's classes."""
 
 _loaded_plugins: set[str] = set()
 
 
-def load_builder_plugins(modules: tuple[str, ...] = DEFAULT_BUILDER_MODULES) -> list[str]:
-    """Import each present module of `modules` (once) and call its `register_builders()`; the names loaded."""
+def load_builder_plugins(namespace: str = PLUGIN_NAMESPACE) -> list[str]:
+    """Import every module of the namespace package `namespace` and call its `register_builders()` (once per
+    module); the module names, sorted. An absent namespace loads nothing."""
+    if importlib.util.find_spec(namespace) is None:
+        return []
+    package = importlib.import_module(namespace)
     loaded = []
-    for name in modules:
-        if name not in _loaded_plugins:
-            try:
-                present = importlib.util.find_spec(name) is not None
-            except ModuleNotFoundError:
-                present = False
-            if not present:
-                continue
-            importlib.import_module(name).register_builders()
-            _loaded_plugins.add(name)
-        loaded.append(name)
+    for info in sorted(pkgutil.iter_modules(package.__path__, f"{namespace}."), key=lambda m: m.name):
+        if info.name not in _loaded_plugins:
+            plugin = importlib.import_module(info.name)
+            register = getattr(plugin, "register_builders", None)
+            if not callable(register):
+                raise ImportError(
+                    f"builder plugin {info.name} ({plugin.__file__}) defines no register_builders();"
+                    f" every module of the {namespace} namespace must"
+                )
+            register()
+            _loaded_plugins.add(info.name)
+        loaded.append(info.name)
     return loaded

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from .checkpoint import TensorMeta
-from .errors import PlacementError
+from .metadata import TensorMeta
+from core.errors import PlacementError
 
 EXTRA_STATE_SUFFIX = "_extra_state"
 

@@ -6,8 +6,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from .memory import MemoryProbe, MemorySample
-from .pagecache import mem_free
+from machine.memory import MemoryProbe, MemorySample
+from .io.pagecache import mem_free
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from .errors import CheckpointError
+from core.errors import CheckpointError
 
 RootsArg = Iterable[str | os.PathLike] | None
 """What `roots=` accepts: folders (resolved here), or None for the checkpoint's own root."""

@@ -12,7 +12,7 @@ from typing import Iterable
 import torch
 import torch.nn as nn
 
-from .errors import PlacementError
+from core.errors import PlacementError
 
 _MODULE_ATTRIBUTES = frozenset(dir(nn.Module()))
 """Names every plain module already has (`forward`, `training`, ...): no child or tensor may take one.

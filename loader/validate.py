@@ -1,27 +1,12 @@
-"""Checkpoint validation from headers only: every problem, before any tensor byte is read."""
+"""Checkpoint validation from headers only: every problem, before any tensor byte is read.
+
+Pure checks of what discovery described (`metadata`); `checkpoint.checkpoint_problems` runs both."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from .checkpoint import CheckpointIndex, ComponentMeta, ShardMeta, discover_checkpoint
 from .dtypes import SAFETENSORS_DTYPES, itemsize
-from .errors import DrainboardError, clip, first_of
-from .roots import RootsArg
-
-
-def checkpoint_problems(path: str | Path, roots: RootsArg) -> tuple[CheckpointIndex | None, list[str]]:
-    """(what discovery found, the problems that keep it from loading), bounded ("and N more").
-
-    The one check every submitter runs before a job is queued (the Run page,
-    `jobs submit`): discovery confined to `roots`, then `validate_checkpoint`.
-    The index is None when discovery itself failed.
-    """
-    try:
-        index = discover_checkpoint(path, validate=False, roots=roots)
-    except DrainboardError as exc:
-        return None, exc.messages()
-    return index, first_of(validate_checkpoint(index))
+from core.errors import clip
+from .metadata import CheckpointIndex, ComponentMeta, ShardMeta
 
 
 def validate_checkpoint(index: CheckpointIndex) -> list[str]:

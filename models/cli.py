@@ -14,9 +14,10 @@ from typing import Sequence
 
 import torch
 
-from loader.command_line import CliParser, add_offload_option, dtype_type, run_cli, size_type
-from loader.dtype_names import DTYPE_HELP
-from loader.offload import OffloadSettings
+from core.command_line import CliParser, dtype_type, run_cli, size_type
+from machine.offload_option import add_offload_option
+from core.dtype_names import DTYPE_HELP
+from machine.offload import OffloadSettings
 from loader.placement import known_placements
 
 from .params import GenerateParams
@@ -85,8 +86,8 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _forecast(args: argparse.Namespace) -> int:
-    from loader.device import probe_device
-    from loader.errors import DrainboardError
+    from machine.device import probe_device
+    from core.errors import DrainboardError
 
     from .eta import NO_HISTORY, StageRecord, device_key, estimate, stage_work, total_seconds
     from .forecast import forecast_generate, resolve_for_generate

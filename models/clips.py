@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from loader.errors import DrainboardError
+from core.errors import DrainboardError
 
 CLIP_SUFFIX = ".mp4"
 """The suffix a job's copy of a clip gets (MP4 and MOV share the ISO container; PyAV reads either by content)."""

@@ -39,8 +39,8 @@ import torch.nn as nn
 from loader import load_checkpoint
 from loader.confined import read_json_checked
 from loader.dtypes import parse_dtype
-from loader.errors import CheckpointError, PlacementError
-from loader.memory import MemoryProbe
+from core.errors import CheckpointError, PlacementError
+from machine.memory import MemoryProbe
 from loader.model_registry import get_model_builder, register_model_builder
 from loader.report import LoadReport, TensorPlaced
 

@@ -11,8 +11,8 @@ from fractions import Fraction
 import av
 import numpy as np
 
-from loader.diskspace import free_bytes, is_disk_full
-from loader.errors import DiskFullError
+from core.diskspace import free_bytes, is_disk_full
+from core.errors import DiskFullError
 
 AAC_FRAME = 1024
 """Samples per AAC frame."""

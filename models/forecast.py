@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from loader.checkpoint import read_shard_header
-from loader.device import DeviceInfo
-from loader.offload import OffloadSettings, resolve_offload
+from loader.shard_header import read_shard_header
+from machine.device import DeviceInfo
+from machine.offload import OffloadSettings, resolve_offload
 
 from .params import FPS, TEXT_ENCODER_LAYER, WEIGHT_COMPONENTS, GenerateParams, ModelSpec
 from .residency import ON_DEVICE, plan_placements
@@ -376,10 +376,10 @@ def component_bytes(folder: Path, keep_fp32: tuple[str, ...], dtype_bytes: int) 
 
 def policy_fit(root: str | Path, params: GenerateParams, device_info: DeviceInfo, *, dtype_bytes: int = 2,
                sequential_components: bool | None = None):
-    """What the fit-aware offload policy weighs (`loader.offload.ComponentFit`): each component's bytes, and
+    """What the fit-aware offload policy weighs (`machine.offload.ComponentFit`): each component's bytes, and
     the device working set of the largest stage with every component resident, against the device's memory.
     None where the device's memory is unknown."""
-    from loader.offload import ComponentFit
+    from machine.offload import ComponentFit
 
     if not device_info.total_memory:
         return None

@@ -31,8 +31,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 from safetensors import safe_open
 
-from loader.diskspace import free_bytes, is_disk_full, require_space
-from loader.errors import DiskFullError
+from core.diskspace import free_bytes, is_disk_full, require_space
+from core.errors import DiskFullError
 
 from .components import build_empty, fp32_patterns
 from .profiles import Profile, ProfileError

@@ -12,7 +12,7 @@ import os
 import warnings
 from pathlib import Path
 
-from loader.errors import DrainboardError
+from core.errors import DrainboardError
 
 IMAGE_FORMATS = {"PNG": ".png", "JPEG": ".jpg", "WEBP": ".webp"}
 """Pillow format name -> the suffix the job's copy gets."""

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from loader.confined import read_json_checked
-from loader.errors import DrainboardError
+from core.errors import DrainboardError
 
 from .request_args import QUANTIZATIONS, VAE_DTYPES
 

@@ -8,7 +8,7 @@ the model is re-implemented here. What this module adds:
 - every weight component is built empty and filled by Drainboard's loader
   (`models.components.load_component`), with per-tensor samples and a load
   report each; tokenizer, processor and schedulers come from `load_aux`;
-- the offload settings, resolved once (`loader.offload.resolve_offload`), are
+- the offload settings, resolved once (`machine.offload.resolve_offload`), are
   mapped onto diffusers' mechanisms (`models.residency`);
 - stage-by-stage residency (`sequential_components`), as `models.workflows`
   plans it: each component is loaded just before a block that uses it and
@@ -43,9 +43,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from loader.device import DeviceInfo, probe_device
-from loader.memory import MemoryProbe
-from loader.offload import OffloadDecision, OffloadSettings, resolve_offload
+from machine.device import DeviceInfo, probe_device
+from machine.memory import MemoryProbe
+from machine.offload import OffloadDecision, OffloadSettings, resolve_offload
 
 from .components import AUX_COMPONENTS, load_aux
 from .encode import write_mp4

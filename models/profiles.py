@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from loader.errors import DrainboardError
+from core.errors import DrainboardError
 
 
 class ProfileError(DrainboardError):

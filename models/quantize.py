@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
-from loader.errors import PlacementError
+from core.errors import PlacementError
 from loader.report import TensorPlaced
 
 SCALE_BYTES = {"int8": 5, "fp8": 4}

@@ -16,7 +16,7 @@ its own forward. Block-level group offload is not used for the text encoder
 (it misses Qwen3-VL's `embed_tokens`) nor for the audio VAE (diffusers refuses
 it or the audio comes out wrong), hence model-level there.
 
-The settings are resolved once per job (`loader.offload.resolve_offload`); on
+The settings are resolved once per job (`machine.offload.resolve_offload`); on
 unified memory every flag is off and each component sits on the device.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from loader.offload import OffloadSettings
+from machine.offload import OffloadSettings
 
 ON_DEVICE = "on device"
 MODEL_OFFLOAD = "model offload"

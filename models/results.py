@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from loader.memory import MemorySample
+from machine.memory import MemorySample
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ import torch
 import torch.nn as nn
 
 from loader.api import synchronize
-from loader.memory import MemoryProbe, MemorySample, PeriodicSampler
-from loader.offload import OffloadSettings
+from machine.memory import MemoryProbe, MemorySample, PeriodicSampler
+from machine.offload import OffloadSettings
 
 from .residency import Placement, Residency, observe
 from .results import EventSink, GenerateResult, PipelineEvent, SampleSink

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import sqlite_utils
 
-from loader.errors import DrainboardError
+from core.errors import DrainboardError
 
 MEDIA_TYPES = {
     ".mp4": "video/mp4",

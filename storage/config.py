@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from loader.echo import echo
-from loader.errors import DrainboardError
-from loader.sizes import SizeError, parse_size
+from core.echo import echo
+from core.errors import DrainboardError
+from core.sizes import SizeError, parse_size
 
 CONFIG_FILE_NAME = "drainboard.toml"
 _FILE_KEYS = {"data_dir", "model_roots", "address", "port", "memory_floor", "ray_address"}

@@ -28,7 +28,7 @@ from typing import Iterator
 
 import sqlite_utils
 
-from loader.errors import DrainboardError
+from core.errors import DrainboardError
 
 BUSY_TIMEOUT_MS = 30_000
 """How long a statement waits for another writer's lock (the sample writer commits at least every second)."""
@@ -51,11 +51,11 @@ def damage_error(exc: BaseException, path: str | Path) -> DatabaseDamagedError |
 
 
 def connect(
-    path: str | Path, *, ensure: bool = True, check_same_thread: bool = True, durable: bool = False
+    path: str | Path, *, check_same_thread: bool = True, durable: bool = False
 ) -> sqlite_utils.Database:
-    """Open (creating if needed) the database at `path` with WAL and a busy timeout.
+    """Open (creating if needed) the database at `path` with WAL and a busy timeout; the schema is not
+    touched (the product opens its database with `storage.schema.open_database`, which migrates).
 
-    With `ensure`, the schema is created or migrated to the current version.
     The connection is in autocommit mode: multi-statement writes open their own
     `BEGIN IMMEDIATE` transaction (see `transaction`). `check_same_thread=False`
     is for callers that guard the connection with their own lock. `durable`
@@ -71,18 +71,13 @@ def connect(
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
         conn.execute("PRAGMA foreign_keys = ON")
-        db = sqlite_utils.Database(conn)
-        if ensure:
-            from storage.schema import ensure_schema
-
-            ensure_schema(db)
     except BaseException as e:
         conn.close()
         damaged = damage_error(e, path)
         if damaged is not None:
             raise damaged from e
         raise
-    return db
+    return sqlite_utils.Database(conn)
 
 
 def _open(conn: sqlite3.Connection, path: Path) -> None:

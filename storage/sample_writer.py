@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from loader.memory import MemorySample
-from storage.connections import connect, is_database_full, transaction
-from storage.schema import EXTREME_COLUMNS, EXTREMES_BLOCK, SAMPLE_COLUMNS
+from machine.memory import MemorySample
+from storage.connections import is_database_full, transaction
+from storage.schema import EXTREME_COLUMNS, EXTREMES_BLOCK, SAMPLE_COLUMNS, open_database
 
 _INSERT = f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) VALUES ({', '.join('?' * len(SAMPLE_COLUMNS))})"
 
@@ -85,7 +85,7 @@ class SampleWriter:
         self._batch_size = batch_size
         self._flush_interval = flush_interval
         self._clock = clock
-        self._db = connect(db_path, check_same_thread=False, durable=durable)
+        self._db = open_database(db_path, check_same_thread=False, durable=durable)
         last = self._db.execute(
             "SELECT max(seq) FROM samples WHERE job_id = ? AND rank = ?", [job_id, rank]
         ).fetchone()[0]

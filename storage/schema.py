@@ -3,15 +3,18 @@
 The version lives in `PRAGMA user_version`. Each migration is a list of SQL
 statements that moves the schema from version i to i+1; `ensure_schema` runs
 the missing ones in one write transaction, so two processes starting at once
-never migrate twice.
+never migrate twice. `open_database` is how the product opens its database:
+`connections.connect`, then `ensure_schema`.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import sqlite_utils
 
-from loader.errors import DrainboardError
-from storage.connections import transaction
+from core.errors import DrainboardError
+from storage.connections import connect, damage_error, transaction
 
 SAMPLE_COLUMNS = (
     "job_id", "seq", "rank", "t", "stage", "tensors_placed", "bytes_placed", "tensor_name",
@@ -185,3 +188,18 @@ def ensure_schema(db: sqlite_utils.Database) -> int:
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {version + 1}")
     return SCHEMA_VERSION
+
+
+def open_database(path: str | Path, *, check_same_thread: bool = True, durable: bool = False) -> sqlite_utils.Database:
+    """`connect(path, ...)` with the schema created or migrated (`ensure_schema`): what every part that
+    writes the job database opens. Garbage met while migrating is `DatabaseDamagedError` naming the file."""
+    db = connect(path, check_same_thread=check_same_thread, durable=durable)
+    try:
+        ensure_schema(db)
+    except BaseException as e:
+        db.conn.close()
+        damaged = damage_error(e, path)
+        if damaged is not None:
+            raise damaged from e
+        raise
+    return db

@@ -11,7 +11,7 @@ import pytest
 import jobs.cli
 import loader.cli
 import models.cli
-from loader.command_line import UsageError
+from core.command_line import UsageError
 
 PARSERS = {"jobs": jobs.cli.build_parser, "loader": loader.cli.build_parser, "models": models.cli.build_parser}
 

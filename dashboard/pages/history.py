@@ -112,7 +112,7 @@ def delete(picked: list[dict]) -> None:
                "(videos, logs) for good.")
     yes, no, _ = st.columns([1, 1, 4])
     if yes.button("Delete for good", type="primary", key="history_confirm_delete"):
-        conn = connect(db, ensure=False)
+        conn = connect(db)
         reclaimed = sum(delete_job(conn, data.config().data_dir, i) for i in pending)
         st.session_state[DONE_KEY] = f"Deleted {len(pending)} job(s): {fmt.gib(reclaimed)} of files and {samples:,} samples reclaimed."
         st.session_state.pop(PENDING_KEY)

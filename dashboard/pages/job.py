@@ -130,7 +130,7 @@ def draw_actions(job: dict, live: bool) -> None:
         nav.goto("run", **{"from": str(job["id"])})
     if live and row.button("Cancel job", type="secondary", key="job_cancel"):
         try:
-            now = cancel(connect(db, ensure=False), job["id"])
+            now = cancel(connect(db), job["id"])
             st.toast(f"Job {job['id']}: {'cancelled' if now == 'cancelled' else 'cancel requested'}")
         except JobStateError as e:
             st.warning(str(e))
@@ -320,7 +320,7 @@ def draw_retry(job: dict, suggested: int | None) -> None:
         if row.button(f"Retry with {choice}", key=f"retry_{choice}"):
             changes = oc.retry_changes(choice, suggested)
             try:  # the one retry path: the stored spec is validated again, as the CLI's retry does
-                new_id = retry(connect(db, ensure=False), job["id"], data.config(), changes=changes)
+                new_id = retry(connect(db), job["id"], data.config(), changes=changes)
             except (JobSpecError, JobStateError) as e:
                 st.error(str(e))
             else:

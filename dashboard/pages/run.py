@@ -20,7 +20,7 @@ from dashboard.views.jobs import progress
 from dashboard.views.run import DTYPES
 from dashboard.views.spec import job_label
 from jobs.queue import JobStateError, cancel
-from loader.advice import mode_warning
+from machine.advice import mode_warning
 from storage.connections import connect
 
 
@@ -39,7 +39,7 @@ def queue_panel(db: str) -> None:
                          + (f" · {where}" if where else ""))
             if button.button("Cancel", key=f"cancel_{job['id']}"):
                 try:
-                    cancel(connect(db, ensure=False), job["id"])
+                    cancel(connect(db), job["id"])
                 except JobStateError as e:
                     st.warning(str(e))
                 data.jobs.clear()

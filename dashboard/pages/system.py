@@ -16,7 +16,7 @@ from dashboard.host_charts import memory_history, pool_bar, pressure_history
 from dashboard.views.jobs import describe_supervisor
 from dashboard.views.ray_cluster import ray_cluster_section
 from dashboard.views.run import offload_preview
-from loader.offload import OffloadSettings
+from machine.offload import OffloadSettings
 
 # (Comments, not docstrings: Streamlit would draw a page script's bare strings.)
 HISTORY_KEY = "system_history"  # session key: this session's readings, the last HISTORY_SECONDS of them

@@ -15,8 +15,8 @@ import pandas as pd
 
 from dashboard import format as fmt
 from dashboard.views import failure
-from loader.errors import DrainboardError
-from loader.validate import checkpoint_problems
+from core.errors import DrainboardError
+from loader.checkpoint import checkpoint_problems
 from storage.config import ModelPathError, resolve_model_path
 
 LABEL_PROBLEM = 120

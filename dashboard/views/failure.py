@@ -14,7 +14,7 @@ from dashboard import format as fmt
 from dashboard import words
 
 CLASS_PREFIX = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Warning|Failed|Refused)\s*:\s*")
-"""`PlacementError: ` or `loader.errors.CheckpointError: ` at the start of a line."""
+"""`PlacementError: ` or `core.errors.CheckpointError: ` at the start of a line."""
 CLASS_NAME = re.compile(r"\b[A-Z][a-z]\w*(?:Error|Exception)\b")
 """An exception class named anywhere in a line."""
 PYTHON_HINTS = re.compile(r"\s*\((?:pass|use|set) \w+=\w+[^)]*\)|;?\s*(?:pass|use|set) \w+=\w+ to [^;.]*")

@@ -103,7 +103,7 @@ def _cheaper(mode: str, peaks: Mapping[str, int], wall: Wall) -> str:
 
 def load_peaks(path: str, *, component: str | None, dtype: str | None, device, roots) -> dict[str, int] | None:
     """Predicted peak per mode from the loader's own forecast (headers only), or None when it cannot say."""
-    from loader import DrainboardError
+    from core import DrainboardError
     from loader.forecast import forecast_load
 
     try:

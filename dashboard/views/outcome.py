@@ -107,7 +107,7 @@ def killing_limit(job: dict) -> int | None:
     limit = (job.get("spec") or {}).get("memory_limit")
     found = LIMIT_REACHED.search(job.get("error") or "")
     if limit is None and found:
-        from loader.sizes import parse_size
+        from core.sizes import parse_size
 
         limit = parse_size(found.group(1) + found.group(2))
     return limit if limit and (found or "memory cgroup" in (job.get("error") or "")) else None

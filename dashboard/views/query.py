@@ -3,14 +3,14 @@
 `str.isdigit` accepts superscripts ("²") that `int` refuses, SQLite's
 integers stop at 2**63 - 1, and Python refuses to read integers of more than
 4,300 digits: an id is at most `MAX_ID_DIGITS` ASCII digits, read only then,
-and a bad value is quoted back bounded (`loader.echo`).
+and a bad value is quoted back bounded (`core.echo`).
 """
 
 from __future__ import annotations
 
 import re
 
-from loader.echo import echo
+from core.echo import echo
 
 MAX_JOB_ID = 2**63 - 1
 """The largest integer SQLite stores (a job id above it cannot exist)."""

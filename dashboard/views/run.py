@@ -14,8 +14,8 @@ import pandas as pd
 
 from dashboard import format as fmt
 from dashboard import words
-from loader.device import DeviceInfo
-from loader.offload import OffloadSettings, resolve_offload
+from machine.device import DeviceInfo
+from machine.offload import OffloadSettings, resolve_offload
 from models.params import GenerateParams
 from models.request_args import QUANTIZATIONS, VAE_DTYPES
 

@@ -13,7 +13,7 @@ import importlib
 import os
 from typing import Any, Callable
 
-from loader.echo import echo
+from core.echo import echo
 from storage.config import ConfigError
 
 KindFunction = Callable[..., dict[str, Any]]

@@ -20,7 +20,7 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     class is registered (the models package's builders) is built as that class and must match it
     name for name and shape for shape, as a generate's load must; `spec.skeleton` loads it generically."""
     from loader.api import load_checkpoint
-    from loader.model_registry import load_builder_plugins
+    from models.components import register_builders
     from storage.config import load_config
 
     device, _, _ = decide_offload(spec, ctx)
@@ -35,7 +35,7 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
         return _run_sharded(spec, ctx)
     roots = load_config().model_roots
     if not spec.skeleton:
-        load_builder_plugins()  # a known class is built as generate builds it, and checked as strictly
+        register_builders()  # a known class is built as generate builds it, and checked as strictly
     forecast = _record_forecast(spec, ctx, roots, device)
     with ctx.stage("load"):
         _, report = load_checkpoint(
@@ -49,9 +49,9 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
 def _record_forecast(spec: JobSpec, ctx: JobContext, roots, device) -> dict[str, Any] | None:
     """The loader's forecast from headers alone, recorded before the first byte is read (an event,
     so a job killed mid-load still has it) and returned for the metrics: predicted beside measured."""
-    from loader.errors import DrainboardError
+    from core.errors import DrainboardError
     from loader.forecast import forecast_load
-    from loader.sizes import format_size
+    from core.sizes import format_size
 
     try:
         forecast = forecast_load(spec.model, component=spec.component, mode=spec.mode, device=spec.device,

@@ -16,8 +16,8 @@ from typing import Callable, ClassVar
 import torch
 import torch.nn as nn
 
-from ..checkpoint import TensorMeta
-from ..errors import PlacementError
+from ..metadata import TensorMeta
+from core.errors import PlacementError
 from ..naming import Target
 from ..report import LoadMeter
 

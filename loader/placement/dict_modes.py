@@ -27,9 +27,9 @@ from typing import ClassVar
 
 import torch
 
-from ..checkpoint import TensorMeta
+from ..metadata import TensorMeta
 from ..confined import reopen
-from ..errors import CheckpointError, clip
+from core.errors import CheckpointError, clip
 from .base import LoadPlan, Placement, PlacementContext, register_placement
 
 

@@ -8,13 +8,13 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from .. import pagecache
-from ..checkpoint import TensorMeta
+from ..io import pagecache
+from ..metadata import TensorMeta
 from ..confined import CheckedFile, reopen
-from ..reading import advice_step, advise_willneed
-from ..errors import CheckpointError
+from ..io.reading import advice_step, advise_willneed
+from core.errors import CheckpointError
 from .base import LoadPlan
-from .ranges import FileHandles
+from .chunk_reads import FileHandles
 
 COLD_BELOW = 0.5
 """A file with less than this share of its pages in the page cache is read with O_DIRECT (when allowed)."""

@@ -4,9 +4,9 @@ Tensors that keep their dtype need no per-tensor staging: their bytes lie
 back to back in each shard, so `stream` reads each shard's planned range in
 buffer-sized chunks, each filled by several positioned reads in flight at
 once, and copies every piece of a filled buffer to its destination slice on
-a side stream (through the CUDA driver, `loader.cuda_copy`, where it can).
+a side stream (through the CUDA driver, `loader.io.cuda_copy`, where it can).
 
-The reads go through io_uring (`loader.uring`: the kernel's workers, capped
+The reads go through io_uring (`loader.io.uring`: the kernel's workers, capped
 at the reader count, copy from the page cache, so no Python thread competes
 with the one queueing the copies) or, where io_uring is refused, a pool of
 reader threads. A buffer is refilled once the device event of its last copy
@@ -14,6 +14,8 @@ has passed; the ring keeps copies queued while it waits for reads. Files the
 page cache does not hold are read with O_DIRECT (the chunks are aligned for
 it), so a cold load streams from the disk at its queue depth and leaves no
 pages behind.
+
+What a chunk is and how one is read live beside it (`chunks`, `chunk_reads`).
 
 The pipeline is device-agnostic for the copy step: on a CPU destination the
 copy is a plain memcpy, which is how the tests check its chunking, alignment
@@ -24,86 +26,26 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import torch
 
-from ..checkpoint import TensorMeta
-from ..cuda_copy import DriverCopier, copy_streams_for
-from ..errors import CheckpointError, PlacementError
-from ..pinned import POOL, HostStaging, current_context
-from ..uring import ReadQueue, UringUnavailable, auto_refusal
+from ..io.cuda_copy import DriverCopier, copy_streams_for
+from core.errors import PlacementError
+from ..io.pinned import POOL, HostStaging, current_context
+from ..io.uring import ReadQueue, UringUnavailable, auto_refusal
+from .chunk_reads import FileHandles, QueuedRead, read_chunk
+from .chunks import ALIGN, Chunk, Piece, chunk_name, plan_chunks
 
 
 COPY_QUEUE = 2
 """Buffers whose copies the ring keeps queued on the device before it waits for a copy to free one.
 Waiting while only one was queued (the copy just issued) left the copy engine idle for the loader's
 bookkeeping between any two chunks; waiting for reads while copies are queued leaves it busy."""
-
-ALIGN = 4096
-"""O_DIRECT needs buffer address, file offset and length on this boundary (the logical block size
-of every disk seen so far is 512 or 4096)."""
-
-
-@dataclass(frozen=True)
-class Piece:
-    """One source's bytes and where they go."""
-
-    meta: TensorMeta
-    """The source tensor (its file and offset)."""
-    out: torch.Tensor
-    """1-D uint8 view of the destination bytes (CUDA or CPU)."""
-    done: Callable[[], None]
-    """Called on the main thread once every byte of the source has been read and its copy queued."""
-
-
-@dataclass
-class Chunk:
-    """One buffer's worth of one file: [start + lo, start + end) holds piece data."""
-
-    file: Path
-    start: int
-    """File offset of buffer byte 0 (aligned)."""
-    lo: int = 0
-    """First buffer byte that holds piece data."""
-    end: int = 0
-    """One past the last buffer byte that holds piece data."""
-    parts: list[tuple[Piece, int, int, int, bool]] = field(default_factory=list)
-    """(piece, offset in buffer, offset in piece, bytes, last part of the piece)."""
-
-
-def plan_chunks(pieces: Iterable[Piece], chunk_bytes: int) -> Iterator[Chunk]:
-    """Group pieces, in order, into buffer-sized chunks of contiguous file bytes.
-
-    A chunk starts on an ALIGN boundary at or below its first byte and covers
-    at most `chunk_bytes` of the file from there; a piece that does not start
-    where the previous one ended (another file, a gap of unread tensors)
-    starts a new chunk, so nothing between planned tensors is read.
-    """
-    current: Chunk | None = None
-    for piece in pieces:
-        pos, left, into = piece.meta.offset, piece.meta.nbytes, 0
-        while True:
-            contiguous = current is not None and current.file == piece.meta.file and pos == current.start + current.end
-            if not contiguous or current.end >= chunk_bytes:
-                if current is not None:
-                    yield current
-                base = pos - pos % ALIGN
-                current = Chunk(piece.meta.file, base, pos - base, pos - base)
-            n = min(left, chunk_bytes - current.end)
-            current.parts.append((piece, current.end, into, n, n == left))
-            current.end += n
-            pos, left, into = pos + n, left - n, into + n
-            if left == 0:
-                break
-    if current is not None:
-        yield current
 
 
 @dataclass
@@ -149,25 +91,10 @@ class RingStats:
     """What queued the host-to-device copies: "driver" (cuMemcpyHtoDAsync) or "torch" (Tensor.copy_);
     empty on a CPU destination."""
     staging: str = ""
-    """What the host buffers are: "registered" (`loader.pinned`, cuMemHostRegister), "torch-pinned"
+    """What the host buffers are: "registered" (`loader.io.pinned`, cuMemHostRegister), "torch-pinned"
     (torch's pinned allocator, cudaHostAlloc) or "pageable"; empty on a CPU destination."""
     staging_note: str = ""
     """Why the buffers are not registered, where they are not (the refusals, in order)."""
-
-
-class FileHandles:
-    """What the ring reads through: per file a descriptor, O_DIRECT or buffered, and per-range upkeep."""
-
-    def fd_for(self, file: Path) -> tuple[int, bool]:
-        """(descriptor, whether it is O_DIRECT) for reading chunks of `file`."""
-        raise NotImplementedError
-
-    def fallback(self, file: Path) -> int:
-        """A buffered descriptor after an O_DIRECT read was refused; later chunks use it too."""
-        raise NotImplementedError
-
-    def chunk_read(self, file: Path, offset: int, length: int) -> None:
-        """[offset, offset + length) of `file` now sits in a buffer (drop it from the page cache if asked)."""
 
 
 def _starts(lo: int, hi: int, step: int) -> list[int]:
@@ -175,60 +102,9 @@ def _starts(lo: int, hi: int, step: int) -> list[int]:
     return [lo, *range(lo - lo % step + step, hi, step)] if hi > lo else []
 
 
-def read_chunk(fd: int, offset: int, view: memoryview, needed: int, *, name: str) -> None:
-    """Fill `view` from `fd` at `offset`; at least `needed` bytes must exist (the rest may lie past EOF)."""
-    done, total = 0, len(view)
-    while done < total:
-        n = os.preadv(fd, [view[done:]], offset + done)
-        if n == 0:
-            break
-        done += n
-    if done < needed:
-        raise CheckpointError(f"{name}: file ended after {done} of {needed} bytes at offset {offset} (truncated?)")
-
-
-class _QueuedRead:
-    """One part's read on the io_uring queue, waited for like a Future.
-
-    The memoryview a short or refused read needs is built only then: the
-    loader's thread queues about 4,800 of these for a 37 GiB model.
-    """
-
-    def __init__(
-        self, queue: ReadQueue, files: FileHandles, read_id: int, fd: int, direct: bool, chunk: Chunk,
-        buf: torch.Tensor, part: tuple[int, int, int],
-    ):
-        self._queue, self._files, self.read_id, self._fd, self._direct = queue, files, read_id, fd, direct
-        self._chunk, self._buf, self._part = chunk, buf, part
-
-    def result(self) -> None:
-        chunk, fd, direct = self._chunk, self._fd, self._direct
-        a, b, needed = self._part
-        try:
-            got = self._queue.wait(self.read_id)
-        except OSError as exc:
-            if not direct or exc.errno != errno.EINVAL:
-                raise OSError(exc.errno, exc.strerror, str(chunk.file)) from None
-            got = 0
-            fd = self._files.fallback(chunk.file)
-        if got < needed - a:  # a refused O_DIRECT read, a short read, or a truncated file (which read_chunk names)
-            if direct and got:
-                fd = self._files.fallback(chunk.file)
-            view = memoryview(self._buf.numpy())[a + got : b]
-            read_chunk(fd, chunk.start + a + got, view, needed - a - got, name=_chunk_name(chunk))
-
-    def cancel(self) -> bool:
-        return False
-
-
 _UNSETTLED: list[torch.Tensor] = []
 """Buffers of rings whose io_uring reads could not be settled (cancelled and waited for): held for the
 life of the process, since the kernel may still write into them."""
-
-
-def _chunk_name(chunk: Chunk) -> str:
-    """How errors name a chunk: its file and first tensor."""
-    return f"{chunk.file.name}: tensor {chunk.parts[0][0].meta.name!r}"
 
 
 class RangeRing:
@@ -240,7 +116,7 @@ class RangeRing:
     queue entry: 40 for the default ring, which on 16 cores starved the thread
     that queues the copies; see docs/benchmarks.md, Ring settings on one H200).
     `driver_copies` queues the copies through the CUDA driver
-    (`loader.cuda_copy`) where it can, else through torch.
+    (`loader.io.cuda_copy`) where it can, else through torch.
     """
 
     def __init__(
@@ -287,7 +163,7 @@ class RangeRing:
         self._pinning: list[Future] = []
         """The helper's allocations, one per buffer, while pinning runs in the background."""
         self.staging = HostStaging(POOL)
-        """Where the host buffers come from, and what was refused (see `loader.pinned.HostStaging`)."""
+        """Where the host buffers come from, and what was refused (see `loader.io.pinned.HostStaging`)."""
         self.allocated_bytes = 0
         """Host bytes held by the buffers allocated so far."""
         self.stats = RingStats()
@@ -423,7 +299,7 @@ class RangeRing:
         """Pin every buffer on a helper thread, in ring order, while the loader does other set-up and the
         first reads run (`open` starts it inside the device's context; starting it again does nothing).
 
-        The helper registers memory with the driver (`loader.pinned`), which
+        The helper registers memory with the driver (`loader.io.pinned`), which
         lets the loader's copies run beside it: torch's pinned allocator, which
         it uses where the driver library is not at hand, stalled them while it
         pinned (see docs/benchmarks.md, Ring settings on one H200).
@@ -458,10 +334,10 @@ class RangeRing:
             for part in parts:
                 a, b, _ = part
                 read_id = queue.submit(fd, chunk.start + a, base + a, b - a, worker=not direct)
-                reads.append(_QueuedRead(queue, self._files, read_id, fd, direct, chunk, buf, part))
+                reads.append(QueuedRead(queue, self._files, read_id, fd, direct, chunk, buf, part))
             queue.flush()
             return reads
-        view, name = memoryview(buf.numpy()), _chunk_name(chunk)
+        view, name = memoryview(buf.numpy()), chunk_name(chunk)
         args = [(fd, direct, chunk, view[a:b], needed - a, a, name) for a, b, needed in parts]
         if self._pool is None:
             for a in args:

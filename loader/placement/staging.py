@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..checkpoint import TensorMeta
-from ..reading import submit_parts
+from ..metadata import TensorMeta
+from ..io.reading import submit_parts
 from .files import OpenFiles
 
 

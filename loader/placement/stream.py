@@ -16,6 +16,7 @@ Three paths, chosen per tensor, in plan order:
   buffers, converted on the way (`staging.Staging`), with POSIX_FADV_WILLNEED
   just ahead of the reads so a cold disk never waits between buffers.
 
+The ring's size is `ring_sizing`'s, the options are checked in `tuning`.
 Each shard's file descriptor is closed once its last tensor is read. With
 `drop_page_cache` (default on for unified-memory targets) every range read is
 dropped from the page cache behind the reader, so a finished load leaves none
@@ -30,154 +31,31 @@ import os
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, fields
 from functools import partial
 
 import torch
 
-from ..checkpoint import TensorMeta
-from ..device import DeviceInfo, probe_device
-from ..errors import PlacementError
-from ..reading import byte_view, read_into_fresh
+from ..metadata import TensorMeta
+from machine.device import DeviceInfo, probe_device
+from core.errors import PlacementError
+from ..io.reading import byte_view, read_into_fresh
 from .base import LoadPlan, Placement, PlacementContext, PlannedTarget, register_placement
 from .files import OpenFiles, mostly_uncached, sampled_residency
-from .ranges import ALIGN, Piece, RangeRing, RingStats
+from .chunks import Piece
+from .ranges import RangeRing, RingStats
+from .ring_sizing import RING_CHUNK_BYTES, RING_READ_BYTES, RingGeometry, ring_geometry
 from .staging import Staging
+from .tuning import TUNING_OPTIONS, StreamTuning, flag_option, positive_option
 
 _MiB = 1024 * 1024
 
 DIRECT_WINDOW_PIECES = 8
 """CPU direct reads: how many `read_bytes` pieces of later tensors may be queued before the oldest
 tensor is placed (a window that keeps every reader busy across tensor boundaries)."""
-STAGING_SHARE = 64
-"""The ring's buffers together hold at most 1/STAGING_SHARE of the bytes they carry (footprint <= 1.016)."""
-STAGING_MAX = 1024 * _MiB
-"""...and never more than this."""
-UNIFIED_POOL_SHARE = 256
-"""On unified memory the pinned ring also stays under 1/UNIFIED_POOL_SHARE of the pool's available bytes:
-it comes out of the memory the model itself is loaded into."""
-MIN_BUFFERS = 3
-"""Fewest ring buffers: two reading while one is copied out."""
-SPARE_BUFFERS = 4
-"""Ring buffers beyond those whose reads keep every reader busy: copies queued on the device while the
-next reads run. More staging made the copies slower (see RING_CHUNK_BYTES and docs/benchmarks.md, Ring
-settings on one H200)."""
-RING_READ_BYTES = 4 * _MiB
-"""The ring's positioned read size: small reads read the page cache faster than large ones; see
-docs/benchmarks.md, Ring settings on one H200."""
-RING_CHUNK_BYTES = 16 * _MiB
-"""The ring's buffer size: the host-to-device copies ran faster the less staging the ring cycled
-through; see docs/benchmarks.md, Ring settings on one H200."""
 STAGING_BYTES = 32 * _MiB
 """Converting staging: the bytes of each of its buffers."""
 DIRECT_READ_BYTES = 16 * _MiB
 """CPU targets: the positioned read size straight into the destination."""
-
-
-@dataclass(frozen=True)
-class RingGeometry:
-    """How many ring buffers of what size a load gets, and why."""
-
-    buffers: int
-    """Buffer count."""
-    chunk_bytes: int
-    """Bytes per buffer (a multiple of the O_DIRECT alignment)."""
-    read_bytes: int
-    """Bytes per positioned read: a buffer is filled by chunk_bytes / read_bytes reads in parallel."""
-    budget: int
-    """The staging budget the geometry was fitted into."""
-    unified: bool
-    """Whether the pool was shared with the host (the budget then also follows the pool)."""
-    disk: bool = False
-    """Whether the ring reads from the disk (O_DIRECT), and so holds every buffer the budget allows."""
-
-
-def ring_geometry(
-    total_bytes: int,
-    info: DeviceInfo,
-    *,
-    threads: int,
-    chunk_bytes: int,
-    buffers: int | None,
-    available: int,
-    read_bytes: int = RING_READ_BYTES,
-    disk: bool = False,
-) -> RingGeometry:
-    """The ring for `total_bytes` of same-dtype tensors on device `info`; `disk` when its reads go to
-    the disk rather than the page cache.
-
-    Budget: 1/STAGING_SHARE of the bytes, at most STAGING_MAX, and on unified
-    memory at most 1/UNIFIED_POOL_SHARE of the pool (the smaller of the
-    device's memory and the host's MemAvailable). `buffers` (the
-    staging_buffers option) fixes the count; otherwise enough buffers being
-    read to give every reader thread a `read_bytes` read, plus SPARE_BUFFERS,
-    as many as the budget holds, at least MIN_BUFFERS (pinning costs time,
-    so no more are allocated than the readers can fill). Reading from the
-    disk, the count is as many as the budget holds: the disk's rate grows with
-    the bytes in flight, and beside a read of several seconds per GiB,
-    pinning 600 MiB on the helper costs nothing (see docs/benchmarks.md,
-    Ring settings on one H200). Buffers shrink (down to 4 MiB) before the
-    count goes under MIN_BUFFERS, and never exceed what the model needs.
-    """
-    budget = min(total_bytes // STAGING_SHARE, STAGING_MAX)
-    pools = [x for x in (info.total_memory, available) if x]
-    if info.unified_memory and pools:
-        budget = min(budget, min(pools) // UNIFIED_POOL_SHARE)
-    chunk = max(ALIGN, chunk_bytes - chunk_bytes % ALIGN)
-    read = max(ALIGN, min(read_bytes - read_bytes % ALIGN, chunk))
-    if buffers is None:
-        reading = -(-threads * read // chunk)
-        count = max(MIN_BUFFERS, budget // chunk if disk else min(reading + SPARE_BUFFERS, budget // chunk))
-        if count * chunk > budget:  # a power of two: what the pinned allocator hands out anyway
-            chunk = max(4 * _MiB, 1 << max(12, (budget // count).bit_length() - 1))
-    else:
-        count = max(2, buffers)
-    chunk = min(chunk, -(-max(total_bytes, 1) // ALIGN) * ALIGN)
-    return RingGeometry(count, chunk, min(read, chunk), budget, info.unified_memory, disk)
-
-
-@dataclass(frozen=True)
-class StreamTuning:
-    """`stream`'s options that exist to compare its parts on a benchmark, kept out of the product's own
-    (as vLLM keeps a load's options in one LoadConfig): every default is what the product runs."""
-
-    read_bytes: int | None = None
-    """Bytes per positioned read: None for DIRECT_READ_BYTES on CPU targets, RING_READ_BYTES in the CUDA ring."""
-    staging_bytes: int | None = None
-    """Bytes per staging buffer: None for RING_CHUNK_BYTES in the CUDA ring, STAGING_BYTES to convert."""
-    staging_buffers: int | None = None
-    """Ring buffer count (None: sized by `ring_geometry`); converting staging buffers (None: 4)."""
-    readahead_bytes: int = 64 * _MiB
-    """POSIX_FADV_WILLNEED window ahead of the converting staging's reads."""
-    copy_streams: int = 1
-    """Streams the ring's copies are spread over."""
-    pin: bool = True
-    """Page-locked staging (False: pageable buffers)."""
-    ranges: bool = True
-    """False sends CUDA same-dtype tensors through per-tensor staging instead of the ring."""
-    io_uring: bool | None = None
-    """The CUDA ring's reader: None io_uring where the kernel allows it (and on x86), else threads;
-    True io_uring or an error; False threads."""
-    driver_copies: bool = True
-    """The CUDA ring queues its copies through the CUDA driver where it can (False: through torch)."""
-    reserve: bool = True
-    """Reserve the ring's CUDA destinations in one allocator block before allocating them (False: one by one)."""
-
-    @classmethod
-    def from_options(cls, options: dict) -> "StreamTuning":
-        """From keyword options, each checked (a bad one is a PlacementError naming it); missing ones default."""
-        values = {}
-        for f in fields(cls):
-            if f.name not in options:
-                continue
-            if f.type.startswith("bool"):
-                values[f.name] = _flag(options, f.name, f.default)
-            else:
-                values[f.name] = _positive(options, f.name, f.default, minimum=0 if f.name == "readahead_bytes" else 1)
-        return cls(**values)
-
-
-TUNING_OPTIONS = tuple(f.name for f in fields(StreamTuning))
 
 
 def drop_by_default(info: DeviceInfo | None) -> bool:
@@ -196,11 +74,11 @@ class StreamPlacement(Placement):
 
     def __init__(self, *, tuning: StreamTuning | None = None, **options):
         super().__init__(**options)
-        self.threads = _positive(options, "threads", None)
+        self.threads = positive_option(options, "threads", None)
         """Readers of a load (see `reader_threads`); None for the default."""
-        self.direct_io = _flag(options, "direct_io", None)
+        self.direct_io = flag_option(options, "direct_io", None)
         """O_DIRECT for the CUDA ring: None (default) for files mostly not in the page cache, True always, False never."""
-        self.drop_page_cache = _flag(options, "drop_page_cache", None)
+        self.drop_page_cache = flag_option(options, "drop_page_cache", None)
         """None (default): on for unified-memory CUDA targets, off elsewhere."""
         given = {k: options[k] for k in TUNING_OPTIONS if k in options}
         if tuning is not None and given:
@@ -453,23 +331,6 @@ def _cancel_pending(pending: deque) -> None:
 
 
 def _mem_available() -> int:
-    from ..memory import sample_memory
+    from machine.memory import sample_memory
 
     return sample_memory().mem_available
-
-
-def _positive(options: dict, key: str, default: int | None, *, minimum: int = 1) -> int | None:
-    value = options.get(key, default)
-    if value is None and default is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise PlacementError(f"placement mode 'stream' option {key} must be {kind}, got {value!r}")
-    return value
-
-
-def _flag(options: dict, key: str, default: bool | None) -> bool | None:
-    value = options.get(key, default)
-    if value is not None and not isinstance(value, bool):
-        raise PlacementError(f"placement mode 'stream' option {key} must be true or false, got {value!r}")
-    return value

@@ -23,8 +23,8 @@ import torch
 
 from ..checkpoint import discover_checkpoint
 from ..dtypes import parse_dtype
-from ..errors import DeviceError, DrainboardError, PlacementError
-from ..memory import MemorySample
+from core.errors import DeviceError, DrainboardError, PlacementError
+from machine.memory import MemorySample
 from ..report import TensorPlaced
 
 RankTensorCallback = Callable[[int, TensorPlaced], None]

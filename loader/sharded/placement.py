@@ -30,8 +30,8 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, Shard
 
-from ..checkpoint import TensorMeta
-from ..errors import PlacementError
+from ..metadata import TensorMeta
+from core.errors import PlacementError
 from ..naming import Target
 from ..placement.base import LoadPlan, Placement, PlacementContext, PlannedTarget
 from ..placement.stream import StreamPlacement

@@ -25,8 +25,8 @@ import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from ..api import load_checkpoint
-from ..errors import DrainboardError
-from ..memory import MemoryProbe
+from core.errors import DrainboardError
+from machine.memory import MemoryProbe
 from ..naming import MergeRules, RenameRules
 from ..report import TensorPlaced
 from .placement import ShardedPlacement

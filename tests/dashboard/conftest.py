@@ -84,9 +84,9 @@ def data_dir(tmp_path, monkeypatch):
 @pytest.fixture
 def fresh_db(data_dir):
     """A connection to the schema-ready, empty database in `data_dir`."""
-    from storage.connections import connect
+    from storage.schema import open_database
 
-    db = connect(data_dir / "drainboard.db")
+    db = open_database(data_dir / "drainboard.db")
     yield db
     db.conn.close()
 
@@ -145,7 +145,7 @@ def _write_samples(db, job_id: int, samples: pd.DataFrame) -> None:
     """Through the job child's own SampleWriter (it also keeps the extremes the series query reads)."""
     from pathlib import Path
 
-    from loader.memory import MemorySample
+    from machine.memory import MemorySample
     from storage.sample_writer import SampleWriter
 
     db_path = Path(db.execute("PRAGMA database_list").fetchone()[2])

@@ -6,7 +6,7 @@ import pytest
 
 from dashboard.bootstrap import demo_missing, demo_path, prepare
 from storage.config import Config
-from storage.connections import connect
+from storage.schema import open_database
 
 
 @pytest.mark.slow
@@ -18,6 +18,6 @@ def test_first_start_on_a_small_disk_reports_the_demo_error_and_keeps_the_databa
     assert prepared.demo_error.startswith(
         f"not enough disk space in {demo_path(config)}: the demo checkpoint needs ")
     assert prepared.demo_error.endswith(" bytes free") and "\n" not in prepared.demo_error
-    db = connect(config.db_path)
+    db = open_database(config.db_path)
     assert db.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
     db.conn.close()

@@ -89,7 +89,7 @@ def _stop_supervisor(data: Path) -> None:
     db_path = data / "drainboard.db"
     if not db_path.exists():
         return
-    db = connect(db_path, ensure=False)
+    db = connect(db_path)
     status = supervisor_status(db)
     db.conn.close()
     if status["alive"] and status["pid"]:
@@ -258,7 +258,7 @@ def _add_killed_job(data: Path) -> int:
     from storage.connections import connect
     from tests.dashboard.conftest import add_job, make_samples
 
-    db = connect(data / "drainboard.db", ensure=False)
+    db = connect(data / "drainboard.db")
     try:
         samples = make_samples().iloc[:40]
         return add_job(db, status="killed", mode="retain", model=str(data / "models" / "tiny"), signal="SIGKILL",

@@ -27,7 +27,7 @@ def _add_loads(data: Path) -> dict[str, int]:
     from storage.connections import connect
     from tests.dashboard.conftest import add_job, make_samples
 
-    db = connect(data / "drainboard.db", ensure=False)
+    db = connect(data / "drainboard.db")
     try:
         return {
             mode: add_job(db, status="succeeded", mode=mode, model=str(data / "models" / "tiny"), samples=make_samples(),

@@ -46,7 +46,7 @@ def test_small_limits_read_in_mib_never_as_zero_gib():
 
 
 def test_a_load_forecast_comes_from_the_loaders_own_prediction_per_mode(tiny_checkpoint, data_dir):
-    from loader.device import DeviceInfo
+    from machine.device import DeviceInfo
     from loader.forecast import forecast_load
 
     cpu = DeviceInfo(spec="cpu", kind="cpu", index=None, name="cpu", unified_memory=False, total_memory=None,
@@ -59,7 +59,7 @@ def test_a_load_forecast_comes_from_the_loaders_own_prediction_per_mode(tiny_che
 
 
 def test_a_load_forecast_of_a_checkpoint_the_loader_refuses_is_none(tmp_path):
-    from loader.device import DeviceInfo
+    from machine.device import DeviceInfo
 
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"\x10\x00")

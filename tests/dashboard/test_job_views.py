@@ -11,7 +11,7 @@ from dashboard.views import cards as cv
 from dashboard.views import job_tables as tv
 from dashboard.views import jobs as jv
 from dashboard.views import outcome as oc
-from loader.device import DeviceInfo
+from machine.device import DeviceInfo
 
 GIB = 2**30
 

@@ -247,7 +247,7 @@ def test_drain_on_a_unified_memory_gpu_warns_that_mmap_reads_are_slow_there(fres
     """A faithful fake of a GB10 (no such device here): the Run page lists it, and picking drain (or retain)
     on it says mmap-staged reads are slow on unified memory; stream says nothing."""
     from dashboard import data
-    from loader.device import DeviceInfo
+    from machine.device import DeviceInfo
 
     gb10 = DeviceInfo("cuda:0", "cuda", 0, "NVIDIA GB10", True, 121 * 2**30, "fake", "a made-up GB10")
     monkeypatch.setattr(data, "devices", lambda: [data.probe_device("cpu"), gb10])

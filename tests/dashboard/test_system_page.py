@@ -19,7 +19,7 @@ def test_system_page_shows_in_use_available_free_and_cache_apart(fresh_db):
 
 def test_system_page_says_what_cuda_free_follows_on_unified_memory(fresh_db, monkeypatch):
     from dashboard import data
-    from loader.device import DeviceInfo, probe_device
+    from machine.device import DeviceInfo, probe_device
 
     gb10 = DeviceInfo("cuda:0", "cuda", 0, "NVIDIA GB10 (fake)", True, 121 * 2**30, "fake", "a faithful fake of a GB10")
     monkeypatch.setattr(data, "devices", lambda: [probe_device("cpu"), gb10])
@@ -46,7 +46,7 @@ def test_system_page_says_when_the_kernel_has_no_psi(fresh_db, tmp_path, monkeyp
 
 def test_unified_memory_forced_on_a_box_without_cuda_lists_no_phantom_gpus(fresh_db, monkeypatch):
     from dashboard import data
-    from loader.device import probe_device
+    from machine.device import probe_device
 
     monkeypatch.setenv("DRAINBOARD_UNIFIED_MEMORY", "1")
     if probe_device("cuda:0", environ={}).source != "probe-failed":

@@ -5,7 +5,7 @@ import pytest
 from jobs.queue import submit
 from jobs.supervisor import Supervisor
 from storage.config import load_config
-from storage.connections import connect
+from storage.schema import open_database
 from storage.queries import get_job
 from storage.schema import FINAL_STATUSES
 
@@ -32,7 +32,7 @@ def config(tmp_path, monkeypatch):
 
 @pytest.fixture
 def db(config):
-    db = connect(config.db_path)
+    db = open_database(config.db_path)
     yield db
     db.conn.close()
 

@@ -44,7 +44,7 @@ def run_fail(spec, ctx):
 @job_kind("broken_checkpoint")
 def run_broken_checkpoint(spec, ctx):
     """Raise a checkpoint error listing several problems."""
-    from loader.errors import CheckpointError
+    from core.errors import CheckpointError
 
     with ctx.stage("load"):
         raise CheckpointError([f"shard-{i}.safetensors: truncated, expected 4096 bytes" for i in range(3)])
@@ -104,8 +104,10 @@ def run_ring_load(spec, ctx):
 
     import torch
 
-    from loader.checkpoint import TensorMeta
-    from loader.placement.ranges import FileHandles, Piece, RangeRing
+    from loader.metadata import TensorMeta
+    from loader.placement.chunk_reads import FileHandles
+    from loader.placement.chunks import Piece
+    from loader.placement.ranges import RangeRing
 
     total, _ = _steps()
     path = Path(os.environ["DRAINBOARD_TEST_FILE"])

@@ -10,7 +10,7 @@ import pytest
 from jobs.admission import JobRefused, StageNeed, _first_refusal, admit
 from jobs.cli import main
 from jobs.spec import JobSpec
-from loader.device import DeviceInfo
+from machine.device import DeviceInfo
 from storage.queries import list_jobs
 
 GIB = 2**30

@@ -16,7 +16,7 @@ from jobs.cli import main
 from jobs.presence import REPO_ROOT
 from storage import jobs_table
 from storage.config import load_config
-from storage.connections import connect
+from storage.schema import open_database
 from storage.queries import get_job, list_jobs
 
 
@@ -128,7 +128,7 @@ def test_submit_and_worker_on_a_full_disk_say_disk_full_where_and_how_much_is_fr
     monkeypatch.setenv("DRAINBOARD_DATA", str(disk / "data"))
     monkeypatch.setenv("DRAINBOARD_MODEL_ROOTS", str(config.model_roots[0]))
     full = load_config()
-    reader = connect(full.db_path)
+    reader = open_database(full.db_path)
     if not held_open:
         reader.conn.close()
     fill(disk)

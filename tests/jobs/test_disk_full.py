@@ -12,7 +12,7 @@ from jobs.queue import submit
 from jobs.supervisor import Supervisor
 from storage.artifacts import job_dir
 from storage.config import load_config
-from storage.connections import connect
+from storage.schema import open_database
 from storage.queries import get_job, list_jobs
 from storage.schema import FINAL_STATUSES
 
@@ -52,7 +52,7 @@ def test_a_job_whose_database_disk_fills_up_ends_failed_naming_the_database_and_
     monkeypatch.setenv("DRAINBOARD_DATA", str(disk / "data"))
     monkeypatch.setenv("DRAINBOARD_MODEL_ROOTS", str(config.model_roots[0]))
     full = load_config()
-    db = connect(full.db_path)
+    db = open_database(full.db_path)
     supervisor = Supervisor(full, grace=1.0)
     supervisor.start()
     model = str(config.model_roots[0] / "dummy.safetensors")

@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 from jobs.context import JobContext
 from jobs.kinds.load import run_load
 from jobs.spec import JobSpec
-from loader.memory import MemoryProbe
+from machine.memory import MemoryProbe
 from storage.queries import get_job, samples_since
 
 

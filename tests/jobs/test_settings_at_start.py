@@ -14,7 +14,7 @@ from jobs.queue import enqueue
 from jobs.spec import JobSpec
 from jobs.supervisor import Supervisor
 from storage.config import Config, ConfigError
-from storage.connections import connect
+from storage.schema import open_database
 from storage.queries import get_job
 
 
@@ -65,7 +65,7 @@ def test_a_worker_with_a_bad_floor_claims_nothing(tmp_path):
     (data / "models").mkdir(parents=True)
     (data / "models" / "dummy.safetensors").write_bytes(b"")
     config = Config(data_dir=data, model_roots=[data / "models"], memory_floor="lots")
-    db = connect(config.db_path)
+    db = open_database(config.db_path)
     job_id = enqueue(db, JobSpec(kind="load", model=str(data / "models" / "dummy.safetensors")))
     with pytest.raises(ConfigError, match="memory_floor"):
         Supervisor(config, start_method="spawn").run(once=True)

@@ -5,9 +5,9 @@ import torch
 
 from jobs.queue import claim, enqueue, retry, submit
 from jobs.spec import JobSpec, JobSpecError, build_spec
-from loader.device import DeviceInfo
+from machine.device import DeviceInfo
 from storage import jobs_table
-from storage.connections import connect
+from storage.schema import open_database
 from storage.queries import get_job, list_jobs
 
 
@@ -186,7 +186,7 @@ def test_two_supervisors_never_claim_the_same_job(db, config):
     claimed: dict[str, list[int]] = {"a": [], "b": [], "c": []}
 
     def claim_all(name: str) -> None:
-        own = connect(config.db_path)
+        own = open_database(config.db_path)
         while (job := claim(own, name)) is not None:
             claimed[name].append(job["id"])
         own.conn.close()

@@ -14,7 +14,7 @@ import pytest
 
 from jobs.backends.follow import Follower
 from jobs.wire import LineWriter, StdoutReporter, decode, encode
-from loader.memory import MemorySample
+from machine.memory import MemorySample
 from storage.artifacts import job_dir
 from storage.queries import artifacts, events, get_job, last_sample, sample_count
 
@@ -102,10 +102,10 @@ def test_a_supervisor_without_a_ray_address_never_imports_ray(config, tmp_path):
         "from jobs.queue import submit\n"
         "from jobs.supervisor import Supervisor\n"
         "from storage.config import load_config\n"
-        "from storage.connections import connect\n"
+        "from storage.schema import open_database\n"
         "config = load_config()\n"
         "assert config.ray_address is None\n"
-        "db = connect(config.db_path)\n"
+        "db = open_database(config.db_path)\n"
         "job = submit(db, {'kind': 'steps', 'model': str(config.model_roots[0] / 'dummy.safetensors')}, config)\n"
         "sup = Supervisor(config, start_method='spawn')\n"
         "sup.start()\n"

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from loader import device_cli
-from loader.device import CU_DEVICE_ATTRIBUTE_INTEGRATED, DeviceInfo, parse_device_spec, probe_device
-from loader.errors import DeviceError
-from loader.offload import UNIFIED_MEMORY_OFFLOAD_FLAGS
+from machine import device_cli
+from machine.device import CU_DEVICE_ATTRIBUTE_INTEGRATED, DeviceInfo, parse_device_spec, probe_device
+from core.errors import DeviceError
+from machine.offload import UNIFIED_MEMORY_OFFLOAD_FLAGS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -222,7 +222,7 @@ def test_probe_reads_the_environment_by_default(monkeypatch):
 
 _PROBE_SCRIPT = """
 import json, sys
-from loader.device import probe_device
+from machine.device import probe_device
 def refuse():
     raise AssertionError("the CUDA driver was opened for a cpu probe")
 spec = sys.argv[1]

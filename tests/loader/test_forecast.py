@@ -13,14 +13,14 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from loader import CheckpointError, DeviceError
-from loader.device import DeviceInfo
-from loader.memory import sample_memory
+from core import CheckpointError, DeviceError
+from machine.device import DeviceInfo
+from machine.memory import sample_memory
 from loader.cli import main
 from loader.forecast import forecast_load
 from loader.model_registry import get_model_builder, register_model_builder
 from loader.placement import get_placement
-from loader.placement.stream import ring_geometry
+from loader.placement.ring_sizing import ring_geometry
 
 REPO = Path(__file__).resolve().parents[2]
 STREAM = get_placement("stream")

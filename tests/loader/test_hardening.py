@@ -22,11 +22,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from loader import checkpoint
+from loader import shard_header
 from loader.api import load_checkpoint
 from loader.checkpoint import discover_checkpoint
 from loader.cli import main
-from loader.errors import CheckpointError
+from core.errors import CheckpointError
 from loader.placement.dict_modes import DrainPlacement
 from loader.placement.stream import StreamPlacement
 
@@ -183,7 +183,7 @@ def test_the_index_check_is_linear_in_its_entries(tmp_path):
 def test_one_header_budget_covers_a_whole_checkpoint(tmp_path, monkeypatch):
     folder = _write(tmp_path / "c", _two_shards())
     sizes = [int.from_bytes(p.read_bytes()[:8], "little") for p in sorted(folder.glob("*.safetensors"))]
-    monkeypatch.setattr(checkpoint, "MAX_CHECKPOINT_HEADER_BYTES", sizes[0] + sizes[1] - 1)
+    monkeypatch.setattr(shard_header, "MAX_CHECKPOINT_HEADER_BYTES", sizes[0] + sizes[1] - 1)
     with pytest.raises(CheckpointError, match="model-00002-of-00002.safetensors: its header would pass the"):
         discover_checkpoint(folder)
 
@@ -229,7 +229,7 @@ TRUNCATE_MID_DRAIN = """
 import sys
 from pathlib import Path
 from loader.api import load_checkpoint
-from loader.errors import CheckpointError
+from core.errors import CheckpointError
 folder = Path(sys.argv[1])
 shard = sorted(folder.glob("*.safetensors"))[1]
 def on_tensor(placed):

@@ -13,8 +13,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-import loader.jsonfile as jsonfile
-from loader import CheckpointError, discover_checkpoint
+import core.jsonfile as jsonfile
+from core import CheckpointError
+from loader import discover_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 DEEP = "[" * 200_000 + "]" * 200_000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loader.memory import _kib_field
+from machine.memory import _kib_field
 
 
 def _by_lines(text: bytes, key: bytes) -> int:

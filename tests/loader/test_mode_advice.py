@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from loader import advice
-from loader.advice import mode_warning
-from loader.device import DeviceInfo
+from machine import advice
+from machine.advice import mode_warning
+from machine.device import DeviceInfo
 
 
 def _info(kind: str, unified: bool) -> DeviceInfo:

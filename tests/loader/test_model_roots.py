@@ -15,7 +15,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from loader import CheckpointError, discover_checkpoint, load_checkpoint
+from core import CheckpointError
+from loader import discover_checkpoint, load_checkpoint
 from loader.cli import main
 
 REPO = Path(__file__).resolve().parents[2]

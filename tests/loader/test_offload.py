@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from loader.device import DeviceInfo
-from loader.offload import (
+from machine.device import DeviceInfo
+from machine.offload import (
     UNIFIED_MEMORY_OFFLOAD_FLAGS,
     OffloadDecision,
     OffloadSettings,
@@ -150,7 +150,7 @@ def test_resolve_offload_does_not_mutate_its_input(gb10):
 
 
 def test_guard_overrides_an_explicit_cpu_offload_on_unified_memory_and_logs_why(gb10, caplog):
-    with caplog.at_level(logging.WARNING, logger="loader.offload"):
+    with caplog.at_level(logging.WARNING, logger="machine.offload"):
         assert guard_cpu_offload(True, gb10, site="load_checkpoint") is False
     assert caplog.messages == [
         "load_checkpoint: cpu_offload=True overridden to False: "
@@ -161,7 +161,7 @@ def test_guard_overrides_an_explicit_cpu_offload_on_unified_memory_and_logs_why(
 @pytest.mark.parametrize("requested, unified", [(False, True), (True, False), (False, False)])
 def test_guard_keeps_the_request_otherwise_and_logs_nothing(requested, unified, caplog):
     device = make_device(unified=unified)
-    with caplog.at_level(logging.DEBUG, logger="loader.offload"):
+    with caplog.at_level(logging.DEBUG, logger="machine.offload"):
         assert guard_cpu_offload(requested, device, site="load_checkpoint") is requested
     assert caplog.messages == []
 
@@ -172,7 +172,7 @@ REAL_SIZES = {"transformer": int(61.7 * GIB), "text_encoder": int(47.8 * GIB), "
 
 
 def _fit(sizes, *, working=GIB, capacity=int(139.8 * GIB), sequential=False):
-    from loader.offload import ComponentFit
+    from machine.offload import ComponentFit
 
     return ComponentFit(dict(sizes), working, capacity, sequential)
 

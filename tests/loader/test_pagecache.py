@@ -1,4 +1,4 @@
-"""loader.pagecache: mincore-based residency, exact and sampled, against files this test caches and drops."""
+"""loader.io.pagecache: mincore-based residency, exact and sampled, against files this test caches and drops."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from loader.pagecache import drop, resident_fraction, sampled_resident_fraction
+from loader.io.pagecache import drop, resident_fraction, sampled_resident_fraction
 
 _MiB = 1 << 20
 

@@ -8,7 +8,7 @@ import mmap
 import pytest
 import torch
 
-from loader.pinned import HostStaging, PinFailed, PinnedPool
+from loader.io.pinned import HostStaging, PinFailed, PinnedPool
 
 
 class FakeDriver:
@@ -72,7 +72,7 @@ def test_without_a_driver_library_nothing_registers():
 def test_host_memory_that_cannot_be_mapped_is_pin_failed_too(monkeypatch):
     import errno
 
-    import loader.pinned as pinned
+    import loader.io.pinned as pinned
 
     def refuse(*args, **kwargs):
         raise OSError(errno.ENOMEM, "Cannot allocate memory")
@@ -107,7 +107,7 @@ def test_a_refused_registration_falls_back_to_torchs_pinned_allocator_never_to_p
     pinned allocator, and registration is not asked again for the next buffers."""
     driver, pinned = FakeDriver(refuse=801), FakeTorchPinned()
     staging = HostStaging(PinnedPool(lambda: driver), pinned)
-    with caplog.at_level("WARNING", logger="loader.pinned"):
+    with caplog.at_level("WARNING", logger="loader.io.pinned"):
         buffers = [staging.allocate(1 << 16, context=1) for _ in range(3)]
     assert all(b is not None and b.numel() == 1 << 16 for b in buffers) and pinned.sizes == [1 << 16] * 3
     assert staging.path == "torch-pinned"

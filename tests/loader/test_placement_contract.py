@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from loader import PlacementError, get_placement, known_placements, load_checkpoint
+from core import PlacementError
+from loader import get_placement, known_placements, load_checkpoint
 from loader.placement import Placement, register_placement
 
 MODES = known_placements()

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from loader import load_checkpoint
-from loader.errors import PlacementError
-from loader.memory import sample_memory
+from core.errors import PlacementError
+from machine.memory import sample_memory
 from loader.placement import get_placement
-from loader.pagecache import resident_pages
-from loader.reading import advice_step, advise_willneed, byte_view, populate, read_into_fresh, submit_parts
+from loader.io.pagecache import resident_pages
+from loader.io.reading import advice_step, advise_willneed, byte_view, populate, read_into_fresh, submit_parts
 
 
 def test_read_into_fresh_fills_an_untouched_tensor_with_the_file_bytes(tmp_path):

@@ -11,7 +11,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from loader import PlacementError, load_checkpoint
+from core import PlacementError
+from loader import load_checkpoint
 from loader.placement.dict_modes import DrainPlacement, RetainPlacement
 
 
@@ -145,7 +146,7 @@ def test_a_strict_failure_reads_nothing_and_leaves_nothing_open(tiny_checkpoint)
 
 
 def test_closing_a_memory_probe_twice_leaves_other_descriptors_open(tmp_path):
-    from loader.memory import MemoryProbe
+    from machine.memory import MemoryProbe
 
     probe = MemoryProbe()
     probe.close()

@@ -22,7 +22,8 @@ import torch.nn as nn
 from safetensors.torch import load_file
 from torch.distributed.fsdp._fully_shard._fsdp_common import _chunk_with_empty
 
-from loader import CheckpointError, PlacementError, load_checkpoint
+from core import CheckpointError, PlacementError
+from loader import load_checkpoint
 from loader.checkpoint import discover_checkpoint
 from loader.naming import MergeRule, Target
 from loader.placement import PlannedTarget

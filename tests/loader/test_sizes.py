@@ -1,4 +1,4 @@
-"""The one size grammar every size option and setting reads (`loader.sizes`)."""
+"""The one size grammar every size option and setting reads (`core.sizes`)."""
 
 import subprocess
 import sys
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from loader.sizes import MAX_SIZE, SizeError, format_size, parse_size
+from core.sizes import MAX_SIZE, SizeError, format_size, parse_size
 
 
 @pytest.mark.parametrize("text, size", [
@@ -50,7 +50,7 @@ def test_small_sizes_read_in_mib_not_as_zero_gib(nbytes, text):
 
 
 def test_the_size_module_itself_imports_no_torch():
-    path = Path(__file__).resolve().parents[2] / "loader" / "sizes.py"
+    path = Path(__file__).resolve().parents[2] / "core" / "sizes.py"
     code = f"import importlib.util, sys; spec = importlib.util.spec_from_file_location('s', {str(path)!r});" \
            " m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

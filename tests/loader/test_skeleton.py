@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from loader.errors import PlacementError
+from core.errors import PlacementError
 from loader.skeleton import build_skeleton
 
 

@@ -19,14 +19,16 @@ import torch
 
 from loader import load_checkpoint
 from loader.checkpoint import discover_checkpoint
-from loader.device import DeviceInfo
-from loader.errors import CheckpointError, PlacementError
+from machine.device import DeviceInfo
+from core.errors import CheckpointError, PlacementError
 from loader.naming import Target
-from loader.pagecache import drop, files_resident_fraction, resident_fraction
+from loader.io.pagecache import drop, files_resident_fraction, resident_fraction
 from loader.placement import LoadPlan, PlannedTarget, get_placement
 from loader.placement.files import OpenFiles
-from loader.placement.ranges import ALIGN, Piece, RangeRing, plan_chunks
-from loader.placement.stream import RING_CHUNK_BYTES, STAGING_SHARE, drop_by_default, ring_geometry
+from loader.placement.chunks import ALIGN, Piece, plan_chunks
+from loader.placement.ranges import RangeRing
+from loader.placement.ring_sizing import RING_CHUNK_BYTES, STAGING_SHARE, ring_geometry
+from loader.placement.stream import drop_by_default
 
 _MiB = 1 << 20
 GiB = 1 << 30
@@ -221,7 +223,7 @@ def test_a_shard_truncated_under_the_ring_fails_naming_its_file_and_tensor(write
 
 
 def test_the_ring_caps_io_urings_workers_at_its_readers_and_says_where_the_kernel_cannot(writer, monkeypatch):
-    from loader import uring
+    from loader.io import uring
 
     caps = []
     monkeypatch.setattr(uring.ReadQueue, "limit_workers", lambda self, n: caps.append(n) or False)
@@ -233,7 +235,7 @@ def test_the_ring_caps_io_urings_workers_at_its_readers_and_says_where_the_kerne
 
 
 def test_the_ring_reads_with_threads_where_io_uring_is_refused_and_says_why(writer, monkeypatch):
-    from loader import uring
+    from loader.io import uring
 
     def refuse(depth):
         raise uring.UringUnavailable(1, "io_uring_setup refused: Operation not permitted")
@@ -294,7 +296,7 @@ def test_a_cleanup_that_raises_does_not_skip_the_others(writer, monkeypatch):
 def test_on_aarch64_the_ring_reads_with_threads_unless_io_uring_is_asked_for(writer, monkeypatch):
     """No arm64 host was at hand: the platform is faked. The queue's plain read of the completion tail is
     ordered only on x86, so "auto" must not pick io_uring elsewhere."""
-    from loader import uring
+    from loader.io import uring
 
     monkeypatch.setattr(uring.platform, "machine", lambda: "aarch64")
     shards = _shards()
@@ -420,7 +422,7 @@ def test_the_ring_reads_the_disk_when_direct_io_is_forced_or_most_of_its_files_a
 
 
 def test_a_file_the_placement_already_sampled_is_not_sampled_again_to_decide_o_direct(writer, monkeypatch):
-    import loader.pagecache as pagecache
+    import loader.io.pagecache as pagecache
 
     path = writer(_shards())
     plan, _ = _plan(path)
@@ -546,7 +548,7 @@ def test_cuda_ring_converts_through_staging_and_drops_the_cache_when_asked(write
 @pytest.mark.gpu
 @gpu
 def test_memory_probe_reads_the_allocators_own_allocated_and_reserved_bytes():
-    from loader.memory import MemoryProbe
+    from machine.memory import MemoryProbe
 
     keep = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
     with MemoryProbe("cuda") as probe:
@@ -622,7 +624,7 @@ def test_the_reserve_runs_on_a_helper_beside_the_rings_set_up_and_a_failed_load_
 @pytest.mark.gpu
 @gpu
 def test_the_ring_pins_by_registering_with_the_driver_and_a_second_load_reuses_those_buffers(writer):
-    from loader.pinned import POOL
+    from loader.io.pinned import POOL
 
     shards = _shards(seed=8)
     path = writer(shards)
@@ -641,7 +643,7 @@ def test_the_ring_pins_by_registering_with_the_driver_and_a_second_load_reuses_t
 @gpu
 def test_a_refused_registration_pins_with_torch_and_the_report_says_so(writer, monkeypatch):
     """As on a GB10, where cuMemHostRegister is not supported: the ring must not fall to pageable memory."""
-    from loader.pinned import POOL, PinFailed
+    from loader.io.pinned import POOL, PinFailed
 
     def refuse(size, context):
         raise PinFailed(f"page-locking {size} bytes of host memory failed: CUDA driver error 801")
@@ -658,7 +660,7 @@ def test_a_refused_registration_pins_with_torch_and_the_report_says_so(writer, m
 @pytest.mark.gpu
 @gpu
 def test_the_rings_copy_streams_come_from_the_driver_are_kept_and_follow_the_current_stream():
-    from loader.cuda_copy import copy_streams_for
+    from loader.io.cuda_copy import copy_streams_for
 
     device = torch.device("cuda", torch.cuda.current_device())
     first = copy_streams_for(device, 2)
@@ -677,7 +679,7 @@ def test_the_rings_copy_streams_come_from_the_driver_are_kept_and_follow_the_cur
 
 
 def test_comparison_options_live_in_one_stream_tuning_and_keywords_still_reach_it(writer):
-    from loader.placement.stream import StreamTuning
+    from loader.placement.tuning import StreamTuning
 
     by_keyword = get_placement("stream", staging_bytes=1 << 20, io_uring=False, threads=3)
     assert by_keyword.tuning == StreamTuning(staging_bytes=1 << 20, io_uring=False) and by_keyword.threads == 3

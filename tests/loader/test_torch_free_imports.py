@@ -1,4 +1,4 @@
-"""The error types, storage and the job-kind list import without torch (the CLI and the dashboard
+"""The foundation, the machine, storage and the job-kind list import without torch (the CLI and the dashboard
 list jobs and read settings without paying torch's import); torch loads on first use of a loader
 function that needs it."""
 
@@ -21,10 +21,11 @@ def _run(code: str) -> dict:
 def test_storage_and_the_job_kind_list_import_without_torch():
     out = _run(
         "import json, sys\n"
-        "import loader, loader.errors, storage.config, storage.schema, storage.artifacts, storage.sample_writer\n"
+        "import loader, core, core.command_line, core.sizes, core.diskspace, machine, machine.offload_option\n"
+        "import storage.config, storage.schema, storage.artifacts, storage.sample_writer\n"
         "import storage.queries, jobs.context\n"
         "from jobs.kinds import kind_names\n"
-        "from loader import CheckpointError, DrainboardError\n"
+        "from core import CheckpointError, DrainboardError\n"
         "print(json.dumps({'kinds': list(kind_names()), 'torch': 'torch' in sys.modules}))\n"
     )
     assert out == {"kinds": ["generate", "load"], "torch": False}

@@ -1,4 +1,4 @@
-"""loader.uring: the ctypes io_uring read queue against real files (the kernel here allows io_uring)."""
+"""loader.io.uring: the ctypes io_uring read queue against real files (the kernel here allows io_uring)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from loader import uring
-from loader.uring import ReadQueue, UringUnavailable
+from loader.io import uring
+from loader.io.uring import ReadQueue, UringUnavailable
 
 _MiB = 1 << 20
 

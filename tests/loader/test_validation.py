@@ -10,7 +10,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from loader import CheckpointError, discover_checkpoint, load_checkpoint
+from core import CheckpointError
+from loader import discover_checkpoint, load_checkpoint
 
 
 def write_raw(path: Path, header: dict | bytes, data: bytes = b"", *, length: int | None = None) -> Path:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from loader import known_placements, load_checkpoint
-from loader.errors import CheckpointError
+from core.errors import CheckpointError
 from models.components import (
     build_empty,
     fp32_patterns,
@@ -192,12 +192,12 @@ def test_python_m_loader_load_builds_diffusers_class_through_the_builder_plugin(
     assert report["tensors_placed"] == 52 and not report["missing"] and not report["unexpected"]
 
 
-def test_builder_plugins_load_only_present_modules(monkeypatch):
+def test_the_repos_builder_plugin_registers_h3s_classes(monkeypatch):
     from loader import model_registry
 
     monkeypatch.setattr(model_registry, "_BUILDERS", dict(model_registry._BUILDERS))
     monkeypatch.setattr(model_registry, "_loaded_plugins", set())
-    assert model_registry.load_builder_plugins(("no_such_package.builders", "models.components")) == ["models.components"]
+    assert model_registry.load_builder_plugins() == ["loader_plugins.minimax_h3"]
     assert model_registry.get_model_builder("AutoencoderKLMiniMaxH3Audio") is not None
 
 

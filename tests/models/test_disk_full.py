@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loader.errors import DiskFullError
+from core.errors import DiskFullError
 from models.cli import main
 from models.encode import write_mp4
 from models.h3synth import synth_h3

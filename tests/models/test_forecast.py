@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from loader.device import DeviceInfo
-from loader.offload import OffloadSettings
+from machine.device import DeviceInfo
+from machine.offload import OffloadSettings
 from models.eta import NO_HISTORY, StageRecord, estimate, stage_work, time_left, total_seconds
 from models.forecast import CUDA_TERMS, count_prompt_tokens, forecast_generate
 from models.params import GenerateParams

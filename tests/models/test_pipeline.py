@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from loader.device import DeviceInfo
-from loader.offload import OffloadSettings
+from machine.device import DeviceInfo
+from machine.offload import OffloadSettings
 from models.params import GenerateParams, GenerateParamsError
 from models.pipeline import run_generate
 from models.results import PipelineEvent
@@ -251,7 +251,7 @@ def test_the_pipeline_constants_are_diffusers_own(h3_tiny: Path):
 
 
 def test_generate_samples_through_the_callers_probe_so_cgroup_usage_is_recorded(h3_tiny: Path, tmp_path: Path):
-    from loader.memory import MemoryProbe
+    from machine.memory import MemoryProbe
 
     usage = tmp_path / "memory.usage_in_bytes"  # stands in for the job's cgroup counter
     usage.write_text("123456789\n")

@@ -19,8 +19,8 @@ except ImportError:
     pytest.skip("torchao is the optional quantization dependency (requirements-quant.txt); CI runs these with it",
                 allow_module_level=True)
 
-from loader.device import DeviceInfo  # noqa: E402
-from loader.errors import PlacementError  # noqa: E402
+from machine.device import DeviceInfo  # noqa: E402
+from core.errors import PlacementError  # noqa: E402
 from models.components import load_component  # noqa: E402
 from models.params import GenerateParams  # noqa: E402
 from models.pipeline import run_generate  # noqa: E402

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from loader.device import DeviceInfo
-from loader.offload import OffloadSettings
+from machine.device import DeviceInfo
+from machine.offload import OffloadSettings
 from models import run_state
 from models.params import GenerateParams
 from models.pipeline import run_generate

@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from loader.device import DeviceInfo
+from machine.device import DeviceInfo
 from models.params import GenerateParams, GenerateParamsError
 from models.pipeline import VAE_TILING_WARNING, run_generate
 from models.results import PipelineEvent

@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from loader.memory import MemorySample
+from machine.memory import MemorySample
 from storage import jobs_table
-from storage.connections import connect
+from storage.schema import open_database
 from storage.schema import FINAL_STATUSES
 
 
@@ -15,7 +15,7 @@ def db_path(tmp_path):
 
 @pytest.fixture
 def fresh_db(db_path):
-    db = connect(db_path)
+    db = open_database(db_path)
     yield db
     db.conn.close()
 

@@ -12,14 +12,15 @@ from streamlit.testing.v1 import AppTest
 
 from jobs.cli import main
 from storage import jobs_table
-from storage.connections import DatabaseDamagedError, OPEN_TIMEOUT_MS, connect
+from storage.connections import DatabaseDamagedError, OPEN_TIMEOUT_MS
+from storage.schema import open_database
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _garble_tables(path: Path) -> None:
     """Random bytes over every page after the first (the jobs table's among them)."""
-    db = connect(path)
+    db = open_database(path)
     jobs_table.enqueue(db, "load", {}, now=1.0)
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.conn.close()
@@ -60,13 +61,13 @@ def test_the_page_shows_the_same_line_without_a_traceback(data):
 
 def test_a_database_truncated_under_a_live_connection_is_said_within_seconds(data):
     path = data / "drainboard.db"
-    holder = connect(path)  # the worker
+    holder = open_database(path)  # the worker
     job_id = jobs_table.enqueue(holder, "load", {}, now=1.0)
     os.truncate(path, 0)
     jobs_table.set_stage(holder, job_id, "load")  # a write through the truncated file
     started = time.monotonic()
     with pytest.raises(DatabaseDamagedError, match=f"the job database at {path} stayed locked for 3 s on opening"):
-        connect(path)
+        open_database(path)
     assert time.monotonic() - started < OPEN_TIMEOUT_MS / 1000 + 5
     holder.conn.close()
 

@@ -126,7 +126,7 @@ def test_migrating_an_old_database_backfills_the_block_extremes(db_path):
     import sqlite3
 
     from storage import jobs_table
-    from storage.connections import connect
+    from storage.schema import open_database
     from storage.schema import _MIGRATIONS
 
     conn = sqlite3.connect(db_path)
@@ -141,7 +141,7 @@ def test_migrating_an_old_database_backfills_the_block_extremes(db_path):
         )
     conn.commit()
     conn.close()
-    db = connect(db_path)
+    db = open_database(db_path)
     assert _stored_extremes(db, 1) == _extremes_by_scan(db, 1)
     db.conn.close()
 

@@ -1,6 +1,6 @@
 import threading
 
-from storage.connections import connect
+from storage.schema import open_database
 from storage.queries import sample_count, samples_since
 from storage.sample_writer import SampleWriter
 
@@ -59,7 +59,7 @@ def test_one_writer_at_full_speed_and_several_readers_never_hit_a_locked_databas
     done = threading.Event()
 
     def poll():
-        db = connect(db_path)
+        db = open_database(db_path)
         try:
             seen = -1
             while not done.is_set():

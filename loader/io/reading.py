@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import CheckpointError
+from core.errors import CheckpointError
 
 _MAX_READ = 0x7FFFF000
 """Linux transfers at most this many bytes per read call."""

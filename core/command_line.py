@@ -11,9 +11,9 @@ keeps the contract the README states for every CLI:
 - a reader that closes stdout early (`| head`) ends the command quietly.
 
 Parsers are built with `CliParser`, so their subparsers raise `UsageError`
-instead of printing usage and exiting. The options every CLI shares are
-spelled here once: `--dtype` (`dtype_type`, `loader.dtype_names`) and
-`--offload FLAG=on|off` (`add_offload_option`).
+instead of printing usage and exiting. `--dtype`, which every CLI shares, is
+spelled here once (`dtype_type`, `core.dtype_names`); `--offload FLAG=on|off`
+lives beside the flags it names (`machine.offload_option`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import logging
 import os
 import sys
 import traceback
-from dataclasses import fields
 from typing import Callable, NoReturn, Sequence
 
 from .dtype_names import dtype_name
@@ -63,7 +62,7 @@ class CliParser(argparse.ArgumentParser):
 
 
 def size_type(*, minimum: int = 1) -> Callable[[str], int]:
-    """An argparse `type=` for sizes (`loader.sizes` grammar): a bad size is a usage error naming the option."""
+    """An argparse `type=` for sizes (`core.sizes` grammar): a bad size is a usage error naming the option."""
 
     def parse(text: str) -> int:
         try:
@@ -86,34 +85,6 @@ def dtype_type(text: str) -> str:
         return dtype_name(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def add_offload_option(parser: argparse.ArgumentParser) -> None:
-    """`--offload FLAG=on|off` (repeatable, `all` for every flag): how every command sets offload flags.
-    The parsed value is a dict of flag -> bool, over the flags' defaults (all on)."""
-    from .offload import OffloadSettings
-
-    names = [f.name for f in fields(OffloadSettings)]
-
-    def parse(item: str) -> tuple[str, bool]:
-        name, _, value = item.partition("=")
-        if name not in (*names, "all") or value not in ("on", "off"):
-            raise argparse.ArgumentTypeError(f"expected FLAG=on or FLAG=off with FLAG one of all, {', '.join(names)};"
-                                             f" got {item!r}")
-        return name, value == "on"
-
-    parse.__name__ = "offload flag"
-
-    class Collect(argparse.Action):
-        def __call__(self, parser, namespace, value, option_string=None):
-            flags = dict(getattr(namespace, self.dest) or {})
-            name, on = value
-            flags.update(dict.fromkeys(names, on) if name == "all" else {name: on})
-            setattr(namespace, self.dest, flags)
-
-    parser.add_argument("--offload", action=Collect, type=parse, default={}, metavar="FLAG=on|off",
-                        help="set an offload flag (repeatable; all=off for every flag; default: all on, the policy "
-                             "turns them off where they do not apply), e.g. --offload dit_cpu_offload=off")
 
 
 IMPORT_CHATTER = ("torchao", "diffusers.quantizers.torchao", "torch.utils._pytree")

@@ -1,6 +1,6 @@
 """Device probe: what a job runs on, and whether its memory is shared with the host.
 
-The answer decides the offload policy (`loader.offload`), so it must be right
+The answer decides the offload policy (`machine.offload`), so it must be right
 and it must be cheap: for CUDA it asks the driver (`libcuda.so.1`) through
 ctypes for `CU_DEVICE_ATTRIBUTE_INTEGRATED`, which needs `cuInit` but no CUDA
 context. Asking torch (`get_device_properties(...).is_integrated`) would create
@@ -19,7 +19,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping
 
-from loader.errors import DeviceError
+from core.errors import DeviceError
 
 ENV_UNIFIED_MEMORY = "DRAINBOARD_UNIFIED_MEMORY"
 """Environment variable that forces the unified-memory answer: `1` or `0`."""

@@ -7,7 +7,7 @@ and load reports carry.
 
 from __future__ import annotations
 
-from loader.echo import echo
+from core.echo import echo
 
 DTYPE_NAMES = ("bfloat16", "float16", "float32")
 """The names printed, torch's (`str(torch.bfloat16)` without `torch.`)."""

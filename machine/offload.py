@@ -16,7 +16,7 @@ import logging
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from loader.device import DeviceInfo
+from machine.device import DeviceInfo
 
 logger = logging.getLogger(__name__)
 

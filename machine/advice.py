@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from .device import DeviceInfo, probe_device
-from .errors import DeviceError
+from core.errors import DeviceError
 
 MMAP_MODES = ("drain", "retain")
 """Placement modes whose reads go through mmap views of the shards."""

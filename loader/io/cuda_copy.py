@@ -24,7 +24,7 @@ import functools
 
 import torch
 
-from .errors import PlacementError
+from core.errors import PlacementError
 
 _CUDA_SUCCESS = 0
 _STREAM_NON_BLOCKING = 1
@@ -36,7 +36,7 @@ _KEPT_STREAMS: dict[int, list[torch.cuda.Stream]] = {}
 
 @functools.cache
 def _driver() -> ctypes.CDLL | None:
-    """The driver library with the calls used here and by `loader.pinned` declared (loaded once), or None without one."""
+    """The driver library with the calls used here and by `loader.io.pinned` declared (loaded once), or None without one."""
     try:
         lib = ctypes.CDLL("libcuda.so.1")
     except OSError:

@@ -5,8 +5,8 @@
 GB/s throughput metric count), also written `K` `M` `G` `T`; binary `KiB` `MiB` `GiB` `TiB`
 (2^10 .. 2^40, as memory is shown). A decimal fraction is exact (`1.5GB` is 1,500,000,000), a
 fraction of a byte is dropped; exponents (`1e30`) are refused, and so is anything above 2^63 - 1.
-Digits are ASCII only (`５GB` is refused). A refused text is quoted back bounded (`loader.echo`).
-Standard library (and `loader.echo`, as plain) only, so anything may import it without pulling in torch.
+Digits are ASCII only (`５GB` is refused). A refused text is quoted back bounded (`core.echo`).
+Standard library (and `core.echo`, as plain) only, so anything may import it without pulling in torch.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from loader.echo import echo
+from core.echo import echo
 
 MAX_SIZE = 2**63 - 1
 """The largest size accepted: what SQLite, JSON readers and cgroup files all hold exactly."""

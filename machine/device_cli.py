@@ -1,6 +1,6 @@
 """`device` command: show the probe for a device spec and what the offload policy would do there.
 
-`loader.cli` adds it with `register(subparsers)`; `python -m loader.device_cli [SPEC] [--json]`
+`loader.cli` adds it with `register(subparsers)`; `python -m machine.device_cli [SPEC] [--json]`
 runs it on its own. With `--json`, stdout holds exactly one JSON object.
 """
 
@@ -11,9 +11,9 @@ import json
 import sys
 from typing import Sequence
 
-from loader.device import probe_device
-from loader.command_line import CliParser, run_cli
-from loader.offload import OffloadSettings, resolve_offload
+from machine.device import probe_device
+from core.command_line import CliParser, run_cli
+from machine.offload import OffloadSettings, resolve_offload
 
 _HELP = "probe a device and show the offload decisions the default settings would get on it"
 _EPILOG = "example: python -m loader device cuda:0 --json   (DRAINBOARD_UNIFIED_MEMORY=1 forces unified memory)"
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = CliParser(prog="python -m loader.device_cli", description=_HELP, epilog=_EPILOG)
+    parser = CliParser(prog="python -m machine.device_cli", description=_HELP, epilog=_EPILOG)
     _add_arguments(parser)
     return run_cli(parser, argv)
 

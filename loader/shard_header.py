@@ -1,0 +1,154 @@
+"""One safetensors shard's header, read with bounds: 8 + header-length bytes, nothing of the data.
+
+A checkpoint's headers share one budget (`HeaderBudget`), and every shape's element
+count and strides must fit torch's int64; messages name the file and what was wrong,
+never the bytes read.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .confined import open_checked, read_at_most
+from core.errors import CheckpointError, clip
+from core.jsonfile import JSONProblem, parse_json
+from .metadata import ShardMeta, TensorMeta
+from .roots import ModelRoots, RootEscape
+
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+"""Largest header accepted (safetensors' own limit); a larger length means a corrupt file."""
+MAX_CHECKPOINT_HEADER_BYTES = 64 * 1024 * 1024
+"""Most header bytes read for one whole checkpoint (the H3 DiT's 639 tensors take about 100 KB)."""
+INT64_MAX = 2**63 - 1
+"""No element count or stride may pass it: torch sizes and strides are int64."""
+
+
+@dataclass
+class HeaderBudget:
+    """Header bytes one discovery may still read: one budget for a whole checkpoint, not per shard, so
+    many large crafted headers cost no more than one."""
+
+    remaining: int = field(default_factory=lambda: MAX_CHECKPOINT_HEADER_BYTES)
+    """Bytes left."""
+
+    def take(self, name: str, length: int) -> str | None:
+        """Spend `length` bytes, or the problem to report when the budget cannot cover them."""
+        if length > self.remaining:
+            return (f"{name}: its header would pass the {MAX_CHECKPOINT_HEADER_BYTES}-byte limit on all the headers"
+                    " of one checkpoint (not safetensors, or crafted)")
+        self.remaining -= length
+        return None
+
+
+def read_shard_header(
+    path: Path, roots: ModelRoots | None = None, budget: HeaderBudget | None = None
+) -> tuple[ShardMeta | None, list[str]]:
+    """Parse one shard's header: (shard, problems). Reads 8 + header-length bytes only, from one
+    descriptor opened confined to `roots` (default: the shard's own folder), which is what a load
+    reopens and checks (`ShardMeta.checked`).
+
+    Messages name the file and what was wrong, never the bytes read (a file
+    that is not safetensors must not leak its start as a "length").
+    """
+    name = clip(path.name)
+    try:
+        fd, checked = open_checked(path, roots or ModelRoots([path.parent]), name)
+    except RootEscape:
+        raise
+    except CheckpointError as exc:
+        return None, exc.messages()
+    try:
+        size = checked.size
+        prefix = read_at_most(fd, 8)
+        if len(prefix) < 8:
+            return None, [f"{name}: file is {size} bytes, too short for a safetensors header length"]
+        (length,) = struct.unpack("<Q", prefix)
+        if length > MAX_HEADER_BYTES:
+            return None, [f"{name}: header length exceeds the {MAX_HEADER_BYTES}-byte limit (not safetensors, or corrupt)"]
+        if 8 + length > size:
+            return None, [f"{name}: header length runs past the end of the {size}-byte file (truncated?)"]
+        over = (budget or HeaderBudget()).take(name, length)
+        if over:
+            return None, [over]
+        raw = read_at_most(fd, length, 8)
+    except OSError as exc:
+        return None, [f"{name}: cannot read: {exc.strerror}"]
+    finally:
+        os.close(fd)
+    try:
+        header = parse_json(raw)
+    except JSONProblem as exc:
+        return None, [f"{name}: header is {exc}"]
+    if not isinstance(header, dict):
+        return None, [f"{name}: header is a JSON {type(header).__name__}, expected an object"]
+    shard = ShardMeta(path=path, size=size, data_start=8 + length, checked=checked)
+    problems = []
+    metadata = header.pop("__metadata__", {})
+    if isinstance(metadata, dict):
+        shard.metadata = {str(k): str(v) for k, v in metadata.items()}
+    else:
+        problems.append(f"{name}: __metadata__ is a {type(metadata).__name__}, expected an object")
+    for tname, entry in header.items():
+        meta, problem = _parse_entry(shard, tname, entry)
+        if problem:
+            problems.append(problem)
+        else:
+            shard.tensors.append(meta)
+    return shard, problems
+
+
+def _parse_entry(shard: ShardMeta, tname: str, entry: object) -> tuple[TensorMeta | None, str | None]:
+    problem = _entry_problem(entry)
+    if problem:
+        return None, f"{clip(shard.path.name)}: tensor {clip(repr(tname))}: {problem}"
+    shape, (begin, end) = entry["shape"], entry["data_offsets"]
+    return TensorMeta(tname, entry["dtype"], tuple(shape), shard.path, (begin, end), shard.data_start, shard.checked), None
+
+
+def _entry_problem(entry: object) -> str | None:
+    """What is wrong with one header entry, or None (`type(x) is int` also refuses JSON's true and false)."""
+    if type(entry) is not dict:
+        return "entry is not an object"
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if type(dtype) is not str:
+        return f"dtype is {clip(repr(dtype))}, expected a string"
+    if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
+        return f"shape is {clip(repr(shape))}, expected a list of non-negative integers"
+    if type(offsets) is not list or len(offsets) != 2 or not all(type(o) is int and o >= 0 for o in offsets):
+        return f"data_offsets is {clip(repr(offsets))}, expected [begin, end] non-negative integers"
+    return _shape_overflow(shape)
+
+
+def _shape_overflow(shape: list[int]) -> str | None:
+    """Why `shape`'s element count or one of its strides would not fit in int64, or None.
+
+    The element count alone is not enough: `[0, 2**63-1, 2**63-1]` holds nothing,
+    yet its first stride is (2**63-1)**2. Every stride and the count divide the
+    product of the dimensions (0 counted as 1), so when that product fits, all
+    do: the exact check runs only for the rare shape where it does not.
+    """
+    bound = 1
+    for d in shape:
+        if d > INT64_MAX:
+            return f"shape has a dimension above 2**63-1 ({clip(repr(shape))}); torch sizes are int64"
+        bound *= d if d > 1 else 1
+        if bound > INT64_MAX:
+            return _exact_overflow(shape)
+    return None
+
+
+def _exact_overflow(shape: list[int]) -> str | None:
+    stride = 1
+    for d in reversed(shape):
+        if stride > INT64_MAX:
+            return f"shape {clip(repr(shape))} has a stride above 2**63-1; torch strides are int64"
+        stride *= max(d, 1)
+    count = 1
+    for d in shape:
+        count *= d
+    if count > INT64_MAX:
+        return f"shape {clip(repr(shape))} holds more than 2**63-1 elements; torch sizes are int64"
+    return None
