@@ -3,7 +3,6 @@ the last submit's messages under them) and returns the spec's raw fields for job
 
 from __future__ import annotations
 
-from importlib.util import find_spec
 from typing import Any
 
 import streamlit as st
@@ -17,11 +16,12 @@ from dashboard.views.checkpoints import CheckpointChoice, components_table, outs
 from dashboard.views.run import (
     DEFAULT_COMPONENT, DTYPES, GENERATE_FIELDS, KIND_LABELS, MODE_HELP, OFFERED_FLAGS, POLICY_DEFAULT, QUANTIZE_CHOICES,
     QUANTIZE_NONE, TRISTATE, VAE_DTYPE_CHOICES, generate_defaults, generate_geometry, offload_preview, offload_summary,
-    quantize_problem, quantize_value,
+    quantize_value,
 )
 from jobs.kinds import kind_names
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings
+from models.quantize_check import cuda_capability, quantization_problem, torchao_installed
 
 DEFAULT_PROMPT = "a red fox trotting through fresh snow at dawn, soft light"
 MODES = ("stream", "drain", "retain")
@@ -243,24 +243,13 @@ def knob_fields(device: DeviceInfo) -> dict[str, Any]:
     if vae_dtype == "fp32":
         st.caption("fp32 decode: about 3.8x the seconds and 1.5x the peak of bf16 (one H200, 1344x768, 124 frames).")
     if quantize is not None:
-        problem = quantize_problem(quantize, device.spec, cuda_capability(device), find_spec("torchao") is not None)
+        problem = quantization_problem(quantize, device.spec, cuda_capability(device.kind, device.index),
+                                       torchao_installed())
         if problem:
-            st.error(problem, icon=":material/error:")
+            st.error(f"{problem}. *Queue job* refuses it.", icon=":material/error:")
         st.info(f"{quantize} frames are not bit-identical to bf16's: the same seed gives a different clip (the seed "
                 "contract holds for unquantized runs only).", icon=":material/info:")
     return {"vae_tiling": bool(tiling), "vae_dtype": vae_dtype, "quantize": quantize}
-
-
-def cuda_capability(device: DeviceInfo) -> tuple[int, int] | None:
-    """The CUDA device's compute capability, or None off CUDA (or when torch cannot read it)."""
-    if device.kind != "cuda":
-        return None
-    try:
-        import torch
-
-        return tuple(torch.cuda.get_device_capability(device.index or 0))
-    except (RuntimeError, AssertionError, ValueError):
-        return None
 
 
 def offload_fields(device: DeviceInfo) -> dict[str, bool]:

@@ -24,6 +24,8 @@ import torch.nn as nn
 from core.errors import PlacementError
 from loader.report import TensorPlaced
 
+from .quantize_check import INSTALL_HINT, cuda_capability, quantization_problem
+
 SCALE_BYTES = {"int8": 5, "fp8": 4}
 """Bytes per output row besides the weights: int8 keeps a float32 scale and an int8 zero point, fp8 a scale."""
 DIT_COMPONENTS = ("transformer", "transformer_ref")
@@ -35,12 +37,14 @@ def quant_config(kind: str, device: torch.device):
     try:
         from torchao.quantization import Float8WeightOnlyConfig, Int8WeightOnlyConfig
     except ImportError:
-        raise PlacementError(f"quantize={kind} needs torchao: pip install -r requirements-quant.txt") from None
+        raise PlacementError(f"quantize={kind} needs torchao: {INSTALL_HINT}") from None
     if kind == "int8":
         return Int8WeightOnlyConfig()
     if kind == "fp8":
-        if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 9):
-            raise PlacementError(f"quantize=fp8 needs a CUDA device of compute capability 8.9 or newer, not {device}")
+        capability = cuda_capability(device.type, device.index)
+        problem = quantization_problem(kind, str(device), capability, torchao=True)
+        if problem is not None:
+            raise PlacementError(f"quantize={problem}")
         return Float8WeightOnlyConfig()
     raise PlacementError(f"unknown quantization {kind!r}; known: {', '.join(SCALE_BYTES)}")
 

@@ -48,8 +48,6 @@ QUANTIZE_CHOICES = (QUANTIZE_NONE, *QUANTIZATIONS)
 """What the quantize control offers: the spec's own names (`--quantize int8|fp8`), or none."""
 VAE_DTYPE_CHOICES = VAE_DTYPES
 """What the VAE precision control offers: the spec's own names (`--vae-dtype bf16|fp32`)."""
-FP8_CAPABILITY = (8, 9)
-"""The least CUDA compute capability torchao's fp8 weight-only kernels run on (models.quantize)."""
 FIRST_VISIT_STEPS = 3
 """Pre-filled steps (2 DiT calls): keeps the CPU demo near a minute; H3's own default is 50."""
 
@@ -134,22 +132,6 @@ def quantize_choice(value: str | None) -> str:
 def quantize_value(choice: str) -> str | None:
     """GenerateParams.quantize for the quantize control's value."""
     return None if choice == QUANTIZE_NONE else choice
-
-
-def quantize_problem(choice: str | None, device: str, capability: tuple[int, int] | None, torchao: bool) -> str | None:
-    """Why a quantized DiT would fail on `device` (CUDA `capability`, None elsewhere), or None when it can run.
-    The job fails then, loading the transformer; the page says so before it is queued."""
-    if choice is None:
-        return None
-    if not torchao:
-        return (f"{choice} quantization needs torchao, which is not installed here: "
-                "`pip install -r requirements-quant.txt` (a wheel with no dependencies; it never pulls a CUDA torch). "
-                "Queued as it is, the job would fail when it loads the transformer.")
-    if choice == "fp8" and (capability is None or capability < FP8_CAPABILITY):
-        has = f"compute capability {capability[0]}.{capability[1]}" if capability else "no CUDA"
-        return (f"fp8 needs a CUDA GPU of compute capability {FP8_CAPABILITY[0]}.{FP8_CAPABILITY[1]} or newer; {device} has "
-                f"{has}, so the job would fail when it loads the transformer. int8 runs on CPU and CUDA.")
-    return None
 
 
 def generate_defaults(prompt: str, canvas: tuple[int, int]) -> dict[str, Any]:

@@ -84,12 +84,12 @@ def test_fp8_on_the_cpu_says_why_the_job_would_fail(tiny_root):
 
 
 def test_a_missing_torchao_is_named_with_the_command_that_installs_it():
-    from dashboard.views.run import quantize_problem
+    from models.quantize_check import quantization_problem
 
-    assert "pip install -r requirements-quant.txt" in quantize_problem("int8", "cpu", None, torchao=False)
-    assert quantize_problem("int8", "cpu", None, torchao=True) is None
-    assert quantize_problem("fp8", "cuda:0", (9, 0), torchao=True) is None  # an H100 / H200
-    assert "has compute capability 8.0" in quantize_problem("fp8", "cuda:0", (8, 0), torchao=True)  # an A100
+    assert "pip install -r requirements-quant.txt" in quantization_problem("int8", "cpu", None, torchao=False)
+    assert quantization_problem("int8", "cpu", None, torchao=True) is None
+    assert quantization_problem("fp8", "cuda:0", (9, 0), torchao=True) is None  # an H100 / H200
+    assert "has compute capability 8.0" in quantization_problem("fp8", "cuda:0", (8, 0), torchao=True)  # an A100
 
 
 def test_the_stage_plan_follows_the_one_component_at_a_time_choice(tiny_root):

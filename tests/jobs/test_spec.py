@@ -132,6 +132,33 @@ def test_cuda_devices_the_driver_does_not_have_are_refused_at_submit(config, mon
     assert build_spec({**raw, "device": "cuda", "gpus": 2}, config, probe=_probe({"cuda:0", "cuda:1"})).gpus == 2
 
 
+def test_a_quantized_dit_that_cannot_run_on_the_device_is_refused_at_submit(config, tiny_model, monkeypatch):
+    import models.quantize_check as check
+
+    raw = {"kind": "generate", "model": str(tiny_model), "generate": {"prompt": "a fox", "quantize": "fp8"}}
+    monkeypatch.setattr(check, "torchao_installed", lambda: True)
+    with pytest.raises(JobSpecError) as caught:
+        build_spec(raw, config)
+    assert caught.value.errors == ["generate.quantize: fp8 needs a CUDA GPU of compute capability 8.9 or newer; cpu "
+                                   "has no CUDA (int8 runs on CPU and CUDA)"]
+    # A GPU the driver reports below 8.9 (an A100) is refused too; one at 9.0 (an H200) is not.
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)
+    for capability, refused in (((8, 0), True), ((9, 0), False)):
+        monkeypatch.setattr(check, "cuda_capability", lambda kind, index, c=capability: c)
+        cuda = {**raw, "device": "cuda:0"}
+        if refused:
+            with pytest.raises(JobSpecError, match="cuda:0 has compute capability 8.0"):
+                build_spec(cuda, config, probe=_probe({"cuda:0"}))
+        else:
+            assert build_spec(cuda, config, probe=_probe({"cuda:0"})).generate.quantize == "fp8"
+    int8 = {**raw, "generate": {"prompt": "a fox", "quantize": "int8"}}
+    assert build_spec(int8, config).generate.quantize == "int8"
+    monkeypatch.setattr(check, "torchao_installed", lambda: False)
+    with pytest.raises(JobSpecError, match="generate.quantize: int8 quantization needs torchao, which is not "
+                                           "installed here: `pip install -r requirements-quant.txt`"):
+        build_spec(int8, config)
+
+
 def test_a_refused_submit_queues_nothing(db, config):
     with pytest.raises(JobSpecError, match="outside the model roots"):
         submit(db, {"kind": "load", "model": "/etc/passwd"}, config)
