@@ -21,7 +21,8 @@ H200 = DeviceInfo("cuda", "cuda", 0, "NVIDIA H200", False, int(139.8 * 2**30), "
 UNSEEN = GenerateParams(prompt="a red fox running through fresh snow at dawn", frames=124, height=256, width=160,
                         steps=3)
 """Not one of the geometries CPU_TERMS was fitted on (frames x width x height: tiny 124 x 64x128, 158 x 96x160,
-141 x 128x224), and large enough that decode's per-pixel terms carry most of its bytes."""
+141 x 128x224; demo 124 x 288x160, 175 x 128x192), and large enough that decode's per-pixel terms carry most
+of its bytes."""
 
 _MEASURE = """
 import json, sys
