@@ -244,14 +244,14 @@ def forecast_generate(
     the policy's answer already (a job's probe stage resolved them); else they are resolved here.
     `sequential_components` defaults as `run_generate` does (on for unified memory).
     """
+    from .quantize import DIT_COMPONENTS
+
     root = Path(root)
     model = ModelSpec.read(root)
     workflow = check_workflow(workflow or params.resolved_workflow)
     if not resolved:
         settings, _ = resolve_offload(settings, device_info)
     sequential = device_info.unified_memory if sequential_components is None else sequential_components
-    from .quantize import DIT_COMPONENTS
-
     cuda, cpu = device_info.kind == "cuda", device_info.kind == "cpu"
     plan = [s for s in stage_plan(workflow, audio=params.audio, sequential=sequential) if s.reads]
     components = workflow_components(workflow, params.audio)
