@@ -64,7 +64,7 @@ def main() -> int:
             peaks["reserved"] = max(peaks["reserved"], sample.device_reserved)
 
         result = run_generate(args.root, params, Path(tmp) / "clip.mp4", device=args.device, device_info=info,
-                              sequential_components=args.sequential, probe=probe, sample_interval=0.02,
+                              sequential_components=args.sequential, probe=probe, sample_interval=0.005,
                               on_sample=on_sample)
         wall = time.monotonic() - start
     baseline = result.stage_peaks["prepare"]

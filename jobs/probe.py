@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 def decide_offload(spec: JobSpec, ctx: JobContext) -> tuple["DeviceInfo", "OffloadSettings", list["OffloadDecision"]]:
     """Probe `spec.device` and resolve `spec.offload` for it, once, in a `probe` stage.
 
-    A generate on a discrete GPU is resolved against its forecast (`models.forecast.policy_fit`): the
+    A generate on a discrete GPU is resolved against its forecast (`models.forecast.policy_fit`, over the
+    workflow's components at the size the run holds them: a quantized DiT at its int8 / fp8 bytes): the
     flags the user did not set keep each component resident where it fits. The device and every policy
     decision become job events, so the dashboard can say why; every later site reads the returned settings.
     """

@@ -98,7 +98,8 @@ class ComponentFit:
     """What a forecast says the components need on a discrete device, for the fit-aware policy."""
 
     component_bytes: dict[str, int]
-    """Weight bytes per component (`transformer`, `text_encoder`, `vae`, `audio_vae`)."""
+    """Weight bytes per component the workflow reads (`transformer` or ref2va's `transformer_ref`, `text_encoder`,
+    `vae`, `audio_vae`), at the size the run holds them (quantized where it quantizes)."""
     working_bytes: int
     """Device bytes besides weights at the largest stage: activations, workspaces, allocator reserve, context."""
     capacity: int
@@ -108,7 +109,7 @@ class ComponentFit:
 
 
 _COMPONENT_FLAGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "transformer": (("transformer",), ("dit_layerwise_offload", "dit_cpu_offload")),
+    "transformer": (("transformer", "transformer_ref"), ("dit_layerwise_offload", "dit_cpu_offload")),
     "text_encoder": (("text_encoder",), ("text_encoder_cpu_offload", "image_encoder_cpu_offload")),
     "vae": (("vae", "audio_vae"), ("vae_cpu_offload",)),
 }

@@ -97,7 +97,7 @@ def _forecast(args: argparse.Namespace) -> int:
         """A model folder or history file the forecast cannot read."""
 
     params = GenerateParams(prompt=args.prompt, frames=args.frames, height=args.height, width=args.width,
-                            steps=args.steps, audio=not args.no_audio)
+                            steps=args.steps, seed=args.seed, audio=not args.no_audio, **workflow_fields(args))
     validate_params(params, ModelSpec.read(args.model_dir))
     info = probe_device(args.device)
     offload = OffloadSettings(**args.offload)
@@ -127,7 +127,8 @@ def _forecast(args: argparse.Namespace) -> int:
     loads = [etas[k].to_dict() for k in etas if k.startswith("load.")]
     document = {
         "ok": True, "model": str(args.model_dir), "device": info.spec, "device_name": info.name,
-        "unified_memory": info.unified_memory, "width": forecast.width, "height": forecast.height,
+        "unified_memory": info.unified_memory, "workflow": forecast.workflow, "quantize": params.quantize,
+        "vae_dtype": params.vae_dtype, "width": forecast.width, "height": forecast.height,
         "frames": params.frames, "steps": forecast.steps, "text_tokens": forecast.text_tokens,
         "tokens": forecast.tokens, "sequential_components": forecast.sequential_components,
         "placements": forecast.placements, "decisions": [str(d) for d in decisions],
@@ -141,8 +142,8 @@ def _forecast(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(document, indent=2))
         return 0
-    print(f"{args.model_dir}: {forecast.width}x{forecast.height}, {params.frames} frames, {forecast.steps} steps,"
-          f" {forecast.text_tokens} prompt tokens, {forecast.tokens} packed rows, on {info.name}")
+    print(f"{args.model_dir}: {forecast.workflow}, {forecast.width}x{forecast.height}, {params.frames} frames,"
+          f" {forecast.steps} steps, {forecast.text_tokens} prompt tokens, {forecast.tokens} packed rows, on {info.name}")
     print(f"{'stage':<18}{'host GiB':>10}{'device GiB':>12}{'sum GiB':>10}{'seconds':>10}")
     for row in stages:
         seconds = f"{row['seconds']:.1f}" if row["seconds"] is not None else "-"
@@ -214,16 +215,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fc.add_argument("model_dir", help="H3 model folder (modular_model_index.json and component folders)")
     fc.add_argument("--prompt", required=True)
+    fc.add_argument("--out", help="accepted as generate takes it; the forecast writes nothing")
     fc.add_argument("--frames", type=int, default=defaults.frames, help="17n + 5 within 124..345 (default: 124)")
     fc.add_argument("--height", type=int, default=defaults.height, help="(default: the checkpoint's 16:9 canvas)")
     fc.add_argument("--width", type=int, default=defaults.width, help="(default: the checkpoint's 16:9 canvas)")
     fc.add_argument("--steps", type=int, default=defaults.steps, help="num_inference_steps (default: the scheduler config's, else 50)")
+    fc.add_argument("--seed", type=int, default=defaults.seed, help="accepted as generate takes it; no effect on memory")
     fc.add_argument("--no-audio", action="store_true", help="no decode.audio")
+    add_workflow_arguments(fc)
     fc.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps; probed without a CUDA context")
     fc.add_argument("--dtype", default="bfloat16", type=dtype_type, help=f"compute dtype: {DTYPE_HELP} (default: bfloat16)")
+    fc.add_argument("--mode", default="stream", choices=known_placements(),
+                    help="loader placement mode, as generate takes it (the stages' peaks do not depend on it)")
     add_offload_option(fc)
     fc.add_argument("--sequential-components", action=argparse.BooleanOptionalAction, default=None,
                     help="per-stage residency (default: on for unified memory)")
+    fc.add_argument("--verbose", action="store_true", help="accepted as generate takes it")
     fc.add_argument("--history", metavar="FILE", help="JSON list of past stage records (stage, seconds, work,"
                                                       " device) for the seconds; without it: no history")
     fc.add_argument("--json", action="store_true", help="print one JSON object")

@@ -66,7 +66,8 @@ def stage_work(forecast: GenerateForecast) -> dict[str, float]:
         "decode.audio": next((s.driver for s in forecast.stages if s.stage == "decode.audio"), 0.0),
     }
     work = {f"load.{s.component}": float(sizes[s.component]) for s in forecast.stages}
-    work.update({s.stage: float(units[s.stage]) * sizes[s.component] for s in forecast.stages})
+    # A stage without a unit of its own here (fl2va's / ref2va's vae_encoder) scales by its forecast driver.
+    work.update({s.stage: float(units.get(s.stage, s.driver)) * sizes[s.component] for s in forecast.stages})
     return work
 
 

@@ -1,18 +1,22 @@
 """What a generate run will hold, stage by stage, before any weight is read.
 
-Reads configs, safetensors headers and the local tokenizer only. Per computing
-stage of the workflow's plan (`STAGE_PLANS`: stage -> the weight component it
-runs), the forecast adds, above the process's own footprint once the pipeline
-is built (what `bench/bench_generate.py` measures against):
+Reads configs, safetensors headers, the local tokenizer and the input images'
+headers only. Per computing stage of the workflow's plan (`models.workflows.
+stage_plan`: every block that reads weights, with what is resident around it),
+the forecast adds, above the process's own footprint once the pipeline is built
+(what `bench/bench_generate.py` measures against):
 
 - weights resident under the resolved policy (header sizes at the run's dtype,
-  H3's fp32 modules kept fp32; with `sequential_components` only the stage's
-  own component, otherwise all of them), split into host and device;
+  H3's fp32 modules kept fp32, the text encoder's vision tower only where the
+  workflow reads it, the video VAE at fp32 when `vae_dtype` says so, the DiT at
+  its quantized size under `quantize`; with `sequential_components` the plan's
+  resident components, otherwise all the workflow's), split into host and device;
 - the stage's working set: `fixed + per_unit * driver`, where the driver is
-  the stage's size in its own unit (text tokens x hidden x hidden states kept,
-  packed sequence rows x DiT widths, output pixels, audio samples) and the two
-  constants per stage are fitted on measured runs (`CPU_TERMS`; the fit and the
-  geometries it was checked on are in docs/benchmarks.md);
+  the stage's size in its own unit (text and image rows x hidden x hidden states
+  kept, encoded image pixels, packed sequence rows x DiT widths, output pixels,
+  audio samples) and the two constants per stage are fitted on measured runs
+  (`CPU_TERMS`; the fit and the geometries it was checked on are in
+  docs/benchmarks.md; a stage without a fit borrows one, `BORROWED_TERMS`);
 - what earlier stages left behind (embeddings, latents, decoded frames, audio);
 - on CUDA, the costs outside tensors: the context (process level), the
   cuBLAS/cuDNN workspaces, and each stage's reserve (`CUDA_TERMS`, `CUDA_STAGE_TERMS`:
@@ -34,15 +38,10 @@ from loader.shard_header import read_shard_header
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings, resolve_offload
 
-from .params import FPS, TEXT_ENCODER_LAYER, WEIGHT_COMPONENTS, GenerateParams, ModelSpec
-from .residency import ON_DEVICE, plan_placements
+from .params import FPS, TEXT_ENCODER_LAYER, GenerateParams, ModelSpec
+from .residency import MODEL_OFFLOAD, ON_DEVICE, plan_placements
+from .workflows import check_workflow, stage_plan, workflow_components
 
-STAGE_PLANS: dict[str, tuple[tuple[str, str], ...]] = {
-    "t2va": (("text_encoder", "text_encoder"), ("denoise.denoise", "transformer"), ("decode.video", "vae"),
-             ("decode.audio", "audio_vae")),
-}
-"""Per workflow, its computing stages in run order and the weight component each one runs (a workflow
-that adds an image encoder or reference DiT adds its rows and a driver in `_drivers`)."""
 AUDIO_CHANNELS, AUDIO_LATENTS_PER_SECOND = 2, 40
 """H3's stereo soundtrack and its latent rate."""
 MiB = 2**20
@@ -59,16 +58,32 @@ class StageTerm:
 
 
 CPU_TERMS: dict[str, StageTerm] = {
-    "text_encoder": StageTerm(16183689, 10.4499),
-    "denoise.denoise": StageTerm(15534192, 8.6497),
-    "decode.video": StageTerm(13374304, 25.2241),
-    "decode.audio": StageTerm(59009555, 202.3175),
+    "text_encoder": StageTerm(9965009, 6.408),
+    "denoise.denoise": StageTerm(13136106, 5.7556),
+    "decode.video": StageTerm(9796519, 24.3659),
+    "decode.audio": StageTerm(88962191, 69.593),
 }
-"""Fitted by `bench/fit_generate_forecast.py` on CPU runs (see docs/benchmarks.md for the runs and the
-check on other geometries)."""
-CPU_RETAINED = 0.65
+"""Fitted by `bench/fit_generate_forecast.py` on CPU runs with torch 2.13.0+cpu, diffusers 0.42.1,
+transformers 5.24.0, tokenizers 0.23.3 and torchao 0.18.0 installed (diffusers imports it); other versions
+move these by several MiB (see docs/benchmarks.md for the runs and the check on other geometries)."""
+BORROWED_TERMS = {"vae_encoder": "decode.video"}
+"""Stages with no fit of their own and the fitted stage whose term they take: fl2va's and ref2va's
+`vae_encoder` runs the video VAE over one frame per image, counted at decode.video's bytes per pixel
+(not measured on its own)."""
+CPU_RETAINED = 0.1
 """Share of the largest earlier working set a CPU stage still holds: glibc keeps freed heap pages mapped, so
 RSS does not fall back between stages (fitted with CPU_TERMS)."""
+CPU_RETAINED_WEIGHTS = 0.5
+"""Share of the weights that sequential residency released in earlier stages a CPU stage still holds: the
+loader's tensors come from the heap, whose pages stay mapped after the release (fitted with CPU_TERMS; the
+demo profile decides it, its text encoder and DiT being 95 MiB against the tiny's 1 MiB)."""
+CPU_NOISE_FLOOR = 48 * MiB
+"""How far one CPU stage's peak RSS moves with nothing in the job changed (allocator arenas, which buffers
+glibc maps and unmaps, kernel scratch, library versions): on this 2-core machine two pairs of fresh runs of
+tiny 124 x 160x256 gave the lower `decode.audio` of each pair at 206 and 165 MiB (41 MiB apart; the kernel's
+own high-water mark agreed with the sampler within 2 MiB, so the spread is the heap's, not the
+sampling's), and CI measured `text_encoder` 17 MB above this machine with the same packages. A stage's
+forecast is held to 10 % or this, whichever is larger (the test, and the fit's choice of retained shares)."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +125,7 @@ class StageForecast:
     stage: str
     """Pipeline block name."""
     component: str
-    """The weight component the stage runs."""
+    """The weight component the stage runs (the first it reads: ref2va's `vae_encoder` also runs `audio_vae`)."""
     weight_bytes: int
     """Weights resident anywhere (device or host) during the stage."""
     device_weight_bytes: int
@@ -166,6 +181,8 @@ class GenerateForecast:
     """The CUDA context (0 elsewhere)."""
     stages: list[StageForecast] = field(default_factory=list)
     """One entry per computing stage, in run order."""
+    workflow: str = "t2va"
+    """The workflow whose stage plan was forecast."""
 
     @property
     def predicted_peak_bytes(self) -> int:
@@ -182,7 +199,7 @@ class GenerateForecast:
     def to_dict(self) -> dict[str, Any]:
         return {
             "height": self.height, "width": self.width, "frames": self.frames, "steps": self.steps,
-            "text_tokens": self.text_tokens, "tokens": self.tokens,
+            "workflow": self.workflow, "text_tokens": self.text_tokens, "tokens": self.tokens,
             "sequential_components": self.sequential_components, "component_bytes": dict(self.component_bytes),
             "placements": dict(self.placements), "process_host_bytes": self.process_host_bytes,
             "process_device_bytes": self.process_device_bytes, "stages": [s.to_dict() for s in self.stages],
@@ -190,9 +207,9 @@ class GenerateForecast:
         }
 
 
-CPU_PROCESS_BYTES = 404 * MiB
-"""VmRSS at the end of `prepare` on CPU (torch, diffusers and transformers imported, pipeline built, no
-weight): measured 404 MiB on this machine (torch 2.13 CPU) on both tiny and demo."""
+CPU_PROCESS_BYTES = 464 * MiB
+"""VmRSS at the end of `prepare` on CPU (torch, diffusers, transformers and torchao imported, pipeline built,
+no weight): measured 464 MiB on this machine with CPU_TERMS' packages, on both tiny and demo."""
 
 
 def count_prompt_tokens(root: str | Path, prompt: str) -> int:
@@ -217,72 +234,90 @@ def forecast_generate(
     settings: OffloadSettings,
     dtype_bytes: int = 2,
     sequential_components: bool | None = None,
-    workflow: str = "t2va",
+    workflow: str | None = None,
     resolved: bool = False,
 ) -> GenerateForecast:
     """Forecast a run of `params` on the model at `root` under `settings` for `device_info`.
 
-    `resolved`: the settings are the policy's answer already (a job's probe stage resolved them); else
-    they are resolved here. `sequential_components` defaults as `run_generate` does (on for unified memory).
+    `workflow` defaults to the one `params` selects (`GenerateParams.resolved_workflow`); its stage plan
+    (`models.workflows.stage_plan`) says which components each stage holds. `resolved`: the settings are
+    the policy's answer already (a job's probe stage resolved them); else they are resolved here.
+    `sequential_components` defaults as `run_generate` does (on for unified memory).
     """
+    from .quantize import DIT_COMPONENTS
+
     root = Path(root)
     model = ModelSpec.read(root)
+    workflow = check_workflow(workflow or params.resolved_workflow)
     if not resolved:
         settings, _ = resolve_offload(settings, device_info)
     sequential = device_info.unified_memory if sequential_components is None else sequential_components
-    cuda = device_info.kind == "cuda"
-    placements = plan_placements(settings, _torch_device(device_info), WEIGHT_COMPONENTS)
-    sizes = weight_bytes(root, dtype_bytes)
-    height, width = model.geometry(params)
+    cuda, cpu = device_info.kind == "cuda", device_info.kind == "cpu"
+    plan = [s for s in stage_plan(workflow, audio=params.audio, sequential=sequential) if s.reads]
+    components = workflow_components(workflow, params.audio)
+    placements = plan_placements(settings, _torch_device(device_info), components)
+    sizes = weight_bytes(root, dtype_bytes, workflow=workflow, quantize=params.quantize, vae_dtype=params.vae_dtype,
+                         audio=params.audio)
+    images = _image_sizes(params)
+    height, width = model.geometry(params, images.get("image") or images.get("last_image"))
     text_tokens = count_prompt_tokens(root, params.prompt)
-    tokens, drivers, outputs = _drivers(model, params, height, width, text_tokens, dtype_bytes)
+    conditions = _conditions(model, workflow, images, height, width)
+    tokens, drivers, outputs = _drivers(model, params, height, width, text_tokens, dtype_bytes, conditions,
+                                        _vision_tokens(root, model, conditions))
     pixels = drivers["decode.video"]  # the clip's pixels, as _drivers counts them
     layers = max(int(model.configs["transformer"]["num_layers"]), 1)
+    # An fp32 video VAE's tensors are twice bf16's: its stages' per-unit bytes scale with the element (an
+    # assumption, not fitted: CPU_TERMS were measured at bf16).
+    vae_scale = 4 / dtype_bytes if params.vae_dtype == "fp32" else 1.0
     stages = []
-    carried = retained = retained_device = 0
-    for stage, component in STAGE_PLANS[workflow]:
-        if stage == "decode.audio" and not params.audio:
-            continue
-        resident = [component] if sequential else list(WEIGHT_COMPONENTS)
+    carried = retained = retained_device = released = 0
+    for planned in plan:
+        stage, reads = planned.block, planned.reads
+        resident = list(planned.resident) if sequential else list(components)
         weights = sum(sizes[c] for c in resident)
         on_device = 0
-        if device_info.kind != "cpu":
+        if not cpu:
             on_device = sum(sizes[c] for c in resident if placements[c].mechanism == ON_DEVICE)
-            if placements[component].mechanism != ON_DEVICE:  # the offloaded component comes in while it runs
-                layerwise = component == "transformer" and settings.dit_layerwise_offload
-                on_device += sizes[component] // layers if layerwise else sizes[component]
-        term = (CUDA_STAGE_TERMS if cuda else CPU_TERMS)[stage]
-        activations = int(term.fixed + term.per_unit * drivers[stage])
+            for c in reads:
+                if placements[c].mechanism != ON_DEVICE:  # an offloaded component comes in while it runs
+                    layerwise = c in DIT_COMPONENTS and settings.dit_layerwise_offload
+                    on_device += sizes[c] // layers if layerwise else sizes[c]
+        term = _term(CUDA_STAGE_TERMS if cuda else CPU_TERMS, stage)
+        activations = int(term.fixed + term.per_unit * drivers[stage] * (vae_scale if "vae" in reads else 1.0))
         carried += int(CUDA_HOST_FRAME_BYTES[stage] * 3 * pixels) if cuda and stage in CUDA_HOST_FRAME_BYTES \
             else outputs[stage]
-        held = carried + (retained if device_info.kind == "cpu" else 0)
-        if device_info.kind == "cpu":
+        heap = retained + int(CPU_RETAINED_WEIGHTS * released)
+        held = carried + (heap if cpu else 0)
+        if cpu:
             overhead, host, device = 0, weights + activations + held, 0
             retained = max(retained, int(CPU_RETAINED * activations))
+            released += sum(sizes[c] for c in planned.releases) if sequential else 0
         else:
             overhead = CUDA_TERMS.workspaces if cuda else 0
-            host = weights - _host_copies_freed(placements, resident, sizes, component) + carried
+            host = weights - _host_copies_freed(placements, resident, sizes, reads) + carried
             # The caching allocator keeps an earlier stage's working set reserved unless a release emptied it
             # (sequential residency frees the cache with each component).
             device = on_device + max(activations, 0 if sequential else retained_device) + overhead
             retained_device = max(retained_device, activations)
-        stages.append(StageForecast(stage, component, weights, on_device, activations, held, overhead,
+        stages.append(StageForecast(stage, reads[0], weights, on_device, activations, held, overhead,
                                     host, device, drivers[stage]))
     return GenerateForecast(
         height, width, params.frames, model.steps(params), text_tokens, tokens, sequential, sizes,
         {c: p.mechanism for c, p in placements.items()},
-        CUDA_TERMS.host_runtime if cuda else CPU_PROCESS_BYTES, CUDA_TERMS.context if cuda else 0, stages)
+        CUDA_TERMS.host_runtime if cuda else CPU_PROCESS_BYTES, CUDA_TERMS.context if cuda else 0, stages,
+        workflow)
 
 
-def _host_copies_freed(placements, resident: list[str], sizes: Mapping[str, int], component: str) -> int:
+def _term(terms: Mapping[str, StageTerm], stage: str) -> StageTerm:
+    """The stage's fitted term, or the one it borrows (BORROWED_TERMS)."""
+    return terms[BORROWED_TERMS.get(stage, stage)]
+
+
+def _host_copies_freed(placements, resident: list[str], sizes: Mapping[str, int], reads: tuple[str, ...]) -> int:
     """Weights placed on the device hold no host copy; offloaded ones stay on the host (model offload moves
     the module in, so its host copy is gone while it runs; group offload keeps the host copy)."""
     freed = sum(sizes[c] for c in resident if placements[c].mechanism == ON_DEVICE)
-    from .residency import MODEL_OFFLOAD
-
-    if placements[component].mechanism == MODEL_OFFLOAD:
-        freed += sizes[component]
-    return freed
+    return freed + sum(sizes[c] for c in reads if placements[c].mechanism == MODEL_OFFLOAD)
 
 
 def _torch_device(info: DeviceInfo):
@@ -291,24 +326,70 @@ def _torch_device(info: DeviceInfo):
     return torch.device("cpu" if info.kind == "cpu" else info.kind)
 
 
+def _image_sizes(params: GenerateParams) -> dict[str, tuple[int, int]]:
+    """(width, height) of each input image given, from its header (Pillow reads no pixel for it); an image
+    that cannot be read is left out (the run itself refuses it, naming the file)."""
+    from PIL import Image
+
+    sizes = {}
+    for name, path in params.input_images().items():
+        try:
+            with Image.open(path) as image:
+                sizes[name] = image.size
+        except (OSError, ValueError):
+            continue
+    return sizes
+
+
+def _conditions(model: ModelSpec, workflow: str, images: Mapping[str, tuple[int, int]], height: int,
+                width: int) -> list[tuple[int, int]]:
+    """(height, width) of each image the VAE encodes and the DiT attends to: fl2va's keyframes on the canvas,
+    ref2va's reference at the checkpoint's reference short edge (diffusers' rule; a square when its file
+    cannot be read)."""
+    if workflow == "fl2va":
+        return [(height, width)] * max(sum(1 for n in ("image", "last_image") if n in images), 1)
+    if workflow != "ref2va":
+        return []
+    short, multiple = int(model.index.get("reference_image_short_edge", 2048)), model.canvas_multiple
+    w, h = images.get("ref_image", (short, short))
+    scale = short / min(w, h)
+    return [(max(multiple, round(h * scale / multiple) * multiple), max(multiple, round(w * scale / multiple) * multiple))]
+
+
+def _vision_tokens(root: Path, model: ModelSpec, conditions: list[tuple[int, int]]) -> int:
+    """Rows the text encoder adds for the images it is shown: per image a `<Picture i>: ` label, the vision
+    block's start and end, and one row per merged patch of the image at its size (the processor's resize
+    bounds left out)."""
+    vision = model.configs["text_encoder"].get("vision_config", {})
+    side = int(vision.get("patch_size", 16)) * int(vision.get("spatial_merge_size", 2))
+    return sum(count_prompt_tokens(root, f"<Picture {i + 1}>: ") + 2 + (h // side) * (w // side)
+               for i, (h, w) in enumerate(conditions))
+
+
 def _drivers(model: ModelSpec, params: GenerateParams, height: int, width: int, text_tokens: int,
-             dtype_bytes: int) -> tuple[int, dict[str, float], dict[str, int]]:
-    """The packed sequence's rows, each stage's driver, and each stage's output bytes."""
+             dtype_bytes: int, conditions: list[tuple[int, int]] = (), vision_tokens: int = 0,
+             ) -> tuple[int, dict[str, float], dict[str, int]]:
+    """The packed sequence's rows, each stage's driver, and each stage's output bytes. `conditions`: the
+    (height, width) of each image the VAE encodes (one latent frame each, packed in front of the video)."""
     dit = model.configs["transformer"]
     text_hidden = int(model.configs["text_encoder"]["text_config"]["hidden_size"])
-    video_latents = _video_latents(params.frames, model) * (height // model.spatial_compression) * (
-        width // model.spatial_compression)
+    sc = model.spatial_compression
+    video_latents = _video_latents(params.frames, model) * (height // sc) * (width // sc)
+    condition_latents = sum((h // sc) * (w // sc) for h, w in conditions)
     latent_channels = int(model.configs["vae"].get("latent_channels", 24))
     patch = math.prod(int(p) for p in dit["patch_size"])
     audio_rows = round(params.frames / FPS * AUDIO_LATENTS_PER_SECOND) * AUDIO_CHANNELS
-    tokens = text_tokens + audio_rows + video_latents // patch
+    text_rows = text_tokens + vision_tokens
+    tokens = text_rows + audio_rows + (video_latents + condition_latents) // patch
     hidden, ffn = int(dit["hidden_size"]), int(dit["ffn_dim"])
     pixels = params.frames * height * width
     samples = round(params.frames / FPS * model.sampling_rate) * AUDIO_CHANNELS
     states = min(model.text_encoder_layers, TEXT_ENCODER_LAYER + 1) + 1
     drivers = {
-        # Qwen3-VL over the prompt keeping every hidden state (output_hidden_states): bytes of those states.
-        "text_encoder": text_tokens * text_hidden * dtype_bytes * states,
+        # Qwen3-VL over the prompt (and the images' rows) keeping every hidden state: bytes of those states.
+        "text_encoder": text_rows * text_hidden * dtype_bytes * states,
+        # The VAE's encoder over the conditioning images: their pixels.
+        "vae_encoder": sum(h * w for h, w in conditions),
         # One joint block over the packed sequence: its rows times the block's widths, in bytes.
         "denoise.denoise": tokens * (hidden + ffn) * dtype_bytes,
         # The ViT decoder's output: pixels of the clip.
@@ -317,7 +398,8 @@ def _drivers(model: ModelSpec, params: GenerateParams, height: int, width: int, 
         "decode.audio": samples,
     }
     outputs = {
-        "text_encoder": text_tokens * text_hidden * dtype_bytes,
+        "text_encoder": text_rows * text_hidden * dtype_bytes,
+        "vae_encoder": condition_latents * latent_channels * 4,
         "denoise.denoise": (video_latents * latent_channels + audio_rows * 32) * 4,
         "decode.video": pixels * 3 * 4,  # float32 RGB frames (output_type="np")
         "decode.audio": samples * 4,
@@ -330,10 +412,22 @@ def _video_latents(frames: int, model: ModelSpec) -> int:
     return (frames - model.latents_per_chunk) // model.frames_per_chunk * model.latents_per_chunk + 2
 
 
-def weight_bytes(root: str | Path, dtype_bytes: int = 2) -> dict[str, int]:
-    """Each weight component's bytes at the run's dtype, from the headers."""
+def weight_bytes(root: str | Path, dtype_bytes: int = 2, *, workflow: str = "t2va", quantize: str | None = None,
+                 vae_dtype: str = "bf16", audio: bool = True) -> dict[str, int]:
+    """Each weight component `workflow` reads, its bytes as the run holds them, from the headers: the text
+    encoder without what the workflow never reads, the DiT quantized (`models.quantize.quantized_bytes`,
+    from its config) when `quantize` is set, the video VAE at fp32 when `vae_dtype` says so."""
+    from .quantize import DIT_COMPONENTS, quantized_bytes
+
     root = Path(root)
-    return {name: component_bytes(root / name, _keep_fp32(root, name), dtype_bytes) for name in WEIGHT_COMPONENTS}
+    sizes = {}
+    for name in workflow_components(workflow, audio):
+        if name in DIT_COMPONENTS and quantize is not None:
+            sizes[name] = quantized_bytes(root, name, quantize, dtype_bytes)
+        else:
+            element = 4 if name == "vae" and vae_dtype == "fp32" else dtype_bytes
+            sizes[name] = component_bytes(root / name, _keep_fp32(root, name), element, workflow)
+    return sizes
 
 
 def _keep_fp32(root: Path, name: str) -> tuple[str, ...]:
@@ -345,25 +439,26 @@ def _keep_fp32(root: Path, name: str) -> tuple[str, ...]:
     return tuple(getattr(cls, "_keep_in_fp32_modules", None) or ())
 
 
-def unread_by_t2va(name: str) -> bool:
-    """Text-encoder tensors t2va never reads: the vision tower, the LM head, and the decoder layers after
-    layer 50 (layers 0..50 stay, so `hidden_states[50]` remains the pre-norm state; the loader's rule)."""
-    if name.startswith(("model.visual.", "lm_head.")):
+def unread_by(name: str, workflow: str) -> bool:
+    """Text-encoder tensors `workflow` never reads: the LM head and the decoder layers after layer 50 (layers
+    0..50 stay, so `hidden_states[50]` remains the pre-norm state), and for t2va the vision tower (the
+    loader's rule, `models.components.text_encoder_pruning`)."""
+    if name.startswith("lm_head.") or (workflow == "t2va" and name.startswith("model.visual.")):
         return True
     prefix = "model.language_model.layers."
     return name.startswith(prefix) and int(name[len(prefix):].split(".", 1)[0]) > TEXT_ENCODER_LAYER
 
 
-def component_bytes(folder: Path, keep_fp32: tuple[str, ...], dtype_bytes: int) -> int:
+def component_bytes(folder: Path, keep_fp32: tuple[str, ...], dtype_bytes: int, workflow: str = "t2va") -> int:
     """Bytes of a component's tensors at the run's dtype: fp32 where diffusers keeps fp32 (a dotted part of
-    the name in `_keep_in_fp32_modules`), else `dtype_bytes`; tensors t2va never reads are not counted."""
+    the name in `_keep_in_fp32_modules`), else `dtype_bytes`; tensors `workflow` never reads are not counted."""
     total = 0
     for path in sorted(folder.glob("*.safetensors")):
         shard, problems = read_shard_header(path)
         if shard is None:
             raise ValueError(f"{path}: " + "; ".join(problems))
         for t in shard.tensors:
-            if folder.name == "text_encoder" and unread_by_t2va(t.name):
+            if folder.name == "text_encoder" and unread_by(t.name, workflow):
                 continue
             if not t.dtype.startswith(("F", "BF")):
                 total += t.nbytes

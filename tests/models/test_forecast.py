@@ -13,14 +13,16 @@ import pytest
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings
 from models.eta import NO_HISTORY, StageRecord, estimate, stage_work, time_left, total_seconds
-from models.forecast import CUDA_TERMS, count_prompt_tokens, forecast_generate
+from models.forecast import CPU_NOISE_FLOOR, CUDA_TERMS, count_prompt_tokens, forecast_generate
 from models.params import GenerateParams
 
 CPU = DeviceInfo("cpu", "cpu", None, "test CPU", True, 64 * 2**30, "cpu", "a CPU")
 H200 = DeviceInfo("cuda", "cuda", 0, "NVIDIA H200", False, int(139.8 * 2**30), "cuda-driver", "made up for a test")
-UNSEEN = GenerateParams(prompt="a red fox running through fresh snow at dawn", frames=124, height=96, width=160,
+UNSEEN = GenerateParams(prompt="a red fox running through fresh snow at dawn", frames=124, height=256, width=160,
                         steps=3)
-"""Not one of the geometries CPU_TERMS was fitted on (tiny 124x128x64, 158x160x96; demo 124x288x160)."""
+"""Not one of the geometries CPU_TERMS was fitted on (frames x width x height: tiny 124 x 64x128, 158 x 96x160,
+141 x 128x224; demo 124 x 288x160, 175 x 128x192), and large enough that decode's per-pixel terms carry most
+of its bytes."""
 
 _MEASURE = """
 import json, sys
@@ -48,7 +50,9 @@ def test_the_forecast_is_within_10_percent_per_stage_of_a_measured_tiny_run_on_a
     forecast = forecast_generate(h3_tiny, UNSEEN, device_info=CPU, settings=OffloadSettings())
     for stage in forecast.stages:
         measured = min(r[stage.stage] for r in runs)
-        assert stage.total_bytes == pytest.approx(measured, rel=0.10), stage.stage
+        # 10 %, or the machine's own run-to-run floor where a stage is too small for 10 % to rise above it.
+        tolerance = max(0.10 * measured, CPU_NOISE_FLOOR)
+        assert abs(stage.total_bytes - measured) <= tolerance, (stage.stage, stage.total_bytes, measured)
 
 
 def test_the_prompt_is_counted_in_the_checkpoint_s_own_tokens(h3_tiny: Path):
@@ -104,3 +108,82 @@ def test_on_cuda_without_sequential_residency_a_later_stage_keeps_earlier_workin
             held = s.activation_bytes if sequential else max(largest, s.activation_bytes)
             assert s.device_bytes == s.device_weight_bytes + held + s.overhead_bytes, (sequential, s.stage)
             largest = max(largest, s.activation_bytes)
+
+
+@pytest.fixture(scope="module")
+def keyframe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An 80x48 PNG (not the canvas: diffusers resizes it)."""
+    from PIL import Image
+
+    path = tmp_path_factory.mktemp("images") / "frame.png"
+    Image.new("RGB", (80, 48), (200, 40, 10)).save(path)
+    return path
+
+
+@pytest.mark.parametrize("knobs", [{"workflow": "fl2va", "image": True, "quantize": "int8", "vae_dtype": "fp32"},
+                                   {"workflow": "ref2va", "ref_image": True}], ids=["fl2va-int8-fp32vae", "ref2va"])
+def test_each_workflow_s_forecast_holds_exactly_the_components_and_bytes_its_run_places(
+        h3_tiny: Path, keyframe: Path, tmp_path: Path, knobs):
+    """The vision tower where the workflow reads it, transformer_ref for ref2va (never beside transformer),
+    the int8 DiT at its quantized size and the fp32 VAE: what the run reports it placed and holds."""
+    from dataclasses import replace
+
+    from models.pipeline import run_generate
+
+    params = replace(GenerateParams(prompt="a red fox", frames=124, height=64, width=64, steps=2, audio=False),
+                     **{k: str(keyframe) if v is True else v for k, v in knobs.items()})
+    forecast = forecast_generate(h3_tiny, params, device_info=CPU, settings=OffloadSettings(),
+                                 sequential_components=True)
+    t2va = forecast_generate(h3_tiny, replace(params, workflow="t2va", image=None, ref_image=None, quantize=None,
+                                              vae_dtype="bf16"), device_info=CPU, settings=OffloadSettings(),
+                             sequential_components=True)
+    result = run_generate(h3_tiny, params, tmp_path / "c.mp4", device="cpu", device_info=CPU,
+                          sequential_components=True)
+    held = {c: r.get("bytes_held", r["bytes_placed"]) for c, r in result.loads.items()}
+    assert forecast.workflow == knobs["workflow"] and forecast.component_bytes == held
+    assert [s.stage for s in forecast.stages] == [s for s in result.stages if s in
+                                                   ("text_encoder", "vae_encoder", "denoise.denoise", "decode.video")]
+    assert forecast.component_bytes["text_encoder"] > t2va.component_bytes["text_encoder"]  # the vision tower
+    assert forecast.tokens > t2va.tokens  # the image's rows in the text and in the packed sequence
+    dit = "transformer_ref" if knobs["workflow"] == "ref2va" else "transformer"
+    assert forecast.stage("denoise.denoise").component == dit
+    assert not {"transformer", "transformer_ref"} <= set(forecast.component_bytes)  # never both
+    if "quantize" in knobs:
+        assert forecast.component_bytes["transformer"] < t2va.component_bytes["transformer"]
+        assert forecast.component_bytes["vae"] > t2va.component_bytes["vae"]
+
+
+def test_the_fit_aware_policy_weighs_the_quantized_dit(h3_tiny: Path):
+    """On a faked discrete GPU just too small for the bf16 job with everything resident, the int8 DiT makes it
+    fit: every component stays resident, where bf16 has to offload one."""
+    from models.forecast import policy_fit, resolve_for_generate
+
+    bf16 = GenerateParams(prompt="a red fox", frames=124, height=64, width=64, steps=3)
+    int8 = GenerateParams(prompt="a red fox", frames=124, height=64, width=64, steps=3, quantize="int8")
+
+    def need(params: GenerateParams) -> int:
+        fit = policy_fit(h3_tiny, params, H200, sequential_components=False)
+        return sum(fit.component_bytes.values()) + fit.working_bytes
+
+    assert need(int8) < need(bf16)
+    small = DeviceInfo("cuda", "cuda", 0, "faked GPU", False, (need(int8) + need(bf16)) // 2, "test", "made up")
+    flags = ("dit_cpu_offload", "text_encoder_cpu_offload", "vae_cpu_offload")
+    for params, offloads in ((bf16, True), (int8, False)):
+        settings, decisions = resolve_for_generate(h3_tiny, params, OffloadSettings(), small,
+                                                   sequential_components=False)
+        assert any(getattr(settings, f) for f in flags) is offloads, [str(d) for d in decisions]
+        assert not settings.dit_layerwise_offload or offloads
+
+
+def test_the_forecast_command_takes_generate_s_workflow_image_and_knob_options(capsys, h3_tiny: Path,
+                                                                               keyframe: Path):
+    from models.cli import main
+
+    code = main(["forecast", str(h3_tiny), "--prompt", "a red fox", "--frames", "124", "--height", "64",
+                 "--width", "64", "--steps", "3", "--seed", "3", "--workflow", "ref2va", "--ref-image", str(keyframe),
+                 "--quantize", "int8", "--vae-dtype", "fp32", "--no-vae-tiling", "--mode", "stream", "--json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["workflow"], out["quantize"], out["vae_dtype"]) == ("ref2va", "int8", "fp32")
+    assert [s["stage"] for s in out["stages"]] == ["text_encoder", "vae_encoder", "denoise.denoise", "decode.video",
+                                                   "decode.audio"]
