@@ -328,11 +328,14 @@ def _torch_device(info: DeviceInfo):
 
 def _image_sizes(params: GenerateParams) -> dict[str, tuple[int, int]]:
     """(width, height) of each input image given, from its header (Pillow reads no pixel for it); an image
-    that cannot be read is left out (the run itself refuses it, naming the file)."""
+    that cannot be read is left out (the run itself refuses it, naming the file). A reference clip is not
+    counted (its frames through the vision tower and the VAE are not forecast; docs/benchmarks.md says so)."""
     from PIL import Image
 
     sizes = {}
-    for name, path in params.input_images().items():
+    for name, path in params.input_files().items():
+        if name == "ref_video":
+            continue
         try:
             with Image.open(path) as image:
                 sizes[name] = image.size
@@ -431,12 +434,13 @@ def weight_bytes(root: str | Path, dtype_bytes: int = 2, *, workflow: str = "t2v
 
 
 def _keep_fp32(root: Path, name: str) -> tuple[str, ...]:
-    """The component class's `_keep_in_fp32_modules` (diffusers' dtype rule), from the index's class name."""
+    """The component class's float32 modules (diffusers' dtype rule), from the index's class name."""
     import importlib
 
+    from .components import keep_fp32_modules
+
     library, class_name = json.loads((root / "modular_model_index.json").read_text())[name][:2]
-    cls = getattr(importlib.import_module(library), class_name)
-    return tuple(getattr(cls, "_keep_in_fp32_modules", None) or ())
+    return keep_fp32_modules(getattr(importlib.import_module(library), class_name))
 
 
 def unread_by(name: str, workflow: str) -> bool:
