@@ -18,15 +18,18 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import words
+from models.clips import CLIP_FORMATS, MAX_CLIP_BYTES, MAX_CLIP_SECONDS
 from models.inputs import MAX_IMAGE_BYTES
 from models.params import INPUT_FILE_FIELDS
 from models.quantize import DIT_COMPONENTS
-from models.workflows import WORKFLOW_INPUTS, WORKFLOWS, stage_plan
+from models.workflows import WORKFLOW_CLIPS, WORKFLOW_INPUTS, WORKFLOWS, stage_plan
 
 INPUT_LABELS = {field: role.capitalize() for field, role in words.INPUT_WORDS.items()}
 """Uploader label per GenerateParams image field."""
+CLIP_LABELS = {field: role.capitalize() for field, role in words.CLIP_WORDS.items()}
+"""Uploader label per GenerateParams clip field."""
 WORKFLOW_HELP = {"t2va": "text to video with audio", "fl2va": "from a first and/or last frame",
-                 "ref2va": "from a reference image (loads transformer_ref, the second DiT)"}
+                 "ref2va": "from a reference image and/or clip (loads transformer_ref, the second DiT)"}
 """One line per workflow for the workflow control."""
 
 
@@ -64,18 +67,27 @@ def stage_plan_section(workflow: str, audio: bool, sequential: bool, quantize: s
 
 
 def workflow_section(data_dir: Path, audio: bool) -> dict[str, Any]:
-    """The workflow control and an uploader with a preview for each of its images; the spec fields."""
+    """The workflow control and an uploader with a preview for each of its images and clips; the spec fields."""
     workflow = st.selectbox("Workflow", WORKFLOWS, key="run_gen_workflow", format_func=lambda w: f"{w}: {WORKFLOW_HELP[w]}")
     fields: dict[str, Any] = {"workflow": workflow}
-    names = WORKFLOW_INPUTS[workflow]
+    names = WORKFLOW_INPUTS[workflow] + WORKFLOW_CLIPS[workflow]
     cols = st.columns(max(len(names), 1))
     for col, name in zip(cols, names):
-        upload = col.file_uploader(INPUT_LABELS[name], type=["png", "jpg", "jpeg", "webp"], key=f"run_gen_{name}",
-                                   help=f"PNG, JPEG or WebP up to {MAX_IMAGE_BYTES // 2**20} MiB; resized onto the"
-                                        " canvas the way diffusers does")
+        clip = name in WORKFLOW_CLIPS[workflow]
+        upload = col.file_uploader(
+            CLIP_LABELS[name] if clip else INPUT_LABELS[name], key=f"run_gen_{name}",
+            type=list(CLIP_FORMATS) if clip else ["png", "jpg", "jpeg", "webp"],
+            help=(f"{' or '.join(f.upper() for f in CLIP_FORMATS)} up to {MAX_CLIP_BYTES // 2**20} MiB and "
+                  f"{MAX_CLIP_SECONDS:g} s; resampled to 24 fps and cut to the clip's frames as diffusers does" if clip
+                  else f"PNG, JPEG or WebP up to {MAX_IMAGE_BYTES // 2**20} MiB; resized onto the canvas the way "
+                       "diffusers does"))
         if upload is not None:
             fields[name] = str(save_upload(data_dir, upload.name, upload.getvalue()))
-            col.image(upload.getvalue(), caption=upload.name, width="stretch")
+            if clip:
+                col.video(upload.getvalue())
+                col.caption(upload.name)
+            else:
+                col.image(upload.getvalue(), caption=upload.name, width="stretch")
     return fields
 
 
@@ -86,12 +98,17 @@ def output_videos(artifacts: list[dict]) -> list[dict]:
 
 
 def input_strip(artifacts: list[dict], path_of) -> None:
-    """The job's input images side by side (`path_of(name)` gives an artifact's file)."""
-    shown = [(a["name"], INPUT_LABELS.get(a["name"].rpartition(".")[0]))
-             for a in artifacts if a["media_type"].startswith("image/")]
-    shown = [(name, label) for name, label in shown if label is not None]
+    """The job's input images and clip side by side (`path_of(name)` gives an artifact's file)."""
+    labels = {**INPUT_LABELS, **CLIP_LABELS}
+    shown = [(a["name"], labels.get(a["name"].rpartition(".")[0]), a["media_type"].startswith("video/"))
+             for a in artifacts if a["media_type"].startswith(("image/", "video/"))]
+    shown = [item for item in shown if item[1] is not None]
     if not shown:
         return
     cols = st.columns(len(shown))
-    for col, (name, label) in zip(cols, shown):
-        col.image(str(path_of(name)), caption=f"{label} ({name})", width="stretch")
+    for col, (name, label, clip) in zip(cols, shown):
+        if clip:
+            col.video(str(path_of(name)))
+            col.caption(f"{label} ({name})")
+        else:
+            col.image(str(path_of(name)), caption=f"{label} ({name})", width="stretch")

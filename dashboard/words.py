@@ -49,6 +49,8 @@ EVENT_WORDS = {
 
 INPUT_WORDS = {"image": "first frame", "last_image": "last frame", "ref_image": "reference image"}
 """A generate job's input image, by its GenerateParams field (and its copy's name in the job folder)."""
+CLIP_WORDS = {"ref_video": "reference clip"}
+"""A generate job's input clip, by its GenerateParams field (its copy is `ref_video.mp4`)."""
 
 FLAG_WORDS = {
     "dit_layerwise_offload": "transformer streamed layer by layer from the CPU",

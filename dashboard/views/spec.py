@@ -112,6 +112,7 @@ def generate_parameters(job: dict) -> dict[str, str]:
         "audio": fmt.flag(params.get("audio")),
         "workflow": workflow_of(params),
         "input images": ", ".join(words.input_role(field) for field in given) or "none (text only)",
+        "reference clip": Path(params["ref_video"]).name if params.get("ref_video") else "none",
         "VAE tiling": fmt.flag(params.get("vae_tiling", True)),
         "VAE precision": params.get("vae_dtype") or "bf16",
         "transformer weights": f"{quantize} (weight-only)" if quantize else "not quantized",

@@ -80,3 +80,34 @@ def test_a_reference_clip_copied_in_is_not_shown_as_the_job_s_video():
 
     artifacts = [{"name": "ref_video.mp4"}, {"name": "image.png"}, {"name": "video.mp4"}, {"name": "child.log"}]
     assert [a["name"] for a in output_videos(artifacts)] == ["video.mp4"]
+
+
+def test_ref2va_offers_an_image_and_a_clip_uploader_and_the_clip_feeds_the_spec(tmp_path: Path):
+    at = AppTest.from_function(_section, args=(str(tmp_path),), default_timeout=60).run()
+    at.selectbox(key="run_gen_workflow").set_value("ref2va").run()
+    uploaders = at.get("file_uploader")
+    assert [u.label for u in uploaders] == ["Reference image", "Reference clip"]
+    body = b"\x00\x00\x00\x18ftypmp42"  # the page stores the upload as given; submit checks the clip itself
+    uploaders[1].set_value(("motion.mp4", body, "video/mp4")).run()
+    fields = json.loads(at.code[0].value)
+    saved = Path(fields["ref_video"])
+    assert fields["workflow"] == "ref2va" and "ref_image" not in fields
+    assert saved.suffix == ".mp4" and saved.read_bytes() == body
+    assert any("motion.mp4" in c.value for c in at.caption)
+
+
+def _strip_with_clip(folder: str):
+    from pathlib import Path
+
+    from dashboard.inputs_panel import input_strip
+
+    artifacts = [{"name": "ref_video.mp4", "media_type": "video/mp4"}, {"name": "video.mp4", "media_type": "video/mp4"}]
+    input_strip(artifacts, lambda name: Path(folder) / name)
+
+
+def test_the_job_page_strip_shows_the_reference_clip_and_not_the_output(tmp_path: Path):
+    (tmp_path / "ref_video.mp4").write_bytes(b"clip")
+    at = AppTest.from_function(_strip_with_clip, args=(str(tmp_path),), default_timeout=60).run()
+    assert not at.exception
+    assert [c.value for c in at.caption] == ["Reference clip (ref_video.mp4)"]
+    assert len(at.get("video")) == 1
