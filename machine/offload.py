@@ -6,8 +6,7 @@ host and device are one pool: the move frees nothing, the copy is pure loss,
 and the peak becomes the sum instead of the max. One flag acts at several sites
 (load-time device choice, the offload hooks around a component's forward), so
 `resolve_offload` runs once after the job's device is bound and every site reads
-its answer. Sites that take an explicit `cpu_offload=` argument bypass the
-settings and call `guard_cpu_offload` instead.
+its answer.
 """
 
 from __future__ import annotations
@@ -189,19 +188,6 @@ def resolve_offload(
         if flag in changes
     ]
     return replace(settings, **values), decisions
-
-
-def guard_cpu_offload(requested: bool, device: DeviceInfo, *, site: str) -> bool:
-    """The `cpu_offload` a call site with an explicit argument must use on `device`.
-
-    Such a site bypasses `resolve_offload`, so it applies the same rule here:
-    on unified memory a request to offload is overridden, and the reason logged
-    naming `site` (e.g. "load_checkpoint").
-    """
-    if requested and device.unified_memory:
-        logger.warning("%s: cpu_offload=True overridden to False: %s", site, unified_memory_reason(device))
-        return False
-    return requested
 
 
 def _on_off(value: bool) -> str:

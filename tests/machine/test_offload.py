@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 
 import pytest
 
@@ -12,7 +11,6 @@ from machine.offload import (
     UNIFIED_MEMORY_OFFLOAD_FLAGS,
     OffloadDecision,
     OffloadSettings,
-    guard_cpu_offload,
     resolve_offload,
 )
 
@@ -147,23 +145,6 @@ def test_resolve_offload_does_not_mutate_its_input(gb10):
     settings = OffloadSettings()
     resolve_offload(settings, gb10)
     assert settings == OffloadSettings()
-
-
-def test_guard_overrides_an_explicit_cpu_offload_on_unified_memory_and_logs_why(gb10, caplog):
-    with caplog.at_level(logging.WARNING, logger="machine.offload"):
-        assert guard_cpu_offload(True, gb10, site="load_checkpoint") is False
-    assert caplog.messages == [
-        "load_checkpoint: cpu_offload=True overridden to False: "
-        "NVIDIA GB10 has unified memory: moving weights to host frees nothing"
-    ]
-
-
-@pytest.mark.parametrize("requested, unified", [(False, True), (True, False), (False, False)])
-def test_guard_keeps_the_request_otherwise_and_logs_nothing(requested, unified, caplog):
-    device = make_device(unified=unified)
-    with caplog.at_level(logging.DEBUG, logger="machine.offload"):
-        assert guard_cpu_offload(requested, device, site="load_checkpoint") is requested
-    assert caplog.messages == []
 
 
 GIB = 2**30
