@@ -1,7 +1,6 @@
 """Placement modes. Importing this package registers the built-in ones."""
 
 from . import dict_modes, stream  # noqa: F401  (registration)
-from machine.advice import mode_warning
 from .base import LoadPlan, Placement, PlacementContext, PlannedTarget, get_placement, known_placements, register_placement
 
 __all__ = [
@@ -11,6 +10,5 @@ __all__ = [
     "PlannedTarget",
     "get_placement",
     "known_placements",
-    "mode_warning",
     "register_placement",
 ]
