@@ -11,7 +11,7 @@ pays for 639 CUDA allocations and 639 memory samples. The C side
     python bench/bench_peers.py --make-checkpoint /tmp/pruned-r16
     python bench/bench_read_strategies.py /tmp/pruned-r16      # on the GPU host; writes $OUT/explore.json
 """
-import ctypes, json, mmap, os, subprocess, sys, threading, time
+import ctypes, json, os, subprocess, sys, threading, time
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 

@@ -9,7 +9,7 @@ import pytest
 
 from jobs.guard import GUARD_GRACE
 from jobs.queue import cancel
-from storage.queries import events, get_job, last_sample, sample_count
+from storage.queries import events, last_sample, sample_count
 
 
 @pytest.fixture

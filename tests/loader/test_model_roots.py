@@ -7,8 +7,6 @@ import builtins
 import json
 import os
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest

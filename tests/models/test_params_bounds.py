@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from models.params import (MAX_CANVAS_EDGE, MAX_PROMPT_BYTES, MAX_PROMPT_TOKENS, GenerateParams, GenerateParamsError,
                            ModelSpec, validate_params)
 from models.text_aux import load_tokenizer
