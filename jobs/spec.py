@@ -151,7 +151,7 @@ def build_spec(raw: Mapping[str, Any], config: Config, *, known_kinds: tuple[str
             problems.add("gpus", f"{gpus} GPUs need a cuda device, got {device!r}")
         else:
             _check_device_present(device, gpus, probe, problems)
-    _check_quantization(values, probe, problems)
+    _check_quantization(values, problems)
     if values["sequential_components"] is not None and kind != "generate":
         problems.add("sequential_components", f"only applies to generate jobs, not {kind!r}")
     _check_drop_page_cache(values, problems)
@@ -174,17 +174,17 @@ def _skeleton(value: Any, values: Mapping[str, Any], problems: _Problems) -> boo
     return value
 
 
-def _check_quantization(values: Mapping[str, Any], probe: Probe, problems: _Problems) -> None:
+def _check_quantization(values: Mapping[str, Any], problems: _Problems) -> None:
     """A quantized DiT that cannot run on the job's device (no torchao, fp8 below its compute capability) is
     refused here, as the Run page warns, not when the child loads the transformer."""
     params = values["generate"]
     if params is None or params.quantize is None or values["device"] is None:
         return
+    if any(name in ("device", "gpus") for name, _ in problems.found):
+        return  # the device itself is refused already (its probe failed): that is the line to show
     from models.quantize_check import cuda_capability, quantization_problem, torchao_installed
 
-    kind, index = parse_device_spec(values["device"])
-    capability = cuda_capability(kind, index) if kind == "cuda" and probe(values["device"]).source != "probe-failed" \
-        else None
+    capability = cuda_capability(*parse_device_spec(values["device"]))
     problem = quantization_problem(params.quantize, values["device"], capability, torchao_installed())
     if problem is not None:
         problems.add("generate.quantize", problem)

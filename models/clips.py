@@ -25,6 +25,8 @@ from typing import Any
 
 from core.errors import DrainboardError
 
+from .inputs import require_input_file
+
 CLIP_SUFFIX = ".mp4"
 """The suffix a job's copy of a clip gets (MP4 and MOV share the ISO container; PyAV reads either by content)."""
 CLIP_FORMATS = ("mp4", "mov")
@@ -85,14 +87,7 @@ def check_clip(path: str | os.PathLike, sampling_rate: int | None = None) -> Cli
     import av
 
     path = Path(path)
-    try:
-        size = path.stat().st_size
-    except OSError as e:
-        raise InputClipError(f"{path}: cannot read: {e.strerror or e}") from None
-    if not path.is_file():
-        raise InputClipError(f"{path}: not a file")
-    if size > MAX_CLIP_BYTES:
-        raise InputClipError(f"{path}: {size:,} bytes; clips up to {MAX_CLIP_BYTES // 2**20} MiB are accepted")
+    require_input_file(path, MAX_CLIP_BYTES, "clips", InputClipError)
     try:
         container = av.open(str(path))
     except (av.FFmpegError, UnicodeDecodeError, ValueError) as e:

@@ -28,19 +28,26 @@ class InputImageError(DrainboardError):
     """An input image cannot be used."""
 
 
+def require_input_file(path: Path, limit: int, what: str, error: type[Exception]) -> int:
+    """The size of the regular file at `path`, or `error` naming it: unreadable, not a file, over `limit` bytes
+    (`what`: the plural the message names, e.g. "images")."""
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise error(f"{path}: cannot read: {e.strerror or e}") from None
+    if not path.is_file():
+        raise error(f"{path}: not a file")
+    if size > limit:
+        raise error(f"{path}: {size:,} bytes; {what} up to {limit // 2**20} MiB are accepted")
+    return size
+
+
 def check_image(path: str | os.PathLike) -> tuple[str, tuple[int, int]]:
     """(Pillow format, (width, height)) of the image at `path`; InputImageError naming the file otherwise."""
     from PIL import Image, UnidentifiedImageError
 
     path = Path(path)
-    try:
-        size = path.stat().st_size
-    except OSError as e:
-        raise InputImageError(f"{path}: cannot read: {e.strerror or e}") from None
-    if not path.is_file():
-        raise InputImageError(f"{path}: not a file")
-    if size > MAX_IMAGE_BYTES:
-        raise InputImageError(f"{path}: {size:,} bytes; images up to {MAX_IMAGE_BYTES // 2**20} MiB are accepted")
+    require_input_file(path, MAX_IMAGE_BYTES, "images", InputImageError)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
