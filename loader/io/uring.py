@@ -37,6 +37,7 @@ import mmap
 import os
 import platform
 import struct
+import time
 
 _SYSCALLS = {"x86_64": (425, 426, 427), "aarch64": (425, 426, 427)}
 """(io_uring_setup, io_uring_enter, io_uring_register): the same numbers on both, from the generic syscall table."""
@@ -55,6 +56,13 @@ personality, splice_fd_in, addr3, pad (64 bytes)."""
 _CQE = struct.Struct("<QiI")
 """struct io_uring_cqe: user_data, res, flags (16 bytes)."""
 _U32 = struct.Struct("<I")
+SETTLE_PATIENCE_S = 60.0
+"""How long `close` waits for cancelled reads before it gives up and keeps the ring (and so the caller's
+buffers): a read of a regular file a kernel worker has begun runs to its end, which takes well under this
+even on a slow disk, and a read that never ends (a pipe, a hung device) must not hang the load."""
+_RECANCEL_S = 0.05
+"""A cancel that reaches the kernel while a worker is between taking a read and starting it can miss it:
+`close` asks again this often."""
 
 
 class _SQOffsets(ctypes.Structure):
@@ -96,6 +104,11 @@ def auto_refusal(machine: str | None = None) -> str | None:
             "acquire ordering that CPU needs, so the ring reads with threads")
 
 
+class ReadsUnsettled(RuntimeError):
+    """Reads still in flight after `close` cancelled them for `SETTLE_PATIENCE_S`: the ring stays open and
+    the buffers they read into must be kept."""
+
+
 class UringUnavailable(OSError):
     """io_uring cannot be used here (the message says why); read another way."""
 
@@ -132,6 +145,7 @@ class ReadQueue:
         self._cq_head, self._cq_tail, self._cqes = cq.head, cq.tail, cq.cqes
         self._cq_mask = _U32.unpack_from(self._cq, cq.ring_mask)[0]
         self.depth = depth
+        self.settle_patience = SETTLE_PATIENCE_S
         self._next_id = 1
         self._in_flight: set[int] = set()
         self._done: dict[int, int] = {}
@@ -284,9 +298,21 @@ class ReadQueue:
                 self._fd = -1
 
     def _settle(self) -> None:
-        """Cancel what is in flight and wait for all of it (a read already finished is not disturbed)."""
-        self.cancel_all()
-        self.drain()
+        """Cancel what is in flight and wait for all of it (a read already finished is not disturbed),
+        asking again every `_RECANCEL_S` and giving up with `ReadsUnsettled` after `settle_patience` s."""
+        deadline = time.monotonic() + self.settle_patience
+        while self._in_flight:
+            self.cancel_all()
+            recancel_at = time.monotonic() + _RECANCEL_S
+            while self._in_flight and time.monotonic() < recancel_at:
+                self._enter(0)  # runs the kernel's pending completions and reaps them, without blocking
+                if self._in_flight:
+                    time.sleep(0.001)
+            if self._in_flight and time.monotonic() >= deadline:
+                raise ReadsUnsettled(f"io_uring: {len(self._in_flight)} read(s) still in flight "
+                                     f"{self.settle_patience:g} s after they were cancelled (a file that never "
+                                     f"returns data, or a hung device); the ring and its buffers are kept")
+        self._done.clear()
 
     def _check_known(self, read_ids: list[int]) -> None:
         for read_id in read_ids:

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from loader.io import uring
-from loader.io.uring import ReadQueue, UringUnavailable
+from loader.io.uring import ReadQueue, ReadsUnsettled, UringUnavailable
 
 _MiB = 1 << 20
 
@@ -222,6 +222,44 @@ def test_close_cancels_a_read_that_would_never_finish(pipe):
     q.flush()
     q.close()  # without the cancel this waits forever
     assert q.in_flight == 0 and q._fd == -1
+
+
+def test_close_asks_again_when_a_cancel_misses_the_read(pipe, monkeypatch):
+    """A cancel that reaches the kernel while a worker is between taking the read and starting it finds
+    nothing: close asks again instead of waiting forever (faked by dropping the first cancel)."""
+    r, _ = pipe
+    buf = ctypes.create_string_buffer(4096)
+    q = _queue(2)
+    q.submit(r, 0, ctypes.addressof(buf), 4096, worker=False)
+    q.flush()
+    real_cancel, cancels = q.cancel_all, []
+
+    def first_one_missed():
+        cancels.append(1)
+        if len(cancels) > 1:
+            real_cancel()
+
+    monkeypatch.setattr(q, "cancel_all", first_one_missed)
+    q.close()
+    assert len(cancels) >= 2 and q.in_flight == 0 and q._fd == -1
+
+
+def test_a_read_that_no_cancel_ends_gives_up_and_keeps_the_ring(pipe, monkeypatch):
+    """A read the kernel never ends must not hang the load: close gives up after its patience with an error
+    that says so, and keeps the ring open (the kernel may still write the buffer)."""
+    r, w = pipe
+    buf = ctypes.create_string_buffer(4096)
+    q = _queue(2)
+    q.submit(r, 0, ctypes.addressof(buf), 4096, worker=False)
+    q.flush()
+    monkeypatch.setattr(q, "cancel_all", lambda: None)  # every cancel missed
+    q.settle_patience = 0.2
+    with pytest.raises(ReadsUnsettled, match=r"1 read\(s\) still in flight 0.2 s after they were cancelled"):
+        q.close()
+    assert q.in_flight == 1 and q._fd >= 0
+    os.write(w, b"y" * 10)  # the read was live all along
+    q.close()
+    assert q._fd == -1 and buf.raw[:10] == b"y" * 10
 
 
 def test_close_after_a_failed_drain_cancels_and_waits_before_the_rings_go(pipe, monkeypatch):
