@@ -373,21 +373,23 @@ class Supervisor:
         """Loop until stopped (SIGTERM, Ctrl-C); with `once`, run at most one job (none if none is queued);
         with `idle_exit`, until idle that long. Raises `WorkerGone` (after stopping) when the database is gone."""
         previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-        self.start()
-        try:
-            while True:
-                busy = self.tick()
-                if once and (not busy or (self.finished and self._running is None)):
-                    return
-                if not busy and self.idle_exit is not None and self.idle_for() >= self.idle_exit:
-                    _say(f"supervisor {self.id}: idle for {self.idle_exit:g} s (no job queued or running, no "
-                         f"dashboard page open), and it was started on someone's behalf: exiting")
-                    return
-                time.sleep(poll / 4 if busy else poll)
-        except KeyboardInterrupt:
-            pass
+        try:  # restored however this ends, a start that fails (a full disk) included
+            self.start()
+            try:
+                while True:
+                    busy = self.tick()
+                    if once and (not busy or (self.finished and self._running is None)):
+                        return
+                    if not busy and self.idle_exit is not None and self.idle_for() >= self.idle_exit:
+                        _say(f"supervisor {self.id}: idle for {self.idle_exit:g} s (no job queued or running, no "
+                             f"dashboard page open), and it was started on someone's behalf: exiting")
+                        return
+                    time.sleep(poll / 4 if busy else poll)
+            except KeyboardInterrupt:
+                pass
+            finally:
+                self.stop()
         finally:
-            self.stop()
             signal.signal(signal.SIGTERM, previous)
 
 

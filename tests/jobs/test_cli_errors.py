@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -133,10 +134,12 @@ def test_submit_and_worker_on_a_full_disk_say_disk_full_where_and_how_much_is_fr
         reader.conn.close()
     fill(disk)
     model = str(config.model_roots[0] / "dummy.safetensors")
+    handler = signal.getsignal(signal.SIGTERM)
     try:
         code = main([model if word == "MODEL" else word for word in argv])
     finally:
         reader.conn.close()
+    assert signal.getsignal(signal.SIGTERM) is handler  # a worker whose start failed gives SIGTERM back
     captured = capsys.readouterr()
     message = json.loads(captured.out)["error"] if "--json" in argv else captured.err.splitlines()[-1]
     assert code == 2, captured
