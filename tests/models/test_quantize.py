@@ -80,3 +80,30 @@ def test_int8_frames_are_close_to_bf16_but_not_identical(h3_tiny: Path, tmp_path
 def test_fp8_is_refused_off_cuda():
     with pytest.raises(PlacementError, match="compute capability 8.9"):
         quant_config("fp8", torch.device("cpu"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_quantized_dit_on_cuda_gives_its_memory_back_once_released(tmp_path: Path):
+    """The caching allocator returns a segment only when all of it is free: a block reserved for the bf16 weights
+    and half freed by quantization is pinned by whatever is allocated in it next, and the run never gets it back."""
+    import gc
+
+    from models.h3synth import synth_h3
+    from models.profiles import get_profile
+
+    tiny = get_profile("tiny")
+    wide = replace(tiny, transformer={**tiny.transformer, "num_attention_heads": 8, "attention_head_dim": 128,
+                                      "hidden_size": 1024, "ffn_dim": 8192})  # Linears of 2-16 MiB: the large pool
+    synth_h3(tmp_path / "wide", wide, seed=0)
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_reserved()
+    module, _ = load_component(tmp_path / "wide", "transformer", device="cuda", dtype=torch.bfloat16,
+                               quantize="int8")
+    held = held_bytes(module)
+    later = torch.ones(1 << 20, device="cuda")  # 4 MiB allocated after the load: the run's latents
+    del module
+    gc.collect()
+    torch.cuda.empty_cache()
+    assert torch.cuda.memory_reserved() - before < held / 2, (torch.cuda.memory_reserved() - before, held)
+    del later
