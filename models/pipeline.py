@@ -44,6 +44,7 @@ import torch
 import torch.nn as nn
 
 from machine.device import DeviceInfo, probe_device
+from machine.host_heap import return_large_frees_to_os
 from machine.memory import MemoryProbe
 from machine.offload import OffloadDecision, OffloadSettings, resolve_offload
 
@@ -110,6 +111,7 @@ def run_generate(
     GenerateParamsError for parameters the model cannot take, before any
     weight is read.
     """
+    return_large_frees_to_os()
     root = Path(model_dir)
     info = device_info or probe_device(device)
     torch_device = torch.device(device)
