@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import platform
 
 MMAP_THRESHOLD_BYTES = 1 << 20
 """Allocations from this size up get their own mapping, returned to the OS when freed."""
@@ -24,12 +25,8 @@ _M_MMAP_THRESHOLD = -3
 def return_large_frees_to_os() -> bool:
     """Fix glibc's mmap threshold at MMAP_THRESHOLD_BYTES for this process; False where the C library is not
     glibc (nothing changes there). Once per process."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt, version = libc.mallopt, libc.gnu_get_libc_version
-    except (OSError, AttributeError, TypeError):
+    if platform.libc_ver()[0] != "glibc":
         return False
-    del version  # present only in glibc: its mallopt takes glibc's parameter numbers
+    mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
