@@ -122,12 +122,14 @@ class RunState:
                   excluded_bytes=skipped, excluded_tensors=report.get("excluded_tensors", 0))
 
     def done_with(self, name: str) -> None:
-        """After `name`'s last block: model offload goes back to the host; sequential residency releases it."""
+        """After `name`'s last block: model offload goes back to the host; sequential residency releases it
+        where it is (sending a 47.8 GiB text encoder back to the host only to drop it would cost the host
+        its full size again, and seconds)."""
         residency = self.resident.get(name)
         if residency is None:
             return
-        residency.offload()
         if not self.sequential:
+            residency.offload()
             return
         nbytes = sum(p.nbytes for p in residency.module.parameters())
         del self.resident[name], residency

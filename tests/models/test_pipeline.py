@@ -165,6 +165,31 @@ def test_each_offload_flag_alone_puts_its_component_under_its_diffusers_mechanis
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("sequential", [True, False])
+def test_a_model_offloaded_component_goes_back_to_the_host_only_when_it_stays_loaded(
+        h3_tiny: Path, tmp_path: Path, monkeypatch, sequential: bool):
+    """Sequential residency drops the text encoder where it ran: moving it back to the host first would
+    allocate its full size on the host again only to free it."""
+    from models.residency import Residency
+
+    offloaded = []
+    original = Residency.offload
+
+    def offload(self) -> None:
+        if self.placement.mechanism == MODEL_OFFLOAD:
+            offloaded.append(self.placement.component)
+        original(self)
+
+    monkeypatch.setattr(Residency, "offload", offload)
+    params = replace(SMALL, steps=2, audio=False)
+    result = run_generate(h3_tiny, params, tmp_path / "c.mp4", device_info=DISCRETE,
+                          offload=replace(NO_OFFLOAD, text_encoder_cpu_offload=True), sequential_components=sequential)
+    assert result.placements["text_encoder"]["mechanism"] == MODEL_OFFLOAD
+    assert set(offloaded) == (set() if sequential else {"text_encoder"})
+    assert _where(result, "denoise.denoise", "text_encoder")["mechanism"] == (RELEASED if sequential else MODEL_OFFLOAD)
+
+
+@pytest.mark.slow
 def test_on_unified_memory_every_component_sits_on_the_device_with_no_hook_and_is_released(
         h3_tiny: Path, tmp_path: Path):
     result = run_generate(h3_tiny, replace(SMALL, steps=2, audio=False), tmp_path / "c.mp4", device_info=UNIFIED)
