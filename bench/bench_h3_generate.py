@@ -511,12 +511,14 @@ def fits(run: str, sizes: dict, device_total: int, host_ram: int, tmpfs_used: in
     others = sizes["transformer"] + sizes["vae"] + sizes["audio_vae"]
     if placement == "offload" and side == "diffusers" and not device_total:
         return "enable_auto_cpu_offload needs a device that reports its free memory (CUDA)"
+    # ours group-offloads the DiT with pinned host copies, each at the host allocator's power-of-two size
+    dit = sizes["transformer_pinned"] if side == "ours" else sizes["transformer"]
     if placement == "offloadseq":  # one component at a time, offloaded to the host
-        host = max(te, sizes["transformer"], sizes["vae"] + sizes["audio_vae"])
+        host = max(te, dit, sizes["vae"] + sizes["audio_vae"])
         room = host_ram - tmpfs_used - margin
         return None if host <= room else f"host would hold {_gib(host)} of weights, over {_gib(room)} free"
     if placement == "offload":
-        host = te + others
+        host = te + dit + sizes["vae"] + sizes["audio_vae"]
         room = host_ram - tmpfs_used - margin
         if host > room:
             return (f"host would hold {_gib(host)} of weights beside {_gib(tmpfs_used)} of tmpfs files, over "
@@ -534,7 +536,10 @@ def fits(run: str, sizes: dict, device_total: int, host_ram: int, tmpfs_used: in
 def compute_sizes(root: Path, info: dict) -> dict:
     """Bytes each component places in bf16 (the VAEs are stored in float32)."""
     b = info["bytes"]
+    from models.forecast import component_bytes, pinned_host_bytes
+
     return {"text_encoder": b["text_encoder"], "te_read": te_read_bytes(root), "transformer": b["transformer"],
+            "transformer_pinned": component_bytes(root / "transformer", (), 2, per_tensor=pinned_host_bytes),
             "vae": b["vae"] // 2, "audio_vae": b["audio_vae"] // 2}
 
 

@@ -32,14 +32,14 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from loader.shard_header import read_shard_header
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings, resolve_offload
 
 from .params import FPS, TEXT_ENCODER_LAYER, GenerateParams, ModelSpec
-from .residency import MODEL_OFFLOAD, ON_DEVICE, plan_placements
+from .residency import GROUP_OFFLOAD, MODEL_OFFLOAD, ON_DEVICE, plan_placements
 from .workflows import check_workflow, stage_plan, workflow_components
 
 AUDIO_CHANNELS, AUDIO_LATENTS_PER_SECOND = 2, 40
@@ -259,6 +259,7 @@ def forecast_generate(
     placements = plan_placements(settings, _torch_device(device_info), components)
     sizes = weight_bytes(root, dtype_bytes, workflow=workflow, quantize=params.quantize, vae_dtype=params.vae_dtype,
                          audio=params.audio)
+    host_sizes = _host_sizes(root, sizes, placements, settings, cuda, params.quantize is None, dtype_bytes)
     images = _image_sizes(params)
     height, width = model.geometry(params, images.get("image") or images.get("last_image"))
     text_tokens = count_prompt_tokens(root, params.prompt)
@@ -295,7 +296,8 @@ def forecast_generate(
             released += sum(sizes[c] for c in planned.releases) if sequential else 0
         else:
             overhead = CUDA_TERMS.workspaces if cuda else 0
-            host = weights - _host_copies_freed(placements, resident, sizes, reads) + carried
+            host = (sum(host_sizes[c] for c in resident) - _host_copies_freed(placements, resident, host_sizes, reads)
+                    + carried)
             # The caching allocator keeps an earlier stage's working set reserved unless a release emptied it
             # (sequential residency frees the cache with each component).
             device = on_device + max(activations, 0 if sequential else retained_device) + overhead
@@ -312,6 +314,22 @@ def forecast_generate(
 def _term(terms: Mapping[str, StageTerm], stage: str) -> StageTerm:
     """The stage's fitted term, or the one it borrows (BORROWED_TERMS)."""
     return terms[BORROWED_TERMS.get(stage, stage)]
+
+
+def _host_sizes(root: Path, sizes: Mapping[str, int], placements, settings: OffloadSettings, cuda: bool,
+                bf16_dit: bool, dtype_bytes: int) -> dict[str, int]:
+    """Each component's bytes as the host holds them: a group-offloaded DiT on CUDA with `pin_cpu_memory` is
+    pinned tensor by tensor, at the caching host allocator's power-of-two sizes (`pinned_host_bytes`). A
+    quantized DiT's pinned size is not modelled (its tensors are torchao's, not the header's)."""
+    from .quantize import DIT_COMPONENTS
+
+    host = dict(sizes)
+    if cuda and settings.pin_cpu_memory and bf16_dit:
+        for name in DIT_COMPONENTS:
+            if name in placements and placements[name].mechanism == GROUP_OFFLOAD:
+                host[name] = component_bytes(root / name, _keep_fp32(root, name), dtype_bytes,
+                                             per_tensor=pinned_host_bytes)
+    return host
 
 
 def _host_copies_freed(placements, resident: list[str], sizes: Mapping[str, int], reads: tuple[str, ...]) -> int:
@@ -454,10 +472,20 @@ def unread_by(name: str, workflow: str) -> bool:
     return name.startswith(prefix) and int(name[len(prefix):].split(".", 1)[0]) > TEXT_ENCODER_LAYER
 
 
-def component_bytes(folder: Path, keep_fp32: tuple[str, ...], dtype_bytes: int, workflow: str = "t2va") -> int:
+def pinned_host_bytes(nbytes: int) -> int:
+    """What torch's caching host allocator takes for a pinned tensor of `nbytes`: the next power of two. Group
+    offload with `pin_cpu_memory` pins every DiT tensor this way; at H3's real size that is 90.2 GiB of host
+    memory for 61.7 GiB of weights (each of its 208 tensors of 77 MB takes 128 MiB)."""
+    return 1 << max(nbytes - 1, 0).bit_length()
+
+
+def component_bytes(folder: Path, keep_fp32: tuple[str, ...], dtype_bytes: int, workflow: str = "t2va",
+                    per_tensor: Callable[[int], int] | None = None) -> int:
     """Bytes of a component's tensors at the run's dtype: fp32 where diffusers keeps fp32 (a dotted part of
-    the name in `_keep_in_fp32_modules`), else `dtype_bytes`; tensors `workflow` never reads are not counted."""
+    the name in `_keep_in_fp32_modules`), else `dtype_bytes`; tensors `workflow` never reads are not counted.
+    `per_tensor` maps each tensor's bytes to what holding it costs (`pinned_host_bytes`)."""
     total = 0
+    cost = per_tensor or (lambda nbytes: nbytes)
     for path in sorted(folder.glob("*.safetensors")):
         shard, problems = read_shard_header(path)
         if shard is None:
@@ -466,11 +494,11 @@ def component_bytes(folder: Path, keep_fp32: tuple[str, ...], dtype_bytes: int, 
             if folder.name == "text_encoder" and unread_by(t.name, workflow):
                 continue
             if not t.dtype.startswith(("F", "BF")):
-                total += t.nbytes
+                total += cost(t.nbytes)
             elif any(part in keep_fp32 for part in t.name.split(".")):
-                total += t.numel * 4
+                total += cost(t.numel * 4)
             else:
-                total += t.numel * dtype_bytes
+                total += cost(t.numel * dtype_bytes)
     return total
 
 
