@@ -445,6 +445,22 @@ def _spill_shards(folder: Path, disk: Path, room: int) -> int:
 # ---------------------------------------------------------------- planning and running (parent)
 
 
+def dit_pinned_bytes(root: Path) -> int:
+    """Host bytes of the DiT pinned tensor by tensor in bf16, at the caching host allocator's power-of-two sizes
+    (its shards may be links to the disk, outside the root, so safetensors reads the headers here)."""
+    import math
+
+    from safetensors import safe_open
+
+    from models.forecast import pinned_host_bytes
+
+    total = 0
+    for shard in sorted((root / "transformer").glob("*.safetensors")):
+        with safe_open(str(shard), framework="pt") as f:
+            total += sum(pinned_host_bytes(2 * math.prod(f.get_slice(key).get_shape())) for key in f.keys())
+    return total
+
+
 def te_read_bytes(root: Path) -> int:
     """Bytes of the text encoder that ours reads for t2va (layers 0..50 of the language model, no head or visual)."""
     from safetensors import safe_open
@@ -536,10 +552,8 @@ def fits(run: str, sizes: dict, device_total: int, host_ram: int, tmpfs_used: in
 def compute_sizes(root: Path, info: dict) -> dict:
     """Bytes each component places in bf16 (the VAEs are stored in float32)."""
     b = info["bytes"]
-    from models.forecast import component_bytes, pinned_host_bytes
-
     return {"text_encoder": b["text_encoder"], "te_read": te_read_bytes(root), "transformer": b["transformer"],
-            "transformer_pinned": component_bytes(root / "transformer", (), 2, per_tensor=pinned_host_bytes),
+            "transformer_pinned": dit_pinned_bytes(root),
             "vae": b["vae"] // 2, "audio_vae": b["audio_vae"] // 2}
 
 
