@@ -445,22 +445,6 @@ def _spill_shards(folder: Path, disk: Path, room: int) -> int:
 # ---------------------------------------------------------------- planning and running (parent)
 
 
-def dit_pinned_bytes(root: Path) -> int:
-    """Host bytes of the DiT pinned tensor by tensor in bf16, at the caching host allocator's power-of-two sizes
-    (its shards may be links to the disk, outside the root, so safetensors reads the headers here)."""
-    import math
-
-    from safetensors import safe_open
-
-    from models.forecast import pinned_host_bytes
-
-    total = 0
-    for shard in sorted((root / "transformer").glob("*.safetensors")):
-        with safe_open(str(shard), framework="pt") as f:
-            total += sum(pinned_host_bytes(2 * math.prod(f.get_slice(key).get_shape())) for key in f.keys())
-    return total
-
-
 def te_read_bytes(root: Path) -> int:
     """Bytes of the text encoder that ours reads for t2va (layers 0..50 of the language model, no head or visual)."""
     from safetensors import safe_open
@@ -549,11 +533,16 @@ def fits(run: str, sizes: dict, device_total: int, host_ram: int, tmpfs_used: in
     return None
 
 
-def compute_sizes(root: Path, info: dict) -> dict:
-    """Bytes each component places in bf16 (the VAEs are stored in float32)."""
+def compute_sizes(root: Path, info: dict, roots: list[str]) -> dict:
+    """Bytes each component places in bf16 (the VAEs are stored in float32), and the DiT pinned tensor by tensor
+    at the caching host allocator's power-of-two sizes (its shards may be links into `roots`)."""
+    from loader.roots import ModelRoots
+    from models.forecast import component_bytes, pinned_host_bytes
+
     b = info["bytes"]
+    pinned = component_bytes(root / "transformer", (), 2, per_tensor=pinned_host_bytes, roots=ModelRoots(roots))
     return {"text_encoder": b["text_encoder"], "te_read": te_read_bytes(root), "transformer": b["transformer"],
-            "transformer_pinned": dit_pinned_bytes(root),
+            "transformer_pinned": pinned,
             "vae": b["vae"] // 2, "audio_vae": b["audio_vae"] // 2}
 
 
@@ -659,7 +648,7 @@ def main() -> int:
     default = ModelSpec.read(root).geometry(GenerateParams(prompt=PROMPT, frames=args.frames))
     h2, _, w2 = args.geometry2.partition("x")
     geometries = {"default": default, "g2": (int(h2), int(w2))}
-    sizes = compute_sizes(root, info)
+    sizes = compute_sizes(root, info, roots)
     device_total = device_memory(args.device)
     host_ram = int(args.host_ram * GiB) if args.host_ram else _meminfo("MemTotal")
     shm_usage = shutil.disk_usage(args.shm)

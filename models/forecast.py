@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from loader.roots import ModelRoots
 from loader.shard_header import read_shard_header
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings, resolve_offload
@@ -480,14 +481,15 @@ def pinned_host_bytes(nbytes: int) -> int:
 
 
 def component_bytes(folder: Path, keep_fp32: tuple[str, ...], dtype_bytes: int, workflow: str = "t2va",
-                    per_tensor: Callable[[int], int] | None = None) -> int:
+                    per_tensor: Callable[[int], int] | None = None, roots: ModelRoots | None = None) -> int:
     """Bytes of a component's tensors at the run's dtype: fp32 where diffusers keeps fp32 (a dotted part of
     the name in `_keep_in_fp32_modules`), else `dtype_bytes`; tensors `workflow` never reads are not counted.
-    `per_tensor` maps each tensor's bytes to what holding it costs (`pinned_host_bytes`)."""
+    `per_tensor` maps each tensor's bytes to what holding it costs (`pinned_host_bytes`); `roots`: where the
+    shards may lie (default: the folder)."""
     total = 0
     cost = per_tensor or (lambda nbytes: nbytes)
     for path in sorted(folder.glob("*.safetensors")):
-        shard, problems = read_shard_header(path)
+        shard, problems = read_shard_header(path, roots)
         if shard is None:
             raise ValueError(f"{path}: " + "; ".join(problems))
         for t in shard.tensors:
