@@ -511,7 +511,7 @@ def fits(run: str, sizes: dict, device_total: int, host_ram: int, tmpfs_used: in
     others = sizes["transformer"] + sizes["vae"] + sizes["audio_vae"]
     if placement == "offload" and side == "diffusers" and not device_total:
         return "enable_auto_cpu_offload needs a device that reports its free memory (CUDA)"
-    # ours group-offloads the DiT with pinned host copies, each at the host allocator's power-of-two size
+    # ours group-offloads the DiT from a host copy the loader placed in pinned power-of-two blocks
     dit = sizes["transformer_pinned"] if side == "ours" else sizes["transformer"]
     if placement == "offloadseq":  # one component at a time, offloaded to the host
         host = max(te, dit, sizes["vae"] + sizes["audio_vae"])
@@ -534,13 +534,13 @@ def fits(run: str, sizes: dict, device_total: int, host_ram: int, tmpfs_used: in
 
 
 def compute_sizes(root: Path, info: dict, roots: list[str]) -> dict:
-    """Bytes each component places in bf16 (the VAEs are stored in float32), and the DiT pinned tensor by tensor
-    at the caching host allocator's power-of-two sizes (its shards may be links into `roots`)."""
+    """Bytes each component places in bf16 (the VAEs are stored in float32), and the DiT as the loader pins it,
+    packed into power-of-two blocks (its shards may be links into `roots`)."""
     from loader.roots import ModelRoots
-    from models.forecast import component_bytes, pinned_host_bytes
+    from models.forecast import pinned_component_bytes
 
     b = info["bytes"]
-    pinned = component_bytes(root / "transformer", (), 2, per_tensor=pinned_host_bytes, roots=ModelRoots(roots))
+    pinned = pinned_component_bytes(root / "transformer", (), 2, roots=ModelRoots(roots))
     return {"text_encoder": b["text_encoder"], "te_read": te_read_bytes(root), "transformer": b["transformer"],
             "transformer_pinned": pinned,
             "vae": b["vae"] // 2, "audio_vae": b["audio_vae"] // 2}

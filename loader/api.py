@@ -21,6 +21,7 @@ import torch.nn as nn
 from .metadata import ComponentMeta, TensorMeta
 from .checkpoint import discover_checkpoint
 from .dtypes import DtypePolicy
+from .io.host_blocks import PinnedHostArena
 from machine.device import parse_device_spec
 from core.errors import DeviceError, PlacementError, clip
 from machine.memory import MemoryProbe
@@ -50,6 +51,7 @@ def load_checkpoint(
     on_tensor: Callable[[TensorPlaced], None] | None = None,
     probe: MemoryProbe | None = None,
     drop_page_cache: bool | None = None,
+    pin_host: bool = False,
 ) -> tuple[nn.Module, LoadReport]:
     """Load one component of the checkpoint at `path` into a module on `device`.
 
@@ -69,7 +71,9 @@ def load_checkpoint(
     `roots`: folders every file opened must resolve under (default: the
     checkpoint's own root). `on_tensor` is called after each placed tensor.
     `drop_page_cache` is passed to the placement (`stream` takes it; None
-    keeps the mode's default).
+    keeps the mode's default). `pin_host` puts CPU destinations in page-locked memory, packed into
+    power-of-two blocks (`loader.io.host_blocks`): for a module a GPU will copy from, such as a
+    group-offloaded DiT; pageable where pinning is refused (the report's `host_pinned_note` says why).
 
     Raises CheckpointError (malformed checkpoint, a file outside the roots),
     PlacementError (bad option, unknown mode, name/shape mismatch, strict
@@ -105,7 +109,8 @@ def load_checkpoint(
         excluded_tensors=len(excluded),
         excluded_bytes=sum(m.nbytes for m in excluded),
     )
-    _fill(placement, plan, module, target_device, report, probe, on_tensor)
+    host = PinnedHostArena(sum(p.nbytes for p in plan.targets)) if pin_host and target_device.type == "cpu" else None
+    _fill(placement, plan, module, target_device, report, probe, on_tensor, host)
     return module, report
 
 
@@ -207,8 +212,10 @@ def _fill(
     report: LoadReport,
     probe: MemoryProbe | None,
     on_tensor: Callable[[TensorPlaced], None] | None,
+    host: PinnedHostArena | None = None,
 ) -> None:
-    """Prepare, baseline, place and synchronise, metering every tensor into `report`."""
+    """Prepare, baseline, place and synchronise, metering every tensor into `report` (and what `host`
+    pinned)."""
     if device.type == "cuda":
         torch.cuda.init()
         torch.empty(0, device=device)
@@ -216,7 +223,7 @@ def _fill(
     probe = probe or MemoryProbe(str(device))
     try:
         meter = LoadMeter(report, probe, on_tensor)
-        ctx = PlacementContext(module, device, meter)
+        ctx = PlacementContext(module, device, meter, host)
         placement.prepare(plan, ctx)
         meter.baseline()
         meter.start()
@@ -224,6 +231,9 @@ def _fill(
         synchronize(device)
         meter.finish()
     finally:
+        if host is not None:
+            report.host_pinned_bytes, report.host_pinned_note = host.pinned_bytes, host.note
+            host.release()
         if own_probe:
             probe.close()
 

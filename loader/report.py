@@ -75,6 +75,10 @@ class LoadReport:
     allocator, where registration was refused, as on a GB10) or "pageable" (both refused)."""
     ring_staging_note: str = ""
     """Why the ring's buffers were not registered, where they were not."""
+    host_pinned_bytes: int = 0
+    """Bytes of page-locked host blocks the CPU destinations were carved from (`pin_host`; 0 without)."""
+    host_pinned_note: str = ""
+    """Why CPU destinations went to pageable memory despite `pin_host`, where some did."""
     loaded: list[str] = field(default_factory=list)
     """Target names placed."""
     missing: list[str] = field(default_factory=list)

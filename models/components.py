@@ -192,12 +192,14 @@ def load_component(
     probe: MemoryProbe | None = None,
     roots: list[str | os.PathLike] | None = None,
     quantize: str | None = None,
+    pin_host: bool = False,
 ) -> tuple[nn.Module, LoadReport]:
     """Component `name` of the MiniMax H3 checkpoint at `root`, built empty and filled by the loader.
 
     Returns the module in eval mode on `device` and the loader's report (for the
     text encoder, `excluded` / `excluded_bytes` say what was left unread).
     `quantize` (a DiT only) quantizes each Linear as its tensors are placed (`models.quantize`).
+    `pin_host` (a CPU `device`) places the weights in page-locked blocks, for group offload to copy from.
     Raises CheckpointError / PlacementError naming the folder and tensor.
     """
     folder = Path(root) / name
@@ -225,7 +227,7 @@ def load_component(
     module, report = load_checkpoint(
         root, component=name, module=module, mode=mode, device=device, dtype=target_dtype,
         dtype_overrides=overrides, exclude=exclude, on_tensor=on_tensor, probe=probe,
-        roots=roots if roots is not None else [root],
+        roots=roots if roots is not None else [root], pin_host=pin_host,
     )
     if quantizer is not None:
         quantizer.finish()

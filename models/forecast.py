@@ -32,15 +32,16 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Iterator, Mapping
 
+from loader.io.host_blocks import packed_bytes
 from loader.roots import ModelRoots
 from loader.shard_header import read_shard_header
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings, resolve_offload
 
 from .params import FPS, TEXT_ENCODER_LAYER, GenerateParams, ModelSpec
-from .residency import GROUP_OFFLOAD, MODEL_OFFLOAD, ON_DEVICE, plan_placements
+from .residency import MODEL_OFFLOAD, ON_DEVICE, pins_host_copy, plan_placements
 from .workflows import check_workflow, stage_plan, workflow_components
 
 AUDIO_CHANNELS, AUDIO_LATENTS_PER_SECOND = 2, 40
@@ -319,17 +320,16 @@ def _term(terms: Mapping[str, StageTerm], stage: str) -> StageTerm:
 
 def _host_sizes(root: Path, sizes: Mapping[str, int], placements, settings: OffloadSettings, cuda: bool,
                 bf16_dit: bool, dtype_bytes: int) -> dict[str, int]:
-    """Each component's bytes as the host holds them: a group-offloaded DiT on CUDA with `pin_cpu_memory` is
-    pinned tensor by tensor, at the caching host allocator's power-of-two sizes (`pinned_host_bytes`). A
-    quantized DiT's pinned size is not modelled (its tensors are torchao's, not the header's)."""
+    """Each component's bytes as the host holds them: one the loader places page-locked
+    (`models.residency.pins_host_copy`) takes its power-of-two blocks (`pinned_component_bytes`). A quantized
+    DiT is not pinned by the loader; group offload then pins torchao's tensors, whose size is not modelled."""
     from .quantize import DIT_COMPONENTS
 
     host = dict(sizes)
-    if cuda and settings.pin_cpu_memory and bf16_dit:
-        for name in DIT_COMPONENTS:
-            if name in placements and placements[name].mechanism == GROUP_OFFLOAD:
-                host[name] = component_bytes(root / name, _keep_fp32(root, name), dtype_bytes,
-                                             per_tensor=pinned_host_bytes)
+    for name in DIT_COMPONENTS:
+        if name in placements and pins_host_copy(placements[name], "cuda" if cuda else "cpu", settings,
+                                                 quantized=not bf16_dit):
+            host[name] = pinned_component_bytes(root / name, _keep_fp32(root, name), dtype_bytes)
     return host
 
 
@@ -473,35 +473,37 @@ def unread_by(name: str, workflow: str) -> bool:
     return name.startswith(prefix) and int(name[len(prefix):].split(".", 1)[0]) > TEXT_ENCODER_LAYER
 
 
-def pinned_host_bytes(nbytes: int) -> int:
-    """What torch's caching host allocator takes for a pinned tensor of `nbytes`: the next power of two. Group
-    offload with `pin_cpu_memory` pins every DiT tensor this way; at H3's real size that is 90.2 GiB of host
-    memory for 61.7 GiB of weights (each of its 208 tensors of 77 MB takes 128 MiB)."""
-    return 1 << max(nbytes - 1, 0).bit_length()
-
-
 def component_bytes(folder: Path, keep_fp32: tuple[str, ...], dtype_bytes: int, workflow: str = "t2va",
-                    per_tensor: Callable[[int], int] | None = None, roots: ModelRoots | None = None) -> int:
-    """Bytes of a component's tensors at the run's dtype: fp32 where diffusers keeps fp32 (a dotted part of
-    the name in `_keep_in_fp32_modules`), else `dtype_bytes`; tensors `workflow` never reads are not counted.
-    `per_tensor` maps each tensor's bytes to what holding it costs (`pinned_host_bytes`); `roots`: where the
-    shards may lie (default: the folder)."""
-    total = 0
-    cost = per_tensor or (lambda nbytes: nbytes)
+                    roots: ModelRoots | None = None) -> int:
+    """Bytes of a component's tensors at the run's dtype (`tensor_bytes`)."""
+    return sum(tensor_bytes(folder, keep_fp32, dtype_bytes, workflow, roots))
+
+
+def pinned_component_bytes(folder: Path, keep_fp32: tuple[str, ...], dtype_bytes: int,
+                           roots: ModelRoots | None = None) -> int:
+    """Host bytes of a component the loader places page-locked (`pin_host`): its tensors packed, in load
+    order, into power-of-two blocks (`loader.io.host_blocks.packed_bytes`)."""
+    return packed_bytes(tensor_bytes(folder, keep_fp32, dtype_bytes, roots=roots))
+
+
+def tensor_bytes(folder: Path, keep_fp32: tuple[str, ...], dtype_bytes: int, workflow: str = "t2va",
+                 roots: ModelRoots | None = None) -> Iterator[int]:
+    """Each tensor's bytes at the run's dtype, in the loader's order (shards by name, tensors by offset): fp32
+    where diffusers keeps fp32 (a dotted part of the name in `_keep_in_fp32_modules`), else `dtype_bytes`;
+    tensors `workflow` never reads are left out. `roots`: where the shards may lie (default: the folder)."""
     for path in sorted(folder.glob("*.safetensors")):
         shard, problems = read_shard_header(path, roots)
         if shard is None:
             raise ValueError(f"{path}: " + "; ".join(problems))
-        for t in shard.tensors:
+        for t in sorted(shard.tensors, key=lambda t: t.offset):
             if folder.name == "text_encoder" and unread_by(t.name, workflow):
                 continue
             if not t.dtype.startswith(("F", "BF")):
-                total += cost(t.nbytes)
+                yield t.nbytes
             elif any(part in keep_fp32 for part in t.name.split(".")):
-                total += cost(t.numel * 4)
+                yield t.numel * 4
             else:
-                total += cost(t.numel * dtype_bytes)
-    return total
+                yield t.numel * dtype_bytes
 
 
 def policy_fit(root: str | Path, params: GenerateParams, device_info: DeviceInfo, *, dtype_bytes: int = 2,

@@ -18,10 +18,11 @@ import torch
 import torch.nn as nn
 
 from loader.api import synchronize
+from loader.io.host_blocks import release_cached_host_memory
 from machine.memory import MemoryProbe, MemorySample, PeriodicSampler
 from machine.offload import OffloadSettings
 
-from .residency import Placement, Residency, observe
+from .residency import Placement, Residency, observe, pins_host_copy
 from .results import EventSink, GenerateResult, PipelineEvent, SampleSink
 
 PREPARE, ENCODE = "prepare", "encode"
@@ -137,6 +138,7 @@ class RunState:
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+            release_cached_host_memory()  # a group-offloaded DiT's pinned blocks
         self.emit("release", f"released {name} ({nbytes / 2**20:.1f} MiB)", component=name, bytes=nbytes)
 
     def observe(self, block: str) -> None:
@@ -156,7 +158,9 @@ def _load_weights(run: RunState, name: str, target: torch.device) -> tuple[nn.Mo
     quantize = run.quantize if name in DIT_COMPONENTS else None
     module, report = load_component(run.root, name, mode=run.mode, device=str(target),
                                     dtype=run.dtypes.get(name, run.dtype), workflow=run.result.workflow,
-                                    on_tensor=on_tensor, probe=run.probe, roots=run.roots, quantize=quantize)
+                                    on_tensor=on_tensor, probe=run.probe, roots=run.roots, quantize=quantize,
+                                    pin_host=pins_host_copy(run.placements[name], run.device.type, run.settings,
+                                                            quantized=quantize is not None))
     out = report.to_dict()
     if quantize is not None:
         out |= {"quantize": quantize, "bytes_held": held_bytes(module)}

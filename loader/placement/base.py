@@ -16,6 +16,7 @@ from typing import Callable, ClassVar
 import torch
 import torch.nn as nn
 
+from ..io.host_blocks import PinnedHostArena
 from ..metadata import TensorMeta
 from core.errors import PlacementError
 from ..naming import Target
@@ -72,14 +73,20 @@ class PlannedTarget:
 class PlacementContext:
     """Allocates destinations, installs them into the module, and meters the load."""
 
-    def __init__(self, module: nn.Module, device: torch.device, meter: LoadMeter):
+    def __init__(self, module: nn.Module, device: torch.device, meter: LoadMeter,
+                 host: PinnedHostArena | None = None):
         self.module = module
         self.device = device
         self.meter = meter
+        self.host = host
+        """Where CPU destinations come from when they are to be page-locked (None: ordinary pages)."""
 
     def allocate(self, planned: PlannedTarget) -> torch.Tensor:
         """The destination, allocated once on the target device (ordinary pages: on the development VM
-        transparent huge pages made first touch slower and erratic, see docs/benchmarks.md, Placement modes on CPU)."""
+        transparent huge pages made first touch slower and erratic, see docs/benchmarks.md, Placement modes on
+        CPU), or carved from `host`'s pinned blocks."""
+        if self.host is not None and self.device.type == "cpu":
+            return self.host.empty(tuple(planned.target.shape), planned.dtype)
         return torch.empty(planned.target.shape, dtype=planned.dtype, device=self.device)
 
     def reserve(self, targets: Iterable[PlannedTarget]) -> int:
