@@ -1,6 +1,7 @@
 """The generate forecast on CUDA against a measured real-size run, stage by stage (not a test).
 
     python bench/check_forecast_cuda.py [bench/results/generate_h3_h200.json] [--root DIR]
+    python bench/check_forecast_cuda.py bench/results/generate_h3_h200_offload.json   # the offload runs
 
 The measured file is the summary `bench/bench_h3_generate.py` writes (one H200, the `h3` profile at
 real size; the committed one is from 2026-12-02). The forecast needs only headers and configs, so this
@@ -57,14 +58,18 @@ def compare(measured: dict, root: Path) -> list[dict]:
     h200 = DeviceInfo(spec="cuda", kind="cuda", index=0, name="NVIDIA H200", unified_memory=False,
                       total_memory=H200_BYTES, source="bench", reason="")
     resident = OffloadSettings(**{f.name: False for f in fields(OffloadSettings)})
+    # the harness's offload runs: every flag on, the DiT's model offload resolved off beside its group offload
+    offload = OffloadSettings(dit_layerwise_offload=True, dit_cpu_offload=False, text_encoder_cpu_offload=True,
+                              image_encoder_cpu_offload=True, vae_cpu_offload=True, pin_cpu_memory=True)
     rows = []
     for name, run in measured["runs"].items():
         if not run.get("ok") or run.get("side") != "ours":
             continue
         params = GenerateParams(prompt=measured.get("prompt", "a red fox running through fresh snow at dawn"),
                                 height=run["height"], width=run["width"], frames=run["frames"], steps=run["steps"])
-        forecast = forecast_generate(root, params, device_info=h200, settings=resident, resolved=True,
-                                     sequential_components=run["placement"] == "sequential")
+        settings = offload if run["placement"].startswith("offload") else resident
+        forecast = forecast_generate(root, params, device_info=h200, settings=settings, resolved=True,
+                                     sequential_components=run["placement"] in ("sequential", "offloadseq"))
         for stage in forecast.stages:
             predicted = stage.host_bytes + stage.device_bytes + forecast.process_host_bytes
             actual = run["peaks"][stage.stage]["sum"]

@@ -102,6 +102,13 @@ class CudaTerms:
     when cuBLAS and cuDNN initialise (1.66 GiB measured at real size, both geometries); once per process."""
     workspaces: int = 96 * MiB
     """cuBLAS and cuBLASLt workspaces plus a cuDNN convolution workspace, per stage, on the device."""
+    group_offload_device_blocks: float = 2.27
+    """DiT blocks a block-level group offload holds on the device beyond the running one, while the DiT runs:
+    the block its stream prefetches and those not yet freed behind it (2.80 GiB at real size, blocks of 1.23
+    GiB, at either geometry)."""
+    group_offload_host_blocks: float = 1.31
+    """Host memory a group-offloaded DiT adds while it runs, beyond its pinned copy, in blocks (1.61 GiB at
+    real size, the same at both geometries; its cause was not identified)."""
 
 
 CUDA_STAGE_TERMS: dict[str, StageTerm] = {
@@ -279,13 +286,16 @@ def forecast_generate(
         stage, reads = planned.block, planned.reads
         resident = list(planned.resident) if sequential else list(components)
         weights = sum(sizes[c] for c in resident)
-        on_device = 0
+        on_device = streaming = 0
         if not cpu:
             on_device = sum(sizes[c] for c in resident if placements[c].mechanism == ON_DEVICE)
             for c in reads:
                 if placements[c].mechanism != ON_DEVICE:  # an offloaded component comes in while it runs
                     layerwise = c in DIT_COMPONENTS and settings.dit_layerwise_offload
                     on_device += sizes[c] // layers if layerwise else sizes[c]
+                    if layerwise and cuda:
+                        on_device += int(CUDA_TERMS.group_offload_device_blocks * sizes[c] / layers)
+                        streaming += int(CUDA_TERMS.group_offload_host_blocks * sizes[c] / layers)
         term = _term(CUDA_STAGE_TERMS if cuda else CPU_TERMS, stage)
         activations = int(term.fixed + term.per_unit * drivers[stage] * (vae_scale if "vae" in reads else 1.0))
         carried += int(CUDA_HOST_FRAME_BYTES[stage] * 3 * pixels) if cuda and stage in CUDA_HOST_FRAME_BYTES \
@@ -299,7 +309,7 @@ def forecast_generate(
         else:
             overhead = CUDA_TERMS.workspaces if cuda else 0
             host = (sum(host_sizes[c] for c in resident) - _host_copies_freed(placements, resident, host_sizes, reads)
-                    + carried)
+                    + carried + streaming)
             # The caching allocator keeps an earlier stage's working set reserved unless a release emptied it
             # (sequential residency frees the cache with each component).
             device = on_device + max(activations, 0 if sequential else retained_device) + overhead
