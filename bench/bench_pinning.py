@@ -11,6 +11,8 @@ were, and the host-to-device rate from them:
   torch_one      one torch.empty(128 MiB, pin_memory=True), cut into the buffers
   register       anonymous mmap, pages faulted in (MADV_POPULATE_WRITE), cuMemHostRegister per buffer
   register_thp   the same with MADV_HUGEPAGE first (2 MiB pages where the kernel allows them)
+  torch_registerN  torch_each with torch's own `pinned_use_cuda_host_register` (malloc, then cudaHostRegister,
+                 the pages faulted in by N threads; PYTORCH_CUDA_ALLOC_CONF in the child)
 
     python bench/bench_pinning.py [--buffers 8] [--mib 16] [--repeat 3]
 
@@ -26,6 +28,7 @@ import argparse
 import ctypes
 import json
 import mmap
+import os
 import statistics
 import subprocess
 import sys
@@ -34,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-METHODS = ("torch_each", "torch_one", "register", "register_thp")
+METHODS = ("torch_each", "torch_one", "register", "register_thp", "torch_register8", "torch_register16")
 _MADV_HUGEPAGE = 14
 _MADV_POPULATE_WRITE = 23
 _MiB = 1 << 20
@@ -153,6 +156,15 @@ def run_beside(method: str, count: int, size: int) -> dict:
             "longest_after_ms": longest_after * 1e3}
 
 
+def _child_env(method: str) -> dict:
+    """The child's environment: torch's host-register settings for a torch_registerN method."""
+    env = dict(os.environ)
+    threads = method.removeprefix("beside:").removeprefix("torch_register")
+    if threads.isdigit():
+        env["PYTORCH_CUDA_ALLOC_CONF"] = f"pinned_use_cuda_host_register:True,pinned_num_register_threads:{threads}"
+    return env
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--buffers", type=int, default=8)
@@ -171,7 +183,7 @@ def main() -> None:
     for _ in range(args.repeat):
         for method in rows:
             out = subprocess.run([sys.executable, __file__, "--child", method, "--buffers", str(args.buffers),
-                                  "--mib", str(args.mib)], capture_output=True, text=True)
+                                  "--mib", str(args.mib)], capture_output=True, text=True, env=_child_env(method))
             if out.returncode:
                 print(f"{method}: failed: {out.stderr.strip()[-300:]}", file=sys.stderr)
                 continue
