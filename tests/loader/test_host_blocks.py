@@ -124,9 +124,86 @@ def test_a_pinned_host_copy_is_what_group_offload_copies_from(h3_root: Path):
     for name, t in module.state_dict().items():
         assert t.is_pinned(), name
         assert t.pin_memory().data_ptr() == t.data_ptr(), name
-    held = torch.cuda.host_memory_stats()["allocated_bytes.current"] if hasattr(torch.cuda, "host_memory_stats") \
-        else report.host_pinned_bytes
-    assert held >= report.host_pinned_bytes
     copied = [t.to("cuda", non_blocking=True) for t in module.state_dict().values()]
     torch.cuda.synchronize()
     assert all(torch.equal(c.cpu(), t) for c, t in zip(copied, module.state_dict().values()))
+    print(f"host registration: {host_blocks._register_mode}; {report.host_pinned_bytes} bytes pinned")
+    del module, copied
+    import gc
+
+    gc.collect()
+    host_blocks.release_cached_host_memory()
+    stats = torch.cuda.host_memory_stats()
+    assert stats["num_host_alloc"] == stats["num_host_free"]  # every block went back to the system
+
+
+class FakeTorchPinning:
+    """torch's pinned allocator and its settings as the switch sees them: `refuse_registration` fails a block
+    while host registration is on (a GB10 refuses it); `held` blocks exist from before."""
+
+    def __init__(self, refuse_registration: bool = False, held: int = 0):
+        self.settings: list[str] = []
+        self.refuse_registration = refuse_registration
+        self.held = held
+        self.blocks: list[tuple[int, bool]] = []
+
+    @property
+    def registering(self) -> bool:
+        return bool(self.settings) and self.settings[-1].startswith("pinned_use_cuda_host_register:True")
+
+    def set(self, settings: str) -> None:
+        self.settings.append(settings)
+
+    def stats(self) -> dict:
+        return {"num_host_alloc": self.held + len(self.blocks), "num_host_free": 0}
+
+    def pinned(self, size: int) -> torch.Tensor:
+        if self.registering and self.refuse_registration:
+            raise RuntimeError("CUDA error: operation not supported\nmore")
+        self.blocks.append((size, self.registering))
+        return torch.zeros(size, dtype=torch.uint8)
+
+
+@pytest.fixture
+def fake_pinning(monkeypatch):
+    def install(**kwargs) -> FakeTorchPinning:
+        fake = FakeTorchPinning(**kwargs)
+        monkeypatch.setattr(host_blocks, "_register_mode", None)
+        monkeypatch.setattr(host_blocks, "torch_pinned", fake.pinned)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "host_memory_stats", fake.stats, raising=False)
+        monkeypatch.setattr(torch._C, "_accelerator_setAllocatorSettings", fake.set, raising=False)
+        monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+        monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
+        return fake
+    return install
+
+
+def test_pinning_switches_once_to_threaded_host_registration_while_torch_holds_no_pinned_block(fake_pinning):
+    fake = fake_pinning()
+    host_blocks.fast_pinned(1024)
+    host_blocks.fast_pinned(2048)
+    assert len(fake.settings) == 1
+    threads = int(fake.settings[0].rsplit(":", 1)[1])
+    assert threads & (threads - 1) == 0 and 1 <= threads <= 16  # torch takes a power of two
+    assert fake.blocks == [(1024, True), (2048, True)]
+
+
+def test_pinning_stays_on_cudahostalloc_where_torch_already_holds_a_block_or_the_user_set_pinned_options(
+        fake_pinning, monkeypatch):
+    fake = fake_pinning(held=1)  # freeing that block as a registered one would fail
+    host_blocks.fast_pinned(1024)
+    assert fake.settings == [] and fake.blocks == [(1024, False)]
+    fake = fake_pinning()
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "pinned_num_register_threads:4")
+    host_blocks.fast_pinned(1024)
+    assert fake.settings == [] and fake.blocks == [(1024, False)]
+
+
+def test_where_host_registration_is_refused_the_switch_is_undone_and_cudahostalloc_serves(fake_pinning):
+    fake = fake_pinning(refuse_registration=True)
+    first = host_blocks.fast_pinned(1024)
+    host_blocks.fast_pinned(1024)
+    assert first.numel() == 1024
+    assert fake.settings[-1] == "pinned_use_cuda_host_register:False" and len(fake.settings) == 2
+    assert fake.blocks == [(1024, False), (1024, False)]
