@@ -43,6 +43,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from loader.io.host_blocks import prefer_host_registration
 from machine.device import DeviceInfo, probe_device
 from machine.host_heap import return_large_frees_to_os
 from machine.memory import MemoryProbe
@@ -51,7 +52,7 @@ from machine.offload import OffloadDecision, OffloadSettings, resolve_offload
 from .components import AUX_COMPONENTS, load_aux
 from .encode import write_mp4
 from .params import GenerateParams, ModelSpec, validate_params
-from .residency import plan_placements
+from .residency import pins_host_copy, plan_placements
 from .results import EventSink, GenerateResult, PipelineEvent, SampleSink
 from .run_state import ENCODE, PREPARE, RunState
 from .workflows import block_reads, plan_from_reads, workflow_blocks
@@ -175,6 +176,10 @@ def _prepare(root: Path, params: GenerateParams, device: torch.device, dtype: to
     components = tuple(dict.fromkeys(c for stage in plan for c in stage.reads))
     placements = plan_placements(settings, device, components)
     result.placements = {name: p.to_dict() for name, p in placements.items()}
+    if any(pins_host_copy(p, device.type, settings, quantized=params.quantize is not None) for p in placements.values()):
+        # Now, before any pinned byte: torch stages a non-blocking copy of pageable memory (the text encoder's,
+        # moved in by its offload hook) through pinned blocks, after which the switch would not be safe.
+        prefer_host_registration()
     pipe = _pipeline_class()(blocks=blocks, pretrained_model_name_or_path=str(root))
     pipe.run_device = device
     run = RunState(root, pipe, device, dtype, mode, settings, placements, sequential, on_event, on_sample, interval,

@@ -137,26 +137,27 @@ _register_mode: bool | None = None
 
 
 def fast_pinned(size: int) -> torch.Tensor:
-    """`size` bytes from torch's pinned allocator, switched once per process to page the memory in on several
-    threads and register it (`pinned_use_cuda_host_register`) rather than cudaHostAlloc, which pins one page
-    at a time: 8 GiB in 0.89 s against 4.83 s on one H200 (docs/benchmarks.md, Pinning host memory).
+    """`size` bytes from torch's pinned allocator, switched to host registration where it can be
+    (`prefer_host_registration`)."""
+    prefer_host_registration()
+    return torch_pinned(size)
+
+
+def prefer_host_registration() -> bool:
+    """Switch torch's pinned allocator, once per process, to page memory in on several threads and register it
+    (`pinned_use_cuda_host_register`) rather than cudaHostAlloc, which pins one page at a time: 8 GiB in 0.89
+    s against 4.83 s on one H200 (docs/benchmarks.md, Pinning host memory). Whether it is switched.
 
     torch frees a block by the setting in force when it frees it, so the switch is made only while torch's
-    pinned allocator holds no block at all, and never undone once a block was registered; where the user set
-    pinned options (PYTORCH_CUDA_ALLOC_CONF) they stand. Where registration is refused (a GB10 refuses host
-    registration) the first block fails, the switch is undone, and cudaHostAlloc serves from then on.
+    pinned allocator holds no block at all (call this before anything pins: torch also stages a non-blocking
+    copy of pageable memory through pinned blocks) and is never undone once made; where the user set pinned
+    options (PYTORCH_CUDA_ALLOC_CONF) they stand. A first small block proves registration works here; where
+    it is refused (a GB10 refuses host registration) the switch is undone and cudaHostAlloc serves.
     """
     global _register_mode
     if _register_mode is None:
         _register_mode = _switch_to_registration()
-        if _register_mode:
-            try:
-                return torch_pinned(size)
-            except RuntimeError as exc:
-                log.warning("host registration refused (%s); torch's cudaHostAlloc instead", str(exc).splitlines()[0])
-                _set_allocator(_REGISTER_OFF)
-                _register_mode = False
-    return torch_pinned(size)
+    return _register_mode
 
 
 def _switch_to_registration() -> bool:
@@ -168,7 +169,15 @@ def _switch_to_registration() -> bool:
     if held.get("num_host_alloc", 1) != held.get("num_host_free", 0):
         return False  # blocks cudaHostAlloc made would then be freed as registered ones
     threads = 1 << max(min(16, os.cpu_count() or 1).bit_length() - 1, 0)  # a power of two, as torch requires
-    return _set_allocator(_REGISTER_ON.format(threads=threads))
+    if not _set_allocator(_REGISTER_ON.format(threads=threads)):
+        return False
+    try:
+        torch_pinned(ALIGN)  # kept in torch's cache, freed as the registered block it is
+    except RuntimeError as exc:
+        log.warning("host registration refused (%s); torch's cudaHostAlloc instead", str(exc).splitlines()[0])
+        _set_allocator(_REGISTER_OFF)
+        return False
+    return True
 
 
 def _set_allocator(settings: str) -> bool:
