@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from loader.io.host_blocks import packed_bytes
+from loader import packed_bytes
 from loader.roots import ModelRoots
 from loader.shard_header import read_shard_header
 from machine.device import DeviceInfo
@@ -492,7 +492,7 @@ def component_bytes(folder: Path, keep_fp32: tuple[str, ...], dtype_bytes: int, 
 def pinned_component_bytes(folder: Path, keep_fp32: tuple[str, ...], dtype_bytes: int,
                            roots: ModelRoots | None = None) -> int:
     """Host bytes of a component the loader places page-locked (`pin_host`): its tensors packed, in load
-    order, into power-of-two blocks (`loader.io.host_blocks.packed_bytes`)."""
+    order, into power-of-two blocks (`loader.packed_bytes`)."""
     return packed_bytes(tensor_bytes(folder, keep_fp32, dtype_bytes, roots=roots))
 
 

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from loader.io.host_blocks import prefer_host_registration
+from loader import prefer_host_registration
 from machine.device import DeviceInfo, probe_device
 from machine.host_heap import return_large_frees_to_os
 from machine.memory import MemoryProbe

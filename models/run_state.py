@@ -17,8 +17,8 @@ from typing import Any, Iterator
 import torch
 import torch.nn as nn
 
+from loader import release_cached_host_memory
 from loader.api import synchronize
-from loader.io.host_blocks import release_cached_host_memory
 from machine.memory import MemoryProbe, MemorySample, PeriodicSampler
 from machine.offload import OffloadSettings
 

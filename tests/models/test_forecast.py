@@ -94,6 +94,7 @@ def test_a_pinned_group_offloaded_dit_costs_the_host_exactly_the_blocks_the_load
         return torch.empty(size, dtype=torch.uint8)
 
     monkeypatch.setattr(host_blocks, "torch_pinned", fake_pinned)
+    monkeypatch.setattr(host_blocks, "_register_mode", False)  # leave a real GPU host's allocator as it is
     _, report = load_component(h3_tiny, "transformer", device="cpu", dtype="bf16", pin_host=True)
     assert report.host_pinned_bytes == sum(blocks) > report.bytes_placed
     dit_only = dict(dit_layerwise_offload=True, dit_cpu_offload=False, text_encoder_cpu_offload=False,
