@@ -1,7 +1,7 @@
 """Page-locked host placement (`pin_host`): the packing arithmetic, the arena carving tensors from its blocks,
 and a load through it. No GPU here: torch's pinned allocator is faked by ordinary tensors where the test needs
 blocks, and used for real where the test needs its refusal (this CPU build has no pinned allocator). On the GPU
-host, `test_a_pinned_host_copy_is_what_group_offload_copies_from` checks the real allocator."""
+host, `test_a_pinned_host_load_is_pinned_copies_to_the_gpu_and_gives_its_blocks_back` checks the real allocator."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def test_without_a_pinned_allocator_a_pinned_host_load_is_pageable_and_says_why(
 
 
 @pytest.mark.gpu
-def test_a_pinned_host_copy_is_what_group_offload_copies_from(h3_root: Path):
+def test_a_pinned_host_load_is_pinned_copies_to_the_gpu_and_gives_its_blocks_back(h3_root: Path):
     """On CUDA: every tensor is pinned, `pin_memory()` returns it unchanged (so diffusers' group offload pins
     nothing twice) and torch's host allocator holds the blocks alone."""
     if not torch.cuda.is_available():
