@@ -54,6 +54,14 @@ def write_mp4(
         raise
 
 
+def silence_non_finite(audio: np.ndarray) -> tuple[np.ndarray, int]:
+    """`audio` with each NaN or infinite sample set to 0, and how many there were. AAC refuses them (FFmpeg's
+    encoder fails the frame with EINVAL), and a model whose audio diverged should still give its video."""
+    bad = ~np.isfinite(audio)
+    count = int(bad.sum())
+    return (np.where(bad, 0.0, audio).astype(audio.dtype, copy=False) if count else audio), count
+
+
 def _encode(path: str | os.PathLike, frames: np.ndarray, fps: int, audio: np.ndarray | None, sample_rate: int,
             crf: int) -> None:
     if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
@@ -66,7 +74,11 @@ def _encode(path: str | os.PathLike, frames: np.ndarray, fps: int, audio: np.nda
         video.options = {"crf": str(crf), "preset": "veryfast"}
         sound = None
         if audio is not None:
-            samples = np.clip(np.atleast_2d(audio).astype(np.float32), -1.0, 1.0)
+            samples = np.atleast_2d(audio).astype(np.float32)
+            if not np.isfinite(samples).all():
+                raise ValueError(f"audio has {int((~np.isfinite(samples)).sum())} NaN or infinite samples, which AAC "
+                                 "cannot encode (models.encode.silence_non_finite sets them to silence)")
+            samples = np.clip(samples, -1.0, 1.0)
             if samples.shape[0] not in _LAYOUTS:
                 raise ValueError(f"audio must be (channels, samples) with 1 or 2 channels, got {audio.shape}")
             layout = _LAYOUTS[samples.shape[0]]

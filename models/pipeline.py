@@ -50,7 +50,7 @@ from machine.memory import MemoryProbe
 from machine.offload import OffloadDecision, OffloadSettings, resolve_offload
 
 from .components import AUX_COMPONENTS, load_aux
-from .encode import write_mp4
+from .encode import silence_non_finite, write_mp4
 from .params import GenerateParams, ModelSpec, validate_params
 from .residency import pins_host_copy, plan_placements
 from .results import EventSink, GenerateResult, PipelineEvent, SampleSink
@@ -152,8 +152,13 @@ def run_generate(
         result.frames_sha256 = hashlib.sha256(frames.tobytes()).hexdigest()
         wave = None
         if params.audio:
-            wave = state.get("audio")[0].float().cpu().numpy()
+            wave, non_finite = silence_non_finite(state.get("audio")[0].float().cpu().numpy())
             result.sample_rate = int(state.get("sampling_rate"))
+            if non_finite:
+                note = (f"audio: {non_finite} of {wave.size} samples were NaN or infinite (the audio decode "
+                        "diverged) and are written as silence")
+                result.notes.append(note)
+                run.emit("note", note)
         with run.stage_of(ENCODE):
             write_mp4(out_path, frames, params.fps, wave, result.sample_rate or model.sampling_rate)
     finally:
