@@ -30,6 +30,7 @@ from .metadata import ComponentMeta, TensorMeta
 from .checkpoint import discover_checkpoint
 from machine.device import DeviceInfo, probe_device
 from .dtypes import DtypePolicy
+from .io.host_blocks import next_power_of_two
 from core.errors import PlacementError
 from .model_registry import get_model_builder
 from .naming import EXTRA_STATE_SUFFIX
@@ -143,7 +144,7 @@ def _stream_staging(placement, targets, info: DeviceInfo) -> int:
     if staged:
         size = min(placement.converting_bytes, max(m.nbytes for m, _ in staged))
         count = placement.tuning.staging_buffers or 4
-        total += count * (_next_power_of_two(size) if pinned else size)
+        total += count * (next_power_of_two(size) if pinned else size)
         if cuda and any(d != m.torch_dtype for m, d in staged):
             total += size
     ring_bytes = sum(m.nbytes for m, _, k in kinds if k == "ring")
@@ -154,7 +155,7 @@ def _stream_staging(placement, targets, info: DeviceInfo) -> int:
             read_bytes=placement.ring_read_bytes,
             disk=placement.ring_reads_disk({m.file for m, _, k in kinds if k == "ring"}),
         )
-        chunk = _next_power_of_two(geometry.chunk_bytes) if pinned else geometry.chunk_bytes
+        chunk = next_power_of_two(geometry.chunk_bytes) if pinned else geometry.chunk_bytes
         total += geometry.buffers * chunk
     return total
 
@@ -174,7 +175,3 @@ def _drain_mapped_excess(comp: ComponentMeta, target_dtype: dict[TensorMeta, tor
         last = ordered[-1]
         worst = max(worst, placed + sum(t.nbytes for t in ordered) - last.nbytes - last.numel * target_dtype[last].itemsize)
     return max(worst - model, 0)
-
-
-def _next_power_of_two(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()

@@ -18,6 +18,7 @@ any tensor carved from it; freed, it goes back to torch's host cache
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -37,6 +38,11 @@ multiples of 512: any dtype's view and the copy engines' fast path)."""
 
 def next_power_of_two(nbytes: int) -> int:
     return 1 << max(nbytes - 1, 0).bit_length()
+
+
+def user_allocator_settings() -> str:
+    """The allocator settings the user gave torch (PYTORCH_CUDA_ALLOC_CONF and PYTORCH_ALLOC_CONF, joined)."""
+    return ",".join(os.environ.get(k, "") for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"))
 
 
 @dataclass
@@ -107,10 +113,7 @@ class PinnedHostArena:
         """Why tensors went to pageable memory, where some did."""
 
     def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        numel = 1
-        for d in shape:
-            numel *= d
-        nbytes = numel * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize
         if not self.note:
             slot = self._packer.place(nbytes)
             if slot.new_block:
@@ -162,7 +165,7 @@ def prefer_host_registration() -> bool:
 
 
 def _switch_to_registration() -> bool:
-    conf = ",".join(os.environ.get(k, "") for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"))
+    conf = user_allocator_settings()
     stats = getattr(torch.cuda, "host_memory_stats", None)
     if "pinned_" in conf or stats is None or not torch.cuda.is_available():
         return False

@@ -16,7 +16,7 @@ from typing import Callable, ClassVar
 import torch
 import torch.nn as nn
 
-from ..io.host_blocks import PinnedHostArena
+from ..io.host_blocks import PinnedHostArena, user_allocator_settings
 from ..metadata import TensorMeta
 from core.errors import PlacementError
 from ..naming import Target
@@ -130,7 +130,7 @@ _SMALL_POOL_MAX = 1 << 20
 def _allocator_splits_cached_blocks() -> bool:
     """Whether torch's CUDA allocator serves requests by splitting cached blocks: the native allocator with
     caching on and no max_split_size_mb (which keeps large blocks whole)."""
-    conf = ",".join(os.environ.get(k, "") for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"))
+    conf = user_allocator_settings()
     if os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") == "1" or "max_split_size_mb" in conf:
         return False
     return torch.cuda.get_allocator_backend() == "native"
