@@ -76,8 +76,8 @@ def _encode(path: str | os.PathLike, frames: np.ndarray, fps: int, audio: np.nda
         if audio is not None:
             samples = np.atleast_2d(audio).astype(np.float32)
             if not np.isfinite(samples).all():
-                raise ValueError(f"audio has {int((~np.isfinite(samples)).sum())} NaN or infinite samples, which AAC "
-                                 "cannot encode (models.encode.silence_non_finite sets them to silence)")
+                raise ValueError(f"{path}: audio has {int((~np.isfinite(samples)).sum())} NaN or infinite samples, "
+                                 "which AAC cannot encode (models.encode.silence_non_finite sets them to silence)")
             samples = np.clip(samples, -1.0, 1.0)
             if samples.shape[0] not in _LAYOUTS:
                 raise ValueError(f"audio must be (channels, samples) with 1 or 2 channels, got {audio.shape}")

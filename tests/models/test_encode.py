@@ -23,7 +23,7 @@ def _wave() -> np.ndarray:
 
 def test_audio_with_nan_or_inf_is_refused_by_name_and_leaves_no_file(tmp_path: Path):
     path = tmp_path / "c.mp4"
-    with pytest.raises(ValueError, match="audio has 3 NaN or infinite samples"):
+    with pytest.raises(ValueError, match=r"c\.mp4: audio has 3 NaN or infinite samples"):
         write_mp4(path, FRAMES, 8, _wave(), 32000)
     assert not path.exists()
 
