@@ -190,7 +190,10 @@ def _frames_record(frames, work: Path, run: str) -> dict:
 
 
 def child_ours(args, tracker: Tracker) -> dict:
+    import torch
+
     import models.pipeline as pipeline
+    from loader.io import host_blocks
     from machine.offload import OffloadSettings
     from models.params import GenerateParams
 
@@ -209,6 +212,10 @@ def child_ours(args, tracker: Tracker) -> dict:
     def on_event(event) -> None:
         if event.kind == "stage_start":
             tracker.enter(event.stage)
+            if args.device == "cuda":  # which stage first holds pinned memory, and whether registration serves it
+                held = torch.cuda.host_memory_stats()
+                log(f"  [{event.stage}] pinned blocks held {held.get('num_host_alloc', 0) - held.get('num_host_free', 0)}"
+                    f", registration {host_blocks._register_mode}")
         elif event.kind in ("load", "release", "offload_decision"):
             log(f"  [{event.stage}] {event.message}")
 
@@ -228,8 +235,9 @@ def child_ours(args, tracker: Tracker) -> dict:
     record["video_sha256"] = result.video_sha256
     return {"job_seconds": job, "stage_seconds": result.stage_seconds, "placements": result.placements,
             "decisions": result.decisions, "sequential_components": result.sequential_components,
-            "loads": {c: {k: r.get(k) for k in ("bytes_placed", "bytes_held", "load_seconds", "throughput_gbps")}
-                      for c, r in result.loads.items()}, **record}
+            "loads": {c: {k: r.get(k) for k in ("bytes_placed", "bytes_held", "load_seconds", "throughput_gbps",
+                                                        "host_pinned_bytes", "host_pinned_note")}
+                      for c, r in result.loads.items()}, "host_registration": host_blocks._register_mode, **record}
 
 
 def child_diffusers(args, tracker: Tracker) -> dict:
