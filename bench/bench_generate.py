@@ -2,6 +2,7 @@
 
     python bench/bench_generate.py ROOT [--device cpu] [--frames 124] [--height H --width W] [--steps 3]
         [--sequential / --no-sequential] [--unified] [--json OUT.json]
+        [--workflow ref2va --ref-video CLIP.mp4 [--ref-image IMAGE]] [--workflow fl2va --image IMAGE]
 
 Runs `models.forecast_generate` and then `models.run_generate` on the same parameters and prints, per
 computing stage, the predicted bytes and the measured peak (VmRSS + CUDA allocated) above the peak of the
@@ -36,6 +37,10 @@ def main() -> int:
     parser.add_argument("--sequential", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--unified", action="store_true")
     parser.add_argument("--json", help="write the forecast, the result and the comparison here")
+    parser.add_argument("--workflow", default="t2va", choices=("t2va", "fl2va", "ref2va"))
+    parser.add_argument("--image", help="fl2va's first frame")
+    parser.add_argument("--ref-image", help="ref2va's reference image")
+    parser.add_argument("--ref-video", help="ref2va's reference clip (MP4 or MOV)")
     args = parser.parse_args()
     if args.unified:
         os.environ["DRAINBOARD_UNIFIED_MEMORY"] = "1"
@@ -48,7 +53,8 @@ def main() -> int:
     from models.pipeline import run_generate
 
     params = GenerateParams(prompt="a red fox running through fresh snow at dawn", frames=args.frames,
-                            height=args.height, width=args.width, steps=args.steps)
+                            height=args.height, width=args.width, steps=args.steps, workflow=args.workflow,
+                            image=args.image, ref_image=args.ref_image, ref_video=args.ref_video)
     info = probe_device(args.device)
     forecast = forecast_generate(args.root, params, device_info=info, settings=OffloadSettings(),
                                  sequential_components=args.sequential)

@@ -165,6 +165,33 @@ def _check_audio(path: Path, container, stream, sampling_rate: int | None) -> No
         raise InputClipError(f"{path}: truncated or corrupt soundtrack: {e}") from None
 
 
+def read_clip_header(path: str | os.PathLike) -> ClipInfo | None:
+    """What a clip's header says, for the forecast: the frames it declares (else its duration at its rate), the
+    rate, the upright size (one frame decoded, for its rotation) and the soundtrack's rate; None where PyAV cannot
+    read it (`check_clip` refuses such a clip at submit, naming the file). Decodes one frame, not the clip."""
+    import av
+
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                return None
+            stream = container.streams.video[0]
+            fps = float(stream.average_rate or stream.guessed_rate or 0)
+            seconds = float(stream.duration * stream.time_base) if stream.duration and stream.time_base else 0.0
+            frames = int(stream.frames or 0) or round(seconds * fps)
+            width, height = stream.codec_context.width, stream.codec_context.height
+            rotation = next(iter(container.decode(stream)), None)
+            if rotation is not None and round(rotation.rotation / 90.0) % 2:
+                width, height = height, width
+            audio = container.streams.audio
+            rate = int(audio[0].codec_context.sample_rate) if audio else None
+    except (av.FFmpegError, OSError, UnicodeDecodeError, ValueError):
+        return None
+    if fps <= 0 or frames <= 0:
+        return None
+    return ClipInfo(frames=frames, fps=fps, width=width, height=height, audio_rate=rate)
+
+
 def open_clip(path: str | os.PathLike):
     """The checked clip at `path` as diffusers' own `MiniMaxH3VideoReference.from_file` decodes it (frames, rate and
     soundtrack), which is what diffusers' `ref2va` is handed for a clip."""

@@ -1,7 +1,7 @@
 """What a generate run will hold, stage by stage, before any weight is read.
 
-Reads configs, safetensors headers, the local tokenizer and the input images'
-headers only. Per computing stage of the workflow's plan (`models.workflows.
+Reads configs, safetensors headers, the local tokenizer, the input images'
+headers and a reference clip's header (one frame decoded, for its rotation) only. Per computing stage of the workflow's plan (`models.workflows.
 stage_plan`: every block that reads weights, with what is resident around it),
 the forecast adds, above the process's own footprint once the pipeline is built
 (what `bench/bench_generate.py` measures against):
@@ -59,19 +59,26 @@ class StageTerm:
     """Bytes per unit of the stage's driver (see `_drivers`)."""
 
 
+CLIP_ENCODE = "vae_encoder.clip"
+"""The term of ref2va's `vae_encoder` for its reference clip, whose frames go through the VAE's temporal chunks
+(an image takes the spatial encoder alone, `vae_encoder`'s own term); the stage holds the larger of the two,
+the caching allocator reusing the one's blocks for the other."""
+
 CPU_TERMS: dict[str, StageTerm] = {
     "text_encoder": StageTerm(16855317, 7.399),
     "denoise.denoise": StageTerm(30186075, 3.6333),
     "decode.video": StageTerm(38549781, 18.8122),
     "decode.audio": StageTerm(0, 483.6693),
+    CLIP_ENCODE: StageTerm(119600211, 53.91),
 }
 """Fitted by `bench/fit_generate_forecast.py` on CPU runs with torch 2.13.0+cpu, diffusers 0.42.1,
 transformers 5.24.0, tokenizers 0.23.3 and torchao 0.18.0 installed (diffusers imports it); other versions
 move these by several MiB (see docs/benchmarks.md for the runs and the check on other geometries)."""
 BORROWED_TERMS = {"vae_encoder": "decode.video"}
-"""Stages with no fit of their own and the fitted stage whose term they take: fl2va's and ref2va's
-`vae_encoder` runs the video VAE over one frame per image, counted at decode.video's bytes per pixel
-(not measured on its own)."""
+"""Terms with no fit of their own on a CPU and the fitted stage whose term they take: fl2va's and ref2va's
+`vae_encoder` runs the video VAE over one frame per image, counted at decode.video's bytes per pixel (not
+fitted on a CPU). A reference clip's encode has its own term on a CPU too (`CLIP_ENCODE`: the VAE's encode
+alone, `bench/bench_vae_encode.py`, fitted on 124 frames of the tiny and the demo profiles' canvases)."""
 CPU_RETAINED = 0.0
 """Share of the largest earlier working set a CPU stage still holds. A run fixes glibc's mmap threshold
 (`machine.host_heap`), so freed buffers of 1 MiB and up leave the resident set at once: the fit finds 0
@@ -116,10 +123,14 @@ CUDA_STAGE_TERMS: dict[str, StageTerm] = {
     "denoise.denoise": StageTerm(0, 7.38),
     "decode.video": StageTerm(0, 50.3),
     "decode.audio": StageTerm(0, 2294.0),
+    "vae_encoder": StageTerm(770655724, 13.35),
+    CLIP_ENCODE: StageTerm(5736823855, 30.87),
 }
 """Device bytes a CUDA stage reserves beyond its weights and the workspaces (the working set plus the caching
 allocator's reserve over it; weights placed by the loader reserve what they allocate): fitted on the real-size
-sequential run at 1344x768 and checked on 1024x576 and on the resident runs (docs/benchmarks.md)."""
+sequential run at 1344x768 and checked on 1024x576 and on the resident runs; `vae_encoder`'s two terms on the
+real-size video VAE encoding alone (`bench/bench_vae_encode.py`): an image's on 1344x768 and 3648x2048, a clip's
+on 124 frames of 1024x576 and 345 of 1344x768, checked on three other clips (docs/benchmarks.md)."""
 CUDA_HOST_FRAME_BYTES = {"decode.video": 8.8, "decode.audio": 4.3}
 """Host bytes per decoded RGB value a CUDA stage adds (the float32 frames copied off the device, their float32
 and uint8 copies for the MP4), fitted with CUDA_STAGE_TERMS; on a CPU the fitted CPU_TERMS hold them."""
@@ -224,6 +235,12 @@ no weight): measured 464 MiB on this machine with CPU_TERMS' packages, on both t
 
 def count_prompt_tokens(root: str | Path, prompt: str) -> int:
     """Tokens of `prompt` as the t2va text step makes them (the checkpoint's tokenizer, no special tokens)."""
+    return count_tokens(root, [prompt])[0]
+
+
+def count_tokens(root: str | Path, texts: list[str]) -> list[int]:
+    """Tokens of each of `texts`, each encoded on its own as diffusers encodes a label (the checkpoint's tokenizer,
+    read once, no special tokens)."""
     from tokenizers import Tokenizer
 
     from loader.confined import require_regular_files
@@ -233,7 +250,8 @@ def count_prompt_tokens(root: str | Path, prompt: str) -> int:
         require_regular_files(path.parent)  # tokenizers opens by path: a FIFO would block it
     if not path.is_file():
         raise ValueError(f"{path}: no tokenizer.json, so the prompt's tokens cannot be counted")
-    return len(Tokenizer.from_file(str(path)).encode(prompt, add_special_tokens=False).ids)
+    tokenizer = Tokenizer.from_file(str(path))
+    return [len(tokenizer.encode(text, add_special_tokens=False).ids) for text in texts]
 
 
 def forecast_generate(
@@ -272,16 +290,18 @@ def forecast_generate(
     images = _image_sizes(params)
     height, width = model.geometry(params, images.get("image") or images.get("last_image"))
     text_tokens = count_prompt_tokens(root, params.prompt)
-    conditions = _conditions(model, workflow, images, height, width)
+    clip = reference_clip(root, model, params) if workflow == "ref2va" else None
+    conditions = _conditions(model, workflow, params, images, height, width, clip)
     tokens, drivers, outputs = _drivers(model, params, height, width, text_tokens, dtype_bytes, conditions,
-                                        _vision_tokens(root, model, conditions))
+                                        _vision_tokens(root, model, [c for c in conditions if c[0] == 1]), clip)
     pixels = drivers["decode.video"]  # the clip's pixels, as _drivers counts them
     layers = max(int(model.configs["transformer"]["num_layers"]), 1)
     # An fp32 video VAE's tensors are twice bf16's: its stages' per-unit bytes scale with the element (an
     # assumption, not fitted: CPU_TERMS were measured at bf16).
     vae_scale = 4 / dtype_bytes if params.vae_dtype == "fp32" else 1.0
     stages = []
-    carried = retained = retained_device = released = 0
+    carried = clip.normalized_bytes if clip else 0  # the clip put on 24 fps and its canvas, held from the setup on
+    retained = retained_device = released = 0
     for planned in plan:
         stage, reads = planned.block, planned.reads
         resident = list(planned.resident) if sequential else list(components)
@@ -296,8 +316,11 @@ def forecast_generate(
                     if layerwise and cuda:
                         on_device += int(CUDA_TERMS.group_offload_device_blocks * sizes[c] / layers)
                         streaming += int(CUDA_TERMS.group_offload_host_blocks * sizes[c] / layers)
-        term = _term(CUDA_STAGE_TERMS if cuda else CPU_TERMS, stage)
-        activations = int(term.fixed + term.per_unit * drivers[stage] * (vae_scale if "vae" in reads else 1.0))
+        terms = CUDA_STAGE_TERMS if cuda else CPU_TERMS
+        scale = vae_scale if "vae" in reads else 1.0
+        activations = _working_set(_term(terms, stage), drivers[stage] * scale)
+        if stage == "vae_encoder" and drivers[CLIP_ENCODE]:
+            activations = max(activations, _working_set(_term(terms, CLIP_ENCODE), drivers[CLIP_ENCODE] * scale))
         carried += int(CUDA_HOST_FRAME_BYTES[stage] * 3 * pixels) if cuda and stage in CUDA_HOST_FRAME_BYTES \
             else outputs[stage]
         heap = retained + int(CPU_RETAINED_WEIGHTS * released)
@@ -319,13 +342,18 @@ def forecast_generate(
     return GenerateForecast(
         height, width, params.frames, model.steps(params), text_tokens, tokens, sequential, sizes,
         {c: p.mechanism for c, p in placements.items()},
-        CUDA_TERMS.host_runtime if cuda else CPU_PROCESS_BYTES, CUDA_TERMS.context if cuda else 0, stages,
-        workflow)
+        (CUDA_TERMS.host_runtime if cuda else CPU_PROCESS_BYTES) + (clip.decoded_bytes if clip else 0),
+        CUDA_TERMS.context if cuda else 0, stages, workflow)
 
 
 def _term(terms: Mapping[str, StageTerm], stage: str) -> StageTerm:
     """The stage's fitted term, or the one it borrows (BORROWED_TERMS)."""
-    return terms[BORROWED_TERMS.get(stage, stage)]
+    return terms[stage] if stage in terms else terms[BORROWED_TERMS[stage]]
+
+
+def _working_set(term: StageTerm, driver: float) -> int:
+    """`term`'s bytes at `driver` units."""
+    return int(term.fixed + term.per_unit * driver)
 
 
 def _host_sizes(root: Path, sizes: Mapping[str, int], placements, settings: OffloadSettings, cuda: bool,
@@ -358,8 +386,8 @@ def _torch_device(info: DeviceInfo):
 
 def _image_sizes(params: GenerateParams) -> dict[str, tuple[int, int]]:
     """(width, height) of each input image given, from its header (Pillow reads no pixel for it); an image
-    that cannot be read is left out (the run itself refuses it, naming the file). A reference clip is not
-    counted (its frames through the vision tower and the VAE are not forecast; docs/benchmarks.md says so)."""
+    that cannot be read is left out (the run itself refuses it, naming the file); a reference clip is read by
+    `reference_clip`."""
     from PIL import Image
 
     sizes = {}
@@ -374,45 +402,122 @@ def _image_sizes(params: GenerateParams) -> dict[str, tuple[int, int]]:
     return sizes
 
 
-def _conditions(model: ModelSpec, workflow: str, images: Mapping[str, tuple[int, int]], height: int,
-                width: int) -> list[tuple[int, int]]:
-    """(height, width) of each image the VAE encodes and the DiT attends to: fl2va's keyframes on the canvas,
-    ref2va's reference at the checkpoint's reference short edge (diffusers' rule; a square when its file
-    cannot be read)."""
+@dataclass(frozen=True)
+class ReferenceClip:
+    """A ref2va reference clip as diffusers' setup normalizes it, from the file's header (`models.clips.
+    read_clip_header`): resampled onto 24 fps, cut to the generated frames, put on the canvas of its own aspect."""
+
+    frames: int
+    """Frames after the resample and the cut (what the conditioner samples at 2 fps)."""
+    encoded_frames: int
+    """Of those, the 17n + 5 the video VAE encodes (snapped down)."""
+    height: int
+    """Pixels of the clip's canvas."""
+    width: int
+    """Pixels of the clip's canvas."""
+    audio_seconds: float
+    """Seconds of soundtrack conditioned on (0 without one)."""
+    decoded_bytes: int
+    """What `MiniMaxH3VideoReference.from_file` holds for the whole run: every frame as RGB bytes, the soundtrack
+    as float32 (opened before the pipeline is built, so counted with the process)."""
+
+    @property
+    def normalized_bytes(self) -> int:
+        """The normalized frames (RGB bytes), held from the setup step on."""
+        return self.frames * self.height * self.width * 3
+
+
+def reference_clip(root: Path, model: ModelSpec, params: GenerateParams) -> ReferenceClip | None:
+    """`params.ref_video` as the run will hold it; None without a clip, or where its header cannot be read (the
+    job's submit check refuses such a clip, naming the file)."""
+    from .clips import frames_at_24, read_clip_header
+
+    info = read_clip_header(params.ref_video) if params.ref_video else None
+    if info is None:
+        return None
+    frames = min(frames_at_24(info.frames, info.fps), params.frames)
+    chunk, latents = model.frames_per_chunk, model.latents_per_chunk
+    encoded = max(1, (frames - latents) // chunk) * chunk + latents
+    height, width = model.canvas_for(info.width, info.height)
+    seconds = info.frames / info.fps
+    audio = min(seconds, params.frames / FPS) if info.audio_rate else 0.0
+    decoded = info.frames * info.width * info.height * 3 + (round(seconds * info.audio_rate) * 2 * 4 if audio else 0)
+    return ReferenceClip(frames, encoded, height, width, audio, decoded)
+
+
+def _conditions(model: ModelSpec, workflow: str, params: GenerateParams, images: Mapping[str, tuple[int, int]],
+                height: int, width: int, clip: ReferenceClip | None) -> list[tuple[int, int, int]]:
+    """(frames, height, width) of each input the VAE encodes and the DiT attends to: fl2va's keyframes on the
+    canvas, ref2va's reference image at the checkpoint's reference short edge (diffusers' rule; a square when
+    its file cannot be read) and its clip's encoded frames on the clip's canvas (a square image when neither
+    can be read)."""
     if workflow == "fl2va":
-        return [(height, width)] * max(sum(1 for n in ("image", "last_image") if n in images), 1)
+        return [(1, height, width)] * max(sum(1 for n in ("image", "last_image") if n in images), 1)
     if workflow != "ref2va":
         return []
-    short, multiple = int(model.index.get("reference_image_short_edge", 2048)), model.canvas_multiple
-    w, h = images.get("ref_image", (short, short))
-    scale = short / min(w, h)
-    return [(max(multiple, round(h * scale / multiple) * multiple), max(multiple, round(w * scale / multiple) * multiple))]
+    conditions = []
+    if params.ref_image is not None or clip is None:
+        short, multiple = int(model.index.get("reference_image_short_edge", 2048)), model.canvas_multiple
+        w, h = images.get("ref_image", (short, short))
+        scale = short / min(w, h)
+        conditions.append((1, max(multiple, round(h * scale / multiple) * multiple),
+                           max(multiple, round(w * scale / multiple) * multiple)))
+    if clip is not None:
+        conditions.append((clip.encoded_frames, clip.height, clip.width))
+    return conditions
 
 
-def _vision_tokens(root: Path, model: ModelSpec, conditions: list[tuple[int, int]]) -> int:
+def _vision_tokens(root: Path, model: ModelSpec, images: list[tuple[int, int, int]]) -> int:
     """Rows the text encoder adds for the images it is shown: per image a `<Picture i>: ` label, the vision
     block's start and end, and one row per merged patch of the image at its size (the processor's resize
     bounds left out)."""
     vision = model.configs["text_encoder"].get("vision_config", {})
     side = int(vision.get("patch_size", 16)) * int(vision.get("spatial_merge_size", 2))
-    return sum(count_prompt_tokens(root, f"<Picture {i + 1}>: ") + 2 + (h // side) * (w // side)
-               for i, (h, w) in enumerate(conditions))
+    labels = count_tokens(root, [f"<Picture {i + 1}>: " for i in range(len(images))])
+    return sum(label + 2 + (h // side) * (w // side) for label, (_, h, w) in zip(labels, images))
+
+
+CLIP_SAMPLE_STRIDE = 12
+"""diffusers' ref2va text step shows the conditioner every 12th frame of the 24 fps clip (2 fps)."""
+
+
+def clip_text_rows(root: Path, clip: ReferenceClip) -> int:
+    """Rows the text encoder adds for a reference clip, as diffusers' ref2va text step lays them out: `<Audio 1>: `
+    for a soundtrack, `<Video 1>: `, then per merged pair of frames sampled at 2 fps a timestamp label, the vision
+    block's start and end and the block's merged patches at the size Qwen3-VL's video processor resizes to."""
+    from .qwen_video import resized_frame, video_processor
+    from .text_aux import read_processor_config
+
+    processor = video_processor(read_processor_config(root / "processor").get("video_processor"))
+    sampled = len(range(0, clip.frames, CLIP_SAMPLE_STRIDE))
+    patch = processor.temporal_patch_size
+    times = [i * CLIP_SAMPLE_STRIDE / FPS for i in range(sampled)]
+    times += [times[-1]] * (-len(times) % patch)
+    stamps = [(times[i] + times[i + patch - 1]) / 2 for i in range(0, len(times), patch)]
+    h, w = resized_frame(processor, sampled, clip.height, clip.width)
+    side = processor.patch_size * processor.merge_size
+    labels = count_tokens(root, ["<Video 1>: ", "<Audio 1>: ", *(f"<{t:.1f} seconds>" for t in stamps)])
+    return (labels[0] + (labels[1] if clip.audio_seconds else 0)
+            + sum(label + 2 + (h // side) * (w // side) for label in labels[2:]))
 
 
 def _drivers(model: ModelSpec, params: GenerateParams, height: int, width: int, text_tokens: int,
-             dtype_bytes: int, conditions: list[tuple[int, int]] = (), vision_tokens: int = 0,
-             ) -> tuple[int, dict[str, float], dict[str, int]]:
+             dtype_bytes: int, conditions: list[tuple[int, int, int]] = (), vision_tokens: int = 0,
+             clip: ReferenceClip | None = None) -> tuple[int, dict[str, float], dict[str, int]]:
     """The packed sequence's rows, each stage's driver, and each stage's output bytes. `conditions`: the
-    (height, width) of each image the VAE encodes (one latent frame each, packed in front of the video)."""
+    (frames, height, width) of each input the VAE encodes (an image one latent frame, a clip its own), packed in
+    front of the video; `clip` adds its vision rows to the text and its soundtrack's rows to the audio."""
     dit = model.configs["transformer"]
     text_hidden = int(model.configs["text_encoder"]["text_config"]["hidden_size"])
     sc = model.spatial_compression
     video_latents = _video_latents(params.frames, model) * (height // sc) * (width // sc)
-    condition_latents = sum((h // sc) * (w // sc) for h, w in conditions)
+    condition_latents = sum((1 if f == 1 else _video_latents(f, model)) * (h // sc) * (w // sc)
+                            for f, h, w in conditions)
     latent_channels = int(model.configs["vae"].get("latent_channels", 24))
     patch = math.prod(int(p) for p in dit["patch_size"])
-    audio_rows = round(params.frames / FPS * AUDIO_LATENTS_PER_SECOND) * AUDIO_CHANNELS
-    text_rows = text_tokens + vision_tokens
+    seconds = params.frames / FPS + (clip.audio_seconds if clip else 0.0)
+    audio_rows = round(seconds * AUDIO_LATENTS_PER_SECOND) * AUDIO_CHANNELS
+    text_rows = text_tokens + vision_tokens + (clip_text_rows(Path(model.root), clip) if clip else 0)
     tokens = text_rows + audio_rows + (video_latents + condition_latents) // patch
     hidden, ffn = int(dit["hidden_size"]), int(dit["ffn_dim"])
     pixels = params.frames * height * width
@@ -421,8 +526,9 @@ def _drivers(model: ModelSpec, params: GenerateParams, height: int, width: int, 
     drivers = {
         # Qwen3-VL over the prompt (and the images' rows) keeping every hidden state: bytes of those states.
         "text_encoder": text_rows * text_hidden * dtype_bytes * states,
-        # The VAE's encoder over the conditioning images: their pixels.
-        "vae_encoder": sum(h * w for h, w in conditions),
+        # The VAE's encoder over the conditioning images, and over the reference clip's frames: their pixels.
+        "vae_encoder": sum(h * w for f, h, w in conditions if f == 1),
+        CLIP_ENCODE: sum(f * h * w for f, h, w in conditions if f > 1),
         # One joint block over the packed sequence: its rows times the block's widths, in bytes.
         "denoise.denoise": tokens * (hidden + ffn) * dtype_bytes,
         # The ViT decoder's output: pixels of the clip.

@@ -53,7 +53,7 @@ def _torch_class() -> type:
 
 def _build_torch_class() -> type:
     from transformers.image_utils import ChannelDimension, PILImageResampling
-    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor, smart_resize
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
     from transformers.video_utils import convert_to_rgb
 
     class TorchVideoProcessor(Qwen3VLVideoProcessor):
@@ -66,13 +66,8 @@ def _build_torch_class() -> type:
 
         def resize(self, videos: torch.Tensor, size, resample, factor: int, temporal_factor: int,
                    cap_pixels_per_frame: bool | None = None, **kwargs) -> torch.Tensor:
-            frames, budget = videos.shape[1], size.longest_edge
-            if cap_pixels_per_frame:  # transformers' per-frame cap: the budget's share, at most max_video_tokens
-                per_frame = max(min(self.max_video_tokens * factor * factor, size.longest_edge // frames),
-                                int(size.shortest_edge * 1.05))
-                budget = per_frame * frames
-            target = smart_resize(num_frames=frames, height=videos.shape[-2], width=videos.shape[-1], factor=factor,
-                                  temporal_factor=temporal_factor, min_pixels=size.shortest_edge, max_pixels=budget)
+            target = resized_frame(self, videos.shape[1], videos.shape[-2], videos.shape[-1], size,
+                                   cap_pixels_per_frame)
             if PILImageResampling(resample) != PILImageResampling.BICUBIC:
                 raise ValueError(f"Qwen3-VL video processor: resample {PILImageResampling(resample).name} given;"
                                  " without torchvision only BICUBIC (Qwen3-VL's) is done")
@@ -84,6 +79,31 @@ def _build_torch_class() -> type:
             return (image.sub_(mean) if inplace else image.sub(mean)).div_(std)
 
     return TorchVideoProcessor
+
+
+def resized_frame(processor, frames: int, height: int, width: int, size=None,
+                  cap_pixels_per_frame: bool | None = None) -> tuple[int, int]:
+    """(height, width) Qwen3-VL's video processor resizes `frames` frames of `height` x `width` to: transformers'
+    `smart_resize` under the processor's pixel budget (`size`, default its own), with transformers' per-frame cap
+    where `cap_pixels_per_frame` (default the processor's) asks for it. The forecast counts a reference clip's
+    vision rows with it."""
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import smart_resize
+
+    size = processor.size if size is None else size
+    shortest, longest = _edge(size, "shortest_edge"), _edge(size, "longest_edge")
+    factor = processor.patch_size * processor.merge_size
+    cap = processor.cap_pixels_per_frame if cap_pixels_per_frame is None else cap_pixels_per_frame
+    budget = longest
+    if cap:  # transformers' per-frame cap: the budget's share, at most max_video_tokens
+        per_frame = max(min(processor.max_video_tokens * factor * factor, longest // frames), int(shortest * 1.05))
+        budget = per_frame * frames
+    return tuple(smart_resize(num_frames=frames, height=height, width=width, factor=factor,
+                              temporal_factor=processor.temporal_patch_size, min_pixels=shortest, max_pixels=budget))
+
+
+def _edge(size, name: str) -> int:
+    """One bound of a processor's `size` (a SizeDict once built, a dict in its class defaults)."""
+    return int(size[name] if isinstance(size, dict) else getattr(size, name))
 
 
 def _bicubic(videos: torch.Tensor, target: tuple[int, int]) -> torch.Tensor:

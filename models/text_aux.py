@@ -115,6 +115,16 @@ def load_tokenizer(folder: Path):
     return Qwen2Tokenizer.from_pretrained(str(folder), local_files_only=True)
 
 
+def read_processor_config(folder: Path) -> dict:
+    """`processor_config.json` of a processor folder, read as the loader reads a checkpoint's JSON (bounded, a
+    regular file only); {} where there is none."""
+    from loader.confined import read_json_checked
+
+    path = folder / "processor_config.json"
+    config = read_json_checked(path) if path.is_file() else {}
+    return config if isinstance(config, dict) else {}
+
+
 def load_processor(folder: Path):
     """The processor saved in `folder` (its video part from `video_processor` there, else transformers' defaults)."""
     config = json.loads((folder / "processor_config.json").read_text())

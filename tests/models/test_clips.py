@@ -61,3 +61,14 @@ def test_bad_clips_get_one_line_naming_the_file(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(clips, "MAX_CLIP_BYTES", 100)
     with pytest.raises(InputClipError, match="clips up to 0 MiB"):
         check_clip(whole)
+
+
+def test_the_forecast_s_header_read_agrees_with_the_full_check_and_reads_nothing_bad(tmp_path: Path):
+    from models.clips import read_clip_header
+
+    clip = _clip(tmp_path / "a.mp4")
+    assert read_clip_header(clip) == check_clip(clip, 32000)
+    assert read_clip_header(_clip(tmp_path / "silent.mp4", rate=None)).audio_rate is None
+    text = tmp_path / "notes.mp4"
+    text.write_text("not a video")
+    assert read_clip_header(text) is None and read_clip_header(tmp_path / "missing.mp4") is None

@@ -4,6 +4,7 @@ its CUDA terms (faked device) and the ETA from history."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -242,3 +243,83 @@ def test_the_cuda_forecast_stays_within_10_percent_of_every_committed_real_size_
     assert not far, far
     low = [r for r in rows if r["ratio"] < 0.97]
     assert not low, low
+
+
+@pytest.fixture(scope="module")
+def reference_clip_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """150 frames of 320x180 at 30 fps (5 s) with a 32 kHz stereo soundtrack: resampled onto 24 fps, cut to the
+    generated frames and put on the checkpoint's canvas of its 16:9 aspect, as diffusers' ref2va setup does."""
+    import numpy as np
+
+    from models.encode import write_mp4
+
+    path = tmp_path_factory.mktemp("clips") / "motion.mp4"
+    rng = np.random.RandomState(4)
+    write_mp4(path, (rng.rand(150, 180, 320, 3) * 255).astype(np.uint8), 30,
+              (rng.rand(2, 5 * 32000).astype(np.float32) - 0.5) * 0.2, 32000)
+    return path
+
+
+def test_a_reference_clip_s_text_rows_are_the_ones_diffusers_lays_out(h3_tiny: Path, reference_clip_file: Path):
+    """The conditioner's rows for a clip: counted from the header, against diffusers' own ref2va text step run on
+    the decoded clip with the checkpoint's processor (labels, timestamps, vision blocks at the processor's size)."""
+    from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3VideoReference
+    from diffusers.modular_pipelines.minimax_h3.before_encoder import MiniMaxH3Ref2VASetupStep
+    from diffusers.modular_pipelines.minimax_h3.encoders import MiniMaxH3Ref2VATextEncoderStep
+
+    from models.components import load_aux
+    from models.forecast import clip_text_rows, reference_clip
+    from models.params import ModelSpec
+
+    model = ModelSpec.read(h3_tiny)
+    params = GenerateParams(prompt="a fox", frames=124, workflow="ref2va", ref_video=str(reference_clip_file))
+    clip = reference_clip(h3_tiny, model, params)
+    decoded = MiniMaxH3VideoReference.from_file(str(reference_clip_file))
+    frames = MiniMaxH3Ref2VASetupStep._normalize_video_condition(
+        decoded.frames, decoded.fps, params.frames, model.canvas_multiple, *_canvas_configs(model), 24)
+    assert (clip.frames, clip.height, clip.width) == frames.shape[:3]
+    assert clip.decoded_bytes >= decoded.frames.nbytes
+    processor = load_aux(h3_tiny, "processor")
+    reference = MiniMaxH3VideoReference(frames=frames, fps=24.0, audio=decoded.audio, sample_rate=decoded.sample_rate)
+    step = MiniMaxH3Ref2VATextEncoderStep()
+    _, images, blocks, stamps = step._gather_vision_features(processor, [reference], 24.0)
+    ids, _ = step._build_presentation(processor.tokenizer, "", [reference], images, blocks, stamps)
+    assert clip_text_rows(h3_tiny, clip) == len(ids) > 0
+
+
+def _canvas_configs(model) -> tuple[int, int]:
+    """(canvas_short_edge, canvas_max_pixels) of the checkpoint's index (diffusers' release defaults otherwise)."""
+    return int(model.index.get("canvas_short_edge", 768)), int(model.index.get("canvas_max_pixels", 768 * 1344))
+
+
+def test_a_reference_clip_adds_its_encode_its_rows_and_its_decoded_frames(h3_tiny: Path, keyframe: Path,
+                                                                        reference_clip_file: Path, tmp_path: Path):
+    """On a faked H200: the clip's encode is its fitted term (larger than the image's, which it does not add to),
+    its latents, soundtrack and conditioner rows join the packed sequence, and its decoded frames count with the
+    process; a clip whose header cannot be read is not counted."""
+    from dataclasses import replace
+
+    from models.forecast import CLIP_ENCODE, CUDA_STAGE_TERMS, clip_text_rows, reference_clip
+    from models.params import ModelSpec
+
+    image = GenerateParams(prompt="a fox", frames=124, height=64, width=128, steps=2, workflow="ref2va",
+                           ref_image=str(keyframe))
+    both = replace(image, ref_video=str(reference_clip_file))
+    plain, with_clip = (forecast_generate(h3_tiny, p, device_info=H200, settings=OffloadSettings(),
+                                          sequential_components=True) for p in (image, both))
+    model = ModelSpec.read(h3_tiny)
+    clip = reference_clip(h3_tiny, model, both)
+    pixels = clip.encoded_frames * clip.height * clip.width
+    term = CUDA_STAGE_TERMS[CLIP_ENCODE]
+    assert with_clip.stage("vae_encoder").activation_bytes == int(term.fixed + term.per_unit * pixels)
+    assert with_clip.stage("vae_encoder").activation_bytes > plain.stage("vae_encoder").activation_bytes
+    assert with_clip.process_host_bytes - plain.process_host_bytes == clip.decoded_bytes
+    sc, patch = model.spatial_compression, math.prod(model.configs["transformer"]["patch_size"])
+    latent_frames = (clip.encoded_frames - model.latents_per_chunk) // model.frames_per_chunk * model.latents_per_chunk + 2
+    audio_rows = round(clip.audio_seconds * 40) * 2
+    added = latent_frames * (clip.height // sc) * (clip.width // sc) // patch + audio_rows + clip_text_rows(h3_tiny, clip)
+    assert with_clip.tokens - plain.tokens == added
+    unreadable = tmp_path / "not-a-clip.mp4"
+    unreadable.write_text("not a video")
+    assert forecast_generate(h3_tiny, replace(image, ref_video=str(unreadable)), device_info=H200,
+                             settings=OffloadSettings(), sequential_components=True).tokens == plain.tokens
