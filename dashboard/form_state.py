@@ -20,6 +20,7 @@ FORM_KEY = "run_form"  # field -> value of the form, kept while the user is on o
 FROM_KEY = "run_filled_from"  # id of the job whose spec filled the form (applied once per arrival)
 ERRORS_KEY = "run_errors"  # field -> messages from the last rejected submit
 DRAWN_KEY = "run_drawn"  # fields drawn in this script run, kept at its end
+CARRIED_KEY = "run_carried_inputs"  # {"job": id, "files": {field: that job's copy}}: edit and re-queue's inputs
 # Fields mirrored in the query string, so a refreshed or shared URL opens the same form.
 URL_FIELDS = ("checkpoint", "component", "kind", "mode", "device", "dtype")
 
@@ -85,8 +86,37 @@ def fill_from_query(db: str) -> None:
             for name in values:
                 st.session_state.pop(key(name), None)  # seed() takes the job's value (if still offered)
             st.session_state[FROM_KEY] = job_id
+            carry_inputs(job_id, job["spec"])
     if not durable():
         durable().update({name: st.query_params[name] for name in URL_FIELDS if st.query_params.get(name)})
+
+
+def carry_inputs(job_id: int, spec: dict[str, Any]) -> None:
+    """Keep job `job_id`'s own copies of its input files for the form (an uploader cannot be pre-filled), and say
+    which are gone."""
+    from jobs.inputs import input_copies
+    from models.params import INPUT_FILE_FIELDS
+    from storage.artifacts import ArtifactError
+
+    given = [f for f in INPUT_FILE_FIELDS if (spec.get("generate") or {}).get(f)]
+    files = {}
+    for field in given:
+        try:
+            files |= input_copies(data.config().data_dir, job_id, [field])
+        except ArtifactError as e:
+            st.warning(f"Job {job_id}'s {field} is gone ({e}); upload it again.")
+    st.session_state[CARRIED_KEY] = {"job": job_id, "files": files}
+
+
+def carried_inputs() -> tuple[int | None, dict[str, str]]:
+    """(the job, field -> its copy) of the input files carried in by edit and re-queue, until removed."""
+    carried = st.session_state.get(CARRIED_KEY) or {}
+    return carried.get("job"), carried.get("files", {})
+
+
+def drop_carried(field: str) -> None:
+    """on_click of a carried input's Remove: the form no longer sends it."""
+    st.session_state.get(CARRIED_KEY, {}).get("files", {}).pop(field, None)
 
 
 def mirror_in_url() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 import streamlit as st
@@ -66,8 +66,12 @@ def stage_plan_section(workflow: str, audio: bool, sequential: bool, quantize: s
                    " stage that reads it and released after the last; without it, all stay from the first stage on.")
 
 
-def workflow_section(data_dir: Path, audio: bool) -> dict[str, Any]:
-    """The workflow control and an uploader with a preview for each of its images and clips; the spec fields."""
+def workflow_section(data_dir: Path, audio: bool, carried: tuple[int | None, dict[str, str]] = (None, {}),
+                     on_remove: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The workflow control and an uploader with a preview for each of its images and clips; the spec fields.
+    `carried`: (job, field -> that job's copy) of the inputs edit and re-queue brought in; each is sent, with a
+    preview and a Remove button (`on_remove(field)`), until an upload replaces it."""
+    job, carried_files = carried
     workflow = st.selectbox("Workflow", WORKFLOWS, key="run_gen_workflow", format_func=lambda w: f"{w}: {WORKFLOW_HELP[w]}")
     fields: dict[str, Any] = {"workflow": workflow}
     names = WORKFLOW_INPUTS[workflow] + WORKFLOW_CLIPS[workflow]
@@ -83,12 +87,22 @@ def workflow_section(data_dir: Path, audio: bool) -> dict[str, Any]:
                        "diffusers does"))
         if upload is not None:
             fields[name] = str(save_upload(data_dir, upload.name, upload.getvalue()))
-            if clip:
-                col.video(upload.getvalue())
-                col.caption(upload.name)
-            else:
-                col.image(upload.getvalue(), caption=upload.name, width="stretch")
+            _preview(col, clip, upload.getvalue(), upload.name)
+        elif name in carried_files:
+            fields[name] = carried_files[name]
+            _preview(col, clip, carried_files[name], f"{Path(carried_files[name]).name} from job {job}")
+            col.button("Remove", key=f"run_gen_remove_{name}", icon=":material/close:", on_click=on_remove,
+                       args=(name,), help="Send no file for this input (or upload another to replace it)")
     return fields
+
+
+def _preview(col, clip: bool, media, caption: str) -> None:
+    """An input's preview: the clip played, the image shown."""
+    if clip:
+        col.video(media)
+        col.caption(caption)
+    else:
+        col.image(media, caption=caption, width="stretch")
 
 
 def output_videos(artifacts: list[dict]) -> list[dict]:

@@ -10,7 +10,8 @@ import streamlit as st
 from dashboard import data
 from dashboard import format as fmt
 from dashboard import words
-from dashboard.form_state import durable, keep, keep_selection, key, seed, show_errors
+from dashboard.form_state import (carried_inputs, drop_carried, durable, keep, keep_selection, key, seed,
+                                  show_errors)
 from dashboard.inputs_panel import stage_plan_section, workflow_section
 from dashboard.views.checkpoints import CheckpointChoice, components_table, outside_roots
 from dashboard.views.run import (
@@ -22,6 +23,7 @@ from jobs.kinds import kind_names
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings
 from models.quantize_check import cuda_capability, quantization_problem, torchao_installed
+from models.workflows import WORKFLOWS
 
 DEFAULT_PROMPT = "a red fox trotting through fresh snow at dawn, soft light"
 MODES = ("stream", "drain", "retain")
@@ -211,7 +213,8 @@ def generate_fields(choice, device: DeviceInfo, sequential: bool | None) -> dict
     cols[1].toggle("Audio track", key=key("gen_audio"))
     show_errors(*[f"generate.{name}" for name in GENERATE_FIELDS if name not in ("prompt", *KNOBS)], "generate")
     fields = {name: st.session_state[key(f"gen_{name}")] for name in GENERATE_FIELDS}
-    fields |= workflow_section(data.config().data_dir, fields["audio"])
+    seed("gen_workflow", WORKFLOWS[0], WORKFLOWS)
+    fields |= workflow_section(data.config().data_dir, fields["audio"], carried_inputs(), drop_carried)
     show_errors("generate.workflow", "generate.image", "generate.last_image", "generate.ref_image")
     fields |= knob_fields(device)
     stage_plan_section(fields["workflow"], fields["audio"],

@@ -118,10 +118,21 @@ def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
     }
     offload = {**OffloadSettings().to_dict(), **(spec.get("offload") or {})}
     values.update({f"offload_{name}": bool(offload[name]) for name in OFFERED_FLAGS})
-    values.update({f"gen_{name}": value for name, value in (spec.get("generate") or {}).items() if name in GENERATE_FIELDS})
+    generate = spec.get("generate") or {}
+    values.update({f"gen_{name}": value for name, value in generate.items() if name in GENERATE_FIELDS})
+    if generate:
+        values["gen_workflow"] = workflow_of(generate)
     if "gen_quantize" in values:
         values["gen_quantize"] = quantize_choice(values["gen_quantize"])
     return values
+
+
+def workflow_of(generate: Mapping[str, Any]) -> str:
+    """The workflow a stored spec's `generate` mapping ran: the one it names, else the one its inputs select."""
+    from models.params import INPUT_FILE_FIELDS, GenerateParams
+
+    given = {name: generate.get(name) for name in ("workflow", *INPUT_FILE_FIELDS)}
+    return GenerateParams(prompt="", **given).resolved_workflow
 
 
 def quantize_choice(value: str | None) -> str:

@@ -111,3 +111,29 @@ def test_the_job_page_strip_shows_the_reference_clip_and_not_the_output(tmp_path
     assert not at.exception
     assert [c.value for c in at.caption] == ["Reference clip (ref_video.mp4)"]
     assert len(at.get("video")) == 1
+
+
+def _carried_section(data_dir: str, image: str):
+    import json
+
+    import streamlit as st
+
+    from dashboard.inputs_panel import workflow_section
+
+    files = st.session_state.setdefault("files", {"image": image})
+    st.session_state.setdefault("run_gen_workflow", "fl2va")
+    st.code(json.dumps(workflow_section(data_dir, True, (7, files), files.pop)), language="json")
+
+
+def test_an_input_carried_from_a_job_is_sent_and_shown_until_removed(tmp_path: Path):
+    copy = tmp_path / "image.png"
+    copy.write_bytes(_png())
+    at = AppTest.from_function(_carried_section, args=(str(tmp_path), str(copy)), default_timeout=60).run()
+    assert not at.exception, at.exception
+    assert json.loads(at.code[0].value)["image"] == str(copy)
+    assert [c for image in at.get("image") for c in image.captions] == ["image.png from job 7"]
+    at.button(key="run_gen_remove_image").click().run()
+    assert "image" not in json.loads(at.code[0].value) and not at.get("image")
+    uploaders = at.get("file_uploader")
+    uploaders[0].set_value(("mine.png", _png((0, 0, 200)), "image/png")).run()
+    assert Path(json.loads(at.code[0].value)["image"]).parent == tmp_path / "uploads"

@@ -256,3 +256,27 @@ def test_drain_on_a_unified_memory_gpu_warns_that_mmap_reads_are_slow_there(fres
     assert not any("mmap" in w.value for w in at.warning)
     at.segmented_control(key="run_mode").set_value("drain").run()
     assert any("mmap" in w.value and "NVIDIA GB10" in w.value for w in at.warning)
+
+
+def test_edit_and_requeue_brings_the_job_s_own_inputs_and_says_which_are_gone(fresh_db, tiny_checkpoint, data_dir,
+                                                                              tmp_path):
+    from PIL import Image
+
+    from models.params import GenerateParams
+    from storage.artifacts import job_dir
+
+    gone = tmp_path / "upload.png"  # the user's file, long deleted: the job's copy is what is carried
+    params = GenerateParams(prompt="a fox", workflow="fl2va", image=str(gone), last_image=str(gone))
+    job_id = _add_spec(fresh_db, JobSpec(kind="generate", model=str(tiny_checkpoint), generate=params))
+    folder = job_dir(data_dir, job_id)
+    folder.mkdir(parents=True)
+    Image.new("RGB", (80, 48), (200, 30, 30)).save(folder / "image.png")  # last_image's copy is missing
+    at = run_page()
+    at.query_params["from"] = str(job_id)
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="run_gen_workflow").value == "fl2va"
+    assert [c for image in at.get("image") for c in image.captions] == [f"image.png from job {job_id}"]
+    assert any(f"Job {job_id}'s last_image is gone" in w.value and "upload it again" in w.value for w in at.warning)
+    at.button(key="run_gen_remove_image").click().run()
+    assert not at.get("image")
