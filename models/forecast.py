@@ -1,7 +1,8 @@
 """What a generate run will hold, stage by stage, before any weight is read.
 
 Reads configs, safetensors headers, the local tokenizer, the input images'
-headers and a reference clip's header (one frame decoded, for its rotation) only. Per computing stage of the workflow's plan (`models.workflows.
+headers and a reference clip's header (one frame decoded, for its rotation)
+only. Per computing stage of the workflow's plan (`models.workflows.
 stage_plan`: every block that reads weights, with what is resident around it),
 the forecast adds, above the process's own footprint once the pipeline is built
 (what `bench/bench_generate.py` measures against):
