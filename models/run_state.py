@@ -19,6 +19,7 @@ import torch.nn as nn
 
 from loader import release_cached_host_memory
 from loader.api import synchronize
+from machine.host_heap import give_back_free_heap
 from machine.memory import MemoryProbe, MemorySample, PeriodicSampler
 from machine.offload import OffloadSettings
 
@@ -139,6 +140,7 @@ class RunState:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
             release_cached_host_memory()  # a group-offloaded DiT's pinned blocks
+        give_back_free_heap()  # its small tensors were heap chunks: without this they stay resident, or not
         self.emit("release", f"released {name} ({nbytes / 2**20:.1f} MiB)", component=name, bytes=nbytes)
 
     def observe(self, block: str) -> None:

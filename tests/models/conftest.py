@@ -1,4 +1,4 @@
-"""Fixtures: a tiny random-weight MiniMax H3 checkpoint written once per session."""
+"""Fixtures: random-weight MiniMax H3 checkpoints (the tiny and the demo profiles), each written once per session."""
 
 from __future__ import annotations
 
@@ -15,4 +15,15 @@ def h3_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     path = tmp_path_factory.mktemp("h3") / "tiny"
     synth_h3(path, get_profile("tiny"), seed=0)
+    return path
+
+
+@pytest.fixture(scope="session")
+def h3_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The `demo` profile (about 100 MiB: large enough that its weights, not the process, carry a stage)."""
+    from models.h3synth import synth_h3
+    from models.profiles import get_profile
+
+    path = tmp_path_factory.mktemp("h3") / "demo"
+    synth_h3(path, get_profile("demo"), seed=0)
     return path
