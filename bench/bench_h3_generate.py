@@ -10,6 +10,9 @@ A dry run of the whole harness on a CPU (both sides, frames compared):
 
     python bench/bench_h3_generate.py --profile tiny --work /tmp/h3gen --shm /tmp/h3gen-shm --geometry2 64x96 --budget 300
 
+`--workflow fl2va` runs ours only (first and last frame: two keyframes it writes at the run's canvas), for the
+forecast's image terms at real size (`bench/check_forecast_cuda.py` forecasts such runs too).
+
 1. Checkpoint: the profile's random-weight checkpoint in the release layout. The DiT is written to `--work`
    (disk) when it fits there, the rest to `--shm` (tmpfs), by two writer processes at once; the root in `--shm` links the
    DiT folder in. Without room on disk for the whole DiT, it is written to tmpfs and as many of its shards
@@ -221,8 +224,10 @@ def child_ours(args, tracker: Tracker) -> dict:
 
     clip = Path(args.work) / "clips" / f"{args.run}.mp4"
     clip.parent.mkdir(parents=True, exist_ok=True)
+    images = write_keyframes(Path(args.work) / "keyframes" / args.run, args.width, args.height) \
+        if args.workflow == "fl2va" else {}
     params = GenerateParams(prompt=PROMPT, frames=args.frames, height=args.height, width=args.width,
-                            steps=args.steps, seed=args.seed, quantize=args.quantize)
+                            steps=args.steps, seed=args.seed, quantize=args.quantize, **images)
     start = time.monotonic()
     result = pipeline.run_generate(
         args.root, params, clip, device=args.device, offload=settings,
@@ -237,7 +242,22 @@ def child_ours(args, tracker: Tracker) -> dict:
             "decisions": result.decisions, "sequential_components": result.sequential_components,
             "loads": {c: {k: r.get(k) for k in ("bytes_placed", "bytes_held", "load_seconds", "throughput_gbps",
                                                         "host_pinned_bytes", "host_pinned_note")}
-                      for c, r in result.loads.items()}, "host_registration": host_blocks._register_mode, **record}
+                      for c, r in result.loads.items()}, "host_registration": host_blocks._register_mode,
+            "workflow": result.workflow, "images": {name: [args.width, args.height] for name in images}, **record}
+
+
+def write_keyframes(folder: Path, width: int, height: int) -> dict[str, str]:
+    """fl2va's first and last frame, `width` x `height` PNGs of seeded noise (two different ones)."""
+    import numpy as np
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for seed, name in enumerate(("image", "last_image")):
+        pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(folder / f"{name}.png")
+        files[name] = str(folder / f"{name}.png")
+    return files
 
 
 def child_diffusers(args, tracker: Tracker) -> dict:
@@ -562,7 +582,8 @@ def run_child(args, run: str, geometry: tuple[int, int], timeout: float, roots: 
     cmd = [sys.executable, __file__, "--child", side, "--placement", placement, "--run", run, "--root", str(args.root),
            "--work", str(args.work), "--device", args.device, "--frames", str(args.frames), "--steps", str(args.steps),
            "--seed", str(args.seed), "--height", str(geometry[0]), "--width", str(geometry[1]),
-           "--result", str(result), "--roots", *roots, *(["--quantize", quantize] if quantize else [])]
+           "--result", str(result), "--roots", *roots, *(["--quantize", quantize] if quantize else []),
+           "--workflow", args.workflow]
     start = time.monotonic()
     proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=Path(__file__).resolve().parents[1])
     try:
@@ -614,6 +635,8 @@ def main() -> int:
     parser.add_argument("--shm", type=Path, default=Path("/dev/shm/h3gen"), help="tmpfs folder (the model root)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--frames", type=int, default=124)
+    parser.add_argument("--workflow", choices=("t2va", "fl2va"), default="t2va",
+                        help="fl2va: ours only, from two keyframes it writes (default t2va)")
     parser.add_argument("--steps", type=int, default=3, help="num_inference_steps (DiT calls = steps - 1)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--geometry2", default="576x1024", help="HxW of the second geometry (default 576x1024)")
@@ -663,8 +686,8 @@ def main() -> int:
     tmpfs_used = shm_usage.total - shm_usage.free if str(args.shm.resolve()).startswith("/dev/shm") else 0
     log("weights placed (bf16): " + ", ".join(f"{k} {_gib(v)}" for k, v in sizes.items())
         + f"; device {_gib(device_total)}, host RAM {_gib(host_ram)}, tmpfs used {_gib(tmpfs_used)}")
-    summary = {"profile": args.profile, "device": args.device, "frames": args.frames, "steps": args.steps,
-               "seed": args.seed, "geometries": geometries, "checkpoint": info, "sizes": sizes,
+    summary = {"profile": args.profile, "workflow": args.workflow, "device": args.device, "frames": args.frames,
+               "steps": args.steps, "seed": args.seed, "geometries": geometries, "checkpoint": info, "sizes": sizes,
                "device_total": device_total, "host_ram": host_ram, "tmpfs_used": tmpfs_used, "runs": {}}
     walls: dict[str, float] = {}
     if args.resume:  # every run measured before, whether or not this call lists it
@@ -678,6 +701,8 @@ def main() -> int:
         if summary["runs"].get(run, {}).get("ok"):
             continue
         reason = fits(run, sizes, device_total, host_ram, tmpfs_used, margin)
+        if args.workflow != "t2va" and run.startswith("diffusers"):
+            reason = f"the diffusers side runs t2va only, not {args.workflow}"
         remaining = args.budget - (time.monotonic() - _T0)
         side = run.split("-")[0]
         estimate = walls.get(side, max(walls.values(), default=0.0))
@@ -794,6 +819,7 @@ def print_tables(summary: dict) -> None:
             continue
         base = ok.get("diffusers-resident" + suffix)
         cols = [r.split("@")[0] for r in ok]
+        stages = [s for s in STAGES + ("vae_encoder",) if any(s in o.get("peaks", {}) for o in ok.values())]
         print(f"{'seconds':<20}" + "".join(f"{c:>20}" for c in cols) + ("   ours-resident/diffusers" if base else ""))
 
         def row(label: str, get) -> None:
@@ -804,7 +830,7 @@ def print_tables(summary: dict) -> None:
                 ratio = f"   {get(ours) / get(base):.3f}"
             print(f"{label:<20}" + "".join(f"{_fmt(v):>20}" for v in values) + ratio)
 
-        for stage in STAGES:
+        for stage in stages:
             row(stage, lambda o, s=stage: _stage_seconds(o, s))
         row("step 1 (s)", lambda o: _per_step(o)[0])
         row("s/step (later)", lambda o: _per_step(o)[1])
@@ -817,7 +843,7 @@ def print_tables(summary: dict) -> None:
         print(f"{'peak GiB':<20}" + "".join(f"{c:>20}" for c in cols))
         for metric in ("host_rss", "host_anon", "device_allocated", "device_reserved", "sum"):
             row(metric, lambda o, m=metric: max((p.get(m, 0) for p in o.get("peaks", {}).values()), default=0) / GiB)
-        for stage in STAGES:
+        for stage in stages:
             row(f"sum {stage}", lambda o, s=stage: o.get("peaks", {}).get(s, {}).get("sum", 0) / GiB or None)
         ours, lowest = ok.get("ours-resident" + suffix), _lowest(ok)
         if base and ours:

@@ -65,8 +65,12 @@ def compare(measured: dict, root: Path) -> list[dict]:
     for name, run in measured["runs"].items():
         if not run.get("ok") or run.get("side") != "ours":
             continue
+        # fl2va's keyframes: only their size reaches the forecast (their header), so same-size stand-ins do
+        images = {field: str(_blank_png(root.parent / "keyframes" / name / f"{field}.png", *size))
+                  for field, size in run.get("images", {}).items()}
         params = GenerateParams(prompt=measured.get("prompt", "a red fox running through fresh snow at dawn"),
-                                height=run["height"], width=run["width"], frames=run["frames"], steps=run["steps"])
+                                height=run["height"], width=run["width"], frames=run["frames"], steps=run["steps"],
+                                **images)
         settings = offload if run["placement"].startswith("offload") else resident
         forecast = forecast_generate(root, params, device_info=h200, settings=settings, resolved=True,
                                      sequential_components=run["placement"] in ("sequential", "offloadseq"))
@@ -77,6 +81,15 @@ def compare(measured: dict, root: Path) -> list[dict]:
                          "predicted_gib": round(predicted / GiB, 2), "measured_gib": round(actual / GiB, 2),
                          "ratio": round(predicted / actual, 3)})
     return rows
+
+
+def _blank_png(path: Path, width: int, height: int) -> Path:
+    """A `width` x `height` PNG at `path`."""
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (width, height)).save(path)
+    return path
 
 
 def main() -> int:

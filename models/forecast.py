@@ -115,13 +115,18 @@ class CudaTerms:
     """DiT blocks a block-level group offload holds on the device beyond the running one, while the DiT runs:
     the block its stream prefetches and those not yet freed behind it (2.80 GiB at real size, blocks of 1.23
     GiB, at either geometry)."""
+    image_path_host: int = 410 * MiB
+    """Host memory a run conditioned on an image (fl2va's keyframes, ref2va's reference image) holds from its
+    text stage on, beyond a t2va run's: the processor's image half and what it brings in. 0.40 GiB over a t2va
+    run on the same checkpoint at 1344x768 (0.35-0.37 GiB in the later stages), 0.32 GiB at 1024x576; once
+    per process."""
     group_offload_host_blocks: float = 1.31
     """Host memory a group-offloaded DiT adds while it runs, beyond its pinned copy, in blocks (1.61 GiB at
     real size, the same at both geometries; its cause was not identified)."""
 
 
 CUDA_STAGE_TERMS: dict[str, StageTerm] = {
-    "text_encoder": StageTerm(0, 0.0),
+    "text_encoder": StageTerm(0, 1.9403),
     "denoise.denoise": StageTerm(0, 7.38),
     "decode.video": StageTerm(0, 50.3),
     "decode.audio": StageTerm(0, 2294.0),
@@ -130,7 +135,9 @@ CUDA_STAGE_TERMS: dict[str, StageTerm] = {
 }
 """Device bytes a CUDA stage reserves beyond its weights and the workspaces (the working set plus the caching
 allocator's reserve over it; weights placed by the loader reserve what they allocate): fitted on the real-size
-sequential run at 1344x768 and checked on 1024x576 and on the resident runs; `vae_encoder`'s two terms on the
+sequential run at 1344x768 and checked on 1024x576 and on the resident runs (`text_encoder`'s on an fl2va run's,
+two keyframes, the vision tower and the language model over their rows: a t2va prompt's rows hold next to
+nothing); `vae_encoder`'s two terms on the
 real-size video VAE encoding alone (`bench/bench_vae_encode.py`): an image's on 1344x768 and 3648x2048, a clip's
 on 124 frames of 1024x576 and 345 of 1344x768, checked on three other clips (docs/benchmarks.md)."""
 CUDA_HOST_FRAME_BYTES = {"decode.video": 8.8, "decode.audio": 4.3}
@@ -344,7 +351,8 @@ def forecast_generate(
     return GenerateForecast(
         height, width, params.frames, model.steps(params), text_tokens, tokens, sequential, sizes,
         {c: p.mechanism for c, p in placements.items()},
-        (CUDA_TERMS.host_runtime if cuda else CPU_PROCESS_BYTES) + (clip.decoded_bytes if clip else 0),
+        (CUDA_TERMS.host_runtime + (CUDA_TERMS.image_path_host if images else 0) if cuda else CPU_PROCESS_BYTES)
+        + (clip.decoded_bytes if clip else 0),
         CUDA_TERMS.context if cuda else 0, stages, workflow)
 
 
