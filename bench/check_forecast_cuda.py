@@ -79,6 +79,7 @@ def compare(measured: dict, root: Path) -> list[dict]:
             actual = run["peaks"][stage.stage]["sum"]
             rows.append({"run": name, "canvas": f"{run['width']}x{run['height']}", "stage": stage.stage,
                          "predicted_gib": round(predicted / GiB, 2), "measured_gib": round(actual / GiB, 2),
+                         "predicted_device_gib": round(stage.device_bytes / GiB, 2),
                          "ratio": round(predicted / actual, 3)})
     return rows
 

@@ -114,6 +114,8 @@ class RunState:
                 module.disable_tiling()
             self.resident[name] = Residency(placement, module, self.device, self.settings)
             self.pipe.update_components(**{name: module})
+            if self.sequential and self.device.type == "cuda":
+                release_cached_host_memory()  # the load ring's page-locked buffers, not held while stages compute
         self.result.loads[name] = report
         skipped = report.get("excluded_bytes", 0)
         self.emit("load", f"loaded {name} on {placement.load_device} ({placement.mechanism})"

@@ -53,6 +53,8 @@ def _driver() -> ctypes.CDLL | None:
     lib.cuCtxSetCurrent.restype = ctypes.c_int
     lib.cuMemHostRegister_v2.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
     lib.cuMemHostRegister_v2.restype = ctypes.c_int
+    lib.cuMemHostUnregister.argtypes = [ctypes.c_void_p]
+    lib.cuMemHostUnregister.restype = ctypes.c_int
     lib.cuStreamCreate.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint]
     lib.cuStreamCreate.restype = ctypes.c_int
     return lib

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .pinned import torch_pinned
+from .pinned import POOL, current_context, torch_pinned
 
 log = logging.getLogger(__name__)
 
@@ -196,8 +196,13 @@ def _set_allocator(settings: str) -> bool:
     return True
 
 
-def release_cached_host_memory() -> None:
-    """Hand torch's cached pinned blocks that no tensor holds back to the system (a released offloaded DiT's)."""
+def release_cached_host_memory() -> int:
+    """Hand the page-locked host memory no tensor holds back to the system: torch's cached pinned blocks (a
+    released offloaded DiT's, a ring's where registration is refused) and the load rings' registered buffers
+    (`loader.io.pinned.POOL`). Returns the registered bytes released (torch does not say how much it freed)."""
+    if not torch.cuda.is_available():
+        return 0
     empty = getattr(torch._C, "_host_emptyCache", None)
-    if empty is not None and torch.cuda.is_available():
+    if empty is not None:
         empty()
+    return POOL.release_free(current_context())

@@ -8,11 +8,14 @@ mapping's own `MAP_POPULATE`) and that is then registered with
 ring copies through its first buffer while the others are pinned (see
 docs/benchmarks.md, Ring settings on one H200).
 
-Buffers are never unregistered: like torch's pinned allocator, the pool
-keeps them for the process's next load (a generate job loads several
-components), so only a process's first load pays for pinning. A buffer
-registered for a load that ended without giving it back stays held too:
-unmapped while registered, its address could not be registered again.
+Like torch's pinned allocator, the pool keeps its buffers for the process's
+next load (a generate job loads several components), so only a process's
+first load pays for pinning, until `release_free` unregisters and unmaps
+those given back: a run that releases each component after its stages
+(sequential residency) does so after every load, so the ring's 0.6-1 GiB is
+not held through the stages that compute. A buffer registered for a load
+that ended without giving it back stays held: unmapped while registered, its
+address could not be registered again.
 """
 
 from __future__ import annotations
@@ -75,6 +78,30 @@ class PinnedPool:
                 mine = self._registered.get(b.data_ptr())
                 if mine is not None and b.numel() == mine.numel():
                     self._free.setdefault(mine.numel(), set()).add(b.data_ptr())
+
+    def release_free(self, context: int | None) -> int:
+        """Unregister and unmap every buffer given back (none is in use), with CUDA context `context` made
+        current on the calling thread; returns the bytes handed back to the system. A buffer the driver will
+        not unregister stays registered, free for the next `take`; with no context nothing is released."""
+        lib = self._driver()
+        if lib is None or context is None:
+            return 0
+        with self._lock:
+            addresses = [a for free in self._free.values() for a in free]
+            self._free = {}
+            if not addresses or lib.cuCtxSetCurrent(context) != _CUDA_SUCCESS:
+                for a in addresses:
+                    self._free.setdefault(self._registered[a].numel(), set()).add(a)
+                return 0
+            released = 0
+            for address in addresses:
+                buffer = self._registered[address]
+                if lib.cuMemHostUnregister(address) != _CUDA_SUCCESS:
+                    self._free.setdefault(buffer.numel(), set()).add(address)
+                    continue
+                released += buffer.numel()
+                del self._registered[address], buffer  # the last reference: the mapping goes with it
+        return released
 
     def _register(self, size: int, context: int) -> torch.Tensor:
         lib = self._driver()

@@ -127,3 +127,43 @@ def test_without_a_driver_context_torchs_allocator_is_used_and_the_note_says_why
     staging = HostStaging(PinnedPool(lambda: None), pinned)
     assert staging.allocate(4096, context=None) is not None and staging.path == "torch-pinned"
     assert "no CUDA driver context" in staging.note and pinned.sizes == [4096]
+
+
+class UnregisteringDriver(FakeDriver):
+    """The fake with the unregister call too; `keep` lists addresses it refuses to unregister."""
+
+    def __init__(self, keep: tuple[int, ...] = ()):
+        super().__init__()
+        self.keep = set(keep)
+        self.unregistered: list[int] = []
+
+    def cuMemHostUnregister(self, address):
+        if address in self.keep:
+            return 1
+        self.unregistered.append(address)
+        return 0
+
+
+def test_release_free_unregisters_only_the_buffers_given_back_and_forgets_them():
+    driver = UnregisteringDriver()
+    pool = PinnedPool(lambda: driver)
+    held, given = pool.take(1 << 20, context=3), pool.take(1 << 20, context=3)
+    pool.give_back([given])
+    address = given.data_ptr()
+    del given
+    assert pool.release_free(context=3) == 1 << 20
+    assert driver.unregistered == [address] and driver.contexts[-1] == 3
+    assert pool.release_free(context=3) == 0  # nothing left to release; the held one is untouched
+    again = pool.take(1 << 20, context=3)  # registered anew: the released one is gone from the pool
+    assert len(driver.registered) == 3 and again.data_ptr() != held.data_ptr()
+
+
+def test_a_buffer_the_driver_keeps_registered_stays_free_for_the_next_take():
+    driver = UnregisteringDriver()
+    pool = PinnedPool(lambda: driver)
+    buffer = pool.take(1 << 20, context=1)
+    driver.keep.add(buffer.data_ptr())
+    pool.give_back([buffer])
+    assert pool.release_free(context=1) == 0 and driver.unregistered == []
+    assert pool.take(1 << 20, context=1).data_ptr() == buffer.data_ptr() and len(driver.registered) == 1
+    assert pool.release_free(context=None) == 0  # no context: nothing is attempted

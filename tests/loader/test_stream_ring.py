@@ -533,6 +533,25 @@ def test_cuda_ring_places_every_tensor_bit_for_bit(writer, options):
 
 @pytest.mark.gpu
 @gpu
+def test_a_rings_registered_buffers_go_back_to_the_system_and_the_next_load_registers_anew(writer):
+    """What sequential residency calls after each load: the ring's page-locked buffers leave the process (the
+    driver unregisters them, the mappings go), and a later load still places every byte."""
+    from loader import release_cached_host_memory
+    from loader.io.pinned import POOL
+
+    path, source = _cuda_checkpoint(writer)
+    _, report = load_checkpoint(path, mode=get_placement("stream", staging_bytes=1 << 20), device="cuda")
+    assert report.ring_staging == "registered"
+    assert release_cached_host_memory() >= 1 << 20
+    assert not any(POOL._free.values()) and release_cached_host_memory() == 0
+    module, _ = load_checkpoint(path, mode=get_placement("stream", staging_bytes=1 << 20), device="cuda")
+    for name, tensor in source.items():
+        assert torch.equal(module.state_dict()[name].cpu().view(torch.uint8), tensor.view(torch.uint8)), name
+    assert release_cached_host_memory() >= 1 << 20
+
+
+@pytest.mark.gpu
+@gpu
 def test_cuda_ring_converts_through_staging_and_drops_the_cache_when_asked(writer):
     path, source = _cuda_checkpoint(writer)
     module, report = load_checkpoint(path, mode=get_placement("stream", drop_page_cache=True), device="cuda", dtype="fp32")

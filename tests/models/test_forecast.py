@@ -228,11 +228,10 @@ def test_the_forecast_command_takes_generate_s_workflow_image_and_knob_options(c
 def test_the_cuda_forecast_stays_within_10_percent_of_every_committed_real_size_h200_run(tmp_path: Path):
     """The measured summaries in bench/results (one H200, the release sizes: t2va resident, sequential and offload
     with sequential residency, at two canvases; fl2va from two keyframes) against the forecast of each run, stage
-    by stage, read from a sparse checkpoint of the same headers. Each stage within 10 % or 1 GiB, whichever is
-    larger (decode.audio of the offload run at 1024x576, 4.9 GiB, is forecast 0.8 GiB high: the host's and the
-    device's peaks fall at different moments there). And none is forecast more than 3 % low, where a refusal at
-    submit trusts it: every t2va stage, and each fl2va run's peak (its sequential `vae_encoder`, 8.9 GiB, is
-    forecast 0.8 GiB low: host memory the zero-weight runs hold, docs/benchmarks.md)."""
+    by stage, read from a sparse checkpoint of the same headers. None is forecast more than 3 % low: a refusal at
+    submit trusts it not to be low. Each stage is within 10 % or 1 GiB, whichever is larger; decode.audio may be
+    high by its device bytes on top. Its host peak can come after the audio VAE's release, and the measured sum
+    then leaves the device side out (fl2va at 1024x576: 4.65 GiB measured, 6.12 forecast)."""
     bench = Path(__file__).resolve().parents[2] / "bench"
     sys.path.insert(0, str(bench))
     try:
@@ -241,20 +240,18 @@ def test_the_cuda_forecast_stays_within_10_percent_of_every_committed_real_size_
         sys.path.remove(str(bench))
     write_sparse_h3(tmp_path / "h3")
     rows = []
-    for summary in ("generate_h3_h200.json", "generate_h3_h200_offload.json"):
+    for summary in ("generate_h3_h200.json", "generate_h3_h200_offload.json", "generate_h3_h200_fl2va.json"):
         rows += compare(json.loads((bench / "results" / summary).read_text()), tmp_path / "h3")
-    fl2va = compare(json.loads((bench / "results" / "generate_h3_h200_fl2va.json").read_text()), tmp_path / "h3")
     assert {r["run"] for r in rows} >= {"ours-resident", "ours-sequential@g2", "ours-offloadseq", "ours-offloadseq@g2"}
-    assert {r["stage"] for r in fl2va} >= {"text_encoder", "vae_encoder", "denoise.denoise"}
-    far = [r for r in rows + fl2va if abs(r["predicted_gib"] - r["measured_gib"]) > max(0.10 * r["measured_gib"], 1.0)]
-    assert not far, far
+    assert {r["stage"] for r in rows} >= {"text_encoder", "vae_encoder", "denoise.denoise", "decode.audio"}
     low = [r for r in rows if r["ratio"] < 0.97]
     assert not low, low
-    for run in {r["run"] for r in fl2va}:
-        stages = [r for r in fl2va if r["run"] == run]
-        predicted = max(r["predicted_gib"] for r in stages)
-        measured = max(r["measured_gib"] for r in stages)
-        assert predicted >= 0.97 * measured, (run, predicted, measured)
+
+    def allowed(r) -> float:
+        return max(0.10 * r["measured_gib"], 1.0) + (r["predicted_device_gib"] if r["stage"] == "decode.audio" else 0)
+
+    far = [r for r in rows if r["predicted_gib"] - r["measured_gib"] > allowed(r)]
+    assert not far, far
 
 
 @pytest.fixture(scope="module")
