@@ -10,8 +10,10 @@ A dry run of the whole harness on a CPU (both sides, frames compared):
 
     python bench/bench_h3_generate.py --profile tiny --work /tmp/h3gen --shm /tmp/h3gen-shm --geometry2 64x96 --budget 300
 
-`--workflow fl2va` runs ours only (first and last frame: two keyframes it writes at the run's canvas), for the
-forecast's image terms at real size (`bench/check_forecast_cuda.py` forecasts such runs too).
+`--workflow fl2va` / `ref2va` runs ours only, from inputs it writes (`write_inputs`: fl2va's first and last
+frame at the run's canvas; ref2va's reference image at the canvas and a 5 s reference clip with a soundtrack,
+and the checkpoint gains `transformer_ref`), for the forecast's conditioning terms at real size
+(`bench/check_forecast_cuda.py` forecasts such runs too).
 
 1. Checkpoint: the profile's random-weight checkpoint in the release layout. The DiT is written to `--work`
    (disk) when it fits there, the rest to `--shm` (tmpfs), by two writer processes at once; the root in `--shm` links the
@@ -52,6 +54,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from check_forecast_cuda import with_reference_dit, write_sparse_h3  # noqa: E402  (bench/ is not a package)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 GiB = 2**30
@@ -224,10 +228,9 @@ def child_ours(args, tracker: Tracker) -> dict:
 
     clip = Path(args.work) / "clips" / f"{args.run}.mp4"
     clip.parent.mkdir(parents=True, exist_ok=True)
-    images = write_keyframes(Path(args.work) / "keyframes" / args.run, args.width, args.height) \
-        if args.workflow == "fl2va" else {}
+    inputs = write_inputs(Path(args.work) / "inputs" / args.run, args.workflow, args.width, args.height)
     params = GenerateParams(prompt=PROMPT, frames=args.frames, height=args.height, width=args.width,
-                            steps=args.steps, seed=args.seed, quantize=args.quantize, **images)
+                            steps=args.steps, seed=args.seed, quantize=args.quantize, **inputs)
     start = time.monotonic()
     result = pipeline.run_generate(
         args.root, params, clip, device=args.device, offload=settings,
@@ -243,20 +246,34 @@ def child_ours(args, tracker: Tracker) -> dict:
             "loads": {c: {k: r.get(k) for k in ("bytes_placed", "bytes_held", "load_seconds", "throughput_gbps",
                                                         "host_pinned_bytes", "host_pinned_note")}
                       for c, r in result.loads.items()}, "host_registration": host_blocks._register_mode,
-            "workflow": result.workflow, "images": {name: [args.width, args.height] for name in images}, **record}
+            "workflow": result.workflow, "inputs": sorted(inputs), **record}
 
 
-def write_keyframes(folder: Path, width: int, height: int) -> dict[str, str]:
-    """fl2va's first and last frame, `width` x `height` PNGs of seeded noise (two different ones)."""
+INPUT_IMAGES = {"t2va": (), "fl2va": ("image", "last_image"), "ref2va": ("ref_image",)}
+"""The image inputs each workflow is run with here (ref2va also gets a clip)."""
+
+
+def write_inputs(folder: Path, workflow: str, width: int, height: int) -> dict[str, str]:
+    """`workflow`'s input files in `folder`, the same for the same arguments: each image `width` x `height` of
+    seeded noise; ref2va's clip 5 s of 320x180 at 30 fps with a 32 kHz stereo soundtrack (normalized by the
+    setup onto 24 fps and the canvas of its 16:9 aspect)."""
     import numpy as np
     from PIL import Image
 
     folder.mkdir(parents=True, exist_ok=True)
     files = {}
-    for seed, name in enumerate(("image", "last_image")):
+    for seed, name in enumerate(INPUT_IMAGES[workflow]):
         pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
         Image.fromarray(pixels).save(folder / f"{name}.png")
         files[name] = str(folder / f"{name}.png")
+    if workflow == "ref2va":
+        from models.encode import write_mp4
+
+        rng = np.random.default_rng(7)
+        clip = folder / "ref_video.mp4"
+        write_mp4(clip, rng.integers(0, 256, (150, 180, 320, 3), dtype=np.uint8), 30,
+                  (rng.random((2, 5 * 32000), dtype=np.float32) - 0.5) * 0.2, 32000)
+        files["ref_video"] = str(clip)
     return files
 
 
@@ -316,11 +333,9 @@ def child_synth(args) -> int:
     sparse = [n for n in args.roots if n in (args.sparse or ())]
     dense = [n for n in args.roots if n not in sparse]
     if dense:
-        synth_h3(args.root, get_profile(args.profile), components=dense, workers=8, on_bytes=progress)
+        synth_h3(args.root, with_reference_dit(get_profile(args.profile)), components=dense, workers=8,
+                 on_bytes=progress)
     if sparse:  # headers only, data left as holes: the forecast's trick, here to keep tmpfs out of host RAM
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from check_forecast_cuda import write_sparse_h3
-
         index = _index(Path(args.root))
         write_sparse_h3(Path(args.root), args.profile, components=sparse)
         merged = {**index, **_index(Path(args.root))}
@@ -378,15 +393,16 @@ def _gib(n: float) -> str:
 
 
 def ensure_checkpoint(profile_name: str, work: Path, shm: Path, margin: int, dit: str = "auto",
-                      sparse: tuple[str, ...] = ()) -> tuple[Path, list[str], dict]:
+                      sparse: tuple[str, ...] = (), reference_dit: bool = False) -> tuple[Path, list[str], dict]:
     """The model root (in `shm`), the folders weight files live under, and what was written where.
     `dit`: `auto` (to disk when it fits there, else spilled), `spill` (the fallback, forced). `sparse`:
-    components written as holes (they cost no RAM in tmpfs and read as zeros)."""
+    components written as holes (they cost no RAM in tmpfs and read as zeros). `reference_dit`: ref2va's
+    `transformer_ref` too (to tmpfs, with the rest)."""
     from models.h3synth import synth_h3
     from models.profiles import get_profile
 
-    profile = get_profile(profile_name)
-    names = [n for n in profile.components if n != "transformer_ref"]
+    profile = with_reference_dit(get_profile(profile_name))
+    names = [n for n in profile.components if n != "transformer_ref"] + (["transformer_ref"] if reference_dit else [])
     root, dit_root = shm / "ckpt", work / "ckpt-dit"
     roots = [str(root), str(dit_root)]
     plan = {c.name: c.bytes for c in synth_h3(root, profile, components=names, dry_run=True).components}
@@ -635,8 +651,8 @@ def main() -> int:
     parser.add_argument("--shm", type=Path, default=Path("/dev/shm/h3gen"), help="tmpfs folder (the model root)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--frames", type=int, default=124)
-    parser.add_argument("--workflow", choices=("t2va", "fl2va"), default="t2va",
-                        help="fl2va: ours only, from two keyframes it writes (default t2va)")
+    parser.add_argument("--workflow", choices=tuple(INPUT_IMAGES), default="t2va",
+                        help="fl2va, ref2va: ours only, from inputs it writes (default t2va)")
     parser.add_argument("--steps", type=int, default=3, help="num_inference_steps (DiT calls = steps - 1)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--geometry2", default="576x1024", help="HxW of the second geometry (default 576x1024)")
@@ -647,7 +663,7 @@ def main() -> int:
     parser.add_argument("--dit", choices=("auto", "spill"), default="auto",
                         help="spill: write the DiT to tmpfs and move what fits of it to disk (the fallback, forced)")
     parser.add_argument("--resume", action="store_true", help="keep results already in WORK/results")
-    parser.add_argument("--sparse", nargs="+", choices=WEIGHTS, metavar="COMPONENT",
+    parser.add_argument("--sparse", nargs="+", choices=WEIGHTS + ("transformer_ref",), metavar="COMPONENT",
                         help="write these components as holes (zeros, no RAM in tmpfs): e.g. text_encoder, so the "
                              "offload runs fit beside the checkpoint in host RAM")
     parser.add_argument("--out", type=Path, help="folder for generate_h3.json")
@@ -672,7 +688,7 @@ def main() -> int:
     log(f"bench_h3_generate: profile {args.profile}, device {args.device}, budget {args.budget:.0f} s, "
         f"{args.frames} frames, {args.steps} steps, seed {args.seed}")
     root, roots, info = ensure_checkpoint(args.profile, args.work.resolve(), args.shm.resolve(), margin, args.dit,
-                                          tuple(args.sparse or ()))
+                                          tuple(args.sparse or ()), reference_dit=args.workflow == "ref2va")
     args.root = root
     from models.params import GenerateParams, ModelSpec
 

@@ -28,8 +28,8 @@ H200_BYTES = 150_012_739_584
 
 
 def write_sparse_h3(root: Path, profile: str = "h3", components: list[str] | None = None) -> None:
-    """The profile's folders (or only `components`) with each safetensors file's header written and its data
-    a hole."""
+    """The profile's folders and ref2va's `transformer_ref` (or only `components`) with each safetensors file's
+    header written and its data a hole."""
     import models.h3synth as synth
     from models.profiles import get_profile
     from models.safetensors_stream import header_bytes
@@ -43,13 +43,31 @@ def write_sparse_h3(root: Path, profile: str = "h3", components: list[str] | Non
         if on_bytes is not None:
             on_bytes(size)
 
+    spec = with_reference_dit(get_profile(profile))
+    components = list(spec.components) if components is None else components
+    write, space = synth.write_safetensors, synth.require_space
     synth.write_safetensors = headers_only
     synth.require_space = lambda *args, **kwargs: None  # holes take no room
-    synth.synth_h3(root, get_profile(profile), components=components)
+    try:
+        synth.synth_h3(root, spec, components=components)
+    finally:  # a test process goes on writing real checkpoints
+        synth.write_safetensors, synth.require_space = write, space
+
+
+def with_reference_dit(profile):
+    """`profile` with ref2va's `transformer_ref` among its components (`h3` leaves it out: 61.7 GiB more)."""
+    from dataclasses import replace
+
+    if "transformer_ref" in profile.components:
+        return profile
+    return replace(profile, components=(*profile.components, "transformer_ref"))
 
 
 def compare(measured: dict, root: Path) -> list[dict]:
     """One row per (our run, stage): predicted and measured sums and their ratio."""
+    if str(Path(__file__).resolve().parent) not in sys.path:  # bench/ is not a package
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_h3_generate import write_inputs
     from machine.device import DeviceInfo
     from machine.offload import OffloadSettings
     from models.forecast import forecast_generate
@@ -65,12 +83,11 @@ def compare(measured: dict, root: Path) -> list[dict]:
     for name, run in measured["runs"].items():
         if not run.get("ok") or run.get("side") != "ours":
             continue
-        # fl2va's keyframes: only their size reaches the forecast (their header), so same-size stand-ins do
-        images = {field: str(_blank_png(root.parent / "keyframes" / name / f"{field}.png", *size))
-                  for field, size in run.get("images", {}).items()}
+        # the run's inputs, written again as the harness wrote them (the forecast reads their headers)
+        inputs = write_inputs(root.parent / "inputs" / name, run.get("workflow", "t2va"), run["width"], run["height"])
         params = GenerateParams(prompt=measured.get("prompt", "a red fox running through fresh snow at dawn"),
                                 height=run["height"], width=run["width"], frames=run["frames"], steps=run["steps"],
-                                **images)
+                                **inputs)
         settings = offload if run["placement"].startswith("offload") else resident
         forecast = forecast_generate(root, params, device_info=h200, settings=settings, resolved=True,
                                      sequential_components=run["placement"] in ("sequential", "offloadseq"))
@@ -82,15 +99,6 @@ def compare(measured: dict, root: Path) -> list[dict]:
                          "predicted_device_gib": round(stage.device_bytes / GiB, 2),
                          "ratio": round(predicted / actual, 3)})
     return rows
-
-
-def _blank_png(path: Path, width: int, height: int) -> Path:
-    """A `width` x `height` PNG at `path`."""
-    from PIL import Image
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.new("RGB", (width, height)).save(path)
-    return path
 
 
 def main() -> int:

@@ -126,7 +126,7 @@ class CudaTerms:
 
 
 CUDA_STAGE_TERMS: dict[str, StageTerm] = {
-    "text_encoder": StageTerm(0, 1.9403),
+    "text_encoder": StageTerm(0, 2.0714),
     "denoise.denoise": StageTerm(0, 7.38),
     "decode.video": StageTerm(0, 50.3),
     "decode.audio": StageTerm(0, 2294.0),
@@ -136,8 +136,8 @@ CUDA_STAGE_TERMS: dict[str, StageTerm] = {
 """Device bytes a CUDA stage reserves beyond its weights and the workspaces (the working set plus the caching
 allocator's reserve over it; weights placed by the loader reserve what they allocate): fitted on the real-size
 sequential run at 1344x768 and checked on 1024x576 and on the resident runs (`text_encoder`'s on an fl2va run's,
-two keyframes, the vision tower and the language model over their rows: a t2va prompt's rows hold next to
-nothing); `vae_encoder`'s two terms on the
+two keyframes, the vision tower and the language model over their rows, checked on ref2va's image and clip: a
+t2va prompt's rows hold next to nothing); `vae_encoder`'s two terms on the
 real-size video VAE encoding alone (`bench/bench_vae_encode.py`): an image's on 1344x768 and 3648x2048, a clip's
 on 124 frames of 1024x576 and 345 of 1344x768, checked on three other clips (docs/benchmarks.md)."""
 CUDA_HOST_FRAME_BYTES = {"decode.video": 8.8, "decode.audio": 4.3}
@@ -479,12 +479,26 @@ def _conditions(model: ModelSpec, workflow: str, params: GenerateParams, images:
 
 def _vision_tokens(root: Path, model: ModelSpec, images: list[tuple[int, int, int]]) -> int:
     """Rows the text encoder adds for the images it is shown: per image a `<Picture i>: ` label, the vision
-    block's start and end, and one row per merged patch of the image at its size (the processor's resize
-    bounds left out)."""
+    block's start and end, and one row per merged patch of the image as Qwen3-VL's image processor resizes it
+    (`smart_resize` within the processor's pixel bounds: ref2va's reference image, put on a 2048 short edge for
+    the VAE, reaches the text encoder at about a megapixel)."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    from .text_aux import read_processor_config
+
     vision = model.configs["text_encoder"].get("vision_config", {})
-    side = int(vision.get("patch_size", 16)) * int(vision.get("spatial_merge_size", 2))
+    saved = read_processor_config(root / "processor").get("image_processor", {})
+    patch = int(saved.get("patch_size", vision.get("patch_size", 16)))
+    merge = int(saved.get("merge_size", vision.get("spatial_merge_size", 2)))
+    size = saved.get("size", {})
+    lo, hi = int(size.get("shortest_edge", 56 * 56)), int(size.get("longest_edge", 28 * 28 * 1280))
+    side = patch * merge
     labels = count_tokens(root, [f"<Picture {i + 1}>: " for i in range(len(images))])
-    return sum(label + 2 + (h // side) * (w // side) for label, (_, h, w) in zip(labels, images))
+    rows = 0
+    for label, (_, h, w) in zip(labels, images):
+        height, width = smart_resize(h, w, factor=side, min_pixels=lo, max_pixels=hi)
+        rows += label + 2 + (height // side) * (width // side)
+    return rows
 
 
 CLIP_SAMPLE_STRIDE = 12

@@ -227,7 +227,8 @@ def test_the_forecast_command_takes_generate_s_workflow_image_and_knob_options(c
 @pytest.mark.slow
 def test_the_cuda_forecast_stays_within_10_percent_of_every_committed_real_size_h200_run(tmp_path: Path):
     """The measured summaries in bench/results (one H200, the release sizes: t2va resident, sequential and offload
-    with sequential residency, at two canvases; fl2va from two keyframes) against the forecast of each run, stage
+    with sequential residency, at two canvases; fl2va from two keyframes; ref2va from a reference image and a
+    clip) against the forecast of each run, stage
     by stage, read from a sparse checkpoint of the same headers. None is forecast more than 3 % low: a refusal at
     submit trusts it not to be low. Each stage is within 10 % or 1 GiB, whichever is larger; decode.audio may be
     high by its device bytes on top. Its host peak can come after the audio VAE's release, and the measured sum
@@ -240,7 +241,8 @@ def test_the_cuda_forecast_stays_within_10_percent_of_every_committed_real_size_
         sys.path.remove(str(bench))
     write_sparse_h3(tmp_path / "h3")
     rows = []
-    for summary in ("generate_h3_h200.json", "generate_h3_h200_offload.json", "generate_h3_h200_fl2va.json"):
+    for summary in ("generate_h3_h200.json", "generate_h3_h200_offload.json", "generate_h3_h200_fl2va.json",
+                    "generate_h3_h200_ref2va.json"):
         rows += compare(json.loads((bench / "results" / summary).read_text()), tmp_path / "h3")
     assert {r["run"] for r in rows} >= {"ours-resident", "ours-sequential@g2", "ours-offloadseq", "ours-offloadseq@g2"}
     assert {r["stage"] for r in rows} >= {"text_encoder", "vae_encoder", "denoise.denoise", "decode.audio"}
@@ -294,6 +296,30 @@ def test_a_reference_clip_s_text_rows_are_the_ones_diffusers_lays_out(h3_tiny: P
     _, images, blocks, stamps = step._gather_vision_features(processor, [reference], 24.0)
     ids, _ = step._build_presentation(processor.tokenizer, "", [reference], images, blocks, stamps)
     assert clip_text_rows(h3_tiny, clip) == len(ids) > 0
+
+
+@pytest.mark.parametrize("width, height", [(1344, 768), (3648, 2048), (640, 480)])
+def test_an_image_s_text_rows_are_the_ones_diffusers_lays_out_within_the_processor_s_pixel_bounds(
+        h3_tiny: Path, width: int, height: int):
+    """A reference image's rows in the conditioner, as the forecast counts them from its size, against diffusers'
+    own ref2va text step on an image of that size with the checkpoint's processor. ref2va puts the image on a
+    2048 short edge, over the processor's megapixel bound: its rows are the resized image's (the forecast once
+    counted the unresized one's, 7x too many at real size)."""
+    from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3ImageReference
+    from diffusers.modular_pipelines.minimax_h3.encoders import MiniMaxH3Ref2VATextEncoderStep
+    from PIL import Image
+
+    from models.components import load_aux
+    from models.forecast import _vision_tokens
+    from models.params import ModelSpec
+
+    model = ModelSpec.read(h3_tiny)
+    processor = load_aux(h3_tiny, "processor")
+    reference = MiniMaxH3ImageReference(image=Image.new("RGB", (width, height)))
+    step = MiniMaxH3Ref2VATextEncoderStep()
+    _, images, blocks, stamps = step._gather_vision_features(processor, [reference], 24.0)
+    ids, _ = step._build_presentation(processor.tokenizer, "", [reference], images, blocks, stamps)
+    assert _vision_tokens(h3_tiny, model, [(1, height, width)]) == len(ids) > 0
 
 
 def _canvas_configs(model) -> tuple[int, int]:
