@@ -68,7 +68,7 @@ def _fit_stages(mf, items) -> float:
     returns the largest error over the fit runs in units of the test's tolerance (10 %, at least
     `CPU_NOISE_FLOOR`), so that stages of a few MiB, where the machine's noise is absolute, do not
     decide the retained shares."""
-    for stage in [s for s in mf.CPU_TERMS if s != mf.CLIP_ENCODE]:  # a clip's: bench/bench_vae_encode.py
+    for stage in [s for s in mf.CPU_TERMS if s not in mf.VAE_ALONE_TERMS]:  # those: bench/bench_vae_encode.py
         xy = []
         for _, forecast, measured in _runs(items):
             s = forecast.stage(stage)

@@ -17,7 +17,7 @@ the forecast adds, above the process's own footprint once the pipeline is built
   kept, encoded image pixels, packed sequence rows x DiT widths, output pixels,
   audio samples) and the two constants per stage are fitted on measured runs
   (`CPU_TERMS`; the fit and the geometries it was checked on are in
-  docs/benchmarks.md; a stage without a fit borrows one, `BORROWED_TERMS`);
+  docs/benchmarks.md);
 - what earlier stages left behind (embeddings, latents, decoded frames, audio);
 - on CUDA, the costs outside tensors: the context (process level), the
   cuBLAS/cuDNN workspaces, and each stage's reserve (`CUDA_TERMS`, `CUDA_STAGE_TERMS`:
@@ -70,16 +70,18 @@ CPU_TERMS: dict[str, StageTerm] = {
     "denoise.denoise": StageTerm(29916548, 3.7263),
     "decode.video": StageTerm(34968454, 16.8655),
     "decode.audio": StageTerm(66692115, 236.8461),
+    "vae_encoder": StageTerm(76591419, 15.33),
     CLIP_ENCODE: StageTerm(119600211, 53.91),
 }
 """Fitted by `bench/fit_generate_forecast.py` on CPU runs with torch 2.13.0+cpu, diffusers 0.42.1,
 transformers 5.25.0, tokenizers 0.23.3 and torchao 0.18.0 installed (diffusers imports it); other versions
 move these by several MiB (see docs/benchmarks.md for the runs and the check on other geometries)."""
-BORROWED_TERMS = {"vae_encoder": "decode.video"}
-"""Terms with no fit of their own on a CPU and the fitted stage whose term they take: fl2va's and ref2va's
-`vae_encoder` runs the video VAE over one frame per image, counted at decode.video's bytes per pixel (not
-fitted on a CPU). A reference clip's encode has its own term on a CPU too (`CLIP_ENCODE`: the VAE's encode
-alone, `bench/bench_vae_encode.py`, fitted on 124 frames of the tiny and the demo profiles' canvases)."""
+VAE_ALONE_TERMS = ("vae_encoder", CLIP_ENCODE)
+"""Terms fitted on the video VAE's encode alone (`bench/bench_vae_encode.py`), not on whole runs: an image's
+(fl2va's keyframes, ref2va's reference image: the spatial encoder over one frame; on a CPU fitted on the demo
+profile's VAE at 448x256, 1344x768 and 1792x1024, checked on 576x320 and 896x512 within 4 % and on a whole
+demo fl2va run's stage) and a reference clip's (on a CPU fitted on 124 frames of the tiny and the demo
+profiles' canvases)."""
 CPU_RETAINED = 0.0
 """Share of the largest earlier working set a CPU stage still holds. A run fixes glibc's mmap threshold
 (`machine.host_heap`), so freed buffers of 1 MiB and up leave the resident set at once: the fit finds 0
@@ -327,9 +329,9 @@ def forecast_generate(
                         streaming += int(CUDA_TERMS.group_offload_host_blocks * sizes[c] / layers)
         terms = CUDA_STAGE_TERMS if cuda else CPU_TERMS
         scale = vae_scale if "vae" in reads else 1.0
-        activations = _working_set(_term(terms, stage), drivers[stage] * scale)
+        activations = _working_set(terms[stage], drivers[stage] * scale)
         if stage == "vae_encoder" and drivers[CLIP_ENCODE]:
-            activations = max(activations, _working_set(_term(terms, CLIP_ENCODE), drivers[CLIP_ENCODE] * scale))
+            activations = max(activations, _working_set(terms[CLIP_ENCODE], drivers[CLIP_ENCODE] * scale))
         carried += int(CUDA_HOST_FRAME_BYTES[stage] * 3 * pixels) if cuda and stage in CUDA_HOST_FRAME_BYTES \
             else outputs[stage]
         heap = retained + int(CPU_RETAINED_WEIGHTS * released)
@@ -354,11 +356,6 @@ def forecast_generate(
         (CUDA_TERMS.host_runtime + (CUDA_TERMS.image_path_host if images else 0) if cuda else CPU_PROCESS_BYTES)
         + (clip.decoded_bytes if clip else 0),
         CUDA_TERMS.context if cuda else 0, stages, workflow)
-
-
-def _term(terms: Mapping[str, StageTerm], stage: str) -> StageTerm:
-    """The stage's fitted term, or the one it borrows (BORROWED_TERMS)."""
-    return terms[stage] if stage in terms else terms[BORROWED_TERMS[stage]]
 
 
 def _working_set(term: StageTerm, driver: float) -> int:
