@@ -304,7 +304,7 @@ def forecast_generate(
     clip = reference_clip(root, model, params) if workflow == "ref2va" else None
     conditions = _conditions(model, workflow, params, images, height, width, clip)
     tokens, drivers, outputs = _drivers(model, params, height, width, text_tokens, dtype_bytes, conditions,
-                                        _vision_tokens(root, model, [c for c in conditions if c[0] == 1]), clip)
+                                        _vision_tokens(root, [c for c in conditions if c[0] == 1]), clip)
     pixels = drivers["decode.video"]  # the clip's pixels, as _drivers counts them
     layers = max(int(model.configs["transformer"]["num_layers"]), 1)
     # An fp32 video VAE's tensors are twice bf16's: its stages' per-unit bytes scale with the element (an
@@ -474,26 +474,19 @@ def _conditions(model: ModelSpec, workflow: str, params: GenerateParams, images:
     return conditions
 
 
-def _vision_tokens(root: Path, model: ModelSpec, images: list[tuple[int, int, int]]) -> int:
+def _vision_tokens(root: Path, images: list[tuple[int, int, int]]) -> int:
     """Rows the text encoder adds for the images it is shown: per image a `<Picture i>: ` label, the vision
     block's start and end, and one row per merged patch of the image as Qwen3-VL's image processor resizes it
     (`smart_resize` within the processor's pixel bounds: ref2va's reference image, put on a 2048 short edge for
     the VAE, reaches the text encoder at about a megapixel)."""
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+    from .text_aux import image_processor, read_processor_config, resized_image
 
-    from .text_aux import read_processor_config
-
-    vision = model.configs["text_encoder"].get("vision_config", {})
-    saved = read_processor_config(root / "processor").get("image_processor", {})
-    patch = int(saved.get("patch_size", vision.get("patch_size", 16)))
-    merge = int(saved.get("merge_size", vision.get("spatial_merge_size", 2)))
-    size = saved.get("size", {})
-    lo, hi = int(size.get("shortest_edge", 56 * 56)), int(size.get("longest_edge", 28 * 28 * 1280))
-    side = patch * merge
+    processor = image_processor(read_processor_config(root / "processor").get("image_processor"))
+    side = processor.patch_size * processor.merge_size
     labels = count_tokens(root, [f"<Picture {i + 1}>: " for i in range(len(images))])
     rows = 0
     for label, (_, h, w) in zip(labels, images):
-        height, width = smart_resize(h, w, factor=side, min_pixels=lo, max_pixels=hi)
+        height, width = resized_image(processor, h, w)
         rows += label + 2 + (height // side) * (width // side)
     return rows
 

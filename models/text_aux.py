@@ -87,6 +87,15 @@ def image_processor(config: dict | None = None):
     return Qwen2VLImageProcessorPil(**({"patch_size": 16, "merge_size": 2, "temporal_patch_size": 2} | values))
 
 
+def resized_image(processor, height: int, width: int) -> tuple[int, int]:
+    """(height, width) `processor` (an `image_processor`) resizes a `height` x `width` image to: transformers'
+    `smart_resize` within its pixel bounds, on its patch grid. The forecast counts an image's rows with it."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    return smart_resize(height, width, factor=processor.patch_size * processor.merge_size,
+                        min_pixels=processor.size.shortest_edge, max_pixels=processor.size.longest_edge)
+
+
 def build_processor(tokenizer, image_config: dict | None = None, video_config: dict | None = None):
     """A Qwen3-VL processor: the image part, `tokenizer` and the video part, from their saved dicts when given."""
     from .qwen_video import video_processor

@@ -87,21 +87,15 @@ class PinnedPool:
         if lib is None or context is None:
             return 0
         with self._lock:
-            addresses = [a for free in self._free.values() for a in free]
-            self._free = {}
-            if not addresses or lib.cuCtxSetCurrent(context) != _CUDA_SUCCESS:
-                for a in addresses:
-                    self._free.setdefault(self._registered[a].numel(), set()).add(a)
+            if not any(self._free.values()) or lib.cuCtxSetCurrent(context) != _CUDA_SUCCESS:
                 return 0
             released = 0
-            for address in addresses:
-                buffer = self._registered[address]
-                if lib.cuMemHostUnregister(address) != _CUDA_SUCCESS:
-                    self._free.setdefault(buffer.numel(), set()).add(address)
-                    continue
-                released += buffer.numel()
-                del self._registered[address], buffer  # the last reference: the mapping goes with it
-        return released
+            for free in self._free.values():
+                for address in list(free):
+                    if lib.cuMemHostUnregister(address) == _CUDA_SUCCESS:
+                        free.discard(address)
+                        released += self._registered.pop(address).numel()  # the last reference: the mapping goes
+            return released
 
     def _register(self, size: int, context: int) -> torch.Tensor:
         lib = self._driver()

@@ -311,15 +311,13 @@ def test_an_image_s_text_rows_are_the_ones_diffusers_lays_out_within_the_process
 
     from models.components import load_aux
     from models.forecast import _vision_tokens
-    from models.params import ModelSpec
 
-    model = ModelSpec.read(h3_tiny)
     processor = load_aux(h3_tiny, "processor")
     reference = MiniMaxH3ImageReference(image=Image.new("RGB", (width, height)))
     step = MiniMaxH3Ref2VATextEncoderStep()
     _, images, blocks, stamps = step._gather_vision_features(processor, [reference], 24.0)
     ids, _ = step._build_presentation(processor.tokenizer, "", [reference], images, blocks, stamps)
-    assert _vision_tokens(h3_tiny, model, [(1, height, width)]) == len(ids) > 0
+    assert _vision_tokens(h3_tiny, [(1, height, width)]) == len(ids) > 0
 
 
 def _canvas_configs(model) -> tuple[int, int]:
