@@ -125,6 +125,20 @@ def test_every_block_is_a_stage_loads_come_just_before_first_use_and_releases_af
     assert set(result.loads) == {"text_encoder", "transformer", "vae", "audio_vae"}
 
 
+def test_each_release_trims_the_heap_so_the_component_s_small_tensors_leave_the_resident_set(
+        h3_tiny: Path, tmp_path: Path, monkeypatch):
+    """Sequential residency hands the heap's free pages back after every release (a trim the run used to skip:
+    the demo's released text encoder then stayed resident, or not, by the order of frees)."""
+    import models.run_state as run_state
+
+    trims = []
+    trim = run_state.give_back_free_heap
+    monkeypatch.setattr(run_state, "give_back_free_heap", lambda: trims.append(1) or trim())
+    events: list[PipelineEvent] = []
+    run_generate(h3_tiny, SMALL, tmp_path / "clip.mp4", device_info=UNIFIED, on_event=events.append)
+    assert len(trims) == sum(e.kind == "release" for e in events) == 4
+
+
 def test_sequential_residency_holds_only_the_running_block_s_component(small_clip):
     result, _, _ = small_clip
     held = {r["block"]: {c for c, w in r["components"].items() if w["mechanism"] != RELEASED}
