@@ -75,6 +75,9 @@ class ShardMeta:
     """The header's `__metadata__`."""
     checked: CheckedFile | None = None
     """The file as opened and validated (None only for a hand-built shard)."""
+    refused_entries: int = 0
+    """Header entries too malformed to describe a tensor (not in `tensors`): with any, whether the
+    tensors cover the data area exactly is not judged (their bytes are unaccounted for)."""
 
 
 @dataclass
