@@ -8,7 +8,7 @@ field; a stored spec is read back with `JobSpec.from_dict`.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable, Mapping
 
 from loader.checkpoint import discover_checkpoint
@@ -158,7 +158,7 @@ def build_spec(raw: Mapping[str, Any], config: Config, *, known_kinds: tuple[str
         **_memory_sizes(raw, problems),
         "drop_page_cache": _optional_bool(raw.get("drop_page_cache"), "drop_page_cache", problems),
         "sequential_components": _optional_bool(raw.get("sequential_components"), "sequential_components", problems),
-        "generate": _generate(kind, raw.get("generate"), model, problems),
+        "generate": _generate(kind, raw.get("generate"), model, config, problems),
         "offload_set": tuple(sorted(raw.get("offload") or {})),
         "forced": bool(_optional_bool(raw.get("forced"), "forced", problems)),
         "model_roots": tuple(str(r) for r in config.model_roots),
@@ -363,13 +363,20 @@ def _optional_bool(value: Any, name: str, problems: _Problems) -> bool | None:
     return value
 
 
-def _generate(kind: Any, raw: Any, model: str | None, problems: _Problems) -> GenerateParams | None:
-    """Generate parameters: types here, ranges by the model's own rules (set exactly for generate jobs)."""
+def _generate(kind: Any, raw: Any, model: str | None, config: Config, problems: _Problems) -> GenerateParams | None:
+    """Generate parameters: types here, ranges by the model's own rules (set exactly for generate jobs); a
+    single-file DiT (`transformer`) resolved under the model roots, as the model is."""
     if kind != "generate":
         if raw:
             problems.add("generate", f"generate parameters only apply to generate jobs, not {kind!r}")
         return None
     params = _generate_params(raw or {}, problems)
+    if params is not None and params.transformer is not None:
+        try:
+            params = replace(params, transformer=str(resolve_model_path(params.transformer, config.model_roots)))
+        except ModelPathError as e:
+            problems.add("generate.transformer", str(e))
+            return None
     if params is not None and model is not None:
         _check_against_model(params, model, problems)
     return params
@@ -396,7 +403,7 @@ def _generate_params(raw: Mapping[str, Any], problems: _Problems) -> GeneratePar
     unset = {f.name for f in fields(GenerateParams) if f.default is None}  # a stored spec says None for these
     values = {k: v for k, v in raw.items() if k in names and not (v is None and k in unset)}
     ok = True
-    for name in ("prompt", "negative_prompt"):
+    for name in ("prompt", "negative_prompt", "transformer", "qkv_layout"):
         if name in values:
             problem = _text_problem(values[name])
             if problem is not None:

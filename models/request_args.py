@@ -14,6 +14,9 @@ from .workflows import WORKFLOWS
 
 QUANTIZATIONS = ("int8", "fp8")
 """Weight-only DiT quantizations (torchao): int8 on CPU and CUDA, fp8 on CUDA compute capability 8.9+."""
+QKV_LAYOUTS = ("stacked", "interleaved")
+"""How a single-file DiT's fused `qkv_proj` orders its rows: `[q; k; v]` (every published file, the default) or
+per head `[q k v]` (a file merged by hand from the MiniMaxAI shards); the file cannot tell."""
 VAE_DTYPES = ("bf16", "fp32")
 """Video VAE precision: the run's bfloat16 (diffusers' `load_components(dtype=bf16)`) or the checkpoint's fp32."""
 
@@ -32,9 +35,17 @@ def add_workflow_arguments(parser: argparse.ArgumentParser) -> None:
                         help="decode on the VAE's 256 px tiles (default: on; off is noisier and risky at high res)")
     parser.add_argument("--vae-dtype", choices=VAE_DTYPES, help="video VAE precision (default: bf16)")
     parser.add_argument("--quantize", choices=QUANTIZATIONS, help="weight-only DiT quantization (torchao)")
+    parser.add_argument("--transformer", metavar="FILE",
+                        help="a single-file DiT in the original layout (Comfy-Org's MiniMax H3 files); the model"
+                             " folder (--model) supplies the text encoder, VAEs, tokenizer, schedulers and the DiT's"
+                             " config")
+    parser.add_argument("--qkv-layout", choices=QKV_LAYOUTS,
+                        help="row order of that file's fused qkv: stacked [q; k; v] (every published file, the"
+                             " default) or interleaved per head (a file merged by hand); the file cannot tell")
 
 
-WORKFLOW_FIELDS = ("workflow", "image", "last_image", "ref_image", "ref_video", "vae_tiling", "vae_dtype", "quantize")
+WORKFLOW_FIELDS = ("workflow", "image", "last_image", "ref_image", "ref_video", "vae_tiling", "vae_dtype", "quantize",
+                   "transformer", "qkv_layout")
 """GenerateParams fields that `add_workflow_arguments` adds, by their argparse names."""
 
 

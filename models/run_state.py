@@ -50,6 +50,8 @@ class RunState:
         self.components = tuple(placements)
         self.vae_tiling = True
         self.quantize: str | None = None
+        self.single_files: dict[str, tuple[str, str]] = {}
+        """Component -> (single file in the reference layout, its qkv layout) that supplies its weights."""
         self.dtypes: dict[str, torch.dtype] = {}
         self.resident: dict[str, Residency] = {}
         self.shells: dict[str, nn.Module] = {}
@@ -160,7 +162,9 @@ def _load_weights(run: RunState, name: str, target: torch.device) -> tuple[nn.Mo
             run.record(placed.sample)
 
     quantize = run.quantize if name in DIT_COMPONENTS else None
-    module, report = load_component(run.root, name, mode=run.mode, device=str(target),
+    single_file, qkv_layout = run.single_files.get(name, (None, "stacked"))
+    module, report = load_component(run.root, name, mode=run.mode, device=str(target), single_file=single_file,
+                                    qkv_layout=qkv_layout,
                                     dtype=run.dtypes.get(name, run.dtype), workflow=run.result.workflow,
                                     on_tensor=on_tensor, probe=run.probe, roots=run.roots, quantize=quantize,
                                     pin_host=pins_host_copy(run.placements[name], run.device.type, run.settings,
