@@ -214,6 +214,13 @@ def guard_limits(budget: int | None, floor: int | None, total: int):
     return job_limits(budget, floor, config(), unified=unified_host(), total=total)
 
 
+def lock_notice(path: str):
+    """The worker's wait for another process's lock on the database, or None (`storage.lock_waits`)."""
+    from storage.lock_waits import read_lock_notice
+
+    return read_lock_notice(path)
+
+
 @st.cache_data(ttl=2, show_spinner=False)
 def supervisor(path: str) -> dict:
     """jobs.supervisor.supervisor_status: alive, id, pid, heartbeat_age, current_job."""
