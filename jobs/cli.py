@@ -33,7 +33,7 @@ from core.sizes import MAX_SIZE
 from models.request_args import add_workflow_arguments, workflow_fields
 from storage.config import Config, load_config
 from storage.connections import is_database_full, refusal_error
-from storage.queries import get_job, list_jobs
+from storage.queries import get_job, job_table, list_jobs
 from storage.schema import FINAL_STATUSES, JOB_STATUSES, open_database, open_for_reading
 
 LOW_DISK_SPACE = 2**20
@@ -101,11 +101,11 @@ def _submit(args: argparse.Namespace, config: Config, db: sqlite_utils.Database)
 
 @_with_database(read_only=True)
 def _list(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
-    jobs = list_jobs(db, status=args.status, kind=args.kind, limit=args.limit)
     if args.json:
+        jobs = list_jobs(db, status=args.status, kind=args.kind, limit=args.limit)
         print(json.dumps({"jobs": [job_document(j, db, config) for j in jobs]}))
-    else:
-        print_job_table(jobs)
+    else:  # only the columns it shows: a spec or metrics JSON can run to megabytes a job
+        print_job_table(job_table(db, status=args.status, kind=args.kind, limit=args.limit))
     return 0
 
 

@@ -44,6 +44,31 @@ def list_jobs(
     `status` is one status or several; `search` matches a substring of the
     spec JSON (model path, prompt, mode).
     """
+    where, args = _job_filter(status, kind, search)
+    sql = f"SELECT * FROM jobs{where} ORDER BY id DESC LIMIT ? OFFSET ?"
+    return [_job_row(r) for r in db.query(sql, args + [limit, offset])]
+
+
+JOB_TABLE_COLUMNS = ("id", "kind", "status", "created_at", "finished_at", "model", "component", "error")
+"""What a table of jobs shows (`python -m jobs list`): the model and component out of the spec, never the
+whole spec or the metrics, whose JSON can run to megabytes a job."""
+ERROR_HEAD = 4096
+"""Characters of a job's error a table row carries (it shows the first line, cut to fit)."""
+
+
+def job_table(db: sqlite_utils.Database, *, status: str | Iterable[str] | None = None, kind: str | None = None,
+              limit: int = 100) -> list[dict]:
+    """Jobs, newest first, as a table shows them (`JOB_TABLE_COLUMNS`): its memory grows with the rows
+    shown, not with what each job stored."""
+    where, args = _job_filter(status, kind, None)
+    sql = (f"SELECT id, kind, status, created_at, finished_at, json_extract(spec, '$.model') AS model, "
+           f"json_extract(spec, '$.component') AS component, substr(error, 1, {ERROR_HEAD}) AS error "
+           f"FROM jobs{where} ORDER BY id DESC LIMIT ?")
+    return list(db.query(sql, args + [limit]))
+
+
+def _job_filter(status: str | Iterable[str] | None, kind: str | None, search: str | None) -> tuple[str, list]:
+    """The WHERE clause (with its leading space, or empty) and arguments selecting jobs."""
     where, args = [], []
     if status is not None:
         statuses = [status] if isinstance(status, str) else list(status)
@@ -55,9 +80,7 @@ def list_jobs(
     if search:
         where.append("instr(lower(spec), lower(?)) > 0")
         args.append(search)
-    sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
-    sql += " ORDER BY id DESC LIMIT ? OFFSET ?"
-    return [_job_row(r) for r in db.query(sql, args + [limit, offset])]
+    return (" WHERE " + " AND ".join(where) if where else ""), args
 
 
 def get_job(db: sqlite_utils.Database, job_id: int) -> dict | None:
