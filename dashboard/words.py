@@ -20,6 +20,7 @@ COMPONENT_WORDS = {
 STAGE_WORDS = {
     "probe": "starting the job",
     "prepare": "preparing the tokenizer and scheduler",
+    "read_clip": "decoding the reference clip",
     "encode": "encoding the prompt",
     "text_encoder": "encoding the prompt",
     "vae_encoder": "encoding the images",
