@@ -21,6 +21,7 @@ from dashboard.charts.frames import (
     compare_frame,
     end_label_positions,
     fitting_labels,
+    from_first_placement,
     job_limits,
     limit_rows,
     memory_frames,
@@ -32,6 +33,6 @@ from dashboard.charts.style import POLICY, PREDICTED, SERIES, WALL, Series
 __all__ = [
     "JOB_DASHES", "LABEL_GAP", "MAX_COMPARED", "MEMORY_COLUMNS", "MODE_DASHES", "POLICY", "PREDICTED", "SERIES",
     "STRIP_PX", "WALL", "Limit", "Series", "compare_chart", "compare_frame", "end_label_positions",
-    "fitting_labels", "job_dashes", "job_limits", "limit_rows", "memory_chart", "memory_frames",
+    "fitting_labels", "from_first_placement", "job_dashes", "job_limits", "limit_rows", "memory_chart", "memory_frames",
     "series_color_scale", "stage_spans", "stage_strip",
 ]
