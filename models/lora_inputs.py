@@ -180,7 +180,7 @@ def inspect_lora(lora: LoraInput, model_root: str | os.PathLike, workflow: str, 
         shard, problems = read_shard_header(checked.real, ModelRoots([checked.root]))
         if shard is None or problems:
             raise LoraError(f"LoRA {shown}: not a readable safetensors file: {'; '.join(problems)[:300]}")
-        digest = _sha256(fd) if hash_file else lora.sha256
+        digest = file_sha256(fd) if hash_file else lora.sha256
     finally:
         os.close(fd)
     names = [t.name for t in shard.tensors]
@@ -201,7 +201,8 @@ def inspect_lora(lora: LoraInput, model_root: str | os.PathLike, workflow: str, 
     )
 
 
-def _sha256(fd: int) -> str:
+def file_sha256(fd: int) -> str:
+    """SHA-256 of the whole file behind `fd`, read in 16 MiB pieces."""
     digest, offset = hashlib.sha256(), 0
     while chunk := os.pread(fd, 1 << 24, offset):
         digest.update(chunk)

@@ -24,7 +24,6 @@ is quantized (the loader adjusts a tensor before anyone sees it placed).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ import torch.nn as nn
 
 from core.errors import clip
 
-from .lora_inputs import LoraError, LoraInput, check_factors
+from .lora_inputs import LoraError, LoraInput, check_factors, file_sha256
 
 
 @dataclass
@@ -120,7 +119,7 @@ def _read(lora: LoraInput, roots: Iterable[str | os.PathLike], shell: nn.Module,
     shown = clip(lora.file)
     fd, _ = open_checked(Path(lora.file), ModelRoots(roots), f"LoRA {shown}")
     try:
-        digest = _sha256(fd)
+        digest = file_sha256(fd)
         if lora.sha256 is not None and digest != lora.sha256:
             raise LoraError(f"LoRA {shown}: its content changed since the job was queued (sha256 {digest[:12]}...,"
                             f" recorded {lora.sha256[:12]}...); queue it again")
@@ -137,14 +136,6 @@ def _read(lora: LoraInput, roots: Iterable[str | os.PathLike], shell: nn.Module,
     factors = {k.split(".", 1)[1]: v for k, v in state.items()}
     scales = _peft_scales(shell, {k: v for k, v in state.items()}, prefix, metadata, adapter)
     return factors, scales, digest
-
-
-def _sha256(fd: int) -> str:
-    digest, offset = hashlib.sha256(), 0
-    while chunk := os.pread(fd, 1 << 24, offset):
-        digest.update(chunk)
-        offset += len(chunk)
-    return digest.hexdigest()
 
 
 def _meta_shell(config: dict) -> nn.Module:
