@@ -68,6 +68,8 @@ class GenerateResult:
     """The video VAE's precision."""
     quantize: str | None = None
     """The DiT's weight-only quantization (frames then differ from bf16's); None: bf16."""
+    loras: list[dict[str, Any]] = field(default_factory=list)
+    """The LoRAs merged, in order: file, sha256, scale, partition (what each merge did: `loads[partition]["lora"]`)."""
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Input field -> {file, size [w, h], note}: the image as given and what diffusers does to fit it."""
     notes: list[str] = field(default_factory=list)
