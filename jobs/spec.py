@@ -78,6 +78,10 @@ class JobSpec:
     """Queued with `--force` (or the Run page's "Queue anyway"): a refusal of the forecast was overridden."""
     forecast: dict[str, Any] | None = None
     """What `jobs.admission` predicted at submit: per stage bytes, work and seconds, and any refusal."""
+    model_roots: tuple[str, ...] = ()
+    """The model roots the paths were checked against at submit (the configuration's, never the user's):
+    a worker reading other roots refuses the job in words (`roots_mismatch`) instead of failing it deep in
+    a load. Empty in specs stored before it was recorded."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,7 +94,19 @@ class JobSpec:
         if values.get("generate") is not None:
             values["generate"] = GenerateParams(**values["generate"])
         values["offload_set"] = tuple(values.get("offload_set", ()))
+        values["model_roots"] = tuple(values.get("model_roots", ()))
         return cls(**values)
+
+    def roots_mismatch(self, roots: list) -> str | None:
+        """Why this spec cannot run under `roots` (a worker's configured model roots): None when they are the
+        ones it was checked against at submit (in any order), or when it recorded none."""
+        mine, theirs = sorted(self.model_roots), sorted(str(r) for r in roots)
+        if not mine or mine == theirs:
+            return None
+        return (f"this job was checked against the model roots {', '.join(mine)} when it was submitted, but this "
+                f"worker reads {', '.join(theirs) or '(none)'}; start the worker with the same model roots "
+                f"(DRAINBOARD_MODEL_ROOTS or model_roots in drainboard.toml, and the same hub_cache setting) "
+                f"or submit the job again to this worker's roots")
 
 
 class _Problems:
@@ -145,6 +161,7 @@ def build_spec(raw: Mapping[str, Any], config: Config, *, known_kinds: tuple[str
         "generate": _generate(kind, raw.get("generate"), model, problems),
         "offload_set": tuple(sorted(raw.get("offload") or {})),
         "forced": bool(_optional_bool(raw.get("forced"), "forced", problems)),
+        "model_roots": tuple(str(r) for r in config.model_roots),
     }
     if device is not None and gpus is not None:
         if gpus > 1 and not device.startswith("cuda"):

@@ -360,7 +360,7 @@ def _workflow_problems(params: GenerateParams, model: ModelSpec) -> dict[str, st
     """The workflow and its input files: each image must pass `models.inputs.check_image`, each clip
     `models.clips.check_clip`."""
     from .clips import InputClipError, check_clip
-    from .inputs import MAX_ASPECT, InputImageError, check_image
+    from .inputs import InputImageError, check_image
     from .workflows import WORKFLOW_CLIPS, WORKFLOWS, workflow_inputs
 
     workflow = params.resolved_workflow
@@ -386,10 +386,7 @@ def _workflow_problems(params: GenerateParams, model: ModelSpec) -> dict[str, st
                 problems[name] = str(e)
             continue
         try:
-            _, (w, h) = check_image(path)
+            check_image(path)
         except InputImageError as e:
             problems[name] = str(e)
-            continue
-        if name == "ref_image" and (w > MAX_ASPECT * h or h > MAX_ASPECT * w):
-            problems[name] = f"{path}: {w}x{h}; a reference image must be within 1:{MAX_ASPECT} and {MAX_ASPECT}:1"
     return problems

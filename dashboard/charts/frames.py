@@ -266,11 +266,15 @@ def compare_frame(samples: pd.DataFrame, *, x: Literal["percent", "seconds"], y:
     rows = []
     for job, part in samples.groupby("job", sort=False):
         part = part.sort_values("t")
+        if x == "percent":  # a sample taken before the first placement (the process starting) has no % placed
+            part = part[part["bytes_placed"].notna()]
+            if part.empty:
+                continue
         total = float(part["total_bytes"].iloc[0])
         mem_total = part["mem_total"].iloc[0]
         mem_total = mem_total if pd.notna(mem_total) else None
         xs = part["t"].astype(float) - float(part["t"].min()) if x == "seconds" else part["bytes_placed"].astype(float) / total * 100
-        rows.append(_own_rows(job, part, xs, y))
+        rows.append(_own_rows(job, part, xs, y, total))
         for s in present_series(part, mem_total):
             values = series_values(part, s, mem_total)
             keep = values.notna()
@@ -289,21 +293,21 @@ def compare_frame(samples: pd.DataFrame, *, x: Literal["percent", "seconds"], y:
     return pd.concat(rows, ignore_index=True)
 
 
-def _own_rows(job: str, part: pd.DataFrame, xs: pd.Series, y: Literal["gib", "ratio"]) -> pd.DataFrame:
-    """The job's own memory: (VmRSS − first VmRSS) + (GPU allocated − first), in GiB, or in the ratio view
-    over the bytes placed at each sample, so its peak is the footprint ratio (docs/metrics.md). The label
-    quotes the job's recorded `footprint` (its load report's footprint_ratio) when the samples carry one,
-    so Compare reads the same number as the Job page and History."""
+def _own_rows(job: str, part: pd.DataFrame, xs: pd.Series, y: Literal["gib", "ratio"], total: float) -> pd.DataFrame:
+    """The job's own memory from its first placement on: (VmRSS − VmRSS then) + (GPU allocated − then), in GiB,
+    or in the ratio view over the job's checkpoint size, so its peak is the footprint ratio (docs/metrics.md:
+    the load's growth over the bytes it placed) and the process starting up stays out of it. A job that places
+    nothing (no bytes_placed) starts at its first sample. The label quotes the job's recorded `footprint` (its
+    load report's footprint_ratio) when the samples carry one, so Compare reads the same number as the Job page
+    and History."""
+    placing = part["bytes_placed"].notna().to_numpy()
+    start = int(placing.argmax()) if placing.any() else 0
+    part, xs = part.iloc[start:], xs.iloc[start:]
     rss = part["vm_rss"].astype(float)
     device = part["device_allocated"].fillna(0).astype(float)
     grown = (rss - rss.iloc[0]) + (device - device.iloc[0])
-    placed = part["bytes_placed"].fillna(0).astype(float)
-    if y == "ratio":
-        keep = placed > 0
-        values = grown[keep] / placed[keep]
-    else:
-        keep = grown.notna()
-        values = grown[keep] / GIB
+    keep = grown.notna()
+    values = grown[keep] / (total if y == "ratio" else GIB)
     recorded = part["footprint"].iloc[0] if "footprint" in part and pd.notna(part["footprint"].iloc[0]) else None
     peak = recorded if recorded is not None else (float(values.max()) if y == "ratio" and len(values) else None)
     label = f"{job} footprint {fmt.ratio(peak)}" if peak is not None else str(job)

@@ -14,7 +14,7 @@ from dashboard.inputs_panel import input_strip, output_videos
 from dashboard.views import ab
 from dashboard.views.history import checkpoints_of, comparison_table, default_comparison, diff_only, job_summary
 from dashboard.views.query import QueryError, job_ids
-from dashboard.views.spec import job_label, spec_mode, spec_of, workflow_of
+from dashboard.views.spec import job_label, spec_mode
 
 db = data.db_path()
 mem_total = read_host_memory().total
@@ -79,10 +79,11 @@ def draw_chart(jobs: list[dict], summaries: dict[int, dict]) -> None:
     st.altair_chart(chart, width="stretch")
     if y_axis == "× checkpoint":
         st.caption(
-            "Job's own memory: its growth in VmRSS plus GPU allocated over the bytes placed at each moment; its peak "
-            "is the footprint ratio the Job page and History show (1.0× is the model itself). The other panels are each "
-            "series over that job's checkpoint size; System in use is the whole machine, so with a small checkpoint "
-            "other processes move it as much as the load does."
+            "Job's own memory: its growth in VmRSS plus GPU allocated from its first placement on (the process "
+            "starting up is left out), over its checkpoint size; its peak is the footprint ratio the Job page and "
+            "History show (1.0× is the model itself). The other panels are each series over that job's checkpoint "
+            "size; System in use is the whole machine, so with a small checkpoint other processes move it as much "
+            "as the load does."
         )
 
 
@@ -107,7 +108,7 @@ def draw_videos(jobs: list[dict]) -> None:
     st.subheader("Inputs and videos")
     for column, (job, files) in zip(st.columns(min(3, len(shown))), shown[:3]):
         with column:
-            st.caption(f"{job_label(job)} · {workflow_of(spec_of(job).get('generate') or {})}")
+            st.caption(job_label(job))
             input_strip(files, lambda name, job_id=job["id"]: data.artifact_path(job_id, name))
             video = next(iter(output_videos(files)), None)
             if video is not None:

@@ -40,7 +40,9 @@ def checkpoint_key(job: dict) -> tuple[str | None, str | None, str]:
 
 
 def job_label(job: dict) -> str:
-    """Short unique label for legends: `#7 drain`, plus ` generate` for a generate job."""
+    """Short unique label for legends: `#7 drain` for a load, `#8 t2va drain` (its workflow) for a generate."""
+    if job.get("kind") == "generate":
+        return f"#{job['id']} {workflow_of(spec_of(job).get('generate') or {})} {spec_mode(job) or ''}".strip()
     kind = "" if job.get("kind") == "load" else f" {job.get('kind')}"
     return f"#{job['id']} {spec_mode(job) or ''}{kind}".strip()
 

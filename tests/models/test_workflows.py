@@ -245,3 +245,14 @@ def test_workflow_mismatches_are_refused_naming_the_field(h3_tiny: Path, tmp_pat
     with pytest.raises(GenerateParamsError) as caught:
         run_generate(h3_tiny, replace(BASE, **change), tmp_path / "c.mp4", device_info=UNIFIED)
     assert message in caught.value.problems[field]
+
+
+@pytest.mark.parametrize("field", ["image", "last_image", "ref_image"])
+def test_every_input_image_beyond_4_to_1_is_refused_at_submit(h3_tiny: Path, tmp_path: Path, field):
+    from models.params import ModelSpec, validate_params
+
+    wide = tmp_path / "wide.png"
+    Image.new("RGB", (260, 64)).save(wide)
+    with pytest.raises(GenerateParamsError) as caught:
+        validate_params(replace(BASE, **{field: str(wide)}), ModelSpec.read(h3_tiny))
+    assert caught.value.problems == {field: f"{wide}: 260x64; MiniMax H3 takes images within 1:4 and 4:1"}
