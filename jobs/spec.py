@@ -8,7 +8,7 @@ field; a stored spec is read back with `JobSpec.from_dict`.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable, Mapping
 
 from loader.checkpoint import discover_checkpoint
@@ -158,7 +158,7 @@ def build_spec(raw: Mapping[str, Any], config: Config, *, known_kinds: tuple[str
         **_memory_sizes(raw, problems),
         "drop_page_cache": _optional_bool(raw.get("drop_page_cache"), "drop_page_cache", problems),
         "sequential_components": _optional_bool(raw.get("sequential_components"), "sequential_components", problems),
-        "generate": _generate(kind, raw.get("generate"), model, problems),
+        "generate": _generate(kind, raw.get("generate"), model, config, problems),
         "offload_set": tuple(sorted(raw.get("offload") or {})),
         "forced": bool(_optional_bool(raw.get("forced"), "forced", problems)),
         "model_roots": tuple(str(r) for r in config.model_roots),
@@ -364,7 +364,7 @@ def _optional_bool(value: Any, name: str, problems: _Problems) -> bool | None:
     return value
 
 
-def _generate(kind: Any, raw: Any, model: str | None, problems: _Problems) -> GenerateParams | None:
+def _generate(kind: Any, raw: Any, model: str | None, config: Config, problems: _Problems) -> GenerateParams | None:
     """Generate parameters: types here, ranges by the model's own rules (set exactly for generate jobs)."""
     if kind != "generate":
         if raw:
@@ -373,7 +373,27 @@ def _generate(kind: Any, raw: Any, model: str | None, problems: _Problems) -> Ge
     params = _generate_params(raw or {}, problems)
     if params is not None and model is not None:
         _check_against_model(params, model, problems)
+        params = _checked_loras(params, model, config, problems)
     return params
+
+
+def _checked_loras(params: GenerateParams, model: str, config: Config, problems: _Problems) -> GenerateParams:
+    """Each LoRA resolved under a model root and checked against the model (`models.lora_inputs.inspect_lora`),
+    recorded with its content hash and partition; a bad one is refused naming the file."""
+    if not params.loras:
+        return params
+    from models.lora_inputs import LoraError, inspect_lora
+
+    checked = []
+    for i, lora in enumerate(params.loras):
+        try:
+            resolve_model_path(lora.file, config.model_roots)
+            checked.append(inspect_lora(lora, model, params.resolved_workflow, config.model_roots).lora)
+        except ModelPathError as e:
+            problems.add(f"generate.loras[{i}]", f"LoRA {echo(lora.file)}: {e}")
+        except LoraError as e:
+            problems.add(f"generate.loras[{i}]", str(e))
+    return replace(params, loras=tuple(checked)) if len(checked) == len(params.loras) else params
 
 
 def _int_at_least(value: Any, minimum: int, name: str, problems: _Problems) -> int | None:
@@ -397,6 +417,12 @@ def _generate_params(raw: Mapping[str, Any], problems: _Problems) -> GeneratePar
     unset = {f.name for f in fields(GenerateParams) if f.default is None}  # a stored spec says None for these
     values = {k: v for k, v in raw.items() if k in names and not (v is None and k in unset)}
     ok = True
+    if "loras" in values:
+        try:
+            values["loras"] = GenerateParams(prompt="", loras=values["loras"]).loras
+        except GenerateParamsError as e:
+            problems.add("generate.loras", e.problems["loras"])
+            ok = False
     for name in ("prompt", "negative_prompt"):
         if name in values:
             problem = _text_problem(values[name])

@@ -124,6 +124,7 @@ def run_generate(
     model = ModelSpec.read(root)
     validate_params(params, model)
     _refuse_levers(params, torch_device)
+    loras = _check_loras(params, root, roots)
     images = {name: _open_input(name, path) for name, path in params.input_files().items()}
     first = images.get("image") or images.get("last_image")
     height, width = model.geometry(params, None if first is None else first.size)
@@ -132,7 +133,7 @@ def run_generate(
                             sequential_components=sequential, offload=settings.to_dict(),
                             decisions=[d.to_dict() for d in decisions], workflow=workflow,
                             num_inference_steps=steps, vae_tiling=params.vae_tiling, vae_dtype=params.vae_dtype,
-                            quantize=params.quantize)
+                            quantize=params.quantize, loras=[lora.to_dict() for lora in loras])
     _describe_inputs(result, params, images, model)
     _describe_levers(result, params)
     own_probe = probe is None
@@ -142,6 +143,7 @@ def run_generate(
         run = _prepare(root, params, torch_device, dtype, mode, settings, decisions, sequential, on_event,
                        on_sample, sample_interval, result, probe)
         run.roots = None if roots is None else [Path(r) for r in roots]
+        run.loras = tuple(loras)
         if not sequential:
             for name in run.components:
                 run.load(name)
@@ -210,6 +212,16 @@ def _prepare(root: Path, params: GenerateParams, device: torch.device, dtype: to
         pipe.update_components(**run.shells)
         pipe.set_progress_bar_config(disable=True)
     return run
+
+
+def _check_loras(params: GenerateParams, root: Path, roots) -> list:
+    """Each LoRA checked against the model (header only; hashed unless the job recorded its hash, which the
+    merge checks as it reads), with its partition set: refused before any weight is read."""
+    from .lora_inputs import inspect_lora
+
+    folders = list(roots) if roots is not None else [root]
+    return [inspect_lora(lora, root, params.resolved_workflow, folders, hash_file=lora.sha256 is None).lora
+            for lora in params.loras]
 
 
 def _open_input(name: str, path: str):

@@ -58,6 +58,8 @@ class RunState:
         self.resident: dict[str, Residency] = {}
         self.shells: dict[str, nn.Module] = {}
         self.roots: list[Path] | None = None
+        self.loras: tuple = ()
+        """The run's LoRAs (`models.lora_inputs.LoraInput`, partition set), merged into their DiT as it loads."""
         self._sampler: PeriodicSampler | None = None
         self._started = 0.0
 
@@ -135,9 +137,12 @@ class RunState:
                 release_cached_host_memory()  # the load ring's page-locked buffers, not held while stages compute
         self.result.loads[name] = report
         skipped = report.get("excluded_bytes", 0)
+        merged = report.get("lora", {}).get("loras", [])
         self.emit("load", f"loaded {name} on {placement.load_device} ({placement.mechanism})"
                   + (f"; {skipped / 2**20:.1f} MiB in {report.get('excluded_tensors', 0)} tensors not read"
-                     f" ({self.result.workflow} never runs them)" if skipped else ""),
+                     f" ({self.result.workflow} never runs them)" if skipped else "")
+                  + (f"; {len(merged)} LoRA(s) merged into {sum(m['targets'] for m in merged)} weights as they"
+                     " were placed" if merged else ""),
                   component=name, device=placement.load_device, mechanism=placement.mechanism,
                   bytes=report.get("bytes_placed", 0), seconds=report.get("load_seconds", 0.0),
                   excluded_bytes=skipped, excluded_tensors=report.get("excluded_tensors", 0))
@@ -177,12 +182,28 @@ def _load_weights(run: RunState, name: str, target: torch.device) -> tuple[nn.Mo
             run.record(placed.sample)
 
     quantize = run.quantize if name in DIT_COMPONENTS else None
+    adjust, merge = _lora_adjustments(run, name)
     module, report = load_component(run.root, name, mode=run.mode, device=str(target),
                                     dtype=run.dtypes.get(name, run.dtype), workflow=run.result.workflow,
                                     on_tensor=on_tensor, probe=run.probe, roots=run.roots, quantize=quantize,
                                     pin_host=pins_host_copy(run.placements[name], run.device.type, run.settings,
-                                                            quantized=quantize is not None))
+                                                            quantized=quantize is not None), adjust=adjust)
     out = report.to_dict()
+    if merge is not None:
+        out["lora"] = merge.to_dict()
     if quantize is not None:
         out |= {"quantize": quantize, "bytes_held": held_bytes(module)}
     return module, out
+
+
+def _lora_adjustments(run: RunState, name: str):
+    """(the loader's adjust mapping, its LoraMerge) for the LoRAs merged into `name`, or (None, None)."""
+    loras = [lora for lora in run.loras if lora.partition == name]
+    if not loras:
+        return None, None
+    from loader.confined import read_json_checked
+
+    from .lora_merge import merge_adjustments
+
+    config = read_json_checked(run.root / name / "config.json")
+    return merge_adjustments(loras, name, config, run.roots if run.roots is not None else [run.root])
