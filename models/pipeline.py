@@ -51,9 +51,11 @@ from machine.offload import OffloadDecision, OffloadSettings, resolve_offload
 
 from .components import AUX_COMPONENTS, load_aux
 from .encode import silence_non_finite, write_mp4
-from .params import GenerateParams, ModelSpec, validate_params
+from .levers import LEVER_FIELDS, is_lossless, lever_key, lever_problems
+from .params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
 from .residency import pins_host_copy, plan_placements
 from .results import EventSink, GenerateResult, PipelineEvent, SampleSink
+from .speedups import CACHE_REUSE_COUNTS
 from .run_state import ENCODE, PREPARE, RunState
 from .workflows import block_reads, plan_from_reads, workflow_blocks
 
@@ -121,6 +123,7 @@ def run_generate(
     sequential = info.unified_memory if sequential_components is None else sequential_components
     model = ModelSpec.read(root)
     validate_params(params, model)
+    _refuse_levers(params, torch_device)
     loras = _check_loras(params, root, roots)
     images = {name: _open_input(name, path) for name, path in params.input_files().items()}
     first = images.get("image") or images.get("last_image")
@@ -132,6 +135,7 @@ def run_generate(
                             num_inference_steps=steps, vae_tiling=params.vae_tiling, vae_dtype=params.vae_dtype,
                             quantize=params.quantize, loras=[lora.to_dict() for lora in loras])
     _describe_inputs(result, params, images, model)
+    _describe_levers(result, params)
     own_probe = probe is None
     probe = probe or MemoryProbe(str(torch_device) if torch_device.type == "cuda" else None)
     run = None
@@ -192,6 +196,7 @@ def _prepare(root: Path, params: GenerateParams, device: torch.device, dtype: to
     run = RunState(root, pipe, device, dtype, mode, settings, placements, sequential, on_event, on_sample, interval,
                    result, probe)
     run.vae_tiling, run.quantize = params.vae_tiling, params.quantize
+    run.levers = {"attention": params.attention, "step_cache": params.step_cache, "compile": params.compile}
     run.dtypes = {"vae": torch.float32} if params.vae_dtype == "fp32" else {}
     staged_workflow(blocks, plan, run)
     with run.stage_of(PREPARE):
@@ -268,6 +273,24 @@ def _describe_inputs(result: GenerateResult, params: GenerateParams, images: dic
             result.notes.append(note)
     if not params.vae_tiling:
         result.notes.append(VAE_TILING_WARNING)
+
+
+def _refuse_levers(params: GenerateParams, device: torch.device) -> None:
+    """GenerateParamsError for a lever `device` cannot run, as `jobs submit` refuses it, before any weight is read."""
+    from .quantize_check import cuda_capability
+
+    problems = lever_problems(params.to_dict(), str(device), cuda_capability(device.type, device.index))
+    if problems:
+        raise GenerateParamsError(problems)
+
+
+def _describe_levers(result: GenerateResult, params: GenerateParams) -> None:
+    """Record the run's lever set, whether it is lossless, and what a cached run cannot count."""
+    values = params.to_dict()
+    result.levers = {name: values[name] for name in LEVER_FIELDS} | {"key": lever_key(values),
+                                                                      "lossless": is_lossless(values)}
+    if params.step_cache is not None:
+        result.notes.append(CACHE_REUSE_COUNTS)
 
 
 def _describe_clip(clip, params: GenerateParams, model: ModelSpec) -> dict[str, Any]:
