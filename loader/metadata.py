@@ -13,6 +13,7 @@ import torch
 
 from .confined import CheckedFile
 from .dtypes import SAFETENSORS_DTYPES
+from core.hub_cache import model_label
 from core.errors import CheckpointError
 
 
@@ -211,6 +212,7 @@ class CheckpointIndex:
     def summary(self) -> dict:
         return {
             "path": str(self.path),
+            "name": model_label(self.path),
             "layout": self.layout,
             "index_file": self.index_file.name if self.index_file else None,
             "pipeline_class": self.pipeline_class,

@@ -52,9 +52,11 @@ from machine.offload import OffloadDecision, OffloadSettings, resolve_offload
 from .components import AUX_COMPONENTS, load_aux
 from .encode import silence_non_finite, write_mp4
 from .inputs import open_image
-from .params import GenerateParams, ModelSpec, validate_params
+from .levers import LEVER_FIELDS, is_lossless, lever_key, lever_problems
+from .params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
 from .residency import pins_host_copy, plan_placements
 from .results import EventSink, GenerateResult, PipelineEvent, SampleSink
+from .speedups import CACHE_REUSE_COUNTS
 from .run_state import ENCODE, PREPARE, RunState
 from .workflows import block_reads, plan_from_reads, workflow_blocks
 
@@ -122,6 +124,8 @@ def run_generate(
     sequential = info.unified_memory if sequential_components is None else sequential_components
     model = ModelSpec.read(root)
     validate_params(params, model)
+    _refuse_levers(params, torch_device)
+    loras = _check_loras(params, root, roots)
     images = {name: open_image(path) for name, path in params.input_files().items() if name != "ref_video"}
     first = images.get("image") or images.get("last_image")
     height, width = model.geometry(params, None if first is None else first.size)
@@ -130,8 +134,9 @@ def run_generate(
                             sequential_components=sequential, offload=settings.to_dict(),
                             decisions=[d.to_dict() for d in decisions], workflow=workflow,
                             num_inference_steps=steps, vae_tiling=params.vae_tiling, vae_dtype=params.vae_dtype,
-                            quantize=params.quantize)
+                            quantize=params.quantize, loras=[lora.to_dict() for lora in loras])
     _describe_inputs(result, params, images, model)
+    _describe_levers(result, params)
     own_probe = probe is None
     probe = probe or MemoryProbe(str(torch_device) if torch_device.type == "cuda" else None)
     run = None
@@ -139,6 +144,7 @@ def run_generate(
         run = _prepare(root, params, torch_device, dtype, mode, settings, decisions, sequential, on_event,
                        on_sample, sample_interval, result, probe, inputs=images)
         run.roots = None if roots is None else [Path(r) for r in roots]
+        run.loras = tuple(loras)
         if not sequential:
             for name in run.components:
                 run.load(name)
@@ -193,6 +199,7 @@ def _prepare(root: Path, params: GenerateParams, device: torch.device, dtype: to
     run = RunState(root, pipe, device, dtype, mode, settings, placements, sequential, on_event, on_sample, interval,
                    result, probe)
     run.vae_tiling, run.quantize = params.vae_tiling, params.quantize
+    run.levers = {"attention": params.attention, "step_cache": params.step_cache, "compile": params.compile}
     run.dtypes = {"vae": torch.float32} if params.vae_dtype == "fp32" else {}
     staged_workflow(blocks, plan, run)
     if params.ref_video is not None and inputs is not None:
@@ -210,6 +217,16 @@ def _prepare(root: Path, params: GenerateParams, device: torch.device, dtype: to
         pipe.update_components(**run.shells)
         pipe.set_progress_bar_config(disable=True)
     return run
+
+
+def _check_loras(params: GenerateParams, root: Path, roots) -> list:
+    """Each LoRA checked against the model (header only; hashed unless the job recorded its hash, which the
+    merge checks as it reads), with its partition set: refused before any weight is read."""
+    from .lora_inputs import inspect_lora
+
+    folders = list(roots) if roots is not None else [root]
+    return [inspect_lora(lora, root, params.resolved_workflow, folders, hash_file=lora.sha256 is None).lora
+            for lora in params.loras]
 
 
 def _read_clip(run: RunState, params: GenerateParams, model: ModelSpec):
@@ -261,6 +278,24 @@ def _describe_inputs(result: GenerateResult, params: GenerateParams, images: dic
             result.notes.append(note)
     if not params.vae_tiling:
         result.notes.append(VAE_TILING_WARNING)
+
+
+def _refuse_levers(params: GenerateParams, device: torch.device) -> None:
+    """GenerateParamsError for a lever `device` cannot run, as `jobs submit` refuses it, before any weight is read."""
+    from .quantize_check import cuda_capability
+
+    problems = lever_problems(params.to_dict(), str(device), cuda_capability(device.type, device.index))
+    if problems:
+        raise GenerateParamsError(problems)
+
+
+def _describe_levers(result: GenerateResult, params: GenerateParams) -> None:
+    """Record the run's lever set, whether it is lossless, and what a cached run cannot count."""
+    values = params.to_dict()
+    result.levers = {name: values[name] for name in LEVER_FIELDS} | {"key": lever_key(values),
+                                                                      "lossless": is_lossless(values)}
+    if params.step_cache is not None:
+        result.notes.append(CACHE_REUSE_COUNTS)
 
 
 def _describe_clip(clip, params: GenerateParams, model: ModelSpec) -> dict[str, Any]:

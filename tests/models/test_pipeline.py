@@ -348,3 +348,6 @@ def test_a_reference_clip_decodes_in_a_stage_of_its_own_with_its_samples(h3_tiny
     assert [(e.kind, e.stage) for e in events if e.kind.startswith("stage")] == [
         ("stage_start", READ_CLIP), ("stage_end", READ_CLIP)]
     assert result.inputs["ref_video"]["file"] == "motion.mov" and result.inputs["ref_video"]["audio"]
+    from jobs.stage_words import stage
+
+    assert stage(READ_CLIP) == "decoding the reference clip"  # what a page says while it runs

@@ -45,8 +45,9 @@ def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def diffusers_digest(root: Path, workflow: str, steps: int = 3, **inputs) -> str:
-    """The frames digest of diffusers' own `from_pretrained(workflow=...)` + `load_components` in bfloat16."""
+def diffusers_digest(root: Path, workflow: str, steps: int = 3, prepare=None, **inputs) -> str:
+    """The frames digest of diffusers' own `from_pretrained(workflow=...)` + `load_components` in bfloat16;
+    `prepare(pipe)` runs on the loaded pipeline first (a LoRA loaded and fused, say)."""
     from diffusers import ModularPipeline
 
     from models.components import load_aux
@@ -55,6 +56,8 @@ def diffusers_digest(root: Path, workflow: str, steps: int = 3, **inputs) -> str
     pipe.load_components(dtype=torch.bfloat16)
     if pipe.processor is None:  # Qwen3VLProcessor's video part needs torchvision, which this box lacks
         pipe.update_components(processor=load_aux(root, "processor"))
+    if prepare is not None:
+        prepare(pipe)
     state = pipe(prompt=BASE.prompt, num_frames=BASE.frames, height=BASE.height, width=BASE.width,
                  num_inference_steps=steps, generator=torch.Generator("cpu").manual_seed(BASE.seed),
                  output_type="np", **inputs)
