@@ -98,6 +98,7 @@ def worker_env(config: Config) -> dict[str, str]:
     env.update(
         DRAINBOARD_DATA=str(config.data_dir),
         DRAINBOARD_MODEL_ROOTS=os.pathsep.join(str(r) for r in config.model_roots),
+        DRAINBOARD_HUB_CACHE="off",  # the roots just pinned hold the Hugging Face cache already when it is on
         PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
     )
     if config.memory_floor is not None:

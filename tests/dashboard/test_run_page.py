@@ -116,7 +116,8 @@ def test_edit_and_requeue_fills_the_form_from_the_job_and_queues_the_same_spec(f
     at.button(key="run_submit").click().run()
     queued = _queued(fresh_db)[-1]
     assert queued["forecast"]["refusal"] is None  # the submit check's forecast is stored with the spec
-    assert {**queued, "forecast": None} == json.loads(json.dumps(original.to_dict()))
+    assert queued["model_roots"] == [str(tiny_checkpoint.parent)]  # what the submit checked against
+    assert {**queued, "forecast": None, "model_roots": []} == json.loads(json.dumps(original.to_dict()))
 
 
 def test_edit_and_requeue_of_a_generate_job_fills_prompt_and_seed(fresh_db, tiny_checkpoint):
