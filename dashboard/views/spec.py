@@ -118,7 +118,25 @@ def generate_parameters(job: dict) -> dict[str, str]:
         "VAE tiling": fmt.flag(params.get("vae_tiling", True)),
         "VAE precision": params.get("vae_dtype") or "bf16",
         "transformer weights": f"{quantize} (weight-only)" if quantize else "not quantized",
+        "LoRAs": lora_words(params.get("loras") or []),
     }
+
+
+def lora_words(loras: list) -> str:
+    """Each LoRA as `name x scale into partition (sha256 12 hex)`, in merge order; `none`. File names are user
+    input: quoted bounded (`core.echo`)."""
+    from core.echo import echo
+
+    parts = []
+    for lora in loras:
+        if not isinstance(lora, dict):
+            parts.append(echo(lora))
+            continue
+        digest = lora.get("sha256")
+        parts.append(f"{echo(Path(str(lora.get('file', ''))).name)} x {lora.get('scale', 1.0):g}"
+                     f" into {lora.get('partition') or 'the workflow transformer'}"
+                     + (f" (sha256 {str(digest)[:12]})" if digest else ""))
+    return "; ".join(parts) or "none"
 
 
 def workflow_of(params: dict) -> str:
