@@ -22,6 +22,7 @@ import sqlite_utils
 from jobs.documents import job_document, print_job, print_job_table
 from jobs.kinds import kind_names
 from jobs.queue import cancel, retry, submit
+from jobs.stage_words import progress_text
 from jobs.errors import JobSpecError
 from machine.advice import warn_about_mode
 from core.command_line import CliParser, dtype_type, run_cli
@@ -147,7 +148,8 @@ def _wait(db: sqlite_utils.Database, config: Config, job_id: int) -> dict:
     shown, alive_at = None, time.monotonic()
     while True:
         job = get_job(db, job_id)
-        line = f"job {job_id}: {job['status']} {job['stage'] or ''} {job['progress_done'] or ''}/{job['progress_total'] or ''}"
+        where = progress_text(job["stage"], job["progress_done"], job["progress_total"])
+        line = f"job {job_id}: {job['status']}" + (f": {where}" if where else "")
         if line != shown:
             _say(line)
             shown = line

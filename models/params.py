@@ -27,6 +27,7 @@ from typing import Any
 from loader.confined import read_json_checked
 from core.errors import DrainboardError
 
+from .levers import ATTENTION_BACKENDS, step_cache_problem
 from .lora_inputs import MAX_LORAS, PARTITIONS, LoraInput, lora_from_value
 from .request_args import QUANTIZATIONS, VAE_DTYPES
 
@@ -112,7 +113,14 @@ class GenerateParams:
     vae_dtype: str = "bf16"
     """Video VAE precision, one of VAE_DTYPES."""
     quantize: str | None = None
-    """Weight-only quantization of the DiT, one of QUANTIZATIONS (frames then differ from bf16's); None keeps bf16."""
+    """Quantization of the DiT, one of QUANTIZATIONS (frames then differ from bf16's); None keeps bf16."""
+    attention: str = "native"
+    """The DiT's attention backend, one of `models.levers.ATTENTION_BACKENDS` (a speed lever)."""
+    compile: bool = False
+    """Regional compile of the DiT's repeated blocks (a speed lever; its first call is its own stage)."""
+    step_cache: str | None = None
+    """A diffusers step cache on the DiT, one of `models.levers.STEP_CACHES` (a lossy speed lever); None: every
+    step computed."""
     loras: tuple[LoraInput, ...] = ()
     """LoRAs merged into the workflow's DiT as it loads, stacked in this order (`models.lora_inputs`)."""
 
@@ -352,6 +360,13 @@ def _knob_problems(params: GenerateParams) -> dict[str, str]:
         problems["vae_dtype"] = f"{params.vae_dtype!r} given; expected one of {', '.join(VAE_DTYPES)}"
     if params.quantize is not None and params.quantize not in QUANTIZATIONS:
         problems["quantize"] = f"{params.quantize!r} given; expected one of {', '.join(QUANTIZATIONS)} or unset"
+    if params.attention not in ATTENTION_BACKENDS:
+        problems["attention"] = f"{params.attention!r} given; expected one of {', '.join(ATTENTION_BACKENDS)}"
+    if not isinstance(params.compile, bool):
+        problems["compile"] = f"must be true or false, got {params.compile!r}"
+    cache = step_cache_problem(params.step_cache)
+    if cache is not None:
+        problems["step_cache"] = cache
     return problems
 
 

@@ -23,8 +23,10 @@ from machine.host_heap import give_back_free_heap
 from machine.memory import MemoryProbe, MemorySample, PeriodicSampler
 from machine.offload import OffloadSettings
 
+from .quantize import DIT_COMPONENTS
 from .residency import Placement, Residency, observe, pins_host_copy
 from .results import EventSink, GenerateResult, PipelineEvent, SampleSink
+from .speedups import apply_levers
 
 PREPARE, ENCODE = "prepare", "encode"
 """Drainboard's own stages around the pipeline's blocks."""
@@ -50,6 +52,8 @@ class RunState:
         self.components = tuple(placements)
         self.vae_tiling = True
         self.quantize: str | None = None
+        self.levers: dict[str, Any] = {"attention": "native", "step_cache": None, "compile": False}
+        """The DiT's speed levers (`models.speedups.apply_levers`' arguments)."""
         self.dtypes: dict[str, torch.dtype] = {}
         self.resident: dict[str, Residency] = {}
         self.shells: dict[str, nn.Module] = {}
@@ -91,6 +95,16 @@ class RunState:
         self.emit("stage_end", f"{name} done in {seconds:.2f} s", seconds=seconds,
                   peak_bytes=self.result.stage_peaks.get(name, 0))
 
+    @contextmanager
+    def interlude(self, name: str) -> Iterator[None]:
+        """A stage `name` cut out of the open one (a compiled DiT's first call out of the denoise loop): the open
+        stage ends, `name` runs, the open stage goes on (its seconds add up)."""
+        outer = self.stage
+        self.end()
+        with self.stage_of(name):
+            yield
+        self.begin(outer)
+
     def abandon(self) -> None:
         """Stop the open stage's sampler without ending it (a block raised): no thread outlives the run."""
         if self._sampler is not None:
@@ -114,6 +128,9 @@ class RunState:
             module, report = _load_weights(self, name, torch.device(placement.load_device))
             if name == "vae" and not self.vae_tiling:
                 module.disable_tiling()
+            if name in DIT_COMPONENTS:
+                for line in apply_levers(module, **self.levers):
+                    self.emit("lever", f"{name}: {line}", component=name)
             self.resident[name] = Residency(placement, module, self.device, self.settings)
             self.pipe.update_components(**{name: module})
             if self.sequential and self.device.type == "cuda":
@@ -158,7 +175,7 @@ class RunState:
 
 def _load_weights(run: RunState, name: str, target: torch.device) -> tuple[nn.Module, dict[str, Any]]:
     from .components import load_component
-    from .quantize import DIT_COMPONENTS, held_bytes
+    from .quantize import held_bytes
 
     def on_tensor(placed) -> None:
         if placed.sample is not None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from models.levers import lever_option, levers_of
+
 from dashboard import format as fmt
 from dashboard import words
 
@@ -117,7 +119,8 @@ def generate_parameters(job: dict) -> dict[str, str]:
         "reference clip": Path(params["ref_video"]).name if params.get("ref_video") else "none",
         "VAE tiling": fmt.flag(params.get("vae_tiling", True)),
         "VAE precision": params.get("vae_dtype") or "bf16",
-        "transformer weights": f"{quantize} (weight-only)" if quantize else "not quantized",
+        "transformer weights": lever_option("quantize", quantize).label if quantize else "not quantized",
+        "speed levers": lever_words(params),
         "LoRAs": lora_words(params.get("loras") or []),
     }
 
@@ -137,6 +140,13 @@ def lora_words(loras: list) -> str:
                      f" into {lora.get('partition') or 'the workflow transformer'}"
                      + (f" (sha256 {str(digest)[:12]})" if digest else ""))
     return "; ".join(parts) or "none"
+
+
+def lever_words(params: dict) -> str:
+    """The speed levers a generate spec asked for, each said lossless or lossy; "none" for the default engine
+    (a spec from before levers existed ran with none)."""
+    options = [o for o in levers_of(params) if o.field != "quantize"]
+    return ", ".join(f"{o.label} ({'lossless' if o.lossless else 'lossy'})" for o in options) or "none"
 
 
 def workflow_of(params: dict) -> str:

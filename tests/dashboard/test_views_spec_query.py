@@ -104,6 +104,10 @@ def test_a_generate_jobs_workflow_inputs_and_knobs_are_among_its_parameters():
     params = job_parameters(job)
     assert (params["workflow"], params["input images"], params["VAE tiling"], params["VAE precision"],
             params["transformer weights"]) == ("fl2va", "first frame, last frame", "off", "fp32", "int8 (weight-only)")
+    assert old["speed levers"] == "none"
+    job["spec"]["generate"] |= {"attention": "_native_cudnn", "compile": True, "step_cache": "taylorseer"}
+    assert job_parameters(job)["speed levers"] == ("cuDNN attention (lossless), regional compile (lossless), "
+                                                   "TaylorSeer step cache (lossy)")
 
 
 def test_history_puts_each_input_images_thumbnail_in_its_own_column():
