@@ -168,7 +168,7 @@ def build_spec(raw: Mapping[str, Any], config: Config, *, known_kinds: tuple[str
             problems.add("gpus", f"{gpus} GPUs need a cuda device, got {device!r}")
         else:
             _check_device_present(device, gpus, probe, problems)
-    _check_quantization(values, problems)
+    _check_levers(values, problems)
     if values["sequential_components"] is not None and kind != "generate":
         problems.add("sequential_components", f"only applies to generate jobs, not {kind!r}")
     _check_drop_page_cache(values, problems)
@@ -191,20 +191,21 @@ def _skeleton(value: Any, values: Mapping[str, Any], problems: _Problems) -> boo
     return value
 
 
-def _check_quantization(values: Mapping[str, Any], problems: _Problems) -> None:
-    """A quantized DiT that cannot run on the job's device (no torchao, fp8 below its compute capability) is
-    refused here, as the Run page warns, not when the child loads the transformer."""
+def _check_levers(values: Mapping[str, Any], problems: _Problems) -> None:
+    """A lever the job's device cannot run (a CUDA-only attention backend on a CPU, fp8 compute or an fp8 / int8
+    DiT without torchao or below its compute capability) is refused here, as the Run page warns, not when the
+    child loads the transformer."""
     params = values["generate"]
-    if params is None or params.quantize is None or values["device"] is None:
+    if params is None or values["device"] is None:
         return
     if any(name in ("device", "gpus") for name, _ in problems.found):
         return  # the device itself is refused already (its probe failed): that is the line to show
-    from models.quantize_check import cuda_capability, quantization_problem, torchao_installed
+    from models.levers import lever_problems
+    from models.quantize_check import cuda_capability
 
     capability = cuda_capability(*parse_device_spec(values["device"]))
-    problem = quantization_problem(params.quantize, values["device"], capability, torchao_installed())
-    if problem is not None:
-        problems.add("generate.quantize", problem)
+    for name, problem in lever_problems(params.to_dict(), values["device"], capability).items():
+        problems.add(f"generate.{name}", problem)
 
 
 def _check_checkpoint(model: str | None, config: Config, problems: _Problems) -> None:
@@ -379,7 +380,27 @@ def _generate(kind: Any, raw: Any, model: str | None, config: Config, problems: 
             return None
     if params is not None and model is not None:
         _check_against_model(params, model, problems)
+        params = _checked_loras(params, model, config, problems)
     return params
+
+
+def _checked_loras(params: GenerateParams, model: str, config: Config, problems: _Problems) -> GenerateParams:
+    """Each LoRA resolved under a model root and checked against the model (`models.lora_inputs.inspect_lora`),
+    recorded with its content hash and partition; a bad one is refused naming the file."""
+    if not params.loras:
+        return params
+    from models.lora_inputs import LoraError, inspect_lora
+
+    checked = []
+    for i, lora in enumerate(params.loras):
+        try:
+            resolve_model_path(lora.file, config.model_roots)
+            checked.append(inspect_lora(lora, model, params.resolved_workflow, config.model_roots).lora)
+        except ModelPathError as e:
+            problems.add(f"generate.loras[{i}]", f"LoRA {echo(lora.file)}: {e}")
+        except LoraError as e:
+            problems.add(f"generate.loras[{i}]", str(e))
+    return replace(params, loras=tuple(checked)) if len(checked) == len(params.loras) else params
 
 
 def _int_at_least(value: Any, minimum: int, name: str, problems: _Problems) -> int | None:
@@ -403,6 +424,12 @@ def _generate_params(raw: Mapping[str, Any], problems: _Problems) -> GeneratePar
     unset = {f.name for f in fields(GenerateParams) if f.default is None}  # a stored spec says None for these
     values = {k: v for k, v in raw.items() if k in names and not (v is None and k in unset)}
     ok = True
+    if "loras" in values:
+        try:
+            values["loras"] = GenerateParams(prompt="", loras=values["loras"]).loras
+        except GenerateParamsError as e:
+            problems.add("generate.loras", e.problems["loras"])
+            ok = False
     for name in ("prompt", "negative_prompt", "transformer", "qkv_layout"):
         if name in values:
             problem = _text_problem(values[name])
@@ -430,9 +457,10 @@ def _generate_params(raw: Mapping[str, Any], problems: _Problems) -> GeneratePar
         except (TypeError, ValueError):
             problems.add("generate.guidance_scale", f"must be a number, got {echo(values['guidance_scale'])}")
             ok = False
-    if "audio" in values and not isinstance(values["audio"], bool):
-        problems.add("generate.audio", f"must be true or false, got {echo(values['audio'])}")
-        ok = False
+    for name in ("audio", "compile"):
+        if name in values and not isinstance(values[name], bool):
+            problems.add(f"generate.{name}", f"must be true or false, got {echo(values[name])}")
+            ok = False
     return GenerateParams(**values) if ok else None
 
 

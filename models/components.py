@@ -195,6 +195,7 @@ def load_component(
     pin_host: bool = False,
     single_file: str | os.PathLike | None = None,
     qkv_layout: str = "stacked",
+    adjust: dict[str, Callable[[torch.Tensor], None]] | None = None,
 ) -> tuple[nn.Module, LoadReport]:
     """Component `name` of the MiniMax H3 checkpoint at `root`, built empty and filled by the loader.
 
@@ -204,6 +205,8 @@ def load_component(
     `pin_host` (a CPU `device`) places the weights in page-locked blocks, for group offload to copy from.
     `single_file` (a DiT only): the weights come from that one file in the reference layout
     (`models.single_file`, its fused qkv ordered as `qkv_layout` says), built from `root`'s config.
+    `adjust` goes to the loader: in-place changes made as each named weight is placed, before it is quantized
+    (how `models.lora_merge` merges LoRAs).
     Raises CheckpointError / PlacementError naming the folder and tensor.
     """
     folder = Path(root) / name
@@ -235,7 +238,7 @@ def load_component(
         source, module=module, mode=mode, device=device, dtype=target_dtype,
         dtype_overrides=overrides, exclude=exclude, on_tensor=on_tensor, probe=probe,
         roots=roots if roots is not None else [root, *([] if single_file is None else [Path(single_file).parent])],
-        pin_host=pin_host, **rules,
+        pin_host=pin_host, adjust=adjust, **rules,
     )
     if quantizer is not None:
         quantizer.finish()

@@ -27,6 +27,8 @@ from typing import Any
 from loader.confined import read_json_checked
 from core.errors import DrainboardError
 
+from .levers import ATTENTION_BACKENDS, step_cache_problem
+from .lora_inputs import MAX_LORAS, PARTITIONS, LoraInput, lora_from_value
 from .request_args import QKV_LAYOUTS, QUANTIZATIONS, VAE_DTYPES
 
 FPS = 24
@@ -111,12 +113,31 @@ class GenerateParams:
     vae_dtype: str = "bf16"
     """Video VAE precision, one of VAE_DTYPES."""
     quantize: str | None = None
-    """Weight-only quantization of the DiT, one of QUANTIZATIONS (frames then differ from bf16's); None keeps bf16."""
+    """Quantization of the DiT, one of QUANTIZATIONS (frames then differ from bf16's); None keeps bf16."""
     transformer: str | None = None
     """A single-file DiT in the reference layout (Comfy-Org's H3 files, `models.single_file`) that supplies the
     transformer's weights; the model folder supplies the rest, its `transformer/config.json` the DiT's class."""
     qkv_layout: str = "stacked"
     """How `transformer`'s fused qkv orders its rows: `stacked` (every published file) or `interleaved`."""
+    attention: str = "native"
+    """The DiT's attention backend, one of `models.levers.ATTENTION_BACKENDS` (a speed lever)."""
+    compile: bool = False
+    """Regional compile of the DiT's repeated blocks (a speed lever; its first call is its own stage)."""
+    step_cache: str | None = None
+    """A diffusers step cache on the DiT, one of `models.levers.STEP_CACHES` (a lossy speed lever); None: every
+    step computed."""
+    loras: tuple[LoraInput, ...] = ()
+    """LoRAs merged into the workflow's DiT as it loads, stacked in this order (`models.lora_inputs`)."""
+
+    def __post_init__(self) -> None:
+        # A stored spec gives its LoRAs back as mappings, the CLI and pages as LoraInput or `FILE[:SCALE]`.
+        if not isinstance(self.loras, tuple) or not all(isinstance(x, LoraInput) for x in self.loras):
+            if isinstance(self.loras, (str, bytes)) or not isinstance(self.loras, (list, tuple)):
+                raise GenerateParamsError({"loras": f"must be a list of LoRAs, got {type(self.loras).__name__}"})
+            try:
+                object.__setattr__(self, "loras", tuple(lora_from_value(x) for x in self.loras))
+            except ValueError as e:
+                raise GenerateParamsError({"loras": str(e)}) from None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -330,6 +351,7 @@ def validate_params(params: GenerateParams, model: ModelSpec) -> None:
         problems["model"] = (f"{model.root}/text_encoder has {model.text_encoder_layers} decoder layers; H3 reads"
                              f" hidden_states[{TEXT_ENCODER_LAYER}] and needs more than {TEXT_ENCODER_LAYER}")
     problems.update(_knob_problems(params))
+    problems.update(_lora_problems(params))
     problems.update(_workflow_problems(params, model))
     if params.transformer is not None:
         from .single_file import transformer_problem
@@ -353,7 +375,25 @@ def _knob_problems(params: GenerateParams) -> dict[str, str]:
         problems["qkv_layout"] = f"{params.qkv_layout!r} given; expected one of {', '.join(QKV_LAYOUTS)}"
     elif params.qkv_layout != "stacked" and params.transformer is None:
         problems["qkv_layout"] = "only applies to a single-file DiT (transformer)"
+    if params.attention not in ATTENTION_BACKENDS:
+        problems["attention"] = f"{params.attention!r} given; expected one of {', '.join(ATTENTION_BACKENDS)}"
+    if not isinstance(params.compile, bool):
+        problems["compile"] = f"must be true or false, got {params.compile!r}"
+    cache = step_cache_problem(params.step_cache)
+    if cache is not None:
+        problems["step_cache"] = cache
     return problems
+
+
+def _lora_problems(params: GenerateParams) -> dict[str, str]:
+    """The LoRA list's own rules; each file is checked against the model where its roots are known
+    (`jobs.spec` at submit, `models.pipeline.run_generate` before any weight is read)."""
+    if len(params.loras) > MAX_LORAS:
+        return {"loras": f"{len(params.loras)} given; at most {MAX_LORAS} LoRAs are stacked on one job"}
+    wrong = [lora.partition for lora in params.loras if lora.partition not in (None, *PARTITIONS)]
+    if wrong:
+        return {"loras": f"partition {wrong[0]!r}; expected one of {', '.join(PARTITIONS)}"}
+    return {}
 
 
 def _workflow_problems(params: GenerateParams, model: ModelSpec) -> dict[str, str]:
