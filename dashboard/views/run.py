@@ -119,6 +119,8 @@ def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
         "sequential_components": tristate_text(spec.get("sequential_components")),
         "gpus": int(spec.get("gpus", 1)),
         "skeleton": bool(spec.get("skeleton", False)),
+        "plan": spec.get("plan") is not None,
+        "plan_lossy": bool(spec.get("plan_lossy", False)),
     }
     offload = {**OffloadSettings().to_dict(), **(spec.get("offload") or {})}
     values.update({f"offload_{name}": bool(offload[name]) for name in OFFERED_FLAGS})
