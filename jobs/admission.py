@@ -192,7 +192,13 @@ def _generate_forecast(spec: JobSpec, info: DeviceInfo):
 
 
 def _stage_needs(forecast) -> list[StageNeed]:
-    return [StageNeed(s.stage, s.host_bytes, s.device_bytes, 0) for s in forecast.stages]
+    """Each stage's need; a reference clip's decode is a stage of its own before any weight."""
+    needs = [StageNeed(s.stage, s.host_bytes, s.device_bytes, 0) for s in forecast.stages]
+    if forecast.clip_decode_bytes:
+        from models.clips import READ_CLIP
+
+        needs.insert(0, StageNeed(READ_CLIP, forecast.clip_decode_bytes, 0, 0))
+    return needs
 
 
 def plan_job(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = None, *, probe: Probe = probe_device,

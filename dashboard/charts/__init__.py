@@ -22,6 +22,7 @@ from dashboard.charts.frames import (
     compare_frame,
     end_label_positions,
     fitting_labels,
+    from_first_placement,
     job_limits,
     limit_rows,
     memory_frames,
@@ -34,7 +35,7 @@ from dashboard.charts.style import POLICY, PREDICTED, SERIES, WALL, Series
 __all__ = [
     "JOB_DASHES", "LABEL_GAP", "MAX_COMPARED", "MEMORY_COLUMNS", "MODE_DASHES", "POLICY", "PREDICTED", "SERIES",
     "STRIP_PX", "WALL", "Limit", "Series", "compare_chart", "compare_frame", "end_label_positions",
-    "fitting_labels", "job_dashes", "job_limits", "limit_rows", "memory_chart", "memory_frames", "quality_chart",
-    "quality_frame",
+    "fitting_labels", "from_first_placement", "job_dashes", "job_limits", "limit_rows", "memory_chart",
+    "memory_frames", "quality_chart", "quality_frame",
     "series_color_scale", "stage_spans", "stage_strip",
 ]

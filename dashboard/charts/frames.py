@@ -62,6 +62,15 @@ def x_domain(x: XAxis, total_bytes: int | None, unit: int = GIB) -> list[float] 
     return None
 
 
+def from_first_placement(samples: pd.DataFrame) -> pd.DataFrame:
+    """A job's samples from the first that placed bytes on, in time order (all of them when none did): what a
+    load took before it (the process starting, importing, opening the checkpoint) is not the load, and the
+    footprint ratio leaves it out too (its baseline is taken just before the first tensor)."""
+    ordered = samples.sort_values("t") if len(samples) else samples
+    placing = ordered["bytes_placed"].notna().to_numpy() if len(ordered) else []
+    return ordered.iloc[int(placing.argmax()):] if len(ordered) and placing.any() else ordered
+
+
 def present_series(samples: pd.DataFrame, mem_total: int | None) -> list[Series]:
     """Series worth drawing: GPU allocated only when a device allocated anything, cgroup
     usage only when the job ran in a memory cgroup, system in use only when the machine's
@@ -265,8 +274,8 @@ def compare_frame(samples: pd.DataFrame, *, x: Literal["percent", "seconds"], y:
     require(samples, ("job", "total_bytes", "mem_total", *MEMORY_COLUMNS), "compare chart")
     rows = []
     for job, part in samples.groupby("job", sort=False):
-        part = part.sort_values("t")
-        if x == "percent":  # a sample taken before the first placement (the process starting) has no % placed
+        part = from_first_placement(part)
+        if x == "percent":  # a sample that placed nothing has no % placed
             part = part[part["bytes_placed"].notna()]
             if part.empty:
                 continue
@@ -294,15 +303,11 @@ def compare_frame(samples: pd.DataFrame, *, x: Literal["percent", "seconds"], y:
 
 
 def _own_rows(job: str, part: pd.DataFrame, xs: pd.Series, y: Literal["gib", "ratio"], total: float) -> pd.DataFrame:
-    """The job's own memory from its first placement on: (VmRSS − VmRSS then) + (GPU allocated − then), in GiB,
-    or in the ratio view over the job's checkpoint size, so its peak is the footprint ratio (docs/metrics.md:
-    the load's growth over the bytes it placed) and the process starting up stays out of it. A job that places
-    nothing (no bytes_placed) starts at its first sample. The label quotes the job's recorded `footprint` (its
-    load report's footprint_ratio) when the samples carry one, so Compare reads the same number as the Job page
-    and History."""
-    placing = part["bytes_placed"].notna().to_numpy()
-    start = int(placing.argmax()) if placing.any() else 0
-    part, xs = part.iloc[start:], xs.iloc[start:]
+    """The job's own memory (`part` from its first placement on): (VmRSS − first VmRSS) + (GPU allocated −
+    first), in GiB, or in the ratio view over the job's checkpoint size, so its peak is the footprint ratio
+    (docs/metrics.md: the load's growth over the bytes it placed). The label quotes the job's recorded
+    `footprint` (its load report's footprint_ratio) when the samples carry one, so Compare reads the same number
+    as the Job page and History."""
     rss = part["vm_rss"].astype(float)
     device = part["device_allocated"].fillna(0).astype(float)
     grown = (rss - rss.iloc[0]) + (device - device.iloc[0])

@@ -308,7 +308,10 @@ def test_only_stage_bands_wide_enough_for_their_text_are_labelled():
     text = next(l for l in spec["layer"] if l["mark"]["type"] == "text")
     assert len(_datasets(spec)[bands["data"]["name"]]) == 5  # every band keeps its tooltip
     assert [r["label"] for r in _datasets(spec)[text["data"]["name"]]] == ["conditioning", "denoising"]
-    assert bands["encoding"]["tooltip"][0]["field"] == "stage"
+    assert [t["field"] for t in bands["encoding"]["tooltip"]] == ["said", "stage"]  # words, then the recorded name
+    said = charts.stage_strip(spans.assign(stage=["probe", "text_encoder", "x", "encode", "y"]), extent=7.0).to_dict()
+    text = next(l for l in said["layer"] if l["mark"]["type"] == "text")
+    assert [r["label"] for r in _datasets(said)[text["data"]["name"]]] == ["encoding the …", "writing the video"]
 
 
 def test_compare_ratio_view_labels_each_line_with_its_peak(two_jobs):
