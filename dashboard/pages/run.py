@@ -60,8 +60,8 @@ def main() -> None:
     form, side = st.columns([3, 2], gap="large")
     with form:
         choice = fields.checkpoint_field(data.checkpoints(tuple(str(r) for r in config.model_roots)), config.model_roots)
-        component = fields.component_field(choice)
         kind, mode = fields.job_fields()
+        component = fields.component_field(choice) if kind == "load" else None  # a generate loads every component
         device, dtype = fields.device_fields(data.devices())
         slow = mode_warning(mode, device)
         if slow:
@@ -77,12 +77,14 @@ def main() -> None:
         raw["offload"] = fields.offload_fields(device)
         form_state.keep_drawn()
     form_state.mirror_in_url()
+    spec, errors = checks.checked(raw, choice)
+    form_state.fill_errors(errors)  # under each field, as they change; Queue job names them all while it is off
     with side:
-        found = checks.assessed(raw, choice, db)
+        found = checks.assessed(spec, db)
         with st.container():  # a fixed slot: the button below keeps its place whatever the forecast draws
             checks.fit_panel(choice, kind, component, mode, device, dtype, db, found)
             checks.forecast_panel(found)
-        checks.queue_button(raw, choice, db)
+        checks.queue_button(raw, choice, db, errors)
         checks.ready_panel(choice, device, db)
         queue_panel(db)
 
