@@ -221,6 +221,14 @@ def checkpoints(roots: tuple[str, ...]) -> list:
     return find_checkpoints([Path(r) for r in roots])
 
 
+@st.cache_data(ttl=10, show_spinner=False)
+def lora_files(roots: tuple[str, ...]) -> list:
+    """LoRA files under the model roots (headers only): what the Run page offers."""
+    from models.lora_inputs import find_lora_files
+
+    return find_lora_files(roots)
+
+
 @st.cache_data(ttl=300, show_spinner=False)
 def unified_host() -> bool:
     """Whether this machine's GPU shares host memory (the supervisor's own probe, cached)."""
@@ -235,6 +243,13 @@ def guard_limits(budget: int | None, floor: int | None, total: int):
     from jobs.guard import job_limits
 
     return job_limits(budget, floor, config(), unified=unified_host(), total=total)
+
+
+def lock_notice(path: str):
+    """The worker's wait for another process's lock on the database, or None (`storage.lock_waits`)."""
+    from storage.lock_waits import read_lock_notice
+
+    return read_lock_notice(path)
 
 
 @st.cache_data(ttl=2, show_spinner=False)

@@ -3,6 +3,7 @@ the last submit's messages under them) and returns the spec's raw fields for job
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import streamlit as st
@@ -17,8 +18,8 @@ from dashboard.views.checkpoints import CheckpointChoice, components_table, outs
 from dashboard.views.run import FIELD_LABELS as LABEL
 from dashboard.views.run import (
     DEFAULT_COMPONENT, DTYPES, GENERATE_FIELDS, KIND_LABELS, MODE_HELP, OFFERED_FLAGS, POLICY_DEFAULT, QUANTIZE_CHOICES,
-    QUANTIZE_NONE, STEP_CACHE_CHOICES, TRISTATE, VAE_DTYPE_CHOICES, generate_defaults, generate_geometry, offload_preview, offload_summary,
-    quantize_value,
+    QUANTIZE_NONE, STEP_CACHE_CHOICES, TRISTATE, VAE_DTYPE_CHOICES, generate_defaults, generate_geometry,
+    lora_scale_field, offload_preview, offload_summary, quantize_value,
 )
 from jobs.kinds import kind_names
 from machine.device import DeviceInfo
@@ -221,6 +222,7 @@ def generate_fields(choice, device: DeviceInfo, sequential: bool | None) -> dict
     show_errors("generate.workflow", "generate.image", "generate.last_image", "generate.ref_image")
     fields |= knob_fields(device)
     fields |= lever_fields(device, fields["quantize"])
+    fields["loras"] = lora_fields(fields["steps"])
     stage_plan_section(fields["workflow"], fields["audio"],
                        device.unified_memory if sequential is None else sequential, fields["quantize"])
     return fields
@@ -258,6 +260,36 @@ def knob_fields(device: DeviceInfo) -> dict[str, Any]:
         st.info(f"{quantize} frames are not bit-identical to bf16's: the same seed gives a different clip (the seed "
                 "contract holds for unquantized runs only).", icon=":material/info:")
     return {"vae_tiling": bool(tiling), "vae_dtype": vae_dtype, "quantize": quantize}
+
+
+def lora_fields(steps: int | None) -> list[dict[str, Any]]:
+    """LoRA files found under the model roots, stacked in the order picked, each with its strength (`--lora
+    FILE:SCALE`); a few-step file run at many more steps than its metadata states (unset: the model's 50) is
+    warned about."""
+    from models.lora_inputs import MAX_LORAS, MAX_SCALE, few_step_warning
+    from models.params import DEFAULT_STEPS
+
+    found = {f.path: f for f in data.lora_files(tuple(str(r) for r in data.config().model_roots))}
+    seed("gen_loras", [])
+    st.session_state[key("gen_loras")] = [p for p in st.session_state[key("gen_loras")] if p in found]
+    picked = st.multiselect(
+        "LoRAs", list(found), key=key("gen_loras"), max_selections=MAX_LORAS,
+        format_func=lambda p: f"{Path(p).name} ({fmt.gib(found[p].size, 2)})",
+        placeholder="none" if found else "no LoRA file under the model roots",
+        help="safetensors LoRAs under the model roots, merged into the transformer as it loads, in the order "
+             "picked. Checked against the checkpoint when the job is queued.")
+    loras = []
+    for path in picked:
+        field = lora_scale_field(path)
+        seed(field, 1.0)
+        scale = st.number_input(f"Strength of {Path(path).name}", min_value=-MAX_SCALE, max_value=MAX_SCALE,
+                                step=0.05, key=key(field))
+        warning = few_step_warning(Path(path).name, found[path].stated_steps, steps or DEFAULT_STEPS)
+        if warning:
+            st.warning(warning, icon=":material/speed:")
+        loras.append({"file": path, "scale": float(scale)})
+    show_errors("generate.loras", *[f"generate.loras[{i}]" for i in range(len(picked))])
+    return loras
 
 
 def lever_fields(device: DeviceInfo, quantize: str | None) -> dict[str, Any]:

@@ -19,6 +19,7 @@ COMPONENT_WORDS = {
 STAGE_WORDS = {
     "probe": "starting the job",
     "prepare": "preparing the tokenizer and scheduler",
+    "read_clip": "decoding the reference clip",
     "text_encoder": "encoding the prompt",
     "vae_encoder": "encoding the images",
     "load": "loading",

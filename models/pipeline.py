@@ -51,6 +51,7 @@ from machine.offload import OffloadDecision, OffloadSettings, resolve_offload
 
 from .components import AUX_COMPONENTS, load_aux
 from .encode import silence_non_finite, write_mp4
+from .inputs import open_image
 from .levers import LEVER_FIELDS, is_lossless, lever_key, lever_problems
 from .params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
 from .residency import pins_host_copy, plan_placements
@@ -125,7 +126,7 @@ def run_generate(
     validate_params(params, model)
     _refuse_levers(params, torch_device)
     loras = _check_loras(params, root, roots)
-    images = {name: _open_input(name, path) for name, path in params.input_files().items()}
+    images = {name: open_image(path) for name, path in params.input_files().items() if name != "ref_video"}
     first = images.get("image") or images.get("last_image")
     height, width = model.geometry(params, None if first is None else first.size)
     workflow, steps = params.resolved_workflow, model.steps(params)
@@ -141,7 +142,7 @@ def run_generate(
     run = None
     try:
         run = _prepare(root, params, torch_device, dtype, mode, settings, decisions, sequential, on_event,
-                       on_sample, sample_interval, result, probe)
+                       on_sample, sample_interval, result, probe, inputs=images)
         run.roots = None if roots is None else [Path(r) for r in roots]
         run.loras = tuple(loras)
         if not sequential:
@@ -177,9 +178,11 @@ def run_generate(
 
 def _prepare(root: Path, params: GenerateParams, device: torch.device, dtype: torch.dtype, mode: str,
              settings: OffloadSettings, decisions: list[OffloadDecision], sequential: bool, on_event, on_sample,
-             interval: float, result: GenerateResult, probe: MemoryProbe) -> RunState:
+             interval: float, result: GenerateResult, probe: MemoryProbe,
+             inputs: dict[str, Any] | None = None) -> RunState:
     """Build the workflow's blocks (each a stage, the loop reporting its steps), the pipeline over them,
-    its aux components and shells."""
+    its aux components and shells. A reference clip is decoded into `inputs` (the run's input media by field)
+    first, in a stage of its own (`_read_clip`), so `prepare` starts with it held as every later stage does."""
     from .stage_blocks import staged_workflow
 
     blocks = workflow_blocks(result.workflow, params.audio)
@@ -199,6 +202,8 @@ def _prepare(root: Path, params: GenerateParams, device: torch.device, dtype: to
     run.levers = {"attention": params.attention, "step_cache": params.step_cache, "compile": params.compile}
     run.dtypes = {"vae": torch.float32} if params.vae_dtype == "fp32" else {}
     staged_workflow(blocks, plan, run)
+    if params.ref_video is not None and inputs is not None:
+        inputs["ref_video"] = _read_clip(run, params, ModelSpec.read(root))
     with run.stage_of(PREPARE):
         for decision in decisions:
             run.emit("offload_decision", str(decision), **decision.to_dict())
@@ -224,15 +229,20 @@ def _check_loras(params: GenerateParams, root: Path, roots) -> list:
             for lora in params.loras]
 
 
-def _open_input(name: str, path: str):
-    """An image as diffusers' `load_image` gives it, or for `ref_video` diffusers' own `MiniMaxH3VideoReference`."""
-    if name == "ref_video":
-        from .clips import open_clip
+def _read_clip(run: RunState, params: GenerateParams, model: ModelSpec):
+    """The reference clip as diffusers' own `MiniMaxH3VideoReference.from_file` decodes it, in a stage of its own
+    (`READ_CLIP`): its frames and whole soundtrack are the largest input a run holds, so their memory is sampled
+    and a kill while they decode names the decode. Recorded as `_describe_inputs` records an image (`prepare`
+    says the notes)."""
+    from .clips import READ_CLIP, open_clip
 
-        return open_clip(path)
-    from .inputs import open_image
-
-    return open_image(path)
+    with run.stage_of(READ_CLIP):
+        clip = open_clip(params.ref_video)
+    described = {**_describe_clip(clip, params, model), "file": Path(params.ref_video).name}
+    run.result.inputs["ref_video"] = described
+    if described["note"]:
+        run.result.notes.append(described["note"])
+    return clip
 
 
 def _workflow_inputs(images: dict[str, Any]) -> dict[str, Any]:
@@ -251,17 +261,12 @@ def _workflow_inputs(images: dict[str, Any]) -> dict[str, Any]:
 
 
 def _describe_inputs(result: GenerateResult, params: GenerateParams, images: dict[str, Any], model: ModelSpec) -> None:
-    """Record each image and what diffusers does to it on this canvas; say when tiling is off."""
+    """Record each image and what diffusers does to it on this canvas; say when tiling is off (the reference clip,
+    decoded later, is recorded by `_read_clip`)."""
     canvas = (result.width, result.height)
     short_edge = int(model.index.get("reference_image_short_edge", 2048))
     for name, image in images.items():
         note = ""
-        if name == "ref_video":
-            result.inputs[name] = _describe_clip(image, params, model)
-            result.inputs[name]["file"] = Path(params.ref_video).name
-            if result.inputs[name]["note"]:
-                result.notes.append(result.inputs[name]["note"])
-            continue
         if name == "ref_image":
             if min(image.size) != short_edge:
                 note = f"ref_image {image.size[0]}x{image.size[1]} is resized (LANCZOS) to a {short_edge} px short edge"

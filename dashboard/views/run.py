@@ -156,7 +156,16 @@ def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
     for name in ("gen_quantize", "gen_step_cache"):
         if name in values:
             values[name] = quantize_choice(values[name])
+    if generate:
+        loras = [lora for lora in generate.get("loras") or [] if isinstance(lora, dict) and lora.get("file")]
+        values["gen_loras"] = [lora["file"] for lora in loras]
+        values.update({lora_scale_field(lora["file"]): float(lora.get("scale", 1.0)) for lora in loras})
     return values
+
+
+def lora_scale_field(path: str) -> str:
+    """The form field holding the strength of the LoRA at `path`."""
+    return f"gen_lora_scale:{path}"
 
 
 def workflow_of(generate: Mapping[str, Any]) -> str:

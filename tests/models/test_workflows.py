@@ -125,6 +125,9 @@ def test_ref2va_with_a_clip_and_an_image_equals_diffusers_own_pipeline_on_its_ow
     described = result.inputs["ref_video"]
     assert described["file"] == "motion.mp4" and (described["frames"], described["fps"]) == (20, 25.0)
     assert "resampled from 25 to 24 fps" in described["note"] and described["note"] in result.notes
+    assert [e.message for e in events if e.kind == "note"].count(described["note"]) == 1
+    # The clip decodes in a stage of its own, first, so every later stage (prepare on) holds it alike.
+    assert result.stages[:2] == ["read_clip", "prepare"] and result.stage_peaks["read_clip"] > 0
 
 
 @pytest.mark.parametrize("workflow", ["t2va", "fl2va", "ref2va"])
