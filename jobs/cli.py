@@ -1,4 +1,4 @@
-"""`python -m jobs`: submit, list, show, cancel and retry jobs, and run the worker.
+"""`python -m jobs`: submit, list, show, cancel, reorder and retry jobs, clear the queue, and run the worker.
 
 Each subcommand is one function calling one library function, run through the
 shared `core.command_line.run_cli`: with `--json` exactly one JSON object goes
@@ -21,7 +21,7 @@ import sqlite_utils
 
 from jobs.documents import job_document, print_job, print_job_table
 from jobs.kinds import kind_names
-from jobs.queue import cancel, retry, submit
+from jobs.queue import cancel, clear_queue, move_to_front, retry, submit
 from jobs.stage_words import progress_text
 from jobs.errors import JobSpecError
 from machine.advice import warn_about_mode
@@ -51,6 +51,8 @@ EXAMPLES = """examples:
   python -m jobs list --status failed
   python -m jobs show 12 --json
   python -m jobs cancel 12
+  python -m jobs front 14
+  python -m jobs clear
   python -m jobs retry 12
   python -m jobs worker --once
 """
@@ -125,6 +127,22 @@ def _show(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -
 def _cancel(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
     cancel(db, args.id)
     return _print_existing(db, config, args.id, args.json)
+
+
+@_with_database
+def _front(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
+    move_to_front(db, args.id)
+    return _print_existing(db, config, args.id, args.json)
+
+
+@_with_database
+def _clear(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
+    cleared = clear_queue(db)
+    if args.json:
+        print(json.dumps({"cancelled": cleared}))
+    else:
+        print(f"cancelled {len(cleared)} queued job(s)" + (f": {', '.join(map(str, cleared))}" if cleared else ""))
+    return 0
 
 
 @_with_database
@@ -220,9 +238,12 @@ def build_parser() -> CliParser:
     listing.add_argument("--limit", type=_positive_int, default=50, help="at most N jobs (default 50)")
     for name, run, text in (("show", _show, "one job: status, error, metrics, artifacts"),
                             ("cancel", _cancel, "cancel a queued or running job"),
+                            ("front", _front, "move a queued job to the front of the queue"),
                             ("retry", _retry, "queue a finished job again, its spec checked again")):
         command = _add_command(commands, name, run, text, f"python -m jobs {name} 3" + (" --json" * (name == "show")))
         command.add_argument("id", type=_positive_int, help="the job's id (see `python -m jobs list`)")
+    _add_command(commands, "clear", _clear, "cancel every queued job (a running one keeps running)",
+                 "python -m jobs clear")
     worker = _add_command(commands, "worker", _worker, "run queued jobs one at a time", "python -m jobs worker --once",
                           json_option=False)
     worker.add_argument("--once", action="store_true", help="run at most one job, then exit")
