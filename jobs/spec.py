@@ -8,6 +8,7 @@ field; a stored spec is read back with `JobSpec.from_dict`.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable, Mapping
 
@@ -20,7 +21,7 @@ from machine.offload import OffloadSettings
 from loader.placement import known_placements
 from loader.checkpoint import checkpoint_problems
 from core.sizes import parse_size
-from models.params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
+from models.params import INDEX_FILE, GenerateParams, GenerateParamsError, ModelSpec, validate_params
 from jobs.errors import JobSpecError
 from storage.config import Config, ModelPathError, resolve_model_path
 
@@ -182,7 +183,7 @@ def build_spec(raw: Mapping[str, Any], config: Config, *, known_kinds: tuple[str
     _check_drop_page_cache(values, problems)
     values["skeleton"] = _skeleton(raw.get("skeleton", False), values, problems)
     if kind in CHECKPOINT_KINDS:
-        _check_checkpoint(model, config, problems)
+        _check_checkpoint(model, config, problems, kind)
     problems.raise_any()
     return JobSpec(**values)
 
@@ -229,14 +230,21 @@ def _check_levers(values: Mapping[str, Any], problems: _Problems) -> None:
         problems.add(f"generate.{name}", problem)
 
 
-def _check_checkpoint(model: str | None, config: Config, problems: _Problems) -> None:
+def _check_checkpoint(model: str | None, config: Config, problems: _Problems, kind: str) -> None:
     """The loader's own check of the checkpoint, the one the Run page shows (`checkpoint_problems`):
-    a checkpoint the page refuses, a truncated shard say, is refused here too, before it is queued."""
+    a checkpoint the page refuses, a truncated shard say, is refused here too, before it is queued; a generate's
+    checkpoint must also be an H3 model folder whose DiT is not packed (`models.formats`), never a skeleton."""
     if model is None:
         return
-    _, found = checkpoint_problems(model, config.model_roots)
+    index, found = checkpoint_problems(model, config.model_roots)
     if found:
         problems.add("model", "; ".join(found))
+    elif kind == "generate" and index is not None:
+        from models.formats import generate_checkpoint_problem
+
+        problem = generate_checkpoint_problem(index)
+        if problem is not None and not any(name == "model" for name, _ in problems.found):
+            problems.add("model", problem)
 
 
 def _check_drop_page_cache(values: Mapping[str, Any], problems: _Problems) -> None:
@@ -386,12 +394,19 @@ def _optional_bool(value: Any, name: str, problems: _Problems) -> bool | None:
 
 
 def _generate(kind: Any, raw: Any, model: str | None, config: Config, problems: _Problems) -> GenerateParams | None:
-    """Generate parameters: types here, ranges by the model's own rules (set exactly for generate jobs)."""
+    """Generate parameters: types here, ranges by the model's own rules (set exactly for generate jobs); a
+    single-file DiT (`transformer`) resolved under the model roots, as the model is."""
     if kind != "generate":
         if raw:
             problems.add("generate", f"generate parameters only apply to generate jobs, not {kind!r}")
         return None
     params = _generate_params(raw or {}, problems)
+    if params is not None and params.transformer is not None:
+        try:
+            params = replace(params, transformer=str(resolve_model_path(params.transformer, config.model_roots)))
+        except ModelPathError as e:
+            problems.add("generate.transformer", str(e))
+            return None
     if params is not None and model is not None:
         _check_against_model(params, model, problems)
         params = _checked_loras(params, model, config, problems)
@@ -444,7 +459,7 @@ def _generate_params(raw: Mapping[str, Any], problems: _Problems) -> GeneratePar
         except GenerateParamsError as e:
             problems.add("generate.loras", e.problems["loras"])
             ok = False
-    for name in ("prompt", "negative_prompt"):
+    for name in ("prompt", "negative_prompt", "transformer", "qkv_layout"):
         if name in values:
             problem = _text_problem(values[name])
             if problem is not None:
@@ -480,7 +495,10 @@ def _generate_params(raw: Mapping[str, Any], problems: _Problems) -> GeneratePar
 
 def _check_against_model(params: GenerateParams, model: str, problems: _Problems) -> None:
     """The models package's own validation (config.json and index headers only, no weights),
-    each problem filed under `generate.<field>`, or under `model` when the folder is no generate model."""
+    each problem filed under `generate.<field>`, or under `model` when the folder is no generate model. A
+    lone file or a folder without the pipeline's index is left to `_check_checkpoint`, which names what it is."""
+    if not (Path(model) / INDEX_FILE).is_file():
+        return
     try:
         validate_params(params, ModelSpec.read(model))
     except GenerateParamsError as e:
