@@ -13,6 +13,7 @@ from dashboard import data, nav
 from dashboard import format as fmt
 from dashboard.form_state import ERRORS_KEY, key
 from dashboard.host import read_host_memory
+from dashboard.charts.style import readable
 from dashboard.host_charts import fit_bar, wall_caption
 from dashboard.views import eta as ev
 from dashboard.views import fit
@@ -58,10 +59,12 @@ def fit_panel(choice: CheckpointChoice | None, kind: str, component: str | None,
     peaks = fit.load_peaks(str(choice.path), component=component or None, device=device, roots=[choice.root],
                            dtype=None if dtype == DTYPES[0] else dtype)
     guess = fit.forecast(mode, peaks or fit.mode_peaks(choice.bytes_to_place(kind, component)), found_walls)
+    theme = st.context.theme.type
     st.altair_chart(
-        fit_bar(host.in_use, guess.predicted_peak, host.in_use + guess.wall.allowance,
-                wall_caption(guess.wall.name, {"pool": capacity, "limit": limit, "budget": guard.budget,
-                                               "floor": guard.floor}[guess.wall.name]), guess.share),
+        readable(fit_bar(host.in_use, guess.predicted_peak, host.in_use + guess.wall.allowance,
+                         wall_caption(guess.wall.name, {"pool": capacity, "limit": limit, "budget": guard.budget,
+                                                        "floor": guard.floor}[guess.wall.name]), guess.share, theme),
+                 theme),
         width="stretch",
     )
     {"ok": st.success, "tight": st.warning, "over": st.error}[guess.level](guess.message)
@@ -84,8 +87,9 @@ def submit_fit_panel(found: dict | None, in_use: int) -> None:
         return
     shown = fit.submit_fit(found["tightest"], in_use)
     guess = shown.forecast
-    st.altair_chart(fit_bar(shown.base, guess.predicted_peak, shown.base + guess.wall.allowance, shown.caption,
-                            guess.share), width="stretch")
+    theme = st.context.theme.type
+    st.altair_chart(readable(fit_bar(shown.base, guess.predicted_peak, shown.base + guess.wall.allowance,
+                                     shown.caption, guess.share, theme), theme), width="stretch")
     {"ok": st.success, "tight": st.warning, "over": st.error}[guess.level](guess.message)
     st.caption(f"The submit check's own numbers, so a refusal says the same: the whole job's forecast (weights,"
                f" activations, decoded frames) peaks at {fmt.gib(found.get('peak_bytes'))}; walls on host memory "
