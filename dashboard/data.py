@@ -70,9 +70,11 @@ def job_choices(path: str) -> tuple[list[str], list[str]]:
 
 
 def active_jobs(path: str) -> list[dict]:
-    """Running and queued jobs, oldest first: the one list the header chip and the Run page's
-    queue both draw, so one cannot say "Idle" while the other lists a running job."""
-    return sorted(jobs(path, status=("running", "queued")), key=lambda j: j["id"])
+    """Running jobs (oldest first), then queued ones in the order a worker takes them (storage's QUEUE_ORDER):
+    the one list the header chip and the Run page's queue both draw, so one cannot say "Idle" while the other
+    lists a running job."""
+    return sorted(jobs(path, status=("running", "queued"), limit=10_000),
+                  key=lambda j: (j["status"] != "running", j.get("queue_rank") or j["id"], j["id"]))
 
 
 @st.cache_data(ttl=30, show_spinner=False)
@@ -219,6 +221,14 @@ def checkpoints(roots: tuple[str, ...]) -> list:
     return find_checkpoints([Path(r) for r in roots])
 
 
+@st.cache_data(ttl=10, show_spinner=False)
+def lora_files(roots: tuple[str, ...]) -> list:
+    """LoRA files under the model roots (headers only): what the Run page offers."""
+    from models.lora_inputs import find_lora_files
+
+    return find_lora_files(roots)
+
+
 @st.cache_data(ttl=300, show_spinner=False)
 def unified_host() -> bool:
     """Whether this machine's GPU shares host memory (the supervisor's own probe, cached)."""
@@ -233,6 +243,13 @@ def guard_limits(budget: int | None, floor: int | None, total: int):
     from jobs.guard import job_limits
 
     return job_limits(budget, floor, config(), unified=unified_host(), total=total)
+
+
+def lock_notice(path: str):
+    """The worker's wait for another process's lock on the database, or None (`storage.lock_waits`)."""
+    from storage.lock_waits import read_lock_notice
+
+    return read_lock_notice(path)
 
 
 @st.cache_data(ttl=2, show_spinner=False)

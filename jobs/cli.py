@@ -1,4 +1,4 @@
-"""`python -m jobs`: submit, list, show, cancel and retry jobs, and run the worker.
+"""`python -m jobs`: submit, list, show, cancel, reorder and retry jobs, clear the queue, and run the worker.
 
 Each subcommand is one function calling one library function, run through the
 shared `core.command_line.run_cli`: with `--json` exactly one JSON object goes
@@ -21,7 +21,7 @@ import sqlite_utils
 
 from jobs.documents import job_document, print_job, print_job_table
 from jobs.kinds import kind_names
-from jobs.queue import cancel, retry, submit
+from jobs.queue import cancel, clear_queue, move_to_front, retry, submit
 from jobs.stage_words import progress_text
 from jobs.errors import JobSpecError
 from machine.advice import warn_about_mode
@@ -33,9 +33,9 @@ from core.errors import DiskFullError
 from core.sizes import MAX_SIZE
 from models.request_args import add_workflow_arguments, workflow_fields
 from storage.config import Config, load_config
-from storage.connections import damage_error, is_database_full
-from storage.queries import get_job, list_jobs
-from storage.schema import FINAL_STATUSES, JOB_STATUSES, open_database
+from storage.connections import is_database_full, refusal_error
+from storage.queries import get_job, job_table, list_jobs
+from storage.schema import FINAL_STATUSES, JOB_STATUSES, open_database, open_for_reading
 
 LOW_DISK_SPACE = 2**20
 """Free bytes under which an SQLite I/O error counts as a full disk (a WAL database that cannot create its
@@ -51,6 +51,8 @@ EXAMPLES = """examples:
   python -m jobs list --status failed
   python -m jobs show 12 --json
   python -m jobs cancel 12
+  python -m jobs front 14
+  python -m jobs clear
   python -m jobs retry 12
   python -m jobs worker --once
 """
@@ -62,28 +64,31 @@ def main(argv: list[str] | None = None) -> int:
     return run_cli(build_parser, argv)
 
 
-def _with_database(run: Command) -> Callable[[argparse.Namespace], int]:
-    """Give a subcommand the config and an open database; a full disk becomes a DiskFullError (exit 2)
-    saying where and how much is free, a damaged database one line naming it (also exit 2)."""
+def _with_database(run: Command | None = None, *, read_only: bool = False):
+    """Give a subcommand the config and an open database (`read_only`: opened for reads only, so it works on
+    read-only media); a full disk becomes a DiskFullError (exit 2) saying where and how much is free, any
+    other refusal of the database one line naming it and why (also exit 2)."""
+    if run is None:
+        return functools.partial(_with_database, read_only=read_only)
 
     @functools.wraps(run)
     def command(args: argparse.Namespace) -> int:
         config = load_config()
         try:
-            db = open_database(config.db_path)
+            db = open_for_reading(config.db_path) if read_only else open_database(config.db_path)
             try:
                 return run(args, config, db)
             finally:
                 db.conn.close()
         except Exception as e:
-            damaged = damage_error(e, config.db_path)
-            if damaged is not None:
-                raise damaged from e
-            if not (is_database_full(e) or is_disk_full(e) or (
-                    isinstance(e, sqlite3.OperationalError) and free_bytes(config.db_path) < LOW_DISK_SPACE)):
-                raise
-            raise DiskFullError(f"disk full: cannot write to the database {config.db_path} "
-                                f"({free_bytes(config.db_path):,} bytes free): {e}") from e
+            if is_database_full(e) or is_disk_full(e) or (
+                    isinstance(e, sqlite3.OperationalError) and free_bytes(config.db_path) < LOW_DISK_SPACE):
+                raise DiskFullError(f"disk full: cannot write to the database {config.db_path} "
+                                    f"({free_bytes(config.db_path):,} bytes free): {e}") from e
+            refused = refusal_error(e, config.db_path)
+            if refused is not None:
+                raise refused from e
+            raise
 
     return command
 
@@ -97,17 +102,17 @@ def _submit(args: argparse.Namespace, config: Config, db: sqlite_utils.Database)
     return 0 if job["status"] == ("succeeded" if args.wait else "queued") else 1
 
 
-@_with_database
+@_with_database(read_only=True)
 def _list(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
-    jobs = list_jobs(db, status=args.status, kind=args.kind, limit=args.limit)
     if args.json:
+        jobs = list_jobs(db, status=args.status, kind=args.kind, limit=args.limit)
         print(json.dumps({"jobs": [job_document(j, db, config) for j in jobs]}))
-    else:
-        print_job_table(jobs)
+    else:  # only the columns it shows: a spec or metrics JSON can run to megabytes a job
+        print_job_table(job_table(db, status=args.status, kind=args.kind, limit=args.limit))
     return 0
 
 
-@_with_database
+@_with_database(read_only=True)
 def _show(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
     return _print_existing(db, config, args.id, args.json)
 
@@ -116,6 +121,22 @@ def _show(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -
 def _cancel(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
     cancel(db, args.id)
     return _print_existing(db, config, args.id, args.json)
+
+
+@_with_database
+def _front(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
+    move_to_front(db, args.id)
+    return _print_existing(db, config, args.id, args.json)
+
+
+@_with_database
+def _clear(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
+    cleared = clear_queue(db)
+    if args.json:
+        print(json.dumps({"cancelled": cleared}))
+    else:
+        print(f"cancelled {len(cleared)} queued job(s)" + (f": {', '.join(map(str, cleared))}" if cleared else ""))
+    return 0
 
 
 @_with_database
@@ -209,9 +230,12 @@ def build_parser() -> CliParser:
     listing.add_argument("--limit", type=_positive_int, default=50, help="at most N jobs (default 50)")
     for name, run, text in (("show", _show, "one job: status, error, metrics, artifacts"),
                             ("cancel", _cancel, "cancel a queued or running job"),
+                            ("front", _front, "move a queued job to the front of the queue"),
                             ("retry", _retry, "queue a finished job again, its spec checked again")):
         command = _add_command(commands, name, run, text, f"python -m jobs {name} 3" + (" --json" * (name == "show")))
         command.add_argument("id", type=_positive_int, help="the job's id (see `python -m jobs list`)")
+    _add_command(commands, "clear", _clear, "cancel every queued job (a running one keeps running)",
+                 "python -m jobs clear")
     worker = _add_command(commands, "worker", _worker, "run queued jobs one at a time", "python -m jobs worker --once",
                           json_option=False)
     worker.add_argument("--once", action="store_true", help="run at most one job, then exit")

@@ -137,6 +137,7 @@ def _forecast(args: argparse.Namespace) -> int:
         "process_host_bytes": forecast.process_host_bytes,
         "process_device_bytes": forecast.process_device_bytes, "stages": stages, "loads": loads,
         "peak_stage": forecast.peak_stage, "peak_bytes": forecast.predicted_peak_bytes,
+        "lora_bytes": forecast.lora_bytes,
         "peak_with_process_bytes": forecast.predicted_peak_bytes + forecast.process_host_bytes
         + forecast.process_device_bytes,
         "total_seconds": total_seconds(etas.values()),

@@ -175,6 +175,9 @@ class StageForecast:
     """Device memory of the stage (reserved, not only allocated); 0 on a CPU."""
     driver: float
     """The stage's size in its own unit (what the working set and the seconds scale with)."""
+    lora_bytes: int = 0
+    """LoRA factors and merge temporaries held while this stage's DiT loads just before it (they are gone when it
+    computes: the stage counts the larger of them and its working set)."""
 
     @property
     def total_bytes(self) -> int:
@@ -218,6 +221,9 @@ class GenerateForecast:
     clip_decode_bytes: int = 0
     """Host bytes above the process (which counts the decoded clip) while a reference clip decodes, in its own
     stage (`models.clips.READ_CLIP`) before any weight: what the decode holds twice for a moment."""
+    lora_bytes: dict[str, int] = field(default_factory=dict)
+    """Partition -> what its LoRAs hold while it loads (`models.lora_inputs.lora_load_bytes`); a merged LoRA holds
+    nothing once loaded."""
 
     @property
     def predicted_peak_bytes(self) -> int:
@@ -245,6 +251,7 @@ class GenerateForecast:
             "process_device_bytes": self.process_device_bytes, "stages": [s.to_dict() for s in self.stages],
             "clip_decode_bytes": self.clip_decode_bytes,
             "predicted_peak_bytes": self.predicted_peak_bytes, "peak_stage": self.peak_stage,
+            "lora_bytes": dict(self.lora_bytes),
         }
 
 
@@ -315,6 +322,10 @@ def forecast_generate(
     tokens, drivers, outputs = _drivers(model, params, height, width, text_tokens, dtype_bytes, conditions,
                                         _vision_tokens(root, [c for c in conditions if c[0] == 1]), clip)
     pixels = drivers["decode.video"]  # the clip's pixels, as _drivers counts them
+    from .lora_inputs import lora_load_bytes
+
+    lora_bytes = lora_load_bytes(root, params) if params.loras else {}
+    loaded: set[str] = set()
     layers = max(int(model.configs["transformer"]["num_layers"]), 1)
     # An fp32 video VAE's tensors are twice bf16's: its stages' per-unit bytes scale with the element (an
     # assumption, not fitted: CPU_TERMS were measured at bf16).
@@ -339,6 +350,8 @@ def forecast_generate(
         terms = CUDA_STAGE_TERMS if cuda else CPU_TERMS
         scale = vae_scale if "vae" in reads else 1.0
         activations = _working_set(terms[stage], drivers[stage] * scale)
+        merging = sum(lora_bytes.get(c, 0) for c in resident if c not in loaded)  # loaded just before this stage
+        loaded.update(resident)
         if stage == "vae_encoder" and drivers[CLIP_ENCODE]:
             activations = max(activations, _working_set(terms[CLIP_ENCODE], drivers[CLIP_ENCODE] * scale))
         carried += int(CUDA_HOST_FRAME_BYTES[stage] * 3 * pixels) if cuda and stage in CUDA_HOST_FRAME_BYTES \
@@ -346,7 +359,7 @@ def forecast_generate(
         heap = retained + int(CPU_RETAINED_WEIGHTS * released)
         held = carried + (heap if cpu else 0)
         if cpu:
-            overhead, host, device = 0, weights + activations + held, 0
+            overhead, host, device = 0, weights + max(activations, merging) + held, 0
             retained = max(retained, int(CPU_RETAINED * activations))
             released += sum(sizes[c] for c in planned.releases) if sequential else 0
         else:
@@ -357,14 +370,15 @@ def forecast_generate(
             # (sequential residency frees the cache with each component).
             device = on_device + max(activations, 0 if sequential else retained_device) + overhead
             retained_device = max(retained_device, activations)
+            host += merging  # the factors are host tensors; one weight's product at a time is on the device
         stages.append(StageForecast(stage, reads[0], weights, on_device, activations, held, overhead,
-                                    host, device, drivers[stage]))
+                                    host, device, drivers[stage], merging))
     return GenerateForecast(
         height, width, params.frames, model.steps(params), text_tokens, tokens, sequential, sizes,
         {c: p.mechanism for c, p in placements.items()},
         (CUDA_TERMS.host_runtime + (CUDA_TERMS.image_path_host if images else 0) if cuda else CPU_PROCESS_BYTES)
         + (clip.decoded_bytes if clip else 0),
-        CUDA_TERMS.context if cuda else 0, stages, workflow, clip.decode_bytes if clip else 0)
+        CUDA_TERMS.context if cuda else 0, stages, workflow, clip.decode_bytes if clip else 0, lora_bytes)
 
 
 def _working_set(term: StageTerm, driver: float) -> int:

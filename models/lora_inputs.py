@@ -139,6 +139,8 @@ class LoraFacts:
     """Linear weights the file changes."""
     ranks: tuple[int, ...]
     """The distinct ranks of its factors."""
+    largest_target: int
+    """Elements of the largest weight it changes (its merge's float32 product is that size)."""
     metadata: dict[str, str]
     """The header's `__metadata__`."""
 
@@ -150,6 +152,80 @@ class LoraFacts:
             if value.isdigit() and 0 < int(value) <= 1000:
                 return int(value)
         return None
+
+
+@dataclass(frozen=True)
+class FoundLora:
+    """A LoRA file found under the model roots (its header read, its factors not)."""
+
+    path: str
+    size: int
+    stated_steps: int | None
+    """What its metadata says it was distilled for (`LoraFacts.stated_steps`' rule)."""
+
+
+FIND_DEPTH = 4
+"""Folders below a model root searched for LoRA files."""
+FIND_LIMIT = 200
+"""Safetensors headers read at most per search (a root of many checkpoints costs no more)."""
+
+
+def find_lora_files(roots: Iterable[str | os.PathLike]) -> list[FoundLora]:
+    """The `.safetensors` files under `roots` whose header holds LoRA factors, by path. Component folders of a
+    checkpoint (a `config.json` beside the shards) are not searched; links are not followed."""
+    from loader.roots import ModelRoots
+    from loader.shard_header import read_shard_header
+
+    found, read = [], 0
+    for root in roots:
+        top = Path(root)
+        for folder, subfolders, files in os.walk(top, followlinks=False):
+            depth = len(Path(folder).relative_to(top).parts)
+            subfolders[:] = sorted(d for d in subfolders if depth < FIND_DEPTH and not d.startswith("."))
+            if "config.json" in files or "model_index.json" in files or "modular_model_index.json" in files:
+                continue
+            for name in sorted(f for f in files if f.endswith(".safetensors")):
+                if read >= FIND_LIMIT:
+                    return found
+                read += 1
+                path = Path(folder) / name
+                try:
+                    shard, problems = read_shard_header(path, ModelRoots([top]))
+                except CheckpointError:
+                    continue
+                if shard is None or problems or not any(m in t.name for t in shard.tensors for m in FACTOR_MARKERS):
+                    continue
+                facts = LoraFacts(LoraInput(str(path)), shard.size, 0, 0, (), 0, dict(shard.metadata))
+                found.append(FoundLora(str(path), shard.size, facts.stated_steps))
+    return found
+
+
+def few_step_warning(name: str, stated: int | None, steps: int) -> str | None:
+    """What to say when a LoRA whose metadata states its steps is run at many more (twice or over); never guessed
+    from the file name."""
+    if stated is None or steps < 2 * stated:
+        return None
+    return (f"{echo(name)} says it was distilled for {stated} steps; {steps} steps run {steps - 1} transformer passes"
+            f" where {stated - 1} would do (set Steps to {stated}, and the shift its card gives)")
+
+
+MERGE_TRANSIENT_BYTES_PER_ELEMENT = 4 + 2
+"""While one weight is merged: its delta's float32 product, then that rounded to bf16 (`lora_merge.merge_delta`)."""
+
+
+def lora_load_bytes(root: str | os.PathLike, params) -> dict[str, int]:
+    """Partition -> bytes a run of `params` holds beyond the weights while that partition loads: the converted
+    factors of its LoRAs (held from the load's start, dropped as each weight is merged) and one merge's
+    temporaries. Headers only; the files were checked under the model roots at submit."""
+    out: dict[str, int] = {}
+    largest: dict[str, int] = {}
+    for lora in params.loras:
+        facts = inspect_lora(lora, root, params.resolved_workflow, [Path(lora.file).resolve().parent],
+                             hash_file=False)
+        partition = facts.lora.partition
+        out[partition] = out.get(partition, 0) + facts.factor_bytes
+        largest[partition] = max(largest.get(partition, 0), facts.largest_target)
+    return {p: n + MERGE_TRANSIENT_BYTES_PER_ELEMENT * largest[p] for p, n in out.items()}
 
 
 def partition_for(workflow: str) -> str:
@@ -180,7 +256,7 @@ def inspect_lora(lora: LoraInput, model_root: str | os.PathLike, workflow: str, 
         shard, problems = read_shard_header(checked.real, ModelRoots([checked.root]))
         if shard is None or problems:
             raise LoraError(f"LoRA {shown}: not a readable safetensors file: {'; '.join(problems)[:300]}")
-        digest = file_sha256(fd) if hash_file else lora.sha256
+        digest = file_sha256(fd, remember=True) if hash_file else lora.sha256
     finally:
         os.close(fd)
     names = [t.name for t in shard.tensors]
@@ -197,17 +273,30 @@ def inspect_lora(lora: LoraInput, model_root: str | os.PathLike, workflow: str, 
     return LoraFacts(
         lora=LoraInput(str(checked.real), lora.scale, digest, partition), file_bytes=checked.size,
         factor_bytes=sum(v.numel() * v.element_size() for v in factors.values()), targets=len(targets),
-        ranks=tuple(sorted(set(ranks))), metadata=dict(shard.metadata),
+        ranks=tuple(sorted(set(ranks))), largest_target=max(math.prod(dit[t]) for t in targets),
+        metadata=dict(shard.metadata),
     )
 
 
-def file_sha256(fd: int) -> str:
-    """SHA-256 of the whole file behind `fd`, read in 16 MiB pieces."""
+def file_sha256(fd: int, *, remember: bool = False) -> str:
+    """SHA-256 of the whole file behind `fd`, read in 16 MiB pieces. `remember`: reuse this process's hash of the
+    same file (device, inode, size and mtime unchanged), so the Run page, which checks the spec on every rerun,
+    reads a gigabyte LoRA once; the merge in the job's child always reads it afresh."""
+    st = os.fstat(fd)
+    identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if remember and identity in _HASHES:
+        return _HASHES[identity]
     digest, offset = hashlib.sha256(), 0
     while chunk := os.pread(fd, 1 << 24, offset):
         digest.update(chunk)
         offset += len(chunk)
+    if remember:
+        _HASHES[identity] = digest.hexdigest()
     return digest.hexdigest()
+
+
+_HASHES: dict[tuple[int, int, int, int], str] = {}
+"""(st_dev, st_ino, st_size, st_mtime_ns) -> sha256, for `file_sha256(remember=True)`."""
 
 
 def _converted_on_meta(shard, shown: str) -> dict:

@@ -37,6 +37,33 @@ KIND_LABELS = {"load": "load", "generate": "load + generate"}
 DTYPES = ("checkpoint dtype", "bfloat16", "float16", "float32")
 """The dtype choices; the first keeps the checkpoint's own."""
 
+FIELD_LABELS = {
+    "model": "Checkpoint", "component": "Component to load", "kind": "Job", "mode": "Placement mode",
+    "device": "Device", "dtype": "dtype", "sample_every": "Sample memory every N tensors",
+    "memory_limit": "Memory limit (cgroup)", "gpus": "GPUs (ranks)", "memory_budget": "Memory budget (guard)",
+    "memory_floor": "MemAvailable floor (guard)", "drop_page_cache": "Drop page cache after reading",
+    "skeleton": "Load as a generic checkpoint (skeleton)", "sequential_components": "One component at a time",
+    "offload": "Offload", "forecast": "Will it fit", "generate": "Generate",
+    "generate.prompt": "Prompt", "generate.frames": "Frames (24 fps)", "generate.height": "Height",
+    "generate.width": "Width", "generate.steps": "Steps", "generate.seed": "Seed", "generate.audio": "Audio track",
+    "generate.workflow": "Workflow",
+    **{f"generate.{field}": role.capitalize() for field, role in {**words.INPUT_WORDS, **words.CLIP_WORDS}.items()},
+    "generate.vae_tiling": "VAE tiling (256 px tiles)", "generate.vae_dtype": "VAE decode precision",
+    "generate.quantize": "Transformer weights", "generate.attention": "Attention backend",
+    "generate.compile": "Regional compile", "generate.step_cache": "Step cache",
+}
+"""The Run form's field labels by spec field: the widgets are drawn with them and every message names a field
+by them ("Width"), never by the spec's name (`generate.width`)."""
+
+
+def field_label(name: str) -> str:
+    """The form's label of a spec field (`Width` for `generate.width`); an unknown one in words."""
+    if name in FIELD_LABELS:
+        return FIELD_LABELS[name]
+    said = name.rpartition(".")[2].split("[")[0].replace("_", " ")
+    return said[:1].upper() + said[1:]
+
+
 DEFAULT_COMPONENT = ""
 """The component field's value for "the loader's default" (a selectbox shows None as no choice)."""
 
@@ -129,7 +156,16 @@ def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
     for name in ("gen_quantize", "gen_step_cache"):
         if name in values:
             values[name] = quantize_choice(values[name])
+    if generate:
+        loras = [lora for lora in generate.get("loras") or [] if isinstance(lora, dict) and lora.get("file")]
+        values["gen_loras"] = [lora["file"] for lora in loras]
+        values.update({lora_scale_field(lora["file"]): float(lora.get("scale", 1.0)) for lora in loras})
     return values
+
+
+def lora_scale_field(path: str) -> str:
+    """The form field holding the strength of the LoRA at `path`."""
+    return f"gen_lora_scale:{path}"
 
 
 def workflow_of(generate: Mapping[str, Any]) -> str:

@@ -121,7 +121,25 @@ def generate_parameters(job: dict) -> dict[str, str]:
         "VAE precision": params.get("vae_dtype") or "bf16",
         "transformer weights": lever_option("quantize", quantize).label if quantize else "not quantized",
         "speed levers": lever_words(params),
+        "LoRAs": lora_words(params.get("loras") or []),
     }
+
+
+def lora_words(loras: list) -> str:
+    """Each LoRA as `name x scale into partition (sha256 12 hex)`, in merge order; `none`. File names are user
+    input: quoted bounded (`core.echo`)."""
+    from core.echo import echo
+
+    parts = []
+    for lora in loras:
+        if not isinstance(lora, dict):
+            parts.append(echo(lora))
+            continue
+        digest = lora.get("sha256")
+        parts.append(f"{echo(Path(str(lora.get('file', ''))).name)} x {lora.get('scale', 1.0):g}"
+                     f" into {lora.get('partition') or 'the workflow transformer'}"
+                     + (f" (sha256 {str(digest)[:12]})" if digest else ""))
+    return "; ".join(parts) or "none"
 
 
 def lever_words(params: dict) -> str:

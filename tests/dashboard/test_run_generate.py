@@ -151,3 +151,25 @@ def test_the_speed_levers_are_named_lossless_or_lossy_refused_as_submit_would_an
     [spec] = _queued(fresh_db)
     assert {k: spec["generate"][k] for k in ("attention", "compile", "step_cache")} == \
         {"attention": "_native_flash", "compile": True, "step_cache": "taylorseer"}
+
+
+def test_fields_are_checked_as_they_change_named_as_the_form_names_them_and_cleared_once_fixed(tiny_root, fresh_db):
+    at = generate_page()
+    assert at.button(key="run_submit").disabled is False and not at.error
+    assert not [s for s in at.selectbox if s.label == "Component to load"]  # a generate loads every component
+    at.number_input(key="run_gen_width").set_value(100).run()  # not a multiple of the checkpoint's 32
+    under_width = [e.value for e in at.error]
+    assert len(under_width) == 1 and "multiple of" in under_width[0]
+    submit = at.button(key="run_submit")
+    assert submit.disabled and submit.help.startswith("Fix first: Width: ")
+    shown = " ".join([e.value for e in at.error] + [c.value for c in at.caption] + [submit.help])
+    assert "generate." not in shown  # the form's own names, never the spec's
+    at.number_input(key="run_gen_width").set_value(128).run()
+    assert not at.error and at.button(key="run_submit").disabled is False
+    at.button(key="run_submit").click().run()
+    assert _queued(fresh_db)[0]["generate"]["width"] == 128
+
+
+def test_a_load_offers_the_component_a_generate_does_not(tiny_root, fresh_db):
+    at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "run.py"), default_timeout=TIMEOUT).run()
+    assert [s.label for s in at.selectbox if s.label == "Component to load"] == ["Component to load"]

@@ -119,6 +119,23 @@ def test_history_puts_each_input_images_thumbnail_in_its_own_column():
     row = frame.iloc[0]
     assert row["reference image"] == "data:image/png;base64,AAAA" and row["first frame"] == ""  # never drawn "None"
     assert (row["workflow"], row["transformer weights"]) == ("ref2va", "fp8 (weight-only)")
+    assert row["LoRAs"] == "none"
+
+
+def test_a_generate_jobs_loras_read_the_same_on_the_job_page_history_and_compare():
+    from dashboard.views.history import comparison_table, history_frame
+
+    job = _generate_job() | {"status": "succeeded", "retry_of": None, "started_at": 100.0, "finished_at": 140.0}
+    job["spec"]["generate"]["loras"] = [
+        {"file": "/models/loras/turbo-8step.safetensors", "scale": 1.0, "sha256": "ab" * 32, "partition": "transformer"},
+        {"file": "/models/loras/" + "x" * 300 + ".safetensors", "scale": 0.6, "sha256": None, "partition": None}]
+    words = job_parameters(job)["LoRAs"]
+    assert words.startswith("'turbo-8step.safetensors' x 1 into transformer (sha256 abababababab); 'xxx")
+    assert "x 0.6 into the workflow transformer" in words and len(words) < 200  # a crafted name is quoted bounded
+    assert history_frame([job], {}, link=str).iloc[0]["LoRAs"] == words
+    other = {**job, "id": 8, "spec": {**job["spec"], "generate": {**job["spec"]["generate"], "loras": []}}}
+    table = comparison_table([job, other], {}, 7)
+    assert list(table["LoRAs"]) == [words, "none"]
 
 
 def test_compare_gives_generate_jobs_their_memory_and_time_not_a_row_of_dashes():

@@ -256,3 +256,26 @@ def test_seed_contract_a_diffsynth_layout_lora(h3_wide_heads: Path, tmp_path: Pa
     result = run_generate(h3_wide_heads, replace(BASE, loras=(LoraInput(str(path), 1.0),)), tmp_path / "d.mp4",
                           device_info=UNIFIED, roots=[h3_wide_heads.parent])
     assert result.video_sha256 == diffusers_digest(h3_wide_heads, "t2va", prepare=_fused((path, 1.0)))
+
+
+def test_the_forecast_counts_the_factors_held_while_the_dit_loads_and_nothing_after(h3_tiny: Path, loras):
+    from machine.offload import OffloadSettings
+    from models.eta import stage_work
+    from models.forecast import forecast_generate
+    from models.lora_inputs import MERGE_TRANSIENT_BYTES_PER_ELEMENT
+
+    from .test_forecast import CPU
+
+    plain = forecast_generate(h3_tiny, BASE, device_info=CPU, settings=OffloadSettings())
+    params = replace(BASE, loras=(LoraInput(str(loras["peft"]), 1.0),))
+    merged = forecast_generate(h3_tiny, params, device_info=CPU, settings=OffloadSettings())
+    facts = inspect_lora(params.loras[0], h3_tiny, "t2va", [h3_tiny.parent], hash_file=False)
+    held = facts.factor_bytes + MERGE_TRANSIENT_BYTES_PER_ELEMENT * facts.largest_target
+    assert merged.lora_bytes == {"transformer": held}
+    first = next(s for s in merged.stages if s.component == "transformer")
+    assert first.lora_bytes == held and [s.lora_bytes for s in merged.stages if s is not first] == [0] * (
+        len(merged.stages) - 1)
+    before = plain.stage(first.stage)
+    assert first.host_bytes - before.host_bytes == max(0, held - before.activation_bytes)
+    assert merged.component_bytes == plain.component_bytes  # merged weights cost nothing resident
+    assert stage_work(merged)["load.transformer"] == stage_work(plain)["load.transformer"] + held
