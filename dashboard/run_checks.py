@@ -20,7 +20,9 @@ from dashboard.views.checkpoints import CheckpointChoice
 from dashboard.views.jobs import describe_supervisor
 from dashboard.views.run import DTYPES, field_label
 from dashboard.views.spec import field_errors
-from jobs.admission import JobRefused, admit, assess
+from core.errors import DrainboardError
+from dashboard.views.plan import plan_markdown
+from jobs.admission import JobRefused, admit, assess, plan_job
 from jobs.queue import queue_spec
 from jobs.spec import JobSpec, JobSpecError, build_spec
 from machine.device import DeviceInfo
@@ -94,9 +96,30 @@ def submit_fit_panel(found: dict | None, in_use: int) -> None:
 
 @st.cache_data(ttl=10, show_spinner="Forecasting…")
 def admission(spec_json: str, db: str) -> dict | None:
-    """jobs.admission.assess of a spec (as JSON, so it caches): the forecast, its refusal and seconds."""
-    found = assess(JobSpec.from_dict(json.loads(spec_json)), data.config(), connect(db))
-    return None if found is None else found.to_dict()
+    """jobs.admission.assess of a spec (as JSON, so it caches): the forecast, its refusal and seconds; with a plan,
+    of the candidate the plan chooses, and the plan itself (`planned`)."""
+    spec = JobSpec.from_dict(json.loads(spec_json))
+    if spec.plan is not None and spec.kind == "generate":
+        try:
+            spec, _ = plan_job(spec, data.config(), connect(db))
+        except (DrainboardError, ValueError, OSError):
+            pass  # a checkpoint the forecast cannot read: the Queue button's check names the file
+    found = assess(spec, data.config(), connect(db))
+    return None if found is None else found.to_dict() | {"planned": spec.planned}
+
+
+def plan_panel(found: dict | None) -> None:
+    """`Plan: fastest that fits`: every candidate with its peaks and seconds, the chosen one marked, those that
+    cannot fit struck through with their stage, and why."""
+    planned = (found or {}).get("planned")
+    if not planned:
+        return
+    st.subheader("Plan", anchor=False)
+    st.markdown(plan_markdown(planned))
+    choice = planned["chosen"]
+    line = f"Runs {planned['candidates'][choice]['label']}: {planned['why']}." if choice is not None else \
+        f"Nothing fits: {planned['why']}."
+    (st.caption if choice is not None else st.error)(line)
 
 
 def checked(raw: dict[str, Any], choice: CheckpointChoice | None) -> tuple[JobSpec | None, dict[str, list[str]]]:

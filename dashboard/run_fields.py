@@ -327,6 +327,23 @@ def lever_fields(device: DeviceInfo, quantize: str | None) -> dict[str, Any]:
     return values
 
 
+def plan_fields() -> dict[str, Any]:
+    """`--plan fastest` and `--allow-lossy`: pick residency, precision and levers at Queue (the Plan table shows
+    every candidate)."""
+    seed("plan", False)
+    seed("plan_lossy", False)
+    cols = st.columns(2)
+    plan = cols[0].toggle(LABEL["plan"], key=key("plan"),
+                          help="At Queue, try resident and sequential residency, the weight precisions and the speed "
+                               "levers this device runs, and run the fastest that fits (by this machine's history; "
+                               "without it, a stated order of preference). The Plan table shows every candidate.")
+    lossy = cols[1].checkbox(LABEL["plan_lossy"], key=key("plan_lossy"), disabled=not plan,
+                             help="Let the plan pick quantized weights, fp8 compute, SageAttention or a step cache. "
+                                  + LOSSY_NOTE)
+    show_errors("plan", "plan_lossy")
+    return {"plan": "fastest", "plan_lossy": bool(lossy)} if plan else {}
+
+
 def lossless_word(option: LeverOption) -> str:
     return "lossless" if option.lossless else "lossy"
 

@@ -31,7 +31,7 @@ from core.dtype_names import DTYPE_HELP
 from core.diskspace import free_bytes, is_disk_full
 from core.errors import DiskFullError
 from core.sizes import MAX_SIZE
-from models.request_args import add_workflow_arguments, workflow_fields
+from models.request_args import add_plan_arguments, add_workflow_arguments, workflow_fields
 from storage.config import Config, load_config
 from storage.connections import is_database_full, refusal_error
 from storage.queries import get_job, job_table, list_jobs
@@ -97,6 +97,12 @@ def _with_database(run: Command | None = None, *, read_only: bool = False):
 def _submit(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
     job_id = submit(db, _raw_spec(args), config)
     warn_about_mode(args.mode, args.device)
+    planned = (get_job(db, job_id).get("spec") or {}).get("planned")
+    if planned and not args.json:
+        from models.plan import plan_lines
+
+        for line in plan_lines(planned):
+            print(line, file=sys.stderr)
     job = _wait(db, config, job_id) if args.wait else get_job(db, job_id)
     print_job(job_document(job, db, config), as_json=args.json)
     return 0 if job["status"] == ("succeeded" if args.wait else "queued") else 1
@@ -208,6 +214,8 @@ def _raw_spec(args: argparse.Namespace) -> dict[str, Any]:
                 params[name] = getattr(args, name)
         params.update(workflow_fields(args))
         raw["generate"] = params
+        if args.plan:
+            raw["plan"], raw["plan_lossy"] = args.plan, args.allow_lossy
     return raw
 
 
@@ -273,6 +281,7 @@ def _add_submit(commands: argparse._SubParsersAction) -> None:
         generate.add_argument(f"--{name}", metavar="N", help=f"(default: {default})")
     generate.add_argument("--no-audio", action="store_true", help="skip the stereo soundtrack")
     add_workflow_arguments(generate)
+    add_plan_arguments(generate)
     generate.add_argument("--sequential-components", action=argparse.BooleanOptionalAction,
                           help="load, run and free one component at a time (default: the policy's)")
 

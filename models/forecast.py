@@ -41,6 +41,7 @@ from loader.shard_header import read_shard_header
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings, resolve_offload
 
+from .levers import FP8_COMPUTE, LEVER_FIELDS
 from .params import FPS, TEXT_ENCODER_LAYER, GenerateParams, ModelSpec
 from .residency import MODEL_OFFLOAD, ON_DEVICE, pins_host_copy, plan_placements
 from .workflows import check_workflow, stage_plan, workflow_components
@@ -224,6 +225,12 @@ class GenerateForecast:
     lora_bytes: dict[str, int] = field(default_factory=dict)
     """Partition -> what its LoRAs hold while it loads (`models.lora_inputs.lora_load_bytes`); a merged LoRA holds
     nothing once loaded."""
+    levers: dict[str, Any] = field(default_factory=dict)
+    """The speed levers forecast (`attention`, `compile`, `quantize`, `step_cache`)."""
+    lever_bytes: dict[str, int] = field(default_factory=dict)
+    """Memory a lever adds that is known from configs (`step_cache`: its buffers), counted in the stages that hold it."""
+    not_counted: list[str] = field(default_factory=list)
+    """Lever memory that only a GPU run can fit (a compile's workspace, fp8 activation scales), said, not guessed."""
 
     @property
     def predicted_peak_bytes(self) -> int:
@@ -252,6 +259,7 @@ class GenerateForecast:
             "clip_decode_bytes": self.clip_decode_bytes,
             "predicted_peak_bytes": self.predicted_peak_bytes, "peak_stage": self.peak_stage,
             "lora_bytes": dict(self.lora_bytes),
+            "levers": dict(self.levers), "lever_bytes": dict(self.lever_bytes), "not_counted": list(self.not_counted),
         }
 
 
@@ -330,6 +338,9 @@ def forecast_generate(
     # An fp32 video VAE's tensors are twice bf16's: its stages' per-unit bytes scale with the element (an
     # assumption, not fitted: CPU_TERMS were measured at bf16).
     vae_scale = 4 / dtype_bytes if params.vae_dtype == "fp32" else 1.0
+    levers = {name: getattr(params, name) for name in LEVER_FIELDS}
+    cache = step_cache_bytes(model, params.step_cache, tokens, dtype_bytes)
+    cache_from = next((i for i, s in enumerate(plan) if set(s.reads) & set(DIT_COMPONENTS)), len(plan))
     stages = []
     carried = clip.normalized_bytes if clip else 0  # the clip put on 24 fps and its canvas, held from the setup on
     retained = retained_device = released = 0
@@ -371,6 +382,9 @@ def forecast_generate(
             device = on_device + max(activations, 0 if sequential else retained_device) + overhead
             retained_device = max(retained_device, activations)
             host += merging  # the factors are host tensors; one weight's product at a time is on the device
+        if cache and plan.index(planned) >= cache_from and set(resident) & set(DIT_COMPONENTS):
+            # The cache's buffers live on the DiT's hooks, on the device the DiT computes on, while it is resident.
+            host, device = (host + cache, device) if cpu else (host, device + cache)
         stages.append(StageForecast(stage, reads[0], weights, on_device, activations, held, overhead,
                                     host, device, drivers[stage], merging))
     return GenerateForecast(
@@ -378,7 +392,40 @@ def forecast_generate(
         {c: p.mechanism for c, p in placements.items()},
         (CUDA_TERMS.host_runtime + (CUDA_TERMS.image_path_host if images else 0) if cuda else CPU_PROCESS_BYTES)
         + (clip.decoded_bytes if clip else 0),
-        CUDA_TERMS.context if cuda else 0, stages, workflow, clip.decode_bytes if clip else 0, lora_bytes)
+        CUDA_TERMS.context if cuda else 0, stages, workflow, clip.decode_bytes if clip else 0, lora_bytes, levers,
+        {"step_cache": cache} if cache else {}, lever_memory_unknown(params))
+
+
+def step_cache_bytes(model: ModelSpec, cache: str | None, tokens: int, dtype_bytes: int) -> int:
+    """The buffers a step cache keeps on the DiT: TaylorSeer keeps, for each block's attention (the modules its
+    default patterns hook), `max_order + 1` Taylor factors of the attention's output (packed rows x hidden) in its
+    `taylor_factors_dtype`, at diffusers' config defaults. 0 without a cache."""
+    if cache is None:
+        return 0
+    import torch
+
+    from .speedups import cache_config
+
+    config = cache_config(cache)
+    dit = model.configs["transformer"]
+    element = torch.empty((), dtype=config.taylor_factors_dtype).element_size() if config.taylor_factors_dtype \
+        else dtype_bytes
+    return int(dit["num_layers"]) * (config.max_order + 1) * tokens * int(dit["hidden_size"]) * element
+
+
+def lever_memory_unknown(params: GenerateParams) -> list[str]:
+    """The levers of `params` whose memory the forecast cannot know from configs, each in one line."""
+    unknown = []
+    if params.compile:
+        unknown.append("compile: the compiled blocks' workspace and the compiler's own memory are not counted; only "
+                       "a GPU run can fit them (bench/bench_levers.py)")
+    if params.quantize == FP8_COMPUTE:
+        unknown.append("fp8-compute: the fp8 weights are counted; the activations' fp8 copies and scales made as each "
+                       "call runs are not; only a GPU run can fit them (bench/bench_levers.py)")
+    if params.attention != "native":
+        unknown.append(f"attention {params.attention}: the denoise working set was fitted with native attention; this "
+                       "backend's was not measured")
+    return unknown
 
 
 def _working_set(term: StageTerm, driver: float) -> int:

@@ -60,6 +60,20 @@ WORKFLOW_FIELDS = ("workflow", "image", "last_image", "ref_image", "ref_video", 
 """GenerateParams fields that `add_workflow_arguments` adds, by their argparse names."""
 
 
+PLANS = ("fastest",)
+"""The plans `--plan` takes (`models.plan`)."""
+
+
+def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--plan fastest` and `--allow-lossy`, shared by `models generate`, `models forecast` and `jobs submit generate`."""
+    parser.add_argument("--plan", choices=PLANS,
+                        help="pick residency, weight precision and speed levers: the fastest candidate that fits (by"
+                             " this machine's history; without it, a stated order of preference)")
+    parser.add_argument("--allow-lossy", action="store_true",
+                        help="with --plan: lossy levers may be picked too (quantized weights, fp8 compute, sage, a"
+                             " step cache); their quality cost cannot be judged on random weights")
+
+
 def workflow_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The GenerateParams fields of `add_workflow_arguments` that were given."""
     fields = {name: getattr(args, name) for name in WORKFLOW_FIELDS if getattr(args, name) is not None}

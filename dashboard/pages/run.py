@@ -115,6 +115,7 @@ def main() -> None:
         }
         if kind == "generate":
             raw["generate"] = fields.generate_fields(choice, device, raw.get("sequential_components"))
+            raw |= fields.plan_fields()
         raw["offload"] = fields.offload_fields(device)
         form_state.keep_drawn()
     form_state.mirror_in_url()
@@ -125,6 +126,7 @@ def main() -> None:
         with st.container():  # a fixed slot: the button below keeps its place whatever the forecast draws
             checks.fit_panel(choice, kind, component, mode, device, dtype, db, found)
             checks.forecast_panel(found)
+            checks.plan_panel(found)
         checks.queue_button(raw, choice, db, errors)
         checks.ready_panel(choice, device, db)
         queue_panel(db)

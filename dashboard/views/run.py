@@ -51,6 +51,7 @@ FIELD_LABELS = {
     "generate.vae_tiling": "VAE tiling (256 px tiles)", "generate.vae_dtype": "VAE decode precision",
     "generate.quantize": "Transformer weights", "generate.attention": "Attention backend",
     "generate.compile": "Regional compile", "generate.step_cache": "Step cache",
+    "plan": "Plan: fastest that fits", "plan_lossy": "Allow lossy levers",
 }
 """The Run form's field labels by spec field: the widgets are drawn with them and every message names a field
 by them ("Width"), never by the spec's name (`generate.width`)."""
@@ -146,6 +147,8 @@ def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
         "sequential_components": tristate_text(spec.get("sequential_components")),
         "gpus": int(spec.get("gpus", 1)),
         "skeleton": bool(spec.get("skeleton", False)),
+        "plan": spec.get("plan") is not None,
+        "plan_lossy": bool(spec.get("plan_lossy", False)),
     }
     offload = {**OffloadSettings().to_dict(), **(spec.get("offload") or {})}
     values.update({f"offload_{name}": bool(offload[name]) for name in OFFERED_FLAGS})
