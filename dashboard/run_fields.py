@@ -24,6 +24,7 @@ from dashboard.views.run import (
 from jobs.kinds import kind_names
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings
+from models.request_args import QKV_LAYOUTS
 from models.levers import (ATTENTION_BACKENDS, LOSSY_NOTE, LeverOption, is_lossless, lever_option, lever_problems,
                            step_cache_problem)
 from models.quantize_check import cuda_capability, quantization_problem, torchao_installed
@@ -221,6 +222,7 @@ def generate_fields(choice, device: DeviceInfo, sequential: bool | None) -> dict
     fields |= workflow_section(data.config().data_dir, fields["audio"], carried_inputs(), drop_carried)
     show_errors("generate.workflow", "generate.image", "generate.last_image", "generate.ref_image")
     fields |= knob_fields(device)
+    fields |= single_file_fields()
     fields |= lever_fields(device, fields["quantize"])
     fields["loras"] = lora_fields(fields["steps"])
     stage_plan_section(fields["workflow"], fields["audio"],
@@ -260,6 +262,25 @@ def knob_fields(device: DeviceInfo) -> dict[str, Any]:
         st.info(f"{quantize} frames are not bit-identical to bf16's: the same seed gives a different clip (the seed "
                 "contract holds for unquantized runs only).", icon=":material/info:")
     return {"vae_tiling": bool(tiling), "vae_dtype": vae_dtype, "quantize": quantize}
+
+
+def single_file_fields() -> dict[str, Any]:
+    """`--transformer` and `--qkv-layout`: a single-file DiT in the original layout (Comfy-Org's MiniMax H3 files)
+    supplying the transformer's weights, the checkpoint above the rest; nothing when the path is left empty."""
+    seed("gen_transformer", "")
+    seed("gen_qkv_layout", QKV_LAYOUTS[0], QKV_LAYOUTS)
+    cols = st.columns([3, 1])
+    path = cols[0].text_input(
+        "Single-file transformer (optional)", key=key("gen_transformer"), placeholder="/models/minimax_h3_dit.safetensors",
+        help="One .safetensors DiT in the original layout (blocks.N.attn.qkv_proj, mlp.fc1, final_layer): its "
+             "weights replace the checkpoint's transformer; the checkpoint supplies the text encoder, VAEs, "
+             "tokenizer, schedulers and the DiT's config. It must lie under a model root.")
+    layout = cols[1].selectbox(
+        "Its qkv rows", QKV_LAYOUTS, key=key("gen_qkv_layout"),
+        help="stacked [q; k; v] (every published single file) or interleaved per head (a file merged by hand from "
+             "the MiniMaxAI shards); the file cannot tell the two apart.")
+    show_errors("generate.transformer", "generate.qkv_layout")
+    return {"transformer": path.strip(), "qkv_layout": layout} if path.strip() else {}
 
 
 def lora_fields(steps: int | None) -> list[dict[str, Any]]:

@@ -386,12 +386,19 @@ def _optional_bool(value: Any, name: str, problems: _Problems) -> bool | None:
 
 
 def _generate(kind: Any, raw: Any, model: str | None, config: Config, problems: _Problems) -> GenerateParams | None:
-    """Generate parameters: types here, ranges by the model's own rules (set exactly for generate jobs)."""
+    """Generate parameters: types here, ranges by the model's own rules (set exactly for generate jobs); a
+    single-file DiT (`transformer`) resolved under the model roots, as the model is."""
     if kind != "generate":
         if raw:
             problems.add("generate", f"generate parameters only apply to generate jobs, not {kind!r}")
         return None
     params = _generate_params(raw or {}, problems)
+    if params is not None and params.transformer is not None:
+        try:
+            params = replace(params, transformer=str(resolve_model_path(params.transformer, config.model_roots)))
+        except ModelPathError as e:
+            problems.add("generate.transformer", str(e))
+            return None
     if params is not None and model is not None:
         _check_against_model(params, model, problems)
         params = _checked_loras(params, model, config, problems)
@@ -444,7 +451,7 @@ def _generate_params(raw: Mapping[str, Any], problems: _Problems) -> GeneratePar
         except GenerateParamsError as e:
             problems.add("generate.loras", e.problems["loras"])
             ok = False
-    for name in ("prompt", "negative_prompt"):
+    for name in ("prompt", "negative_prompt", "transformer", "qkv_layout"):
         if name in values:
             problem = _text_problem(values[name])
             if problem is not None:

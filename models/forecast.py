@@ -320,8 +320,9 @@ def forecast_generate(
     components = workflow_components(workflow, params.audio)
     placements = plan_placements(settings, _torch_device(device_info), components)
     sizes = weight_bytes(root, dtype_bytes, workflow=workflow, quantize=params.quantize, vae_dtype=params.vae_dtype,
-                         audio=params.audio)
-    host_sizes = _host_sizes(root, sizes, placements, settings, cuda, params.quantize is None, dtype_bytes)
+                         audio=params.audio, transformer=params.transformer)
+    host_sizes = _host_sizes(root, sizes, placements, settings, cuda, params.quantize is None, dtype_bytes,
+                             params.transformer)
     images = _image_sizes(params)
     height, width = model.geometry(params, images.get("image") or images.get("last_image"))
     text_tokens = count_prompt_tokens(root, params.prompt)
@@ -434,7 +435,7 @@ def _working_set(term: StageTerm, driver: float) -> int:
 
 
 def _host_sizes(root: Path, sizes: Mapping[str, int], placements, settings: OffloadSettings, cuda: bool,
-                bf16_dit: bool, dtype_bytes: int) -> dict[str, int]:
+                bf16_dit: bool, dtype_bytes: int, transformer: str | None = None) -> dict[str, int]:
     """Each component's bytes as the host holds them: one the loader places page-locked
     (`models.residency.pins_host_copy`) takes its power-of-two blocks (`pinned_component_bytes`). A quantized
     DiT is not pinned by the loader; group offload then pins torchao's tensors, whose size is not modelled."""
@@ -444,7 +445,8 @@ def _host_sizes(root: Path, sizes: Mapping[str, int], placements, settings: Offl
     for name in DIT_COMPONENTS:
         if name in placements and pins_host_copy(placements[name], "cuda" if cuda else "cpu", settings,
                                                  quantized=not bf16_dit):
-            host[name] = pinned_component_bytes(root / name, _keep_fp32(root, name), dtype_bytes)
+            host[name] = pinned_component_bytes(weights_of(root, name, transformer), _keep_fp32(root, name),
+                                                dtype_bytes)
     return host
 
 
@@ -650,10 +652,11 @@ def _video_latents(frames: int, model: ModelSpec) -> int:
 
 
 def weight_bytes(root: str | Path, dtype_bytes: int = 2, *, workflow: str = "t2va", quantize: str | None = None,
-                 vae_dtype: str = "bf16", audio: bool = True) -> dict[str, int]:
+                 vae_dtype: str = "bf16", audio: bool = True, transformer: str | None = None) -> dict[str, int]:
     """Each weight component `workflow` reads, its bytes as the run holds them, from the headers: the text
     encoder without what the workflow never reads, the DiT quantized (`models.quantize.quantized_bytes`,
-    from its config) when `quantize` is set, the video VAE at fp32 when `vae_dtype` says so."""
+    from its config) when `quantize` is set, the video VAE at fp32 when `vae_dtype` says so; `transformer`,
+    a single-file DiT, is counted from its own header."""
     from .quantize import DIT_COMPONENTS, quantized_bytes
 
     root = Path(root)
@@ -663,8 +666,14 @@ def weight_bytes(root: str | Path, dtype_bytes: int = 2, *, workflow: str = "t2v
             sizes[name] = quantized_bytes(root, name, quantize, dtype_bytes)
         else:
             element = 4 if name == "vae" and vae_dtype == "fp32" else dtype_bytes
-            sizes[name] = component_bytes(root / name, _keep_fp32(root, name), element, workflow)
+            sizes[name] = component_bytes(weights_of(root, name, transformer), _keep_fp32(root, name), element,
+                                          workflow)
     return sizes
+
+
+def weights_of(root: Path, name: str, transformer: str | None) -> Path:
+    """Where component `name`'s weights are: its folder, or for the DiT the single file given instead."""
+    return Path(transformer) if name == "transformer" and transformer is not None else root / name
 
 
 def _keep_fp32(root: Path, name: str) -> tuple[str, ...]:
@@ -704,17 +713,22 @@ def tensor_bytes(folder: Path, keep_fp32: tuple[str, ...], dtype_bytes: int, wor
                  roots: ModelRoots | None = None) -> Iterator[int]:
     """Each tensor's bytes at the run's dtype, in the loader's order (shards by name, tensors by offset): fp32
     where diffusers keeps fp32 (a dotted part of the name in `_keep_in_fp32_modules`), else `dtype_bytes`;
-    tensors `workflow` never reads are left out. `roots`: where the shards may lie (default: the folder)."""
-    for path in sorted(folder.glob("*.safetensors")):
+    tensors `workflow` never reads are left out. `roots`: where the shards may lie (default: the folder).
+    `folder` may be a single-file DiT in the reference layout, its names read as diffusers names them."""
+    from .single_file import diffusers_name
+
+    single = folder.is_file()
+    for path in [folder] if single else sorted(folder.glob("*.safetensors")):
         shard, problems = read_shard_header(path, roots)
         if shard is None:
             raise ValueError(f"{path}: " + "; ".join(problems))
         for t in sorted(shard.tensors, key=lambda t: t.offset):
-            if folder.name == "text_encoder" and unread_by(t.name, workflow):
+            name = diffusers_name(t.name) if single else t.name
+            if folder.name == "text_encoder" and unread_by(name, workflow):
                 continue
             if not t.dtype.startswith(("F", "BF")):
                 yield t.nbytes
-            elif any(part in keep_fp32 for part in t.name.split(".")):
+            elif any(part in keep_fp32 for part in name.split(".")):
                 yield t.numel * 4
             else:
                 yield t.numel * dtype_bytes
