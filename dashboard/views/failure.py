@@ -113,7 +113,7 @@ def next_step(kind: str | None, *, limit: int | None, budget: int | None, sugges
     """What to do after a kill, one sentence; None for a kill with no cause the page can act on."""
     if kind == "oom" and limit:
         return (f"It needed more than its {fmt.gib(limit)} memory limit: retry with a limit of "
-                f"{fmt.gib(suggested_limit)} (from the memory it had reached), or choose a cheaper mode.")
+                f"{fmt.gib(suggested_limit)}, or choose a cheaper mode.")
     if kind == "guard":
         told = f"its memory budget of {fmt.gib(budget)}" if budget else "the guard's MemAvailable floor"
         return (f"The memory guard stopped it at {told}, before the kernel had to: raise the budget or "

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pandas as pd
+from dashboard import format as fmt
+from core.sizes import format_size
 import pytest
 
 from dashboard.host import memory_kind, pool_caption
@@ -244,6 +246,25 @@ def test_a_limit_kill_suggests_the_smallest_limit_that_would_have_worked_and_ret
     choices = oc.retry_choices(job, told.suggested_limit)
     assert choices == ["a limit of 2.0 GiB", "stream", "drain"]  # never the same settings, killed again
     assert oc.retry_changes(choices[0], told.suggested_limit) == {"memory_limit": told.suggested_limit}
+
+
+def test_a_forced_job_killed_at_its_limit_is_told_the_submit_checks_own_need(tiny_checkpoint, data_dir):
+    """One number: what the Run page and a refusal said the load needs of a limit is what a retry is told."""
+    from jobs.admission import assess
+    from jobs.spec import JobSpec
+    from storage.config import load_config
+
+    spec = JobSpec("load", str(tiny_checkpoint), memory_limit=4096, forced=True)
+    found = assess(spec, load_config()).to_dict()
+    job = {"status": "killed", "kind": "load", "signal": "SIGKILL",
+           "spec": {**spec.to_dict(), "forecast": found},
+           "error": "killed (SIGKILL) by the kernel OOM killer in the job's memory cgroup: limit 4 KiB reached"}
+    samples = pd.DataFrame({"rank": 0, "t": [0.0], "stage": "load", "bytes_placed": [0], "vm_rss": [GIB // 4],
+                            "device_allocated": 0, "mem_available": 8 * GIB, "cgroup_usage": [4096]})
+    told = oc.outcome(job, jv.live_stats(samples, 16 * GIB), 2 * GIB, samples=samples)
+    assert told.suggested_limit == found["needs"]["limit"] == found["need"]
+    assert found["refusal"].startswith(f"refused: needs {format_size(found['need'])}, over the 4,096 bytes memory limit")
+    assert f"retry with a limit of {fmt.gib(found['need'])}" in told.next_step
 
 
 def test_every_kill_says_what_to_do_next():
