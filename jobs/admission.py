@@ -109,7 +109,7 @@ class Admission:
     """Per stage, in run order."""
     startup: int | None
     """What the budget counts of the job's process: its start-up (learned) plus what the forecast adds to the
-    process (CUDA's libraries, a clip); None without history (then no wall counts it)."""
+    process (CUDA's libraries, a clip); None without history (then the walls count only what the forecast adds)."""
     process: dict[str, Any]
     """The learned process (`models.process_size.ProcessEstimate` dict: ready_bytes, startup_bytes, basis)."""
     process_device: int
@@ -166,16 +166,17 @@ def assess(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = Non
         return None  # a checkpoint the forecast cannot read: the job itself reports it, naming the file
     device = device_key(info.kind, info.name)
     process = estimate_process(process_records(db, spec.kind) if db is not None else [], spec.kind, device)
-    startup = process.startup_bytes + extra_host if process.known else None
+    counted = (process.startup_bytes or 0) + extra_host  # without history, what the forecast adds still counts
+    startup = counted if process.known else None
     if available is None or total is None:
         reading = read_meminfo()
         available = reading.available if available is None else available
         total = reading.total if total is None else total
-    checks = wall_checks(spec, config, info, needs, startup or 0, process_device, available, total)
+    checks = wall_checks(spec, config, info, needs, counted, process_device, available, total)
     nearest = tightest(checks)
     wall_needs = job_needs(checks) | job_needs(wall_checks(replace(spec, memory_budget=MAX_WALL,
                                                                    memory_limit=MAX_WALL),
-                                                           config, info, needs, startup or 0, process_device,
+                                                           config, info, needs, counted, process_device,
                                                            available, total), ("budget", "limit"))
     refusal = verdict(nearest, wall_needs[nearest.wall]) if nearest is not None and nearest.over else None
     peak = max((n.host + n.device for n in needs), default=0)
@@ -246,6 +247,10 @@ def _generate_needs(spec: JobSpec, info: DeviceInfo, db):
                                  dtype_bytes=dtype_bytes, sequential_components=spec.sequential_components,
                                  resolved=True)
     needs = [StageNeed(s.stage, s.host_bytes, s.device_bytes, 0) for s in forecast.stages]
+    if forecast.clip_decode_bytes:
+        from models.clips import READ_CLIP
+
+        needs.insert(0, StageNeed(READ_CLIP, forecast.clip_decode_bytes, 0, 0))
     work = stage_work(forecast)
     records = stage_records(db) if db is not None else []
     eta = [e.to_dict() for e in estimate(work, records, device_key(info.kind, info.name))]

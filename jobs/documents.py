@@ -107,11 +107,11 @@ def metric_lines(metrics: dict[str, Any]) -> list[str]:
 
 
 def print_job_table(jobs: list[dict]) -> None:
-    """Jobs as aligned columns under a header row, each error cut to its first line."""
+    """Jobs (`storage.queries.job_table` rows) as aligned columns under a header row, each error cut to its
+    first line."""
     rows = [("ID", "KIND", "STATUS", "CREATED", "FINISHED", "MODEL", "ERROR")]
     for job in jobs:
-        spec = job["spec"] or {}
-        model = spec.get("model", "") + (f" [{spec['component']}]" if spec.get("component") else "")
+        model = (job["model"] or "") + (f" [{job['component']}]" if job["component"] else "")
         rows.append((str(job["id"]), job["kind"], job["status"], timestamp(job["created_at"]),
                      timestamp(job["finished_at"]), model, one_line(job["error"])))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]

@@ -25,29 +25,37 @@ from storage import jobs_table
 from storage.queries import last_sample, supervisors
 
 
-def why_orphaned(job: dict, owner: dict | None, now: float, boot: str) -> str | None:
-    """Why `job` can no longer be running, or None while its supervisor may still be running it."""
+def why_orphaned(job: dict, owner: dict | None, now: float, boot: str, trust_heartbeats: bool = True) -> str | None:
+    """Why `job` can no longer be running, or None while its supervisor may still be running it. Without
+    `trust_heartbeats` (a lock just held every writer up) an old job heartbeat is no evidence."""
     if job["boot_id"] is not None and job["boot_id"] != boot:
         return "the host restarted while this job ran"
     who = f"its supervisor ({job['supervisor_id']})"
     if owner is not None and not is_alive(owner, now, boot):
         return f"{who} stopped while the job was running"
     heartbeat = job["heartbeat_at"] or job["started_at"] or 0.0
-    if now - heartbeat > STALE_AFTER:
+    if now - heartbeat > STALE_AFTER and trust_heartbeats:
         return f"{who} stopped tending the job (no heartbeat for {now - heartbeat:.0f} s)"
     return None
 
 
-def recover_orphans(db: sqlite_utils.Database, data_dir: str | Path, now: float, *, boot: str,
-                    own_id: str | None = None) -> list[int]:
-    """End `interrupted` every running job (not supervisor `own_id`'s) that `why_orphaned` finds; returns their
-    ids."""
+def orphans(db: sqlite_utils.Database, now: float, *, boot: str, own_id: str | None = None,
+            trust_heartbeats: bool = True) -> list[tuple[dict, str]]:
+    """Every running job (not supervisor `own_id`'s) that `why_orphaned` finds, with the reason; reads only."""
     by_id = {s["id"]: s for s in supervisors(db)}
-    recovered = []
+    found = []
     for job in db.query("SELECT * FROM jobs WHERE status = 'running' AND supervisor_id IS NOT ?", [own_id]):
-        reason = why_orphaned(job, by_id.get(job["supervisor_id"]), now, boot)
-        if reason is None:
-            continue
+        reason = why_orphaned(job, by_id.get(job["supervisor_id"]), now, boot, trust_heartbeats)
+        if reason is not None:
+            found.append((job, reason))
+    return found
+
+
+def recover_orphans(db: sqlite_utils.Database, data_dir: str | Path, now: float, *, boot: str,
+                    own_id: str | None = None, trust_heartbeats: bool = True) -> list[int]:
+    """End `interrupted` every job `orphans` finds; returns their ids."""
+    recovered = []
+    for job, reason in orphans(db, now, boot=boot, own_id=own_id, trust_heartbeats=trust_heartbeats):
         same_boot = job["boot_id"] in (None, boot)
         if same_boot and str(job["supervisor_id"]).startswith(f"{HOST}:") and \
                 is_same_process(job["pid"], job["pid_start"]):

@@ -39,8 +39,9 @@ def _inspect(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
         return 0
     pipeline = f", {summary['pipeline_class']}" if summary["pipeline_class"] else ""
+    named = f"{summary['name']}: {summary['path']}" if summary["name"] != summary["path"] else summary["path"]
     print(
-        f"{summary['path']} ({summary['layout']}{pipeline}): {summary['tensors']} tensors,"
+        f"{named} ({summary['layout']}{pipeline}): {summary['tensors']} tensors,"
         f" {summary['bytes'] / _GiB:.2f} GiB"
     )
     for c in summary["components"]:

@@ -43,7 +43,7 @@ def test_an_installed_torchaos_import_warnings_stay_out_of_the_jobs_log(db, conf
 
     if importlib.util.find_spec("torchao") is None:
         pytest.skip("torchao is not installed (requirements-quant.txt): nothing imports it")
-    job = run_to_end(queue_job("imports_diffusers"))
+    job = run_to_end(queue_job("diffusers_import"))
     assert job["status"] == "succeeded", job["error"]
     log = (job_dir(config.data_dir, job["id"]) / "child.log").read_text()
     assert "Could not load this library" not in log and "Unable to import `torchao`" not in log, log
