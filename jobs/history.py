@@ -3,10 +3,10 @@ process for `models.process_size`.
 
 A finished generate job contributes a record per stage it timed when its spec
 carries the forecast made at submit (`spec.forecast`: each stage's work and the
-device it ran on) and its metrics carry `stage_seconds`. Any job that reached its
-first weight (a generate's first `load.*` stage, a load's `load` stage) with a
-forecast on its spec contributes its process: its first sample and that stage's
-first sample.
+device it ran on) and its metrics carry `stage_seconds`; each record carries the
+job's lever set (`models.levers.lever_key`), which the ETA of a lever stage matches. Any job that reached
+its first weight (a generate's first `load.*` stage, a load's `load` stage) with a forecast on its spec
+contributes its process: its first sample and that stage's first sample.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlite_utils
 
 from models.eta import StageRecord
+from models.levers import lever_key
 from models.process_size import ProcessRecord
 from storage.queries import first_stage_sample, list_jobs, samples_since
 
@@ -32,9 +33,10 @@ def stage_records(db: sqlite_utils.Database, *, limit: int = HISTORY_JOBS) -> li
         work, device = forecast.get("work") or {}, forecast.get("device")
         if not device:
             continue
+        levers = lever_key((job.get("spec") or {}).get("generate") or {})
         for stage, amount in work.items():
             if isinstance(seconds.get(stage), (int, float)):
-                records.append(StageRecord(stage, float(seconds[stage]), float(amount), device))
+                records.append(StageRecord(stage, float(seconds[stage]), float(amount), device, levers))
     return records
 
 
