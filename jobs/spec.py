@@ -78,6 +78,12 @@ class JobSpec:
     """Queued with `--force` (or the Run page's "Queue anyway"): a refusal of the forecast was overridden."""
     forecast: dict[str, Any] | None = None
     """What `jobs.admission` predicted at submit: per stage bytes, work and seconds, and any refusal."""
+    plan: str | None = None
+    """Generate: `fastest` picks residency, weight precision and speed levers at submit (`models.plan`)."""
+    plan_lossy: bool = False
+    """Generate with `plan`: lossy levers (quantized weights, fp8 compute, SageAttention, a step cache) may be picked."""
+    planned: dict[str, Any] | None = None
+    """What the plan considered, chose and why (`models.plan.Plan.to_dict`), set at submit."""
     model_roots: tuple[str, ...] = ()
     """The model roots the paths were checked against at submit (the configuration's, never the user's):
     a worker reading other roots refuses the job in words (`roots_mismatch`) instead of failing it deep in
@@ -162,6 +168,8 @@ def build_spec(raw: Mapping[str, Any], config: Config, *, known_kinds: tuple[str
         "offload_set": tuple(sorted(raw.get("offload") or {})),
         "forced": bool(_optional_bool(raw.get("forced"), "forced", problems)),
         "model_roots": tuple(str(r) for r in config.model_roots),
+        "plan": _plan(raw.get("plan"), kind, problems),
+        "plan_lossy": bool(_optional_bool(raw.get("plan_lossy"), "plan_lossy", problems)),
     }
     if device is not None and gpus is not None:
         if gpus > 1 and not device.startswith("cuda"):
@@ -177,6 +185,19 @@ def build_spec(raw: Mapping[str, Any], config: Config, *, known_kinds: tuple[str
         _check_checkpoint(model, config, problems)
     problems.raise_any()
     return JobSpec(**values)
+
+
+def _plan(value: Any, kind: Any, problems: _Problems) -> str | None:
+    """`plan`: unset, or one of `models.plan.PLANS` for a generate job."""
+    from models.request_args import PLANS
+
+    if value is None:
+        return None
+    if value not in PLANS:
+        problems.add("plan", f"unknown plan {echo(value)}; known: {', '.join(PLANS)}")
+    elif kind != "generate":
+        problems.add("plan", f"only generate jobs take a plan, not {kind!r}")
+    return value
 
 
 def _skeleton(value: Any, values: Mapping[str, Any], problems: _Problems) -> bool:
@@ -364,12 +385,19 @@ def _optional_bool(value: Any, name: str, problems: _Problems) -> bool | None:
 
 
 def _generate(kind: Any, raw: Any, model: str | None, config: Config, problems: _Problems) -> GenerateParams | None:
-    """Generate parameters: types here, ranges by the model's own rules (set exactly for generate jobs)."""
+    """Generate parameters: types here, ranges by the model's own rules (set exactly for generate jobs); a
+    single-file DiT (`transformer`) resolved under the model roots, as the model is."""
     if kind != "generate":
         if raw:
             problems.add("generate", f"generate parameters only apply to generate jobs, not {kind!r}")
         return None
     params = _generate_params(raw or {}, problems)
+    if params is not None and params.transformer is not None:
+        try:
+            params = replace(params, transformer=str(resolve_model_path(params.transformer, config.model_roots)))
+        except ModelPathError as e:
+            problems.add("generate.transformer", str(e))
+            return None
     if params is not None and model is not None:
         _check_against_model(params, model, problems)
         params = _checked_loras(params, model, config, problems)
@@ -422,7 +450,7 @@ def _generate_params(raw: Mapping[str, Any], problems: _Problems) -> GeneratePar
         except GenerateParamsError as e:
             problems.add("generate.loras", e.problems["loras"])
             ok = False
-    for name in ("prompt", "negative_prompt"):
+    for name in ("prompt", "negative_prompt", "transformer", "qkv_layout"):
         if name in values:
             problem = _text_problem(values[name])
             if problem is not None:
