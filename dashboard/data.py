@@ -222,6 +222,16 @@ def checkpoints(roots: tuple[str, ...]) -> list:
 
 
 @st.cache_data(ttl=10, show_spinner=False)
+def models(roots: tuple[str, ...]) -> tuple[list, object]:
+    """(every checkpoint under the model roots as the Models page lists it, the memory its fit is weighed
+    against): headers only."""
+    from loader.catalog import find_models, machine_memory
+
+    memory = machine_memory()
+    return find_models(roots, memory.bytes), memory
+
+
+@st.cache_data(ttl=10, show_spinner=False)
 def lora_files(roots: tuple[str, ...]) -> list:
     """LoRA files under the model roots (headers only): what the Run page offers."""
     from models.lora_inputs import find_lora_files

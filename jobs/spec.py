@@ -8,6 +8,7 @@ field; a stored spec is read back with `JobSpec.from_dict`.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable, Mapping
 
@@ -20,7 +21,7 @@ from machine.offload import OffloadSettings
 from loader.placement import known_placements
 from loader.checkpoint import checkpoint_problems
 from core.sizes import parse_size
-from models.params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
+from models.params import INDEX_FILE, GenerateParams, GenerateParamsError, ModelSpec, validate_params
 from jobs.errors import JobSpecError
 from storage.config import Config, ModelPathError, resolve_model_path
 
@@ -182,7 +183,7 @@ def build_spec(raw: Mapping[str, Any], config: Config, *, known_kinds: tuple[str
     _check_drop_page_cache(values, problems)
     values["skeleton"] = _skeleton(raw.get("skeleton", False), values, problems)
     if kind in CHECKPOINT_KINDS:
-        _check_checkpoint(model, config, problems)
+        _check_checkpoint(model, config, problems, kind)
     problems.raise_any()
     return JobSpec(**values)
 
@@ -229,14 +230,21 @@ def _check_levers(values: Mapping[str, Any], problems: _Problems) -> None:
         problems.add(f"generate.{name}", problem)
 
 
-def _check_checkpoint(model: str | None, config: Config, problems: _Problems) -> None:
+def _check_checkpoint(model: str | None, config: Config, problems: _Problems, kind: str) -> None:
     """The loader's own check of the checkpoint, the one the Run page shows (`checkpoint_problems`):
-    a checkpoint the page refuses, a truncated shard say, is refused here too, before it is queued."""
+    a checkpoint the page refuses, a truncated shard say, is refused here too, before it is queued; a generate's
+    checkpoint must also be an H3 model folder whose DiT is not packed (`models.formats`), never a skeleton."""
     if model is None:
         return
-    _, found = checkpoint_problems(model, config.model_roots)
+    index, found = checkpoint_problems(model, config.model_roots)
     if found:
         problems.add("model", "; ".join(found))
+    elif kind == "generate" and index is not None:
+        from models.formats import generate_checkpoint_problem
+
+        problem = generate_checkpoint_problem(index)
+        if problem is not None and not any(name == "model" for name, _ in problems.found):
+            problems.add("model", problem)
 
 
 def _check_drop_page_cache(values: Mapping[str, Any], problems: _Problems) -> None:
@@ -486,7 +494,10 @@ def _generate_params(raw: Mapping[str, Any], problems: _Problems) -> GeneratePar
 
 def _check_against_model(params: GenerateParams, model: str, problems: _Problems) -> None:
     """The models package's own validation (config.json and index headers only, no weights),
-    each problem filed under `generate.<field>`, or under `model` when the folder is no generate model."""
+    each problem filed under `generate.<field>`, or under `model` when the folder is no generate model. A
+    lone file or a folder without the pipeline's index is left to `_check_checkpoint`, which names what it is."""
+    if not (Path(model) / INDEX_FILE).is_file():
+        return
     try:
         validate_params(params, ModelSpec.read(model))
     except GenerateParamsError as e:

@@ -347,6 +347,12 @@ def validate_params(params: GenerateParams, model: ModelSpec) -> None:
         problems["steps"] = f"{steps} is outside 2..1000 (N steps make N - 1 DiT calls)"
     if not 0 <= params.seed < 2**63:
         problems["seed"] = f"{params.seed} is outside 0..2**63-1"
+    if params.transformer is None:
+        from .formats import dit_config_problem
+
+        layout = dit_config_problem(model.configs["transformer"], f"{model.root}/transformer/config.json")
+        if layout is not None:
+            problems["model"] = layout
     if model.text_encoder_layers <= TEXT_ENCODER_LAYER:
         problems["model"] = (f"{model.root}/text_encoder has {model.text_encoder_layers} decoder layers; H3 reads"
                              f" hidden_states[{TEXT_ENCODER_LAYER}] and needs more than {TEXT_ENCODER_LAYER}")

@@ -116,16 +116,22 @@ def transformer_problem(path: str, config: dict) -> str | None:
     line, or None: from its headers alone (read confined to its own folder)."""
     from loader.checkpoint import discover_checkpoint
 
+    from .formats import file_problem, packed_problem
+
     file = Path(path)
     if not file.is_file():
         return f"{clip(str(file))}: not a file (a single-file DiT is one .safetensors file)"
+    problem = file_problem(file)
+    if problem is not None:
+        return problem
     try:
         tensors = discover_checkpoint(file).component().tensors
     except DrainboardError as exc:
         return exc.messages()[0]
-    problem = pruned_problem(tensors)
+    problem = packed_problem(tensors, file.name) or (f"{file.name}: {pruned_problem(tensors)}"
+                                                     if pruned_problem(tensors) else None)
     if problem is not None:
-        return f"{file.name}: {problem}"
+        return problem
     if not is_reference_h3(tensors):
         names = ", ".join(clip(t.name) for t in tensors[:3])
         return (f"{file.name}: not a MiniMax H3 DiT in the original layout (no video_patch_proj, final_layer.video_out "

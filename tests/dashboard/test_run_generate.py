@@ -163,11 +163,11 @@ def test_the_plan_table_marks_the_chosen_candidate_strikes_what_cannot_fit_and_t
     rows = [r for r in table.splitlines()[2:]]
     assert len(rows) == 8 and sum(r.startswith("| → |") for r in rows) == 1  # 2 residencies x 2 backends x compile
     assert "no history on this machine" in table and "(lossy)" not in table
-    assert any(c.value.startswith("Runs resident · bf16 · ") for c in at.caption)
+    assert any(c.value.startswith("Runs resident · bf16 · no lever: no history") for c in at.caption)
     at.button(key="run_submit").click().run()
     [spec] = _queued(fresh_db)
     assert spec["plan"] == "fastest" and spec["planned"]["chosen"] == 0
-    assert spec["generate"]["compile"] is True and spec["sequential_components"] is False
+    assert spec["generate"]["compile"] is False and spec["sequential_components"] is False
 
     at = generate_page()
     at.toggle(key="run_plan").set_value(True).run()

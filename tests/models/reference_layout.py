@@ -28,7 +28,7 @@ _BACK = [
     (".ff.net.0.proj.", ".mlp.fc1."),
     (".ff.net.2.", ".mlp.fc2."),
 ]
-_SAFETENSORS_DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
+_SAFETENSORS_DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", torch.uint8: "U8"}
 
 
 def _reference_name(name: str) -> str:
