@@ -18,6 +18,7 @@ from dashboard.views import jobs as jv
 from dashboard.views import outcome as oc
 from dashboard.views.query import QueryError, job_id as parse_job_id
 from dashboard.views.spec import generate_parameters, job_parameters, spec_checkpoint_name, spec_of
+from dashboard.charts.style import readable
 from jobs.queue import JobStateError, cancel, retry
 from jobs.spec import JobSpecError
 from storage.connections import connect
@@ -251,7 +252,7 @@ def draw_chart(job: dict, samples, events, count: int, x: str, fit: str, total_b
         predicted_peak=oc.predicted_peak(job, events),
         theme=st.context.theme.type or "light",
     )
-    st.altair_chart(chart, width="stretch", key=f"memory_chart_{job['id']}")
+    st.altair_chart(readable(chart, st.context.theme.type), width="stretch", key=f"memory_chart_{job['id']}")
     st.caption(
         f"{count:,} samples" + (f", drawn as {len(samples):,} points (each bucket's min and max kept)" if count > len(samples) else "")
         + (". Above baseline: each series minus its first sample" if fit == "Above baseline" else "")
