@@ -164,7 +164,7 @@ def test_the_plan_table_marks_the_chosen_candidate_strikes_what_cannot_fit_and_t
     table = next(m.value for m in at.markdown if m.value.startswith("| "))
     rows = [r for r in table.splitlines()[2:]]
     assert len(rows) == 8 and sum(r.startswith("| → |") for r in rows) == 1  # 2 residencies x 2 backends x compile
-    assert "no history on this machine" in table and "(lossy)" not in table
+    assert "no history on this machine" in table and "(lossy)" not in table and " under the " in table
     assert any(c.value.startswith("Runs resident · bf16 · no lever: no history") for c in at.caption)
     at.button(key="run_submit").click().run()
     [spec] = _queued(fresh_db)
@@ -175,7 +175,7 @@ def test_the_plan_table_marks_the_chosen_candidate_strikes_what_cannot_fit_and_t
     at.toggle(key="run_plan").set_value(True).run()
     at.text_input(key="run_memory_budget").input("1MiB").run()
     table = next(m.value for m in at.markdown if m.value.startswith("| "))
-    assert all(r.count("~~") >= 2 and "does not fit: text_encoder would peak at" in r
+    assert all(r.count("~~") >= 2 and "text_encoder would peak at" in r and "does not fit (text_encoder)" in r
                for r in table.splitlines()[2:])
     assert any(e.value.startswith("Nothing fits: no candidate fits: text_encoder") for e in at.error)
 
