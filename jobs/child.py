@@ -41,14 +41,12 @@ def _on_sigterm(signum, frame) -> None:
 
 
 def run_job(job_id: int) -> int:
-    """Run job `job_id`, reporting to the configured database or, under the Ray backend, to stdout
-    (`jobs.wire`, with a scratch data folder whose artifacts are sent back); returns the exit code."""
+    """Run job `job_id`, reporting to the configured database or, under the Ray backend, over its record
+    pipe (`jobs.wire`, with a scratch data folder whose artifacts are sent back); returns the exit code."""
     config = load_config()
     reporter, data_dir = open_reporter(job_id, config)
     try:
-        code = _run(job_id, reporter, data_dir, config)
-        reporter.exit(code)
-        return code
+        return _run(job_id, reporter, data_dir, config)
     finally:
         reporter.close()
         if data_dir != config.data_dir:
@@ -57,12 +55,13 @@ def run_job(job_id: int) -> int:
 
 def open_reporter(job_id: int, config: Config) -> tuple[Reporter, Path]:
     """The child's reporter and the data folder its artifacts are written in."""
-    if os.environ.get(ENV_REPORT) == "stdout":
+    if os.environ.get(ENV_REPORT) == "wire":
         from jobs.setup import die_with_parent
-        from jobs.wire import StdoutReporter
+        from jobs.wire import ENV_RECORD_FD, LineWriter, WireReporter
 
-        die_with_parent()  # Ray's job supervisor on the node: a lost node must not leave the job running
-        return StdoutReporter(job_id), Path(tempfile.mkdtemp(prefix=f"drainboard-job{job_id}-"))
+        die_with_parent()  # the relay on the node (`jobs.backends.node`): a lost node must not leave the job running
+        writer = LineWriter(int(os.environ.pop(ENV_RECORD_FD)))
+        return WireReporter(job_id, writer), Path(tempfile.mkdtemp(prefix=f"drainboard-job{job_id}-"))
     return DatabaseReporter(job_id, config.db_path, config.data_dir), config.data_dir
 
 
