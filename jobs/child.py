@@ -22,11 +22,15 @@ from jobs.reporting import DatabaseReporter, Reporter
 from jobs.samples import ENV_SAMPLE_FD
 from jobs.wire import ENV_REPORT
 from core.diskspace import free_bytes, is_disk_full
+from core.echo import echo_name
 from core.errors import DiskFullError
 from storage.config import Config, load_config
 from storage.connections import is_database_full
 
 EXIT_DONE, EXIT_FAILED, EXIT_INVALID_SPEC, EXIT_DISK_FULL = 0, 1, 2, 3
+
+TRACEBACK_LINE_LIMIT = 4000
+"""Characters of one line of a failed job's traceback in its log; a longer line is cut (`core.echo`)."""
 
 ENV_CGROUP_USAGE = "DRAINBOARD_CGROUP_USAGE_FILE"
 """Set by the supervisor when the job runs in a memory cgroup: the usage file samples read."""
@@ -134,8 +138,10 @@ def _fail(reporter: Reporter, e: Exception, config: Config) -> int:
     else:
         message = f"{type(e).__name__}: {e}" if not str(e).startswith(type(e).__name__) else str(e)
     reporter.error(*summarize_error(message))
-    try:
-        traceback.print_exc()
+    try:  # the traceback quotes names from files (a tensor's, in a third-party error): a line that holds
+        # a character that does not print is quoted, so the log cannot drive a terminal
+        for line in traceback.format_exc().splitlines():
+            print(echo_name(line, TRACEBACK_LINE_LIMIT), file=sys.stderr)
         sys.stderr.flush()
     except OSError:
         pass

@@ -8,12 +8,16 @@ from typing import Any
 
 import sqlite_utils
 
+from core.echo import echo_name
 from storage.artifacts import job_dir
 from storage.config import Config
 from storage.queries import artifacts, last_sample
 
 ERROR_WIDTH = 72
 """Characters of a job's error the table shows (its first line); `show` prints it whole."""
+LINE_LIMIT = 4000
+"""Characters of one line `show` prints of a job's model, error or metric; a longer line, or one holding a
+character that does not print (a name read from a file), is quoted by `core.echo`."""
 
 
 def job_document(job: dict, db: sqlite_utils.Database, config: Config) -> dict[str, Any]:
@@ -50,7 +54,7 @@ def print_job(document: dict[str, Any], *, as_json: bool) -> None:
     retried = f", retry of job {document['retry_of']}" if document["retry_of"] else ""
     print(f"job {document['id']} ({document['kind']}{retried}): {document['status']}")
     spec = document["spec"] or {}
-    print(f"  model: {spec.get('model', '')}")
+    print(f"  model: {echo_name(spec.get('model', ''), LINE_LIMIT)}")
     if spec.get("forced"):
         refusal = (spec.get("forecast") or {}).get("refusal")
         print("  forced: queued over the forecast" + (f" ({refusal})" if refusal else ""))
@@ -58,9 +62,9 @@ def print_job(document: dict[str, Any], *, as_json: bool) -> None:
              (("created", "created_at"), ("started", "started_at"), ("finished", "finished_at"))]
     print("  " + ", ".join(f"{label} {timestamp(value)}" for label, value in times if value))
     if document["error"]:
-        print(f"  error: {document['error']}")
+        print("  error: " + "\n".join(echo_name(line, LINE_LIMIT) for line in document["error"].split("\n")))
     for key, value in sorted((document["metrics"] or {}).items()):
-        print(f"  {key}: {value}")
+        print(f"  {key}: {echo_name(str(value), LINE_LIMIT)}")
     for artifact in document["artifacts"]:
         print(f"  artifact: {artifact['path']} ({artifact['media_type']}, {artifact['size']:,} bytes)")
 
@@ -70,9 +74,9 @@ def print_job_table(jobs: list[dict]) -> None:
     rows = [("ID", "KIND", "STATUS", "CREATED", "FINISHED", "MODEL", "ERROR")]
     for job in jobs:
         spec = job["spec"] or {}
-        model = spec.get("model", "") + (f" [{spec['component']}]" if spec.get("component") else "")
+        model = echo_name(spec.get("model", ""), LINE_LIMIT) + (f" [{spec['component']}]" if spec.get("component") else "")
         rows.append((str(job["id"]), job["kind"], job["status"], timestamp(job["created_at"]),
-                     timestamp(job["finished_at"]), model, one_line(job["error"])))
+                     timestamp(job["finished_at"]), model, echo_name(one_line(job["error"]), LINE_LIMIT)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         cells = [cell.rjust(w) if i == 0 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]

@@ -9,6 +9,7 @@ the job was.
 from __future__ import annotations
 
 from jobs.guard import GuardTrip
+from core.echo import echo_name
 from core.sizes import format_size
 
 
@@ -23,7 +24,7 @@ def describe_sample(sample: dict | None, total: int | None) -> str:
     parts = [f"stage {sample['stage'] or 'unknown'}"]
     if sample.get("tensors_placed") is not None:
         of = f" of {total}" if total else ""
-        name = f" ({sample['tensor_name']})" if sample.get("tensor_name") else ""
+        name = f" ({echo_name(sample['tensor_name'])})" if sample.get("tensor_name") else ""
         parts.append(f"tensor {sample['tensors_placed']}{of}{name}")
     parts.append(f"VmRSS {_gib(sample['vm_rss'])}")
     parts.append(f"MemAvailable {_gib(sample['mem_available'])}")
@@ -42,7 +43,7 @@ def where(sample: dict | None, total: int | None) -> str:
     if sample.get("tensors_placed") is None:
         return f"in {stage}, {sample['t']:.1f} s in"
     of = f" of {total}" if total else ""
-    name = f"`{sample['tensor_name']}`, " if sample.get("tensor_name") else ""
+    name = f"`{echo_name(sample['tensor_name'])}`, " if sample.get("tensor_name") else ""
     return f"at tensor {sample['tensors_placed']}{of} ({name}{stage})"
 
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from .metadata import TensorMeta
-from core.errors import PlacementError
+from core.echo import NAME_LIMIT, echo
+from core.errors import PlacementError, first_of
 
 EXTRA_STATE_SUFFIX = "_extra_state"
 
@@ -115,14 +116,14 @@ def plan_targets(
         if absent:
             problems.append(
                 f"merge into {target!r} lacks sources matching {', '.join(map(repr, absent))}"
-                f" (found {', '.join(repr(m.name) for m in parts.values())})"
+                f" (found {', '.join(echo(m.name, NAME_LIMIT) for m in parts.values())})"
             )
             continue
         sources = tuple(parts[i] for i in range(len(rule.sources)))
         tails = {s.shape[1:] for s in sources}
         if len(tails) > 1 or any(len(s.shape) == 0 for s in sources):
             problems.append(
-                f"merge into {target!r}: sources {', '.join(f'{s.name!r} {s.shape}' for s in sources)}"
+                f"merge into {target!r}: sources {', '.join(f'{echo(s.name, NAME_LIMIT)} {s.shape}' for s in sources)}"
                 " cannot be concatenated along dim 0"
             )
             continue
@@ -132,10 +133,11 @@ def plan_targets(
     for _, t in order:
         if t.name in seen:
             problems.append(
-                f"target {t.name!r} is produced by both {seen[t.name].sources[0].name!r} and {t.sources[0].name!r}"
+                f"target {echo(t.name, NAME_LIMIT)} is produced by both {echo(seen[t.name].sources[0].name, NAME_LIMIT)} and "
+                f"{echo(t.sources[0].name, NAME_LIMIT)}"
             )
         seen[t.name] = t
     if problems:
-        raise PlacementError("; ".join(sorted(problems)))
+        raise PlacementError("; ".join(first_of(sorted(problems))))
     order.sort(key=lambda item: item[0])
     return [t for _, t in order], skipped

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Mapping
 
 from core.echo import echo
-from core.errors import DrainboardError
+from core.errors import SHOWN_PROBLEMS, DrainboardError
 from core.sizes import SizeError, parse_size
 
 CONFIG_FILE_NAME = "drainboard.toml"
@@ -89,7 +89,7 @@ def _read_file(path: Path) -> dict:
         raise ConfigError(f"{path}: cannot be read: {e.strerror}") from None
     unknown = sorted(set(values) - _FILE_KEYS)
     if unknown:
-        raise ConfigError(f"{path}: unknown keys {', '.join(unknown)}; known: {', '.join(sorted(_FILE_KEYS))}")
+        raise ConfigError(f"{path}: unknown keys {', '.join(map(echo, unknown[:SHOWN_PROBLEMS]))}; known: {', '.join(sorted(_FILE_KEYS))}")
     if "model_roots" in values and not (
         isinstance(values["model_roots"], list) and all(isinstance(r, str) for r in values["model_roots"])
     ):
