@@ -24,7 +24,7 @@ from jobs.wire import ENV_REPORT
 from core.diskspace import free_bytes, is_disk_full
 from core.echo import echo_name
 from core.errors import DiskFullError
-from storage.config import Config, load_config
+from storage.config import Config, resolved_config
 from storage.connections import is_database_full
 
 EXIT_DONE, EXIT_FAILED, EXIT_INVALID_SPEC, EXIT_DISK_FULL = 0, 1, 2, 3
@@ -47,7 +47,7 @@ def _on_sigterm(signum, frame) -> None:
 def run_job(job_id: int) -> int:
     """Run job `job_id`, reporting to the configured database or, under the Ray backend, over its record
     pipe (`jobs.wire`, with a scratch data folder whose artifacts are sent back); returns the exit code."""
-    config = load_config()
+    config = resolved_config()  # the worker's, handed down: never the drainboard.toml of this working directory
     reporter, data_dir = open_reporter(job_id, config)
     try:
         return _run(job_id, reporter, data_dir, config)
@@ -89,7 +89,7 @@ def _run(job_id: int, reporter: Reporter, data_dir: Path, config: Config) -> int
     probe = MemoryProbe(spec.device, cgroup_file=os.environ.get(ENV_CGROUP_USAGE) or None)
     sample_fd = os.environ.get(ENV_SAMPLE_FD)
     ctx = JobContext(job_id, reporter=reporter, data_dir=data_dir, probe=probe, sample_every=spec.sample_every,
-                     sample_fd=int(sample_fd) if sample_fd else None)
+                     sample_fd=int(sample_fd) if sample_fd else None, config=config)
     guard = _guard_itself(spec, config, reporter, ctx) if reporter.remote else None
     try:
         metrics = run(spec, ctx)

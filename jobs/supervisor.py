@@ -49,7 +49,7 @@ from core.diskspace import free_bytes, is_disk_full
 from core.errors import DrainboardError
 from storage import jobs_table
 from storage.artifacts import new_artifact_path
-from storage.config import Config
+from storage.config import ENV_RESOLVED, Config
 from storage.connections import checkpoint_wal, is_database_full
 from storage.schema import open_database
 from storage.queries import last_sample, supervisors
@@ -308,8 +308,10 @@ class Supervisor:
         return spec_limits(spec.memory_budget, spec.memory_floor, self.config, read=self.read_meminfo)
 
     def _child_env(self, cgroup: JobCgroup | None, sample_fd: int) -> dict[str, str]:
-        """What a job child runs with: this process's environment, pinned to this supervisor's data and roots."""
+        """What a job child runs with: this process's environment, pinned to this supervisor's data and roots,
+        and the configuration this supervisor resolved, which the child uses as it is (`storage.config.resolved_config`)."""
         env = worker_env(self.config)
+        env[ENV_RESOLVED] = self.config.to_json()
         env[ENV_SAMPLE_FD] = str(sample_fd)
         if cgroup is not None:
             env[ENV_CGROUP_USAGE] = str(cgroup.usage_file)

@@ -18,9 +18,10 @@ is claimed, never a job that fails later for it.
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Mapping
 
@@ -58,6 +59,18 @@ class Config:
     """The memory guard's floor as written (a size, `auto` or `off`; None is `auto`); `jobs.guard` reads it."""
     ray_address: str | None = None
     """The Ray cluster's dashboard address (`http://head:8265`) jobs are submitted to; None runs them here."""
+
+    def to_json(self) -> str:
+        """The configuration as it was resolved, for a process this one starts (`ENV_RESOLVED`)."""
+        return json.dumps({**asdict(self), "data_dir": str(self.data_dir),
+                           "model_roots": [str(root) for root in self.model_roots]})
+
+    @classmethod
+    def from_json(cls, text: str) -> Config:
+        """A configuration from `to_json`."""
+        values = json.loads(text)
+        return cls(**{**values, "data_dir": Path(values["data_dir"]),
+                      "model_roots": [Path(root) for root in values["model_roots"]]})
 
     @property
     def db_path(self) -> Path:
@@ -174,6 +187,20 @@ def load_config(env: Mapping[str, str] | None = None, cwd: Path | None = None) -
                           f"\"http://head:8265\", got {ray_address!r}")
     return Config(data_dir=data_dir.resolve(), model_roots=[r.resolve() for r in roots], address=address, port=port,
                   memory_floor=None if floor is None else str(floor), ray_address=ray_address)
+
+
+ENV_RESOLVED = "DRAINBOARD_RESOLVED_CONFIG"
+"""The configuration a worker resolved, as JSON (`Config.to_json`), in the environment of each job child it
+starts: the child uses it as it is and reads no file (`resolved_config`)."""
+
+
+def resolved_config(env: Mapping[str, str] | None = None) -> Config:
+    """The configuration handed down by the worker that started this process (`ENV_RESOLVED`), else
+    `load_config()` (a job child started by hand). A child never re-reads `drainboard.toml`: the one in its
+    working directory may be another, or half-written."""
+    env = os.environ if env is None else env
+    raw = env.get(ENV_RESOLVED)
+    return load_config(env) if raw is None else Config.from_json(raw)
 
 
 def resolve_model_path(path: str | os.PathLike, roots: list[Path]) -> Path:

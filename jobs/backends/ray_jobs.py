@@ -45,7 +45,7 @@ from jobs.spec import JobSpec
 from jobs.wire import ENV_NONCE, ENV_REPORT, ENV_SPEC
 from storage import jobs_table
 from storage.artifacts import new_artifact_path, record_artifact, remove_unrecorded
-from storage.config import Config
+from storage.config import ENV_RESOLVED, Config
 from storage.queries import get_job, last_sample
 
 POLL_INTERVAL = 0.5
@@ -57,9 +57,9 @@ RETRY_INTERVAL = 5.0
 FOLLOW_GRACE = 15.0
 """Seconds a finished job's log may take to arrive whole before its end is recorded."""
 _NOT_FORWARDED = {"DRAINBOARD_DATA", "DRAINBOARD_CONFIG", "DRAINBOARD_RAY_ADDRESS", "DRAINBOARD_ADDRESS",
-                  "DRAINBOARD_PORT", "DRAINBOARD_MODEL_ROOTS", "DRAINBOARD_MEMORY_FLOOR"}
-"""Settings of this machine a job's node does not take from its environment (the roots and floor are
-passed from the config instead)."""
+                  "DRAINBOARD_PORT", "DRAINBOARD_MODEL_ROOTS", "DRAINBOARD_MEMORY_FLOOR", ENV_RESOLVED}
+"""Settings of this machine a job's node does not take from its environment (the resolved config is
+passed instead)."""
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -74,21 +74,19 @@ def memory_needed(spec: JobSpec) -> int | None:
 
 
 def job_environment(job: dict, config: Config, nonce: str, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment variables of the job's runtime_env: the repository importable, the model roots
-    and floor of `config`, the report channel, the job's nonce and spec, and this process's other
-    DRAINBOARD_ settings."""
+    """The environment variables of the job's runtime_env: the repository importable, `config` as this
+    supervisor resolved it (its model roots and floor; the child reads no config file on the node), the
+    report channel, the job's nonce and spec, and this process's other DRAINBOARD_ settings."""
     environ = os.environ if environ is None else environ
     env = {k: v for k, v in environ.items() if k.startswith("DRAINBOARD_") and k not in _NOT_FORWARDED}
     env.update({
         "PYTHONPATH": str(_REPO_ROOT),
-        "DRAINBOARD_MODEL_ROOTS": os.pathsep.join(str(r) for r in config.model_roots),
+        ENV_RESOLVED: config.to_json(),
         ENV_REPORT: "wire",
         ENV_NONCE: nonce,
         ENV_SPEC: json.dumps(job["spec"]),
         "PYTHONUNBUFFERED": "1",
     })
-    if config.memory_floor is not None:
-        env["DRAINBOARD_MEMORY_FLOOR"] = config.memory_floor
     return env
 
 

@@ -200,3 +200,11 @@ def run_long_lines(spec, ctx):
         print(f"placing {name}", file=sys.stderr, flush=True)
         ctx.record(tensors_placed=1, bytes_placed=4, tensor_name=name)
     return {"name_length": len(name)}
+
+
+@job_kind("config")
+def run_config(spec, ctx):
+    """Return the configuration the job ran under (as JSON) and the child's working directory."""
+    with ctx.stage("load"):
+        ctx.record(tensors_placed=0)
+    return {"config": ctx.config.to_json(), "cwd": os.getcwd()}
