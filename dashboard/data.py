@@ -48,6 +48,27 @@ def jobs(path: str, *, status: tuple[str, ...] | None = None, limit: int = 500) 
     return queries.list_jobs(_db(path), status=status, limit=limit)
 
 
+@st.cache_data(ttl=1, show_spinner=False)
+def job_page(path: str, *, status: tuple[str, ...] | None, kinds: tuple[str, ...] | None,
+             modes: tuple[str, ...] | None, about: str, limit: int, offset: int) -> list[dict]:
+    """One page of jobs newest first, filtered in the database (History pages through every job this way)."""
+    return queries.list_jobs(_db(path), status=status, kind=kinds, modes=modes, about=about or None, limit=limit,
+                             offset=offset)
+
+
+@st.cache_data(ttl=1, show_spinner=False)
+def job_counts(path: str, *, kinds: tuple[str, ...] | None = None, modes: tuple[str, ...] | None = None,
+               about: str = "") -> dict[str, int]:
+    """Status -> jobs over the whole table (filtered by kind, mode and text)."""
+    return queries.count_jobs(_db(path), kind=kinds, modes=modes, about=about or None)
+
+
+@st.cache_data(ttl=5, show_spinner=False)
+def job_choices(path: str) -> tuple[list[str], list[str]]:
+    """(kinds, modes) among all jobs."""
+    return queries.job_choices(_db(path))
+
+
 def active_jobs(path: str) -> list[dict]:
     """Running and queued jobs, oldest first: the one list the header chip and the Run page's
     queue both draw, so one cannot say "Idle" while the other lists a running job."""
@@ -198,6 +219,14 @@ def checkpoints(roots: tuple[str, ...]) -> list:
     return find_checkpoints([Path(r) for r in roots])
 
 
+@st.cache_data(ttl=10, show_spinner=False)
+def lora_files(roots: tuple[str, ...]) -> list:
+    """LoRA files under the model roots (headers only): what the Run page offers."""
+    from models.lora_inputs import find_lora_files
+
+    return find_lora_files(roots)
+
+
 @st.cache_data(ttl=300, show_spinner=False)
 def unified_host() -> bool:
     """Whether this machine's GPU shares host memory (the supervisor's own probe, cached)."""
@@ -212,6 +241,13 @@ def guard_limits(budget: int | None, floor: int | None, total: int):
     from jobs.guard import job_limits
 
     return job_limits(budget, floor, config(), unified=unified_host(), total=total)
+
+
+def lock_notice(path: str):
+    """The worker's wait for another process's lock on the database, or None (`storage.lock_waits`)."""
+    from storage.lock_waits import read_lock_notice
+
+    return read_lock_notice(path)
 
 
 @st.cache_data(ttl=2, show_spinner=False)

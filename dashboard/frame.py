@@ -48,21 +48,22 @@ def draw_header() -> DeltaGenerator:
 
 @contextmanager
 def one_line_on_setup_error() -> Iterator[None]:
-    """A bad setting or a damaged job database: the one line the CLIs print, in place of the page (no traceback)."""
+    """A bad setting or a refused job database (damaged, read-only, a directory, locked): the one line the CLIs
+    print, in place of the page (no traceback)."""
     from storage.config import ConfigError
-    from storage.connections import DatabaseDamagedError, damage_error
+    from storage.connections import DatabaseRefusedError, refusal_error
 
     try:
         yield
-    except (ConfigError, DatabaseDamagedError) as e:
+    except (ConfigError, DatabaseRefusedError) as e:
         st.error(str(e), icon=":material/error:")
     except sqlite3.DatabaseError as e:
         from dashboard import data
 
-        damaged = damage_error(e, data.db_path())
-        if damaged is None:
+        refused = refusal_error(e, data.db_path())
+        if refused is None:
             raise
-        st.error(str(damaged), icon=":material/database:")
+        st.error(str(refused), icon=":material/database:")
 
 
 def refuse_open_bind() -> None:

@@ -3,23 +3,30 @@
 Self-contained: the Run page calls `workflow_section` inside its generate
 form and merges the returned fields into the spec's `generate` mapping, then
 `stage_plan_section` once the knobs that change the plan are chosen; an
-upload is written once under `<data_dir>/uploads/` (named by its digest) and
-submit copies it into the job's own folder, where the Job page's
-`input_strip` shows it.
+upload is checked for size before anything is written, written once under
+`<data_dir>/uploads/` (named by its digest), an image decoded there (a bad one
+is removed and named in one line), and submit copies it into the job's own
+folder, where the Job page's `input_strip` shows it. Uploads no queued job
+names are removed once they are `UPLOAD_GRACE_SECONDS` old (a form still
+holding one writes it again on its next rerun).
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import pandas as pd
 import streamlit as st
 
+from core.echo import echo
+from core.errors import DrainboardError
+from dashboard import format as fmt
 from dashboard import words
 from models.clips import CLIP_FORMATS, MAX_CLIP_BYTES, MAX_CLIP_SECONDS
-from models.inputs import MAX_IMAGE_BYTES
+from models.inputs import MAX_IMAGE_BYTES, InputImageError, check_image
 from models.params import INPUT_FILE_FIELDS
 from models.quantize import DIT_COMPONENTS
 from models.workflows import WORKFLOW_CLIPS, WORKFLOW_INPUTS, WORKFLOWS, stage_plan
@@ -33,14 +40,74 @@ WORKFLOW_HELP = {"t2va": "text to video with audio", "fl2va": "from a first and/
 """One line per workflow for the workflow control."""
 
 
-def save_upload(data_dir: Path, name: str, body: bytes) -> Path:
-    """Write an uploaded file under `<data_dir>/uploads/` by its digest (the suffix kept) and return the path."""
+UPLOAD_GRACE_SECONDS = 15 * 60
+"""How old an upload no queued job names must be before it is removed: a form being filled keeps its files."""
+IMAGE_TYPES = ["png", "jpg", "jpeg", "webp"]
+"""The suffixes the image uploaders offer."""
+
+
+class UploadError(DrainboardError):
+    """An upload the Run page refuses (too large, or not an image): said in one line, nothing kept."""
+
+
+def upload_limit(clip: bool) -> int:
+    """The bytes an uploader accepts: the limit submit enforces on the same input (32 MiB images, 256 MiB clips)."""
+    return MAX_CLIP_BYTES if clip else MAX_IMAGE_BYTES
+
+
+def save_upload(data_dir: Path, name: str, size: int, body: Callable[[], bytes], clip: bool) -> Path:
+    """Write an upload under `<data_dir>/uploads/` by its digest (the suffix kept) and return the path.
+    UploadError, with nothing written, when `size` is over the input's limit; an image is decoded once written
+    and removed again when it is not a usable image (submit checks a clip's streams)."""
+    limit = upload_limit(clip)
+    if size > limit:
+        raise UploadError(f"{echo(name)} is {fmt.gib(size)}: {'clips' if clip else 'images'} up to "
+                          f"{fmt.gib(limit)} are accepted. Nothing was kept.")
+    content = body()
     folder = Path(data_dir) / "uploads"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / (hashlib.sha256(body).hexdigest()[:32] + Path(name).suffix.lower())
+    path = folder / (hashlib.sha256(content).hexdigest()[:32] + Path(name).suffix.lower())
     if not path.exists():
-        path.write_bytes(body)
+        partial = path.with_name(path.name + ".partial")
+        partial.write_bytes(content)
+        partial.replace(path)
+    else:
+        path.touch()  # still in use: the grace period starts again
+    if not clip:
+        try:
+            check_image(path)
+        except InputImageError as e:
+            path.unlink(missing_ok=True)
+            why = str(e).removeprefix(f"{path}: ").replace(f" {str(path)!r}", "")  # Pillow names the file too
+            raise UploadError(f"{echo(name)}: {why}. Nothing was kept.") from None
     return path
+
+
+def prune_uploads(data_dir: Path, wanted: Iterable[str], *, now: float | None = None,
+                  grace: float = UPLOAD_GRACE_SECONDS) -> list[Path]:
+    """Remove the files under `<data_dir>/uploads/` that no path in `wanted` (the queued jobs' inputs) names and
+    that are older than `grace` seconds; returns what was removed."""
+    folder = Path(data_dir) / "uploads"
+    if not folder.is_dir():
+        return []
+    keep = {Path(p).name for p in wanted if p and Path(p).parent == folder}
+    cutoff = (time.time() if now is None else now) - grace
+    removed = []
+    for path in folder.iterdir():
+        try:
+            if path.name not in keep and path.is_file() and path.stat().st_mtime < cutoff:
+                path.unlink()
+                removed.append(path)
+        except OSError:
+            continue  # another session removed or replaced it meanwhile
+    return removed
+
+
+def queued_inputs(jobs: Iterable[dict]) -> list[str]:
+    """Every input file path the queued jobs' specs name (what `prune_uploads` must keep)."""
+    return [str(generate[field]) for job in jobs if job["status"] == "queued"
+            for generate in [(job.get("spec") or {}).get("generate") or {}]
+            for field in INPUT_FILE_FIELDS if generate.get(field)]
 
 
 def plan_table(workflow: str, audio: bool, sequential: bool = True, quantize: str | None = None) -> pd.DataFrame:
@@ -78,15 +145,22 @@ def workflow_section(data_dir: Path, audio: bool, carried: tuple[int | None, dic
     cols = st.columns(max(len(names), 1))
     for col, name in zip(cols, names):
         clip = name in WORKFLOW_CLIPS[workflow]
+        limit = upload_limit(clip)
+        # max_upload_size (in Streamlit's MB, which are MiB) makes the browser refuse a larger file before sending
+        # it; the server's own cap is the global server.maxUploadSize, so save_upload checks the size again.
         upload = col.file_uploader(
             CLIP_LABELS[name] if clip else INPUT_LABELS[name], key=f"run_gen_{name}",
-            type=list(CLIP_FORMATS) if clip else ["png", "jpg", "jpeg", "webp"],
-            help=(f"{' or '.join(f.upper() for f in CLIP_FORMATS)} up to {MAX_CLIP_BYTES // 2**20} MiB and "
-                  f"{MAX_CLIP_SECONDS:g} s; resampled to 24 fps and cut to the clip's frames as diffusers does" if clip
-                  else f"PNG, JPEG or WebP up to {MAX_IMAGE_BYTES // 2**20} MiB; resized onto the canvas the way "
-                       "diffusers does"))
+            type=list(CLIP_FORMATS) if clip else IMAGE_TYPES, max_upload_size=limit // fmt.MIB,
+            help=(f"resampled to 24 fps and cut to the clip's frames as diffusers does" if clip
+                  else "resized onto the canvas the way diffusers does"))
+        col.caption(f"{' or '.join(f.upper() for f in CLIP_FORMATS)}, up to {fmt.gib(limit)} and "
+                    f"{MAX_CLIP_SECONDS:g} s" if clip else f"PNG, JPEG or WebP, up to {fmt.gib(limit)}")
         if upload is not None:
-            fields[name] = str(save_upload(data_dir, upload.name, upload.getvalue()))
+            try:
+                fields[name] = str(save_upload(data_dir, upload.name, upload.size, upload.getvalue, clip))
+            except UploadError as e:
+                col.error(str(e), icon=":material/error:")
+                continue
             _preview(col, clip, upload.getvalue(), upload.name)
         elif name in carried_files:
             fields[name] = carried_files[name]

@@ -3,6 +3,7 @@ the last submit's messages under them) and returns the spec's raw fields for job
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import streamlit as st
@@ -16,18 +17,20 @@ from dashboard.inputs_panel import stage_plan_section, workflow_section
 from dashboard.views.checkpoints import CheckpointChoice, components_table, outside_roots
 from dashboard.views.run import (
     DEFAULT_COMPONENT, DTYPES, GENERATE_FIELDS, KIND_LABELS, MODE_HELP, OFFERED_FLAGS, POLICY_DEFAULT, QUANTIZE_CHOICES,
-    QUANTIZE_NONE, TRISTATE, VAE_DTYPE_CHOICES, generate_defaults, generate_geometry, offload_preview, offload_summary,
-    quantize_value,
+    QUANTIZE_NONE, STEP_CACHE_CHOICES, TRISTATE, VAE_DTYPE_CHOICES, generate_defaults, generate_geometry,
+    lora_scale_field, offload_preview, offload_summary, quantize_value,
 )
 from jobs.kinds import kind_names
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings
+from models.levers import (ATTENTION_BACKENDS, LOSSY_NOTE, LeverOption, is_lossless, lever_option, lever_problems,
+                           step_cache_problem)
 from models.quantize_check import cuda_capability, quantization_problem, torchao_installed
 from models.workflows import WORKFLOWS
 
 DEFAULT_PROMPT = "a red fox trotting through fresh snow at dawn, soft light"
 MODES = ("stream", "drain", "retain")
-KNOBS = ("vae_tiling", "vae_dtype", "quantize")
+KNOBS = ("vae_tiling", "vae_dtype", "quantize", "attention", "compile", "step_cache")
 """The generate fields knob_fields draws (and shows the messages of)."""
 
 
@@ -195,8 +198,8 @@ def generate_fields(choice, device: DeviceInfo, sequential: bool | None) -> dict
     canvas, multiple = generate_geometry(str(choice.path) if choice else None)
     defaults = generate_defaults(DEFAULT_PROMPT, canvas)
     for name, value in defaults.items():
-        seed(name, value, QUANTIZE_CHOICES if name == "gen_quantize" else VAE_DTYPE_CHOICES if name == "gen_vae_dtype"
-             else None)
+        seed(name, value, {"gen_quantize": QUANTIZE_CHOICES, "gen_vae_dtype": VAE_DTYPE_CHOICES,
+                           "gen_step_cache": STEP_CACHE_CHOICES, "gen_attention": ATTENTION_BACKENDS}.get(name))
     st.subheader("Generate", anchor=False)
     st.text_area("Prompt", key=key("gen_prompt"), height=80)
     show_errors("generate.prompt")
@@ -217,6 +220,8 @@ def generate_fields(choice, device: DeviceInfo, sequential: bool | None) -> dict
     fields |= workflow_section(data.config().data_dir, fields["audio"], carried_inputs(), drop_carried)
     show_errors("generate.workflow", "generate.image", "generate.last_image", "generate.ref_image")
     fields |= knob_fields(device)
+    fields |= lever_fields(device, fields["quantize"])
+    fields["loras"] = lora_fields(fields["steps"])
     stage_plan_section(fields["workflow"], fields["audio"],
                        device.unified_memory if sequential is None else sequential, fields["quantize"])
     return fields
@@ -237,10 +242,11 @@ def knob_fields(device: DeviceInfo) -> dict[str, Any]:
              "(PSNR) from fp32's.")
     quantize = quantize_value(cols[2].selectbox(
         "Transformer weights", QUANTIZE_CHOICES, key=key("gen_quantize"),
-        format_func=lambda q: "bf16 (not quantized)" if q == QUANTIZE_NONE else f"{q} (weight-only, torchao)",
-        help="Weight-only quantization of the DiT as it is placed: int8 on CPU and CUDA, fp8 on CUDA compute "
-             "capability 8.9+. It holds about half the bf16 bytes."))
-    show_errors(*[f"generate.{name}" for name in KNOBS])
+        format_func=lambda q: "bf16 (not quantized)" if q == QUANTIZE_NONE else lever_option("quantize", q).label,
+        help="Quantization of the DiT as it is placed: int8 weights on CPU and CUDA, fp8 weights or fp8 compute "
+             "(fp8 activations too: a speed lever) on CUDA compute capability 8.9+. It holds about half the bf16 "
+             "bytes."))
+    show_errors(*[f"generate.{name}" for name in ("vae_tiling", "vae_dtype", "quantize")])
     if not tiling:
         st.warning(VAE_TILING_WARNING + ". Turn it off only to compare.", icon=":material/warning:")
     if vae_dtype == "fp32":
@@ -253,6 +259,75 @@ def knob_fields(device: DeviceInfo) -> dict[str, Any]:
         st.info(f"{quantize} frames are not bit-identical to bf16's: the same seed gives a different clip (the seed "
                 "contract holds for unquantized runs only).", icon=":material/info:")
     return {"vae_tiling": bool(tiling), "vae_dtype": vae_dtype, "quantize": quantize}
+
+
+def lora_fields(steps: int | None) -> list[dict[str, Any]]:
+    """LoRA files found under the model roots, stacked in the order picked, each with its strength (`--lora
+    FILE:SCALE`); a few-step file run at many more steps than its metadata states (unset: the model's 50) is
+    warned about."""
+    from models.lora_inputs import MAX_LORAS, MAX_SCALE, few_step_warning
+    from models.params import DEFAULT_STEPS
+
+    found = {f.path: f for f in data.lora_files(tuple(str(r) for r in data.config().model_roots))}
+    seed("gen_loras", [])
+    st.session_state[key("gen_loras")] = [p for p in st.session_state[key("gen_loras")] if p in found]
+    picked = st.multiselect(
+        "LoRAs", list(found), key=key("gen_loras"), max_selections=MAX_LORAS,
+        format_func=lambda p: f"{Path(p).name} ({fmt.gib(found[p].size, 2)})",
+        placeholder="none" if found else "no LoRA file under the model roots",
+        help="safetensors LoRAs under the model roots, merged into the transformer as it loads, in the order "
+             "picked. Checked against the checkpoint when the job is queued.")
+    loras = []
+    for path in picked:
+        field = lora_scale_field(path)
+        seed(field, 1.0)
+        scale = st.number_input(f"Strength of {Path(path).name}", min_value=-MAX_SCALE, max_value=MAX_SCALE,
+                                step=0.05, key=key(field))
+        warning = few_step_warning(Path(path).name, found[path].stated_steps, steps or DEFAULT_STEPS)
+        if warning:
+            st.warning(warning, icon=":material/speed:")
+        loras.append({"file": path, "scale": float(scale)})
+    show_errors("generate.loras", *[f"generate.loras[{i}]" for i in range(len(picked))])
+    return loras
+
+
+def lever_fields(device: DeviceInfo, quantize: str | None) -> dict[str, Any]:
+    """The DiT's speed levers (`--attention`, `--compile`, `--step-cache`), each named lossless or lossy, with
+    what the device cannot run said as `jobs submit` would refuse it."""
+    def named(field: str):
+        def label(value) -> str:
+            option = lever_option(field, value)
+            return "native (default)" if option is None else f"{option.label} · {lossless_word(option)}"
+        return label
+
+    st.markdown("**Speed levers**")
+    cols = st.columns(3)
+    attention = cols[0].selectbox("Attention backend", ATTENTION_BACKENDS, key=key("gen_attention"),
+                                  format_func=named("attention"),
+                                  help="diffusers' attention backend for the DiT: torch SDPA with any kernel (native), "
+                                       "or pinned to cuDNN's, flash's or the memory-efficient one; SageAttention "
+                                       "where its package is installed.")
+    compile = cols[1].toggle("Regional compile", key=key("gen_compile"),
+                             help="Compile the DiT's repeated blocks (lossless). The first call compiles; it is "
+                                  "timed as its own stage, denoise.compile.")
+    cache = quantize_value(cols[2].selectbox(
+        "Step cache", STEP_CACHE_CHOICES, key=key("gen_step_cache"),
+        format_func=lambda c: "none (every step computed)" if c == QUANTIZE_NONE else named("step_cache")(c),
+        help="Reuse DiT work across steps (lossy). Only TaylorSeer applies to MiniMax H3."))
+    show_errors(*[f"generate.{name}" for name in ("attention", "compile", "step_cache")])
+    values = {"attention": attention, "compile": bool(compile), "step_cache": cache}
+    problems = lever_problems(values, device.spec, cuda_capability(device.kind, device.index))
+    problems.pop("quantize", None)  # the quantize control says its own
+    cache_problem = step_cache_problem(cache)
+    for problem in [*problems.values(), *([cache_problem] if cache_problem else [])]:
+        st.error(f"{problem}. *Queue job* refuses it.", icon=":material/error:")
+    if not is_lossless(values | {"quantize": quantize}):
+        st.info(LOSSY_NOTE, icon=":material/info:")
+    return values
+
+
+def lossless_word(option: LeverOption) -> str:
+    return "lossless" if option.lossless else "lossy"
 
 
 def offload_fields(device: DeviceInfo) -> dict[str, bool]:

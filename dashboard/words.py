@@ -7,29 +7,7 @@ the JSON, the downloads and the tooltips. What a page shows in text goes through
 
 from __future__ import annotations
 
-COMPONENT_WORDS = {
-    "transformer": "transformer",
-    "transformer_ref": "reference transformer",
-    "text_encoder": "text encoder",
-    "vae": "video decoder",
-    "audio_vae": "audio decoder",
-    "image_encoder": "image encoder",
-}
-"""A checkpoint component as the pages name it."""
-
-STAGE_WORDS = {
-    "probe": "starting the job",
-    "prepare": "preparing the tokenizer and scheduler",
-    "encode": "encoding the prompt",
-    "text_encoder": "encoding the prompt",
-    "vae_encoder": "encoding the images",
-    "load": "loading",
-    "denoise.denoise": "denoising",
-    "decode.video": "decoding the video",
-    "decode.audio": "decoding the audio",
-    "write": "writing the video",
-}
-"""Stages a job reports, in words; `load.<component>` and other `denoise.*` blocks are derived."""
+from jobs.stage_words import COMPONENT_WORDS, STAGE_WORDS, component, stage  # noqa: F401 (the pages' words too)
 
 EVENT_WORDS = {
     "stage_start": "started",
@@ -61,30 +39,6 @@ FLAG_WORDS = {
     "pin_cpu_memory": "pinned CPU copies",
 }
 """Offload flags, as what each one does."""
-
-
-def component(name: str | None) -> str:
-    """`text encoder` for `text_encoder`; unknown names lose their underscores."""
-    if not name:
-        return ""
-    return COMPONENT_WORDS.get(name, name.replace("_", " "))
-
-
-def stage(name: str | None) -> str:
-    """`loading the text encoder` for `load.text_encoder`, `denoising` for `denoise.denoise`;
-    "" for no stage."""
-    if not name:
-        return ""
-    if name in STAGE_WORDS:
-        return STAGE_WORDS[name]
-    head, _, tail = name.partition(".")
-    if head == "load" and tail:
-        return f"loading the {component(tail)}"
-    if head == "denoise":
-        return "preparing to denoise"
-    if head == "decode":
-        return f"decoding the {component(tail) or 'output'}"
-    return name.replace(".", " ").replace("_", " ")
 
 
 def event(kind: str | None) -> str:

@@ -168,6 +168,10 @@ def _generate_needs(spec: JobSpec, info: DeviceInfo, db):
                                  dtype_bytes=dtype_bytes, sequential_components=spec.sequential_components,
                                  resolved=True)
     needs = [StageNeed(s.stage, s.host_bytes, s.device_bytes, 0) for s in forecast.stages]
+    if forecast.clip_decode_bytes:
+        from models.clips import READ_CLIP
+
+        needs.insert(0, StageNeed(READ_CLIP, forecast.clip_decode_bytes, 0, 0))
     work = stage_work(forecast)
     records = stage_records(db) if db is not None else []
     eta = [e.to_dict() for e in estimate(work, records, device_key(info.kind, info.name))]

@@ -85,6 +85,10 @@ def _run(job_id: int, reporter: Reporter, data_dir: Path, config: Config) -> int
     except (TypeError, ValueError, KeyError) as e:
         reporter.error(f"invalid spec: {e}", None)
         return EXIT_INVALID_SPEC
+    mismatch = spec.roots_mismatch(config.model_roots)
+    if mismatch is not None:
+        reporter.error(mismatch, None)
+        return EXIT_FAILED
     signal.signal(signal.SIGTERM, _on_sigterm)
     probe = MemoryProbe(spec.device, cgroup_file=os.environ.get(ENV_CGROUP_USAGE) or None)
     sample_fd = os.environ.get(ENV_SAMPLE_FD)

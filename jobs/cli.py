@@ -22,6 +22,7 @@ import sqlite_utils
 from jobs.documents import job_document, print_job, print_job_table
 from jobs.kinds import kind_names
 from jobs.queue import cancel, retry, submit
+from jobs.stage_words import progress_text
 from jobs.errors import JobSpecError
 from machine.advice import warn_about_mode
 from core.command_line import CliParser, dtype_type, run_cli
@@ -32,9 +33,9 @@ from core.errors import DiskFullError
 from core.sizes import MAX_SIZE
 from models.request_args import add_workflow_arguments, workflow_fields
 from storage.config import Config, load_config
-from storage.connections import damage_error, is_database_full
-from storage.queries import get_job, list_jobs
-from storage.schema import FINAL_STATUSES, JOB_STATUSES, open_database
+from storage.connections import is_database_full, refusal_error
+from storage.queries import get_job, job_table, list_jobs
+from storage.schema import FINAL_STATUSES, JOB_STATUSES, open_database, open_for_reading
 
 LOW_DISK_SPACE = 2**20
 """Free bytes under which an SQLite I/O error counts as a full disk (a WAL database that cannot create its
@@ -61,28 +62,31 @@ def main(argv: list[str] | None = None) -> int:
     return run_cli(build_parser, argv)
 
 
-def _with_database(run: Command) -> Callable[[argparse.Namespace], int]:
-    """Give a subcommand the config and an open database; a full disk becomes a DiskFullError (exit 2)
-    saying where and how much is free, a damaged database one line naming it (also exit 2)."""
+def _with_database(run: Command | None = None, *, read_only: bool = False):
+    """Give a subcommand the config and an open database (`read_only`: opened for reads only, so it works on
+    read-only media); a full disk becomes a DiskFullError (exit 2) saying where and how much is free, any
+    other refusal of the database one line naming it and why (also exit 2)."""
+    if run is None:
+        return functools.partial(_with_database, read_only=read_only)
 
     @functools.wraps(run)
     def command(args: argparse.Namespace) -> int:
         config = load_config()
         try:
-            db = open_database(config.db_path)
+            db = open_for_reading(config.db_path) if read_only else open_database(config.db_path)
             try:
                 return run(args, config, db)
             finally:
                 db.conn.close()
         except Exception as e:
-            damaged = damage_error(e, config.db_path)
-            if damaged is not None:
-                raise damaged from e
-            if not (is_database_full(e) or is_disk_full(e) or (
-                    isinstance(e, sqlite3.OperationalError) and free_bytes(config.db_path) < LOW_DISK_SPACE)):
-                raise
-            raise DiskFullError(f"disk full: cannot write to the database {config.db_path} "
-                                f"({free_bytes(config.db_path):,} bytes free): {e}") from e
+            if is_database_full(e) or is_disk_full(e) or (
+                    isinstance(e, sqlite3.OperationalError) and free_bytes(config.db_path) < LOW_DISK_SPACE):
+                raise DiskFullError(f"disk full: cannot write to the database {config.db_path} "
+                                    f"({free_bytes(config.db_path):,} bytes free): {e}") from e
+            refused = refusal_error(e, config.db_path)
+            if refused is not None:
+                raise refused from e
+            raise
 
     return command
 
@@ -96,17 +100,17 @@ def _submit(args: argparse.Namespace, config: Config, db: sqlite_utils.Database)
     return 0 if job["status"] == ("succeeded" if args.wait else "queued") else 1
 
 
-@_with_database
+@_with_database(read_only=True)
 def _list(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
-    jobs = list_jobs(db, status=args.status, kind=args.kind, limit=args.limit)
     if args.json:
+        jobs = list_jobs(db, status=args.status, kind=args.kind, limit=args.limit)
         print(json.dumps({"jobs": [job_document(j, db, config) for j in jobs]}))
-    else:
-        print_job_table(jobs)
+    else:  # only the columns it shows: a spec or metrics JSON can run to megabytes a job
+        print_job_table(job_table(db, status=args.status, kind=args.kind, limit=args.limit))
     return 0
 
 
-@_with_database
+@_with_database(read_only=True)
 def _show(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
     return _print_existing(db, config, args.id, args.json)
 
@@ -147,7 +151,8 @@ def _wait(db: sqlite_utils.Database, config: Config, job_id: int) -> dict:
     shown, alive_at = None, time.monotonic()
     while True:
         job = get_job(db, job_id)
-        line = f"job {job_id}: {job['status']} {job['stage'] or ''} {job['progress_done'] or ''}/{job['progress_total'] or ''}"
+        where = progress_text(job["stage"], job["progress_done"], job["progress_total"])
+        line = f"job {job_id}: {job['status']}" + (f": {where}" if where else "")
         if line != shown:
             _say(line)
             shown = line

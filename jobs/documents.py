@@ -70,11 +70,11 @@ def print_job(document: dict[str, Any], *, as_json: bool) -> None:
 
 
 def print_job_table(jobs: list[dict]) -> None:
-    """Jobs as aligned columns under a header row, each error cut to its first line."""
+    """Jobs (`storage.queries.job_table` rows) as aligned columns under a header row, each error cut to its
+    first line."""
     rows = [("ID", "KIND", "STATUS", "CREATED", "FINISHED", "MODEL", "ERROR")]
     for job in jobs:
-        spec = job["spec"] or {}
-        model = echo_name(spec.get("model", ""), LINE_LIMIT) + (f" [{spec['component']}]" if spec.get("component") else "")
+        model = echo_name(job["model"] or "", LINE_LIMIT) + (f" [{job['component']}]" if job["component"] else "")
         rows.append((str(job["id"]), job["kind"], job["status"], timestamp(job["created_at"]),
                      timestamp(job["finished_at"]), model, echo_name(one_line(job["error"]), LINE_LIMIT)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]

@@ -20,6 +20,7 @@ import sqlite_utils
 
 from jobs.liveness import boot_id, pid_alive
 from storage.config import Config
+from storage.lock_waits import LockNotice, read_lock_notice
 from storage.schema import open_database
 from storage.queries import supervisors
 
@@ -31,10 +32,12 @@ LAUNCHED_IDLE_EXIT = 600.0
 HOST = socket.gethostname()
 
 
-def is_alive(row: dict, now: float, current_boot: str | None = None) -> bool:
-    """Whether a supervisor row belongs to a live supervisor: fresh heartbeat, not stopped, same boot,
-    and (on this host) a pid that is neither gone nor a zombie."""
-    if row["stopped_at"] is not None or now - row["heartbeat_at"] > STALE_AFTER:
+def is_alive(row: dict, now: float, current_boot: str | None = None, lock_notice: LockNotice | None = None) -> bool:
+    """Whether a supervisor row belongs to a live supervisor: fresh heartbeat (or a stale one while its
+    `lock_notice` says it waits for another process's lock), not stopped, same boot, and (on this host) a
+    pid that is neither gone nor a zombie."""
+    waiting = lock_notice is not None and lock_notice.owner == row["id"]
+    if row["stopped_at"] is not None or (now - row["heartbeat_at"] > STALE_AFTER and not waiting):
         return False
     if row.get("boot_id") and row["boot_id"] != (current_boot or boot_id()):
         return False
@@ -45,8 +48,10 @@ def supervisor_status(db: sqlite_utils.Database, now: float | None = None) -> di
     """Whether a supervisor is alive, for the dashboard: `alive`, `id`, `pid`, `heartbeat_age`, `current_job`."""
     now = time.time() if now is None else now
     current_boot = boot_id()
+    file = db.execute("PRAGMA database_list").fetchone()[2]  # "" for a database in memory
+    notice = read_lock_notice(file) if file else None
     for row in supervisors(db):
-        if is_alive(row, now, current_boot):
+        if is_alive(row, now, current_boot, notice):
             return {"alive": True, "id": row["id"], "pid": row["pid"], "heartbeat_age": now - row["heartbeat_at"],
                     "current_job": row["current_job"]}
     return {"alive": False, "id": None, "pid": None, "heartbeat_age": None, "current_job": None}
@@ -93,6 +98,7 @@ def worker_env(config: Config) -> dict[str, str]:
     env.update(
         DRAINBOARD_DATA=str(config.data_dir),
         DRAINBOARD_MODEL_ROOTS=os.pathsep.join(str(r) for r in config.model_roots),
+        DRAINBOARD_HUB_CACHE="off",  # the roots just pinned hold the Hugging Face cache already when it is on
         PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
     )
     if config.memory_floor is not None:

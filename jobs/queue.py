@@ -93,7 +93,7 @@ def retry(db: sqlite_utils.Database, job_id: int, config: Config, *, changes: Ma
     stored = dict(job["spec"])
     if "offload_set" in stored:  # only the flags the user set are input again; the policy decides the others
         stored["offload"] = {k: v for k, v in (stored.get("offload") or {}).items() if k in stored["offload_set"]}
-    raw = reuse_inputs({k: v for k, v in {**stored, **(changes or {})}.items() if k not in ("forecast", "offload_set")},
+    raw = reuse_inputs({k: v for k, v in {**stored, **(changes or {})}.items() if k not in ("forecast", "offload_set", "model_roots")},
                        job["spec"], config.data_dir, job_id)
     return queue_spec(db, admit(build_spec(raw, config), config, db), config.data_dir, retry_of=job_id)
 

@@ -17,6 +17,7 @@ from jobs.samples import DatabaseSink, SampleSink
 from storage import jobs_table
 from storage.artifacts import record_artifact
 from storage.connections import is_database_full
+from storage.lock_waits import LockWait
 from storage.schema import open_database
 from storage.queries import get_job
 
@@ -60,7 +61,8 @@ class Reporter(Protocol):
 
 
 class DatabaseReporter:
-    """Writes into the job's rows of the database at `db_path` (the child shares the supervisor's machine)."""
+    """Writes into the job's rows of the database at `db_path` (the child shares the supervisor's machine);
+    a write meeting another process's lock waits it out (`storage.lock_waits`): the job pauses, loses nothing."""
 
     remote = False
 
@@ -68,7 +70,7 @@ class DatabaseReporter:
         self.job_id = job_id
         self._db_path = db_path
         self._data_dir = Path(data_dir)
-        self._db = open_database(db_path, check_same_thread=False)
+        self._db = open_database(db_path, check_same_thread=False, lock_wait=LockWait())
         self._lock = threading.Lock()
 
     def spec(self) -> dict[str, Any] | None:

@@ -8,7 +8,7 @@ field; a stored spec is read back with `JobSpec.from_dict`.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable, Mapping
 
 from loader.checkpoint import discover_checkpoint
@@ -78,6 +78,10 @@ class JobSpec:
     """Queued with `--force` (or the Run page's "Queue anyway"): a refusal of the forecast was overridden."""
     forecast: dict[str, Any] | None = None
     """What `jobs.admission` predicted at submit: per stage bytes, work and seconds, and any refusal."""
+    model_roots: tuple[str, ...] = ()
+    """The model roots the paths were checked against at submit (the configuration's, never the user's):
+    a worker reading other roots refuses the job in words (`roots_mismatch`) instead of failing it deep in
+    a load. Empty in specs stored before it was recorded."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,7 +94,19 @@ class JobSpec:
         if values.get("generate") is not None:
             values["generate"] = GenerateParams(**values["generate"])
         values["offload_set"] = tuple(values.get("offload_set", ()))
+        values["model_roots"] = tuple(values.get("model_roots", ()))
         return cls(**values)
+
+    def roots_mismatch(self, roots: list) -> str | None:
+        """Why this spec cannot run under `roots` (a worker's configured model roots): None when they are the
+        ones it was checked against at submit (in any order), or when it recorded none."""
+        mine, theirs = sorted(self.model_roots), sorted(str(r) for r in roots)
+        if not mine or mine == theirs:
+            return None
+        return (f"this job was checked against the model roots {', '.join(mine)} when it was submitted, but this "
+                f"worker reads {', '.join(theirs) or '(none)'}; start the worker with the same model roots "
+                f"(DRAINBOARD_MODEL_ROOTS or model_roots in drainboard.toml, and the same hub_cache setting) "
+                f"or submit the job again to this worker's roots")
 
 
 class _Problems:
@@ -142,16 +158,17 @@ def build_spec(raw: Mapping[str, Any], config: Config, *, known_kinds: tuple[str
         **_memory_sizes(raw, problems),
         "drop_page_cache": _optional_bool(raw.get("drop_page_cache"), "drop_page_cache", problems),
         "sequential_components": _optional_bool(raw.get("sequential_components"), "sequential_components", problems),
-        "generate": _generate(kind, raw.get("generate"), model, problems),
+        "generate": _generate(kind, raw.get("generate"), model, config, problems),
         "offload_set": tuple(sorted(raw.get("offload") or {})),
         "forced": bool(_optional_bool(raw.get("forced"), "forced", problems)),
+        "model_roots": tuple(str(r) for r in config.model_roots),
     }
     if device is not None and gpus is not None:
         if gpus > 1 and not device.startswith("cuda"):
             problems.add("gpus", f"{gpus} GPUs need a cuda device, got {device!r}")
         else:
             _check_device_present(device, gpus, probe, problems)
-    _check_quantization(values, problems)
+    _check_levers(values, problems)
     if values["sequential_components"] is not None and kind != "generate":
         problems.add("sequential_components", f"only applies to generate jobs, not {kind!r}")
     _check_drop_page_cache(values, problems)
@@ -174,20 +191,21 @@ def _skeleton(value: Any, values: Mapping[str, Any], problems: _Problems) -> boo
     return value
 
 
-def _check_quantization(values: Mapping[str, Any], problems: _Problems) -> None:
-    """A quantized DiT that cannot run on the job's device (no torchao, fp8 below its compute capability) is
-    refused here, as the Run page warns, not when the child loads the transformer."""
+def _check_levers(values: Mapping[str, Any], problems: _Problems) -> None:
+    """A lever the job's device cannot run (a CUDA-only attention backend on a CPU, fp8 compute or an fp8 / int8
+    DiT without torchao or below its compute capability) is refused here, as the Run page warns, not when the
+    child loads the transformer."""
     params = values["generate"]
-    if params is None or params.quantize is None or values["device"] is None:
+    if params is None or values["device"] is None:
         return
     if any(name in ("device", "gpus") for name, _ in problems.found):
         return  # the device itself is refused already (its probe failed): that is the line to show
-    from models.quantize_check import cuda_capability, quantization_problem, torchao_installed
+    from models.levers import lever_problems
+    from models.quantize_check import cuda_capability
 
     capability = cuda_capability(*parse_device_spec(values["device"]))
-    problem = quantization_problem(params.quantize, values["device"], capability, torchao_installed())
-    if problem is not None:
-        problems.add("generate.quantize", problem)
+    for name, problem in lever_problems(params.to_dict(), values["device"], capability).items():
+        problems.add(f"generate.{name}", problem)
 
 
 def _check_checkpoint(model: str | None, config: Config, problems: _Problems) -> None:
@@ -346,7 +364,7 @@ def _optional_bool(value: Any, name: str, problems: _Problems) -> bool | None:
     return value
 
 
-def _generate(kind: Any, raw: Any, model: str | None, problems: _Problems) -> GenerateParams | None:
+def _generate(kind: Any, raw: Any, model: str | None, config: Config, problems: _Problems) -> GenerateParams | None:
     """Generate parameters: types here, ranges by the model's own rules (set exactly for generate jobs)."""
     if kind != "generate":
         if raw:
@@ -355,7 +373,27 @@ def _generate(kind: Any, raw: Any, model: str | None, problems: _Problems) -> Ge
     params = _generate_params(raw or {}, problems)
     if params is not None and model is not None:
         _check_against_model(params, model, problems)
+        params = _checked_loras(params, model, config, problems)
     return params
+
+
+def _checked_loras(params: GenerateParams, model: str, config: Config, problems: _Problems) -> GenerateParams:
+    """Each LoRA resolved under a model root and checked against the model (`models.lora_inputs.inspect_lora`),
+    recorded with its content hash and partition; a bad one is refused naming the file."""
+    if not params.loras:
+        return params
+    from models.lora_inputs import LoraError, inspect_lora
+
+    checked = []
+    for i, lora in enumerate(params.loras):
+        try:
+            resolve_model_path(lora.file, config.model_roots)
+            checked.append(inspect_lora(lora, model, params.resolved_workflow, config.model_roots).lora)
+        except ModelPathError as e:
+            problems.add(f"generate.loras[{i}]", f"LoRA {echo(lora.file)}: {e}")
+        except LoraError as e:
+            problems.add(f"generate.loras[{i}]", str(e))
+    return replace(params, loras=tuple(checked)) if len(checked) == len(params.loras) else params
 
 
 def _int_at_least(value: Any, minimum: int, name: str, problems: _Problems) -> int | None:
@@ -379,6 +417,12 @@ def _generate_params(raw: Mapping[str, Any], problems: _Problems) -> GeneratePar
     unset = {f.name for f in fields(GenerateParams) if f.default is None}  # a stored spec says None for these
     values = {k: v for k, v in raw.items() if k in names and not (v is None and k in unset)}
     ok = True
+    if "loras" in values:
+        try:
+            values["loras"] = GenerateParams(prompt="", loras=values["loras"]).loras
+        except GenerateParamsError as e:
+            problems.add("generate.loras", e.problems["loras"])
+            ok = False
     for name in ("prompt", "negative_prompt"):
         if name in values:
             problem = _text_problem(values[name])
@@ -406,9 +450,10 @@ def _generate_params(raw: Mapping[str, Any], problems: _Problems) -> GeneratePar
         except (TypeError, ValueError):
             problems.add("generate.guidance_scale", f"must be a number, got {echo(values['guidance_scale'])}")
             ok = False
-    if "audio" in values and not isinstance(values["audio"], bool):
-        problems.add("generate.audio", f"must be true or false, got {echo(values['audio'])}")
-        ok = False
+    for name in ("audio", "compile"):
+        if name in values and not isinstance(values[name], bool):
+            problems.add(f"generate.{name}", f"must be true or false, got {echo(values[name])}")
+            ok = False
     return GenerateParams(**values) if ok else None
 
 

@@ -13,7 +13,15 @@ ended is recorded by `jobs.ending`. The dashboard calls
 
 A worker whose database is gone (its data folder deleted, or the file
 replaced) stops, its running child killed: it would serve a folder nobody
-reads. A worker started on someone's behalf (`ensure_supervisor`: the
+reads. So does one whose write-ahead log was deleted under it: its writes since
+the last checkpoint live only in that deleted file, which its connection copies
+back into the database as it closes, and every new opener is refused until then.
+
+Another process holding the database's write lock (an open `BEGIN IMMEDIATE`)
+stops nothing: the supervisor's writes, its sample relay's and the child's wait
+it out with growing pauses (`storage.lock_waits`), the file
+`drainboard.db.locked` says the wait while it lasts (the System page shows it),
+and once it ends the running job gets a `database_locked` event saying how long. A worker started on someone's behalf (`ensure_supervisor`: the
 dashboard, `jobs submit --wait`) also ends once idle, that is, for
 `LAUNCHED_IDLE_EXIT` seconds no job was queued or running and no dashboard
 page was open (`Config.dashboard_heartbeat`), and says so in its log. Its fork
@@ -22,6 +30,7 @@ server goes with it.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -51,6 +60,7 @@ from storage import jobs_table
 from storage.artifacts import new_artifact_path
 from storage.config import ENV_RESOLVED, Config
 from storage.connections import checkpoint_wal, is_database_full
+from storage.lock_waits import LockSpell, LockWait, lock_notice_path
 from storage.schema import open_database
 from storage.queries import last_sample, supervisors
 
@@ -96,8 +106,13 @@ class Supervisor:
         self.read_meminfo = read_meminfo
         self.id = f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.boot_id = boot_id()
-        self.db = open_database(config.db_path)
+        self.lock_wait = LockWait(self.id, lock_notice_path(config.db_path))
+        """This worker's waits for another process's lock on the database (its writes wait them out)."""
+        self.db = open_database(config.db_path, lock_wait=self.lock_wait)
         self._db_file = _file_identity(config.db_path)
+        self._wal = config.db_path.with_name(config.db_path.name + "-wal")
+        self._wal_file = _file_identity(self._wal) \
+            if self.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal" else None
         self.idle_exit = idle_exit
         self._used_at = time.time()
         """When a job was last in hand or queued, or a dashboard page last seen (wall clock)."""
@@ -158,7 +173,8 @@ class Supervisor:
         if owner is not None and not is_alive(owner, now, self.boot_id):
             return f"{who} stopped while the job was running"
         heartbeat = job["heartbeat_at"] or job["started_at"] or 0.0
-        if now - heartbeat > STALE_AFTER:
+        if now - heartbeat > STALE_AFTER and not self.lock_wait.waited_within(STALE_AFTER, now):
+            # (After a lock nobody could write a heartbeat: its age is no evidence until writes flow again.)
             return f"{who} stopped tending the job (no heartbeat for {now - heartbeat:.0f} s)"
         return None
 
@@ -200,11 +216,17 @@ class Supervisor:
         return True
 
     def _check_database(self) -> None:
-        """Raise `WorkerGone` once the database file this worker opened is no longer at its path."""
-        if _file_identity(self.config.db_path) != self._db_file:
+        """Raise `WorkerGone` once the database file this worker opened is no longer at its path, or its
+        write-ahead log was deleted (an open connection keeps its log: another in its place is a new file)."""
+        path = self.config.db_path
+        if _file_identity(path) != self._db_file:
             where = "its data folder was deleted" if not self.config.data_dir.is_dir() else "the file was removed or replaced"
-            raise WorkerGone(f"supervisor {self.id}: the job database {self.config.db_path} is gone ({where}); "
+            raise WorkerGone(f"supervisor {self.id}: the job database {path} is gone ({where}); "
                              f"this worker stops")
+        if self._wal_file is not None and _file_identity(self._wal) != self._wal_file:
+            raise WorkerGone(f"supervisor {self.id}: the write-ahead log {self._wal} of the job database was deleted while "
+                             f"this worker had it open; this worker stops, copying the writes only that log held "
+                             f"back into {path} as it closes")
 
     def idle_for(self, now: float | None = None) -> float:
         """Seconds since a job was last queued or in hand, or a dashboard page last open."""
@@ -246,9 +268,29 @@ class Supervisor:
                         [now, current, self.id])
         if current is not None:
             jobs_table.heartbeat(self.db, current, now)
+        self._say_lock_waits(current)
         if self._disk_full is not None:
             self._disk_full = None
             _say(f"supervisor {self.id}: the database takes writes again")
+
+    def _say_lock_waits(self, job_id: int | None) -> None:
+        """Each wait for another process's lock that ended: a line in the worker log, and an event of the job
+        in hand."""
+        for spell in self.lock_wait.take_ended():
+            self._say_lock_wait(spell, job_id)
+
+    def _say_lock_wait(self, spell: LockSpell, job_id: int | None) -> None:
+        message = (f"the job database was locked by another process for {spell.seconds:.1f} s "
+                   f"(from {time.strftime('%H:%M:%S', time.localtime(spell.since))}); this worker's writes waited "
+                   f"and none was lost")
+        _say(f"supervisor {self.id}: {message}")
+        if job_id is None:
+            return
+        started = self.db.execute("SELECT started_at FROM jobs WHERE id = ?", [job_id]).fetchone()
+        t = max(0.0, spell.since - started[0]) if started and started[0] is not None else 0.0
+        self.db["events"].insert({"job_id": job_id, "t": t, "created_at": time.time(), "kind": "database_locked",
+                                  "stage": None, "message": message,
+                                  "data": json.dumps({"since": spell.since, "until": spell.until})})
 
     def _fail_to_start(self, job_id: int, error: str) -> None:
         jobs_table.finish(self.db, job_id, "failed", error=error)
@@ -283,7 +325,8 @@ class Supervisor:
         if limits.active:
             guard = MemoryGuard(limits, lambda sig: _send(process, sig), read=self.read_meminfo,
                                 snapshot=lambda: relay.last)
-        relay = SampleRelay(self.config.db_path, job["id"], read_fd, on_start=guard.begin if guard else None)
+        relay = SampleRelay(self.config.db_path, job["id"], read_fd, on_start=guard.begin if guard else None,
+                            lock_wait=self.lock_wait)
         if guard:
             guard.start()
         self._running = RunningChild(job["id"], process, log_path, cgroup, relay, guard)
@@ -334,6 +377,7 @@ class Supervisor:
         if running.guard:
             running.guard.stop()
         running.relay.close()  # every sample the child wrote is in the database before its end is told
+        self._say_lock_waits(running.job_id)
         missing = record_exit(self.db, self.config, running, code)
         if missing is not None:
             _say(f"supervisor {self.id}: job {running.job_id}: {missing}")

@@ -13,7 +13,7 @@ mode fill the module.
 from __future__ import annotations
 
 import os
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, MutableMapping, Sequence
 
 import torch
 import torch.nn as nn
@@ -29,6 +29,7 @@ from machine.memory import MemoryProbe
 from .model_registry import get_model_builder
 from .naming import EXTRA_STATE_SUFFIX, MergeRules, RenameRules, plan_targets
 from .placement import LoadPlan, Placement, PlacementContext, PlannedTarget, get_placement
+from .placement.base import Adjust
 from .report import LoadMeter, LoadReport, TensorPlaced
 from .roots import RootsArg
 from .skeleton import build_skeleton
@@ -53,6 +54,7 @@ def load_checkpoint(
     probe: MemoryProbe | None = None,
     drop_page_cache: bool | None = None,
     pin_host: bool = False,
+    adjust: MutableMapping[str, Adjust] | None = None,
 ) -> tuple[nn.Module, LoadReport]:
     """Load one component of the checkpoint at `path` into a module on `device`.
 
@@ -75,6 +77,10 @@ def load_checkpoint(
     keeps the mode's default). `pin_host` puts CPU destinations in page-locked memory, packed into
     power-of-two blocks (`loader.io.host_blocks`): for a module a GPU will copy from, such as a
     group-offloaded DiT; pageable where pinning is refused (the report's `host_pinned_note` says why).
+    `adjust` maps target names to in-place changes, each applied to its destination once the bytes have
+    landed and before it is installed, metered and reported (`on_tensor` sees the changed tensor): how a
+    model merges a LoRA delta while the weights stream. Entries are removed as they are applied (what they
+    hold is freed as the load goes); a name the load does not place is refused before any byte is read.
 
     Raises CheckpointError (malformed checkpoint, a file outside the roots),
     PlacementError (bad option, unknown mode, name/shape mismatch, strict
@@ -110,8 +116,9 @@ def load_checkpoint(
         excluded_tensors=len(excluded),
         excluded_bytes=sum(m.nbytes for m in excluded),
     )
+    _check_adjust(adjust, plan)
     host = PinnedHostArena(sum(p.nbytes for p in plan.targets)) if pin_host and target_device.type == "cpu" else None
-    _fill(placement, plan, module, target_device, report, probe, on_tensor, host)
+    _fill(placement, plan, module, target_device, report, probe, on_tensor, host, adjust)
     return module, report
 
 
@@ -139,6 +146,16 @@ def _split_excluded(
     for meta in tensors:
         (excluded if exclude(meta.name) else kept).append(meta)
     return kept, excluded
+
+
+def _check_adjust(adjust: MutableMapping[str, Adjust] | None, plan: LoadPlan) -> None:
+    """Refuse adjustments for names this load never places (they would silently not apply)."""
+    if not adjust:
+        return
+    placed = {p.name for p in plan.targets}
+    stray = sorted(n for n in adjust if n not in placed)
+    if stray:
+        raise PlacementError(f"{len(stray)} adjusted tensor(s) are not placed by this load, e.g. {_examples(stray)}")
 
 
 def _registered_module(comp: ComponentMeta, module: nn.Module | None) -> tuple[nn.Module | None, tuple[str, ...]]:
@@ -215,6 +232,7 @@ def _fill(
     probe: MemoryProbe | None,
     on_tensor: Callable[[TensorPlaced], None] | None,
     host: PinnedHostArena | None = None,
+    adjust: MutableMapping[str, Adjust] | None = None,
 ) -> None:
     """Prepare, baseline, place and synchronise, metering every tensor into `report` (and what `host`
     pinned)."""
@@ -225,7 +243,7 @@ def _fill(
     probe = probe or MemoryProbe(str(device))
     try:
         meter = LoadMeter(report, probe, on_tensor)
-        ctx = PlacementContext(module, device, meter, host)
+        ctx = PlacementContext(module, device, meter, host, adjust)
         placement.prepare(plan, ctx)
         meter.baseline()
         meter.start()

@@ -40,8 +40,10 @@ def _inspect(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
         return 0
     pipeline = f", {echo_name(summary['pipeline_class'])}" if summary["pipeline_class"] else ""
+    path = echo_name(summary["path"])
+    named = f"{echo_name(summary['name'])}: {path}" if summary["name"] != summary["path"] else path
     print(
-        f"{echo_name(summary['path'])} ({summary['layout']}{pipeline}): {summary['tensors']} tensors,"
+        f"{named} ({summary['layout']}{pipeline}): {summary['tensors']} tensors,"
         f" {summary['bytes'] / _GiB:.2f} GiB"
     )
     for c in summary["components"]:

@@ -7,7 +7,11 @@ every file a checkpoint names is opened here, and only here:
 - its real path is found and checked under a root (`ModelRoots`), then opened
   by walking that path down from the root's descriptor one component at a
   time with `O_NOFOLLOW`: a link put in anywhere after the check makes the
-  open fail instead of leading outside;
+  open fail instead of leading outside. A Hugging Face snapshot's link into
+  its own repository's `blobs/` is the one link followed: it is resolved and
+  checked to stay in that `models--*` folder (`ModelRoots.locate`), and the
+  walk to the blob starts from the repository folder, so what is opened is
+  the checked blob whatever the link says by then;
 - with `O_NONBLOCK`, and `fstat` must show a regular file: a FIFO, socket or
   device named like a shard is refused with one line instead of hanging;
 - discovery records what it opened (`CheckedFile`: device, inode, size); a
@@ -71,9 +75,9 @@ def open_checked(path: Path, roots: ModelRoots, name: str) -> tuple[int, Checked
         real = Path(os.path.realpath(path))
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"{name}: cannot resolve: {exc}") from None
-    root = next((r for r in roots.folders if real == r or r in real.parents), None)
+    root = roots.locate(path)
     if root is None:
-        raise RootEscape(f"{name}: resolves outside the model roots ({roots.describe()}); refused")
+        raise roots.escape(path, name)
     fd, st = _open_walk(root, real, name)
     return fd, CheckedFile(real, root, st.st_dev, st.st_ino, st.st_size)
 

@@ -14,6 +14,7 @@ import torch
 from .confined import CheckedFile
 from .dtypes import SAFETENSORS_DTYPES
 from core.echo import echo, echo_name
+from core.hub_cache import model_label
 from core.errors import SHOWN_PROBLEMS, CheckpointError
 
 
@@ -75,6 +76,9 @@ class ShardMeta:
     """The header's `__metadata__`."""
     checked: CheckedFile | None = None
     """The file as opened and validated (None only for a hand-built shard)."""
+    refused_entries: int = 0
+    """Header entries too malformed to describe a tensor (not in `tensors`): with any, whether the
+    tensors cover the data area exactly is not judged (their bytes are unaccounted for)."""
 
 
 @dataclass
@@ -210,6 +214,7 @@ class CheckpointIndex:
     def summary(self) -> dict:
         return {
             "path": str(self.path),
+            "name": model_label(self.path),
             "layout": self.layout,
             "index_file": self.index_file.name if self.index_file else None,
             "pipeline_class": self.pipeline_class,

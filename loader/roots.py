@@ -12,7 +12,9 @@ import os
 from pathlib import Path
 from typing import Iterable
 
+from core.echo import echo_name
 from core.errors import CheckpointError
+from core.hub_cache import holding_root, link_root
 
 RootsArg = Iterable[str | os.PathLike] | None
 """What `roots=` accepts: folders (resolved here), or None for the checkpoint's own root."""
@@ -24,7 +26,14 @@ class RootEscape(CheckpointError):
 
 
 class ModelRoots:
-    """The resolved folders a load may read from."""
+    """The resolved folders a load may read from.
+
+    One exception to "links resolved under a root": a file in a Hugging Face cache snapshot under a root is
+    a relative link into its repository's `blobs/`, usually outside the root (the snapshot folder given as
+    the root, as `python -m loader inspect <snapshot>` does). Such a link counts as inside when its target
+    stays in the same `models--*` repository folder (`core.hub_cache.link_root`); the file is then opened
+    from that repository folder down, no link followed (`confined`). A link out of the repository is refused.
+    """
 
     def __init__(self, roots: Iterable[str | os.PathLike]):
         self.folders = tuple(Path(os.path.realpath(r)) for r in roots)
@@ -39,16 +48,37 @@ class ModelRoots:
         given = Path(path)
         return cls([given if given.is_dir() else given.parent])
 
-    def contains(self, path: Path) -> bool:
-        """Whether `path`, links resolved, lies under (or is) one of the roots."""
+    def locate(self, path: Path) -> Path | None:
+        """The folder an open of `path` walks down from: the root it resolves under (links resolved), or
+        the cache repository its snapshot link stays in while the link itself lies under a root; None
+        when neither holds."""
         real = Path(os.path.realpath(path))
-        return any(real == root or root in real.parents for root in self.folders)
+        root = next((r for r in self.folders if real == r or r in real.parents), None)
+        if root is not None:
+            return root
+        folder = Path(os.path.realpath(Path(path).parent))
+        if not any(folder == r or r in folder.parents for r in self.folders):
+            return None
+        return link_root(path)
+
+    def contains(self, path: Path) -> bool:
+        """Whether `path` lies under (or is) one of the roots, links resolved (see `locate`)."""
+        return self.locate(path) is not None
 
     def check(self, path: Path, entry: str) -> Path:
         """`path` unchanged if it resolves under a root, else a CheckpointError naming `entry`."""
         if not self.contains(path):
-            raise RootEscape(f"{entry}: resolves outside the model roots ({self.describe()}); refused")
+            raise self.escape(path, entry)
         return path
+
+    def escape(self, path: Path, entry: str) -> RootEscape:
+        """The refusal of `path`: where it really is, which root would hold it and how to add one."""
+        real = Path(os.path.realpath(path))
+        where = "" if real == Path(path) else f" (it is {echo_name(real)})"
+        holder = echo_name(holding_root(real))
+        return RootEscape(f"{entry}: resolves outside the model roots ({self.describe()}){where}; refused. "
+                          f"A root holding it: {holder} (python -m loader: --root {holder}; jobs and the "
+                          f"dashboard: model_roots in drainboard.toml or DRAINBOARD_MODEL_ROOTS)")
 
     def describe(self) -> str:
         return ", ".join(str(r) for r in self.folders)

@@ -80,25 +80,41 @@ def read_shard_header(
     finally:
         os.close(fd)
     try:
-        header = parse_json(raw)
+        header = parse_json(raw, strict=True)
     except JSONProblem as exc:
         return None, [f"{name}: header is {exc}"]
     if not isinstance(header, dict):
         return None, [f"{name}: header is a JSON {type(header).__name__}, expected an object"]
     shard = ShardMeta(path=path, size=size, data_start=8 + length, checked=checked)
-    problems = []
-    metadata = header.pop("__metadata__", {})
-    if isinstance(metadata, dict):
-        shard.metadata = {str(k): str(v) for k, v in metadata.items()}
-    else:
-        problems.append(f"{name}: __metadata__ is a {type(metadata).__name__}, expected an object")
+    metadata = header.pop("__metadata__", None)
+    problems = _metadata_problems(name, metadata)
+    if not problems and metadata:
+        shard.metadata = metadata
     for tname, entry in header.items():
         meta, problem = _parse_entry(shard, tname, entry)
         if problem:
             problems.append(problem)
+            shard.refused_entries += 1
         else:
             shard.tensors.append(meta)
     return shard, problems
+
+
+_JSON_KINDS = {int: "a number", float: "a number", bool: "a boolean", str: "a string", list: "a list", dict: "an object", type(None): "null"}
+"""Each type `json` builds, in JSON's own terms."""
+
+
+def _metadata_problems(name: str, metadata: object) -> list[str]:
+    """Why `__metadata__` is not what safetensors reads (absent, null, or an object of strings), or []."""
+    if metadata is None:
+        return []
+    if type(metadata) is not dict:
+        return [f"{name}: __metadata__ is not an object of strings but {_JSON_KINDS[type(metadata)]}"]
+    return [
+        f"{name}: __metadata__ {echo(key)} is not a string but {_JSON_KINDS[type(value)]}"
+        for key, value in metadata.items()
+        if type(value) is not str
+    ]
 
 
 def _parse_entry(shard: ShardMeta, tname: str, entry: object) -> tuple[TensorMeta | None, str | None]:

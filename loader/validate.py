@@ -47,6 +47,7 @@ def _validate_shard(shard: ShardMeta) -> list[str]:
     file = echo_name(shard.path.name)
     data_size = shard.size - shard.data_start
     spans = []
+    truncated = False
     for t in shard.tensors:
         begin, end = t.data_offsets
         found = []
@@ -60,15 +61,42 @@ def _validate_shard(shard: ShardMeta) -> list[str]:
         if end < begin:
             found.append(f"has data_offsets [{begin}, {end}] that end before they begin")
         elif end > data_size:
+            truncated = True
             found.append(f"has data_offsets [{begin}, {end}] past the end of the {data_size}-byte data area (truncated?)")
         if found:  # the tensor's name is formatted only for a problem: a sound header has 639 of them
             problems += [f"{file}: tensor {echo(t.name, NAME_LIMIT)} {text}" for text in found]
         if end >= begin:
             spans.append((begin, end, t.name))
-    spans.sort()
-    for (b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:]):
-        if b1 < e0 and e1 > b1:
+    return problems + _coverage_problems(shard, sorted(spans), data_size, truncated)
+
+
+def _coverage_problems(shard: ShardMeta, spans: list[tuple[int, int, str]], data_size: int, truncated: bool) -> list[str]:
+    """Where the tensors, in offset order, fail to tile the data area exactly from 0 to its end.
+
+    safetensors refuses a gap, an overlap and trailing bytes alike (alignment is
+    not required: each tensor starts where the one before ends, whatever the
+    offset); a byte no tensor owns could hide anything.
+    """
+    problems = []
+    file = echo_name(shard.path.name)
+    covered, last = 0, None  # end of the data the tensors so far cover, and the tensor reaching it
+    for begin, end, name in spans:
+        if begin > covered:
+            after = f"tensor {echo(last[2], NAME_LIMIT)} [{last[0]}, {last[1]}]" if last else "the start of the data area"
             problems.append(
-                f"{file}: tensors {echo(n0, NAME_LIMIT)} [{b0}, {e0}] and {echo(n1, NAME_LIMIT)} [{b1}, {e1}] overlap"
+                f"{file}: {begin - covered} bytes between {after} and tensor {echo(name, NAME_LIMIT)}"
+                f" [{begin}, {end}] belong to no tensor (safetensors refuses gaps)"
             )
+        elif begin < covered:
+            problems.append(
+                f"{file}: tensors {echo(last[2], NAME_LIMIT)} [{last[0]}, {last[1]}]"
+                f" and {echo(name, NAME_LIMIT)} [{begin}, {end}] overlap"
+            )
+        if end >= covered:
+            covered, last = end, (begin, end, name)
+    if covered < data_size and not truncated and not shard.refused_entries:
+        problems.append(
+            f"{file}: {data_size - covered} bytes after the last tensor's data belong to no tensor"
+            " (safetensors refuses trailing bytes)"
+        )
     return problems

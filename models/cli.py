@@ -21,7 +21,7 @@ from machine.offload import OffloadSettings
 from loader.placement import known_placements
 
 from .params import GenerateParams
-from .request_args import add_workflow_arguments, workflow_fields
+from .request_args import add_workflow_arguments, lora_roots, workflow_fields
 from .pipeline import run_generate
 from .profiles import PROFILES, get_profile
 from .progress import ProgressBar
@@ -59,8 +59,9 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    fields = workflow_fields(args)
     params = GenerateParams(prompt=args.prompt, frames=args.frames, height=args.height, width=args.width,
-                            steps=args.steps, seed=args.seed, audio=not args.no_audio, **workflow_fields(args))
+                            steps=args.steps, seed=args.seed, audio=not args.no_audio, **fields)
     bar = ProgressBar(1, "denoising", unit=" steps")
 
     def on_event(event: PipelineEvent) -> None:
@@ -75,6 +76,7 @@ def _generate(args: argparse.Namespace) -> int:
     result = run_generate(
         args.model_dir, params, args.out, device=args.device, dtype=getattr(torch, args.dtype) if args.dtype else None,
         mode=args.mode, offload=offload, sequential_components=args.sequential_components, on_event=on_event,
+        roots=lora_roots(args.model_dir, fields),
     )
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
@@ -135,6 +137,7 @@ def _forecast(args: argparse.Namespace) -> int:
         "process_host_bytes": forecast.process_host_bytes,
         "process_device_bytes": forecast.process_device_bytes, "stages": stages, "loads": loads,
         "peak_stage": forecast.peak_stage, "peak_bytes": forecast.predicted_peak_bytes,
+        "lora_bytes": forecast.lora_bytes,
         "peak_with_process_bytes": forecast.predicted_peak_bytes + forecast.process_host_bytes
         + forecast.process_device_bytes,
         "total_seconds": total_seconds(etas.values()),

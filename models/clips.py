@@ -11,7 +11,11 @@ at once, as RGB) pass `MAX_CLIP_DECODED_BYTES` (read from the header first,
 then counted while decoding, so nothing large is held), a truncated or corrupt
 stream, fewer frames than the conditioner reads (`MIN_CLIP_FRAMES` at 24 fps),
 and a soundtrack diffusers cannot take (more than two channels, or a rate
-other than the audio VAE's where torchaudio, which resamples it, is missing).
+other than the audio VAE's where torchaudio, which resamples it, is missing),
+should not take (NaN or infinite samples) or whose decode it would hold
+unbounded (over `MAX_SOUNDTRACK_SECONDS`, as declared, then as counted while
+decoding). Video frames decode to 8-bit RGB, finite by construction; a
+soundtrack decodes to float samples, which can hold NaN.
 """
 
 from __future__ import annotations
@@ -35,6 +39,11 @@ MAX_CLIP_BYTES = 256 * 2**20
 """Largest clip file accepted (256 MiB)."""
 MAX_CLIP_SECONDS = 60.0
 """Longest clip accepted; diffusers keeps only as many frames as the request generates (at most 15 s)."""
+MAX_SOUNDTRACK_SECONDS = MAX_CLIP_SECONDS
+"""Longest soundtrack accepted, as long as the longest clip: diffusers decodes all of it as float32 (twice over while
+it joins the pieces) and then keeps only as much as the request generates (at most `models.params.MAX_SECONDS`)."""
+READ_CLIP = "read_clip"
+"""The run's stage in which diffusers decodes the clip (its frames and its whole soundtrack, before any weight)."""
 MAX_CLIP_PIXELS = 3840 * 2160
 """Most pixels per frame accepted (4K UHD)."""
 MAX_CLIP_DECODED_BYTES = 2 * 2**30
@@ -64,6 +73,10 @@ class ClipInfo:
     """Pixels, upright."""
     audio_rate: int | None
     """The soundtrack's sample rate; None without an audio stream."""
+    audio_channels: int | None = None
+    """The soundtrack's channels (1 or 2 once checked); None without an audio stream."""
+    audio_seconds: float | None = None
+    """The soundtrack's length as its stream declares it; None without one, or where the file does not say."""
 
     @property
     def frames_at_24(self) -> int:
@@ -101,8 +114,7 @@ def check_clip(path: str | os.PathLike, sampling_rate: int | None = None) -> Cli
         info = _check_video(path, container, container.streams.video[0])
         if container.streams.audio:
             container.seek(0)
-            _check_audio(path, container, container.streams.audio[0], sampling_rate)
-            info = replace(info, audio_rate=int(container.streams.audio[0].codec_context.sample_rate))
+            info = replace(info, **_check_audio(path, container, container.streams.audio[0], sampling_rate))
     if info.frames_at_24 < MIN_CLIP_FRAMES:
         resampled = "" if info.fps == H3_FPS else f" ({info.frames_at_24} at {H3_FPS} fps)"
         raise InputClipError(f"{path}: {info.frames} frames at {info.fps:g} fps{resampled}; a reference clip needs at"
@@ -148,27 +160,61 @@ def _too_long(path: Path, frames: int, fps: float, width: int, height: int, at_l
             f" decoded); clips up to {MAX_CLIP_SECONDS:g} s and {MAX_CLIP_DECODED_BYTES // 2**30} GiB decoded are accepted")
 
 
-def _check_audio(path: Path, container, stream, sampling_rate: int | None) -> None:
-    import av
+def _soundtrack(stream) -> dict[str, Any]:
+    """What an audio stream declares: its `ClipInfo` fields."""
+    seconds = float(stream.duration * stream.time_base) if stream.duration and stream.time_base else None
+    return {"audio_rate": int(stream.codec_context.sample_rate), "audio_channels": int(stream.codec_context.channels),
+            "audio_seconds": seconds}
 
-    rate, channels = int(stream.codec_context.sample_rate), int(stream.codec_context.channels)
+
+def _check_audio(path: Path, container, stream, sampling_rate: int | None) -> dict[str, Any]:
+    """The soundtrack's `ClipInfo` fields, once it decodes whole, finite and within `MAX_SOUNDTRACK_SECONDS`."""
+    import av
+    import numpy as np
+
+    declared = _soundtrack(stream)
+    rate, channels, seconds = declared["audio_rate"], declared["audio_channels"], declared["audio_seconds"]
     if channels not in (1, 2):
         raise InputClipError(f"{path}: its soundtrack has {channels} channels; diffusers takes mono or stereo")
+    if rate <= 0:
+        raise InputClipError(f"{path}: its soundtrack reports no sample rate")
+    if seconds is not None and seconds > MAX_SOUNDTRACK_SECONDS:
+        raise InputClipError(_soundtrack_too_long(path, seconds))
     if sampling_rate is not None and rate != sampling_rate and importlib.util.find_spec("torchaudio") is None:
         raise InputClipError(f"{path}: its soundtrack is at {rate} Hz; diffusers resamples it to the audio VAE's"
                              f" {sampling_rate} Hz with torchaudio, which is not installed (give a clip at"
                              f" {sampling_rate} Hz, or one without sound)")
+    most, samples = int(MAX_SOUNDTRACK_SECONDS * rate), 0
     try:
-        for _ in container.decode(stream):
-            pass
+        for frame in container.decode(stream):
+            if frame.format.name in _FLOAT_SAMPLES and not np.isfinite(frame.to_ndarray()).all():
+                raise InputClipError(f"{path}: its soundtrack holds NaN or infinite samples (from {samples / rate:.2f}"
+                                     " s on); the video generated from it would come out black and silent")
+            samples += frame.samples
+            if samples > most:
+                raise InputClipError(_soundtrack_too_long(path, samples / rate, at_least=True))
     except av.FFmpegError as e:
         raise InputClipError(f"{path}: truncated or corrupt soundtrack: {e}") from None
+    return declared
+
+
+_FLOAT_SAMPLES = frozenset({"flt", "fltp", "dbl", "dblp"})
+"""FFmpeg's floating-point sample formats: the only ones that can hold NaN or infinity."""
+
+
+def _soundtrack_too_long(path: Path, seconds: float, at_least: bool = False) -> str:
+    from .params import MAX_SECONDS  # params imports this module
+
+    more = "at least " if at_least else ""
+    return (f"{path}: its soundtrack runs {more}{seconds:.1f} s; soundtracks up to {MAX_SOUNDTRACK_SECONDS:g} s are"
+            f" accepted (diffusers conditions on at most the {MAX_SECONDS:g} s a video generates)")
 
 
 def read_clip_header(path: str | os.PathLike) -> ClipInfo | None:
     """What a clip's header says, for the forecast: the frames it declares (else its duration at its rate), the
-    rate, the upright size (one frame decoded, for its rotation) and the soundtrack's rate; None where PyAV cannot
-    read it (`check_clip` refuses such a clip at submit, naming the file). Decodes one frame, not the clip."""
+    rate, the upright size (one frame decoded, for its rotation) and the soundtrack's rate, channels and length;
+    None where PyAV cannot read it (`check_clip` refuses such a clip at submit, naming the file). Decodes one
+    frame, not the clip."""
     import av
 
     try:
@@ -184,12 +230,12 @@ def read_clip_header(path: str | os.PathLike) -> ClipInfo | None:
             if rotation is not None and round(rotation.rotation / 90.0) % 2:
                 width, height = height, width
             audio = container.streams.audio
-            rate = int(audio[0].codec_context.sample_rate) if audio else None
+            soundtrack = _soundtrack(audio[0]) if audio else {}
     except (av.FFmpegError, OSError, UnicodeDecodeError, ValueError):
         return None
     if fps <= 0 or frames <= 0:
         return None
-    return ClipInfo(frames=frames, fps=fps, width=width, height=height, audio_rate=rate)
+    return ClipInfo(frames=frames, fps=fps, width=width, height=height, **{"audio_rate": None, **soundtrack})
 
 
 def open_clip(path: str | os.PathLike):

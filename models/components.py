@@ -194,6 +194,7 @@ def load_component(
     roots: list[str | os.PathLike] | None = None,
     quantize: str | None = None,
     pin_host: bool = False,
+    adjust: dict[str, Callable[[torch.Tensor], None]] | None = None,
 ) -> tuple[nn.Module, LoadReport]:
     """Component `name` of the MiniMax H3 checkpoint at `root`, built empty and filled by the loader.
 
@@ -201,6 +202,8 @@ def load_component(
     text encoder, `excluded` / `excluded_bytes` say what was left unread).
     `quantize` (a DiT only) quantizes each Linear as its tensors are placed (`models.quantize`).
     `pin_host` (a CPU `device`) places the weights in page-locked blocks, for group offload to copy from.
+    `adjust` goes to the loader: in-place changes made as each named weight is placed, before it is quantized
+    (how `models.lora_merge` merges LoRAs).
     Raises CheckpointError / PlacementError naming the folder and tensor.
     """
     folder = Path(root) / name
@@ -228,7 +231,7 @@ def load_component(
     module, report = load_checkpoint(
         root, component=name, module=module, mode=mode, device=device, dtype=target_dtype,
         dtype_overrides=overrides, exclude=exclude, on_tensor=on_tensor, probe=probe,
-        roots=roots if roots is not None else [root], pin_host=pin_host,
+        roots=roots if roots is not None else [root], pin_host=pin_host, adjust=adjust,
     )
     if quantizer is not None:
         quantizer.finish()

@@ -175,6 +175,9 @@ class StageForecast:
     """Device memory of the stage (reserved, not only allocated); 0 on a CPU."""
     driver: float
     """The stage's size in its own unit (what the working set and the seconds scale with)."""
+    lora_bytes: int = 0
+    """LoRA factors and merge temporaries held while this stage's DiT loads just before it (they are gone when it
+    computes: the stage counts the larger of them and its working set)."""
 
     @property
     def total_bytes(self) -> int:
@@ -215,15 +218,26 @@ class GenerateForecast:
     """One entry per computing stage, in run order."""
     workflow: str = "t2va"
     """The workflow whose stage plan was forecast."""
+    clip_decode_bytes: int = 0
+    """Host bytes above the process (which counts the decoded clip) while a reference clip decodes, in its own
+    stage (`models.clips.READ_CLIP`) before any weight: what the decode holds twice for a moment."""
+    lora_bytes: dict[str, int] = field(default_factory=dict)
+    """Partition -> what its LoRAs hold while it loads (`models.lora_inputs.lora_load_bytes`); a merged LoRA holds
+    nothing once loaded."""
 
     @property
     def predicted_peak_bytes(self) -> int:
         """The largest stage's host + device, above the process."""
-        return max((s.total_bytes for s in self.stages), default=0)
+        return max([s.total_bytes for s in self.stages] + [self.clip_decode_bytes])
 
     @property
     def peak_stage(self) -> str:
-        return max(self.stages, key=lambda s: s.total_bytes).stage if self.stages else ""
+        from .clips import READ_CLIP
+
+        peak = max(self.stages, key=lambda s: s.total_bytes, default=None)
+        if peak is None or self.clip_decode_bytes > peak.total_bytes:
+            return READ_CLIP if self.clip_decode_bytes else ""
+        return peak.stage
 
     def stage(self, name: str) -> StageForecast:
         return next(s for s in self.stages if s.stage == name)
@@ -235,7 +249,9 @@ class GenerateForecast:
             "sequential_components": self.sequential_components, "component_bytes": dict(self.component_bytes),
             "placements": dict(self.placements), "process_host_bytes": self.process_host_bytes,
             "process_device_bytes": self.process_device_bytes, "stages": [s.to_dict() for s in self.stages],
+            "clip_decode_bytes": self.clip_decode_bytes,
             "predicted_peak_bytes": self.predicted_peak_bytes, "peak_stage": self.peak_stage,
+            "lora_bytes": dict(self.lora_bytes),
         }
 
 
@@ -306,6 +322,10 @@ def forecast_generate(
     tokens, drivers, outputs = _drivers(model, params, height, width, text_tokens, dtype_bytes, conditions,
                                         _vision_tokens(root, [c for c in conditions if c[0] == 1]), clip)
     pixels = drivers["decode.video"]  # the clip's pixels, as _drivers counts them
+    from .lora_inputs import lora_load_bytes
+
+    lora_bytes = lora_load_bytes(root, params) if params.loras else {}
+    loaded: set[str] = set()
     layers = max(int(model.configs["transformer"]["num_layers"]), 1)
     # An fp32 video VAE's tensors are twice bf16's: its stages' per-unit bytes scale with the element (an
     # assumption, not fitted: CPU_TERMS were measured at bf16).
@@ -330,6 +350,8 @@ def forecast_generate(
         terms = CUDA_STAGE_TERMS if cuda else CPU_TERMS
         scale = vae_scale if "vae" in reads else 1.0
         activations = _working_set(terms[stage], drivers[stage] * scale)
+        merging = sum(lora_bytes.get(c, 0) for c in resident if c not in loaded)  # loaded just before this stage
+        loaded.update(resident)
         if stage == "vae_encoder" and drivers[CLIP_ENCODE]:
             activations = max(activations, _working_set(terms[CLIP_ENCODE], drivers[CLIP_ENCODE] * scale))
         carried += int(CUDA_HOST_FRAME_BYTES[stage] * 3 * pixels) if cuda and stage in CUDA_HOST_FRAME_BYTES \
@@ -337,7 +359,7 @@ def forecast_generate(
         heap = retained + int(CPU_RETAINED_WEIGHTS * released)
         held = carried + (heap if cpu else 0)
         if cpu:
-            overhead, host, device = 0, weights + activations + held, 0
+            overhead, host, device = 0, weights + max(activations, merging) + held, 0
             retained = max(retained, int(CPU_RETAINED * activations))
             released += sum(sizes[c] for c in planned.releases) if sequential else 0
         else:
@@ -348,14 +370,15 @@ def forecast_generate(
             # (sequential residency frees the cache with each component).
             device = on_device + max(activations, 0 if sequential else retained_device) + overhead
             retained_device = max(retained_device, activations)
+            host += merging  # the factors are host tensors; one weight's product at a time is on the device
         stages.append(StageForecast(stage, reads[0], weights, on_device, activations, held, overhead,
-                                    host, device, drivers[stage]))
+                                    host, device, drivers[stage], merging))
     return GenerateForecast(
         height, width, params.frames, model.steps(params), text_tokens, tokens, sequential, sizes,
         {c: p.mechanism for c, p in placements.items()},
         (CUDA_TERMS.host_runtime + (CUDA_TERMS.image_path_host if images else 0) if cuda else CPU_PROCESS_BYTES)
         + (clip.decoded_bytes if clip else 0),
-        CUDA_TERMS.context if cuda else 0, stages, workflow)
+        CUDA_TERMS.context if cuda else 0, stages, workflow, clip.decode_bytes if clip else 0, lora_bytes)
 
 
 def _working_set(term: StageTerm, driver: float) -> int:
@@ -423,10 +446,22 @@ class ReferenceClip:
     width: int
     """Pixels of the clip's canvas."""
     audio_seconds: float
-    """Seconds of soundtrack conditioned on (0 without one)."""
-    decoded_bytes: int
-    """What `MiniMaxH3VideoReference.from_file` holds for the whole run: every frame as RGB bytes, the soundtrack
-    as float32 (opened before the pipeline is built, so counted with the process)."""
+    """Seconds of soundtrack conditioned on (0 without one): the soundtrack cut to the generated duration."""
+    frame_bytes: int
+    """Every frame of the file as RGB bytes, as `MiniMaxH3VideoReference.from_file` holds them for the whole run."""
+    soundtrack_bytes: int
+    """The whole soundtrack as float32 at its own rate and channels, held likewise (diffusers cuts it later)."""
+
+    @property
+    def decoded_bytes(self) -> int:
+        """What the decoded clip holds for the whole run (counted with the process)."""
+        return self.frame_bytes + self.soundtrack_bytes
+
+    @property
+    def decode_bytes(self) -> int:
+        """What the decode holds above `decoded_bytes` at its peak: the frames stacked from a list of them, after
+        the soundtrack was joined from a list of pieces, each held twice for a moment (one at a time)."""
+        return max(self.frame_bytes, self.soundtrack_bytes)
 
     @property
     def normalized_bytes(self) -> int:
@@ -435,9 +470,10 @@ class ReferenceClip:
 
 
 def reference_clip(root: Path, model: ModelSpec, params: GenerateParams) -> ReferenceClip | None:
-    """`params.ref_video` as the run will hold it; None without a clip, or where its header cannot be read (the
-    job's submit check refuses such a clip, naming the file)."""
-    from .clips import frames_at_24, read_clip_header
+    """`params.ref_video` as the run will hold it, from its streams as they are declared; None without a clip, or
+    where its header cannot be read (the job's submit check refuses such a clip, naming the file). A soundtrack
+    whose length is not declared is counted at the longest accepted."""
+    from .clips import MAX_SOUNDTRACK_SECONDS, frames_at_24, read_clip_header
 
     info = read_clip_header(params.ref_video) if params.ref_video else None
     if info is None:
@@ -446,10 +482,11 @@ def reference_clip(root: Path, model: ModelSpec, params: GenerateParams) -> Refe
     chunk, latents = model.frames_per_chunk, model.latents_per_chunk
     encoded = max(1, (frames - latents) // chunk) * chunk + latents
     height, width = model.canvas_for(info.width, info.height)
-    seconds = info.frames / info.fps
-    audio = min(seconds, params.frames / FPS) if info.audio_rate else 0.0
-    decoded = info.frames * info.width * info.height * 3 + (round(seconds * info.audio_rate) * 2 * 4 if audio else 0)
-    return ReferenceClip(frames, encoded, height, width, audio, decoded)
+    soundtrack = (MAX_SOUNDTRACK_SECONDS if info.audio_seconds is None else info.audio_seconds) if info.audio_rate \
+        else 0.0
+    samples = round(soundtrack * info.audio_rate) * (info.audio_channels or 2) if info.audio_rate else 0
+    return ReferenceClip(frames, encoded, height, width, min(soundtrack, params.frames / FPS),
+                         info.frames * info.width * info.height * 3, samples * 4)
 
 
 def _conditions(model: ModelSpec, workflow: str, params: GenerateParams, images: Mapping[str, tuple[int, int]],

@@ -1,7 +1,7 @@
 """Input images of the `fl2va` and `ref2va` workflows: checked with Pillow before a job is queued.
 
 A file is accepted when it is a PNG, JPEG or WebP of at most `MAX_IMAGE_BYTES`
-on disk and `MAX_IMAGE_PIXELS` decoded, and decodes completely. The pixel
+on disk and `MAX_IMAGE_PIXELS` decoded, within `MAX_ASPECT`, and decodes completely. The pixel
 count is read from the header before any pixel is decoded, so a decompression
 bomb (a small file declaring a huge canvas) is refused without being inflated.
 """
@@ -21,7 +21,9 @@ MAX_IMAGE_BYTES = 32 * 2**20
 MAX_IMAGE_PIXELS = 40_000_000
 """Most pixels accepted (40 MP: an 8K frame is 33 MP)."""
 MAX_ASPECT = 4
-"""diffusers refuses a reference image beyond 1:4 or 4:1."""
+"""Widest aspect accepted, either way (4:1 or 1:4): diffusers' H3 canvas rule (`resolve_canvas_size`) refuses a
+reference image or a first frame beyond it, and a last frame beyond it is cover-cropped out of a resize as tall as
+the canvas (a 4000x1 frame on a 768-high canvas: 3,072,000 px wide)."""
 
 
 class InputImageError(DrainboardError):
@@ -70,6 +72,9 @@ def check_image(path: str | os.PathLike) -> tuple[str, tuple[int, int]]:
         raise InputImageError(f"{path}: truncated or corrupt image: {e}") from None
     if dims[0] < 1 or dims[1] < 1:
         raise InputImageError(f"{path}: has no pixels")
+    if dims[0] > MAX_ASPECT * dims[1] or dims[1] > MAX_ASPECT * dims[0]:
+        raise InputImageError(f"{path}: {dims[0]}x{dims[1]}; MiniMax H3 takes images within 1:{MAX_ASPECT} and"
+                              f" {MAX_ASPECT}:1")
     return kind, dims
 
 

@@ -28,6 +28,8 @@ from loader.confined import read_json_checked
 from core.echo import NAME_LIMIT, echo
 from core.errors import DrainboardError
 
+from .levers import ATTENTION_BACKENDS, step_cache_problem
+from .lora_inputs import MAX_LORAS, PARTITIONS, LoraInput, lora_from_value
 from .request_args import QUANTIZATIONS, VAE_DTYPES
 
 FPS = 24
@@ -112,7 +114,26 @@ class GenerateParams:
     vae_dtype: str = "bf16"
     """Video VAE precision, one of VAE_DTYPES."""
     quantize: str | None = None
-    """Weight-only quantization of the DiT, one of QUANTIZATIONS (frames then differ from bf16's); None keeps bf16."""
+    """Quantization of the DiT, one of QUANTIZATIONS (frames then differ from bf16's); None keeps bf16."""
+    attention: str = "native"
+    """The DiT's attention backend, one of `models.levers.ATTENTION_BACKENDS` (a speed lever)."""
+    compile: bool = False
+    """Regional compile of the DiT's repeated blocks (a speed lever; its first call is its own stage)."""
+    step_cache: str | None = None
+    """A diffusers step cache on the DiT, one of `models.levers.STEP_CACHES` (a lossy speed lever); None: every
+    step computed."""
+    loras: tuple[LoraInput, ...] = ()
+    """LoRAs merged into the workflow's DiT as it loads, stacked in this order (`models.lora_inputs`)."""
+
+    def __post_init__(self) -> None:
+        # A stored spec gives its LoRAs back as mappings, the CLI and pages as LoraInput or `FILE[:SCALE]`.
+        if not isinstance(self.loras, tuple) or not all(isinstance(x, LoraInput) for x in self.loras):
+            if isinstance(self.loras, (str, bytes)) or not isinstance(self.loras, (list, tuple)):
+                raise GenerateParamsError({"loras": f"must be a list of LoRAs, got {type(self.loras).__name__}"})
+            try:
+                object.__setattr__(self, "loras", tuple(lora_from_value(x) for x in self.loras))
+            except ValueError as e:
+                raise GenerateParamsError({"loras": str(e)}) from None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -326,6 +347,7 @@ def validate_params(params: GenerateParams, model: ModelSpec) -> None:
         problems["model"] = (f"{model.root}/text_encoder has {model.text_encoder_layers} decoder layers; H3 reads"
                              f" hidden_states[{TEXT_ENCODER_LAYER}] and needs more than {TEXT_ENCODER_LAYER}")
     problems.update(_knob_problems(params))
+    problems.update(_lora_problems(params))
     problems.update(_workflow_problems(params, model))
     if problems:
         raise GenerateParamsError(problems)
@@ -339,14 +361,32 @@ def _knob_problems(params: GenerateParams) -> dict[str, str]:
         problems["vae_dtype"] = f"{params.vae_dtype!r} given; expected one of {', '.join(VAE_DTYPES)}"
     if params.quantize is not None and params.quantize not in QUANTIZATIONS:
         problems["quantize"] = f"{params.quantize!r} given; expected one of {', '.join(QUANTIZATIONS)} or unset"
+    if params.attention not in ATTENTION_BACKENDS:
+        problems["attention"] = f"{params.attention!r} given; expected one of {', '.join(ATTENTION_BACKENDS)}"
+    if not isinstance(params.compile, bool):
+        problems["compile"] = f"must be true or false, got {params.compile!r}"
+    cache = step_cache_problem(params.step_cache)
+    if cache is not None:
+        problems["step_cache"] = cache
     return problems
+
+
+def _lora_problems(params: GenerateParams) -> dict[str, str]:
+    """The LoRA list's own rules; each file is checked against the model where its roots are known
+    (`jobs.spec` at submit, `models.pipeline.run_generate` before any weight is read)."""
+    if len(params.loras) > MAX_LORAS:
+        return {"loras": f"{len(params.loras)} given; at most {MAX_LORAS} LoRAs are stacked on one job"}
+    wrong = [lora.partition for lora in params.loras if lora.partition not in (None, *PARTITIONS)]
+    if wrong:
+        return {"loras": f"partition {wrong[0]!r}; expected one of {', '.join(PARTITIONS)}"}
+    return {}
 
 
 def _workflow_problems(params: GenerateParams, model: ModelSpec) -> dict[str, str]:
     """The workflow and its input files: each image must pass `models.inputs.check_image`, each clip
     `models.clips.check_clip`."""
     from .clips import InputClipError, check_clip
-    from .inputs import MAX_ASPECT, InputImageError, check_image
+    from .inputs import InputImageError, check_image
     from .workflows import WORKFLOW_CLIPS, WORKFLOWS, workflow_inputs
 
     workflow = params.resolved_workflow
@@ -372,10 +412,7 @@ def _workflow_problems(params: GenerateParams, model: ModelSpec) -> dict[str, st
                 problems[name] = str(e)
             continue
         try:
-            _, (w, h) = check_image(path)
+            check_image(path)
         except InputImageError as e:
             problems[name] = str(e)
-            continue
-        if name == "ref_image" and (w > MAX_ASPECT * h or h > MAX_ASPECT * w):
-            problems[name] = f"{path}: {w}x{h}; a reference image must be within 1:{MAX_ASPECT} and {MAX_ASPECT}:1"
     return problems

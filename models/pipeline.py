@@ -51,9 +51,12 @@ from machine.offload import OffloadDecision, OffloadSettings, resolve_offload
 
 from .components import AUX_COMPONENTS, load_aux
 from .encode import silence_non_finite, write_mp4
-from .params import GenerateParams, ModelSpec, validate_params
+from .inputs import open_image
+from .levers import LEVER_FIELDS, is_lossless, lever_key, lever_problems
+from .params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
 from .residency import pins_host_copy, plan_placements
 from .results import EventSink, GenerateResult, PipelineEvent, SampleSink
+from .speedups import CACHE_REUSE_COUNTS
 from .run_state import ENCODE, PREPARE, RunState
 from .workflows import block_reads, plan_from_reads, workflow_blocks
 
@@ -121,7 +124,9 @@ def run_generate(
     sequential = info.unified_memory if sequential_components is None else sequential_components
     model = ModelSpec.read(root)
     validate_params(params, model)
-    images = {name: _open_input(name, path) for name, path in params.input_files().items()}
+    _refuse_levers(params, torch_device)
+    loras = _check_loras(params, root, roots)
+    images = {name: open_image(path) for name, path in params.input_files().items() if name != "ref_video"}
     first = images.get("image") or images.get("last_image")
     height, width = model.geometry(params, None if first is None else first.size)
     workflow, steps = params.resolved_workflow, model.steps(params)
@@ -129,15 +134,17 @@ def run_generate(
                             sequential_components=sequential, offload=settings.to_dict(),
                             decisions=[d.to_dict() for d in decisions], workflow=workflow,
                             num_inference_steps=steps, vae_tiling=params.vae_tiling, vae_dtype=params.vae_dtype,
-                            quantize=params.quantize)
+                            quantize=params.quantize, loras=[lora.to_dict() for lora in loras])
     _describe_inputs(result, params, images, model)
+    _describe_levers(result, params)
     own_probe = probe is None
     probe = probe or MemoryProbe(str(torch_device) if torch_device.type == "cuda" else None)
     run = None
     try:
         run = _prepare(root, params, torch_device, dtype, mode, settings, decisions, sequential, on_event,
-                       on_sample, sample_interval, result, probe)
+                       on_sample, sample_interval, result, probe, inputs=images)
         run.roots = None if roots is None else [Path(r) for r in roots]
+        run.loras = tuple(loras)
         if not sequential:
             for name in run.components:
                 run.load(name)
@@ -171,9 +178,11 @@ def run_generate(
 
 def _prepare(root: Path, params: GenerateParams, device: torch.device, dtype: torch.dtype, mode: str,
              settings: OffloadSettings, decisions: list[OffloadDecision], sequential: bool, on_event, on_sample,
-             interval: float, result: GenerateResult, probe: MemoryProbe) -> RunState:
+             interval: float, result: GenerateResult, probe: MemoryProbe,
+             inputs: dict[str, Any] | None = None) -> RunState:
     """Build the workflow's blocks (each a stage, the loop reporting its steps), the pipeline over them,
-    its aux components and shells."""
+    its aux components and shells. A reference clip is decoded into `inputs` (the run's input media by field)
+    first, in a stage of its own (`_read_clip`), so `prepare` starts with it held as every later stage does."""
     from .stage_blocks import staged_workflow
 
     blocks = workflow_blocks(result.workflow, params.audio)
@@ -190,8 +199,11 @@ def _prepare(root: Path, params: GenerateParams, device: torch.device, dtype: to
     run = RunState(root, pipe, device, dtype, mode, settings, placements, sequential, on_event, on_sample, interval,
                    result, probe)
     run.vae_tiling, run.quantize = params.vae_tiling, params.quantize
+    run.levers = {"attention": params.attention, "step_cache": params.step_cache, "compile": params.compile}
     run.dtypes = {"vae": torch.float32} if params.vae_dtype == "fp32" else {}
     staged_workflow(blocks, plan, run)
+    if params.ref_video is not None and inputs is not None:
+        inputs["ref_video"] = _read_clip(run, params, ModelSpec.read(root))
     with run.stage_of(PREPARE):
         for decision in decisions:
             run.emit("offload_decision", str(decision), **decision.to_dict())
@@ -207,15 +219,30 @@ def _prepare(root: Path, params: GenerateParams, device: torch.device, dtype: to
     return run
 
 
-def _open_input(name: str, path: str):
-    """An image as diffusers' `load_image` gives it, or for `ref_video` diffusers' own `MiniMaxH3VideoReference`."""
-    if name == "ref_video":
-        from .clips import open_clip
+def _check_loras(params: GenerateParams, root: Path, roots) -> list:
+    """Each LoRA checked against the model (header only; hashed unless the job recorded its hash, which the
+    merge checks as it reads), with its partition set: refused before any weight is read."""
+    from .lora_inputs import inspect_lora
 
-        return open_clip(path)
-    from .inputs import open_image
+    folders = list(roots) if roots is not None else [root]
+    return [inspect_lora(lora, root, params.resolved_workflow, folders, hash_file=lora.sha256 is None).lora
+            for lora in params.loras]
 
-    return open_image(path)
+
+def _read_clip(run: RunState, params: GenerateParams, model: ModelSpec):
+    """The reference clip as diffusers' own `MiniMaxH3VideoReference.from_file` decodes it, in a stage of its own
+    (`READ_CLIP`): its frames and whole soundtrack are the largest input a run holds, so their memory is sampled
+    and a kill while they decode names the decode. Recorded as `_describe_inputs` records an image (`prepare`
+    says the notes)."""
+    from .clips import READ_CLIP, open_clip
+
+    with run.stage_of(READ_CLIP):
+        clip = open_clip(params.ref_video)
+    described = {**_describe_clip(clip, params, model), "file": Path(params.ref_video).name}
+    run.result.inputs["ref_video"] = described
+    if described["note"]:
+        run.result.notes.append(described["note"])
+    return clip
 
 
 def _workflow_inputs(images: dict[str, Any]) -> dict[str, Any]:
@@ -234,17 +261,12 @@ def _workflow_inputs(images: dict[str, Any]) -> dict[str, Any]:
 
 
 def _describe_inputs(result: GenerateResult, params: GenerateParams, images: dict[str, Any], model: ModelSpec) -> None:
-    """Record each image and what diffusers does to it on this canvas; say when tiling is off."""
+    """Record each image and what diffusers does to it on this canvas; say when tiling is off (the reference clip,
+    decoded later, is recorded by `_read_clip`)."""
     canvas = (result.width, result.height)
     short_edge = int(model.index.get("reference_image_short_edge", 2048))
     for name, image in images.items():
         note = ""
-        if name == "ref_video":
-            result.inputs[name] = _describe_clip(image, params, model)
-            result.inputs[name]["file"] = Path(params.ref_video).name
-            if result.inputs[name]["note"]:
-                result.notes.append(result.inputs[name]["note"])
-            continue
         if name == "ref_image":
             if min(image.size) != short_edge:
                 note = f"ref_image {image.size[0]}x{image.size[1]} is resized (LANCZOS) to a {short_edge} px short edge"
@@ -256,6 +278,24 @@ def _describe_inputs(result: GenerateResult, params: GenerateParams, images: dic
             result.notes.append(note)
     if not params.vae_tiling:
         result.notes.append(VAE_TILING_WARNING)
+
+
+def _refuse_levers(params: GenerateParams, device: torch.device) -> None:
+    """GenerateParamsError for a lever `device` cannot run, as `jobs submit` refuses it, before any weight is read."""
+    from .quantize_check import cuda_capability
+
+    problems = lever_problems(params.to_dict(), str(device), cuda_capability(device.type, device.index))
+    if problems:
+        raise GenerateParamsError(problems)
+
+
+def _describe_levers(result: GenerateResult, params: GenerateParams) -> None:
+    """Record the run's lever set, whether it is lossless, and what a cached run cannot count."""
+    values = params.to_dict()
+    result.levers = {name: values[name] for name in LEVER_FIELDS} | {"key": lever_key(values),
+                                                                      "lossless": is_lossless(values)}
+    if params.step_cache is not None:
+        result.notes.append(CACHE_REUSE_COUNTS)
 
 
 def _describe_clip(clip, params: GenerateParams, model: ModelSpec) -> dict[str, Any]:

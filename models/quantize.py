@@ -2,7 +2,8 @@
 
 torchao is optional (`requirements-quant.txt`; its wheel has no runtime
 dependencies, so it never pulls a CUDA torch). `int8` runs on CPU and CUDA,
-`fp8` needs CUDA compute capability 8.9 or newer. The frames differ from
+`fp8` and `fp8-compute` (dynamic fp8 activations with fp8 weights, a speed lever:
+`models.levers`) need CUDA compute capability 8.9 or newer. The frames differ from
 bf16's (not bit-identical): the seed contract holds for unquantized runs only.
 
 `LinearQuantizer` watches the loader's per-tensor events and quantizes each
@@ -24,10 +25,12 @@ import torch.nn as nn
 from core.errors import PlacementError
 from loader.report import TensorPlaced
 
-from .quantize_check import INSTALL_HINT, cuda_capability, quantization_problem
+from .levers import FP8_COMPUTE
+from .quantize_check import FP8_KINDS, INSTALL_HINT, cuda_capability, quantization_problem
 
-SCALE_BYTES = {"int8": 5, "fp8": 4}
-"""Bytes per output row besides the weights: int8 keeps a float32 scale and an int8 zero point, fp8 a scale."""
+SCALE_BYTES = {"int8": 5, "fp8": 4, FP8_COMPUTE: 4}
+"""Bytes per output row besides the weights: int8 keeps a float32 scale and an int8 zero point, fp8 a scale (fp8
+compute's weights are scaled per row too; its activations are scaled as each call runs, not stored)."""
 DIT_COMPONENTS = ("transformer", "transformer_ref")
 """The components a quantization applies to."""
 
@@ -35,17 +38,20 @@ DIT_COMPONENTS = ("transformer", "transformer_ref")
 def quant_config(kind: str, device: torch.device):
     """torchao's config for `kind`, or PlacementError saying why it cannot run here."""
     try:
-        from torchao.quantization import Float8WeightOnlyConfig, Int8WeightOnlyConfig
+        from torchao.quantization import (Float8DynamicActivationFloat8WeightConfig, Float8WeightOnlyConfig,
+                                          Int8WeightOnlyConfig, PerRow)
     except ImportError:
         raise PlacementError(f"quantize={kind} needs torchao: {INSTALL_HINT}") from None
     if kind == "int8":
         return Int8WeightOnlyConfig()
-    if kind == "fp8":
+    if kind in FP8_KINDS:
         capability = cuda_capability(device.type, device.index)
         problem = quantization_problem(kind, str(device), capability, torchao=True)
         if problem is not None:
             raise PlacementError(f"quantize={problem}")
-        return Float8WeightOnlyConfig()
+        if kind == "fp8":
+            return Float8WeightOnlyConfig()
+        return Float8DynamicActivationFloat8WeightConfig(granularity=PerRow())
     raise PlacementError(f"unknown quantization {kind!r}; known: {', '.join(SCALE_BYTES)}")
 
 

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from importlib.util import find_spec
 
+from .levers import FP8_COMPUTE
+
 FP8_CAPABILITY = (8, 9)
-"""The least CUDA compute capability torchao's fp8 weight-only kernels run on."""
+"""The least CUDA compute capability torchao's fp8 kernels run on (weight-only and fp8 compute)."""
+FP8_KINDS = ("fp8", FP8_COMPUTE)
+"""The quantizations that need fp8 kernels: weight-only fp8, and fp8 compute (`models.levers.FP8_COMPUTE`)."""
 INSTALL_HINT = "pip install -r requirements-quant.txt"
 """How torchao is installed (a wheel with no dependencies: it never pulls a CUDA torch)."""
 
@@ -39,8 +43,8 @@ def quantization_problem(kind: str | None, device: str, capability: tuple[int, i
         return None
     if not torchao:
         return f"{kind} quantization needs torchao, which is not installed here: `{INSTALL_HINT}`"
-    if kind == "fp8" and (capability is None or capability < FP8_CAPABILITY):
+    if kind in FP8_KINDS and (capability is None or capability < FP8_CAPABILITY):
         has = f"compute capability {capability[0]}.{capability[1]}" if capability else "no CUDA"
-        return (f"fp8 needs a CUDA GPU of compute capability {FP8_CAPABILITY[0]}.{FP8_CAPABILITY[1]} or newer; "
+        return (f"{kind} needs a CUDA GPU of compute capability {FP8_CAPABILITY[0]}.{FP8_CAPABILITY[1]} or newer; "
                 f"{device} has {has} (int8 runs on CPU and CUDA)")
     return None

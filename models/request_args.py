@@ -10,10 +10,13 @@ import argparse
 from typing import Any
 
 from .clips import CLIP_FORMATS, MIN_CLIP_FRAMES
+from .levers import ATTENTION_BACKENDS, FP8_COMPUTE, STEP_CACHES
+from .lora_inputs import LoraInput, parse_lora_arg
 from .workflows import WORKFLOWS
 
-QUANTIZATIONS = ("int8", "fp8")
-"""Weight-only DiT quantizations (torchao): int8 on CPU and CUDA, fp8 on CUDA compute capability 8.9+."""
+QUANTIZATIONS = ("int8", "fp8", FP8_COMPUTE)
+"""DiT quantizations (torchao): weight-only int8 on CPU and CUDA, weight-only fp8 and fp8 compute (fp8 activations
+too) on CUDA compute capability 8.9+."""
 VAE_DTYPES = ("bf16", "fp32")
 """Video VAE precision: the run's bfloat16 (diffusers' `load_components(dtype=bf16)`) or the checkpoint's fp32."""
 
@@ -31,13 +34,46 @@ def add_workflow_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vae-tiling", action=argparse.BooleanOptionalAction, default=None,
                         help="decode on the VAE's 256 px tiles (default: on; off is noisier and risky at high res)")
     parser.add_argument("--vae-dtype", choices=VAE_DTYPES, help="video VAE precision (default: bf16)")
-    parser.add_argument("--quantize", choices=QUANTIZATIONS, help="weight-only DiT quantization (torchao)")
+    parser.add_argument("--quantize", choices=QUANTIZATIONS,
+                        help="DiT quantization (torchao): int8 / fp8 weight-only (memory), fp8-compute (fp8 activations"
+                             " and weights: speed; lossy, CUDA 8.9+)")
+    parser.add_argument("--attention", choices=ATTENTION_BACKENDS,
+                        help="the DiT's attention backend (default: native; lossless but sage)")
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="regional compile of the DiT's blocks (lossless; the first call compiles)")
+    parser.add_argument("--step-cache", choices=STEP_CACHES,
+                        help="reuse DiT work across steps (lossy; first-block and mag are unavailable for H3)")
+    parser.add_argument("--lora", dest="loras", action="append", type=_lora_type, metavar="FILE[:SCALE]",
+                        help="a safetensors LoRA merged into the DiT as it loads, at SCALE (default 1.0); repeat to"
+                             " stack them in order")
 
 
-WORKFLOW_FIELDS = ("workflow", "image", "last_image", "ref_image", "ref_video", "vae_tiling", "vae_dtype", "quantize")
+def _lora_type(text: str) -> LoraInput:
+    try:
+        return parse_lora_arg(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+WORKFLOW_FIELDS = ("workflow", "image", "last_image", "ref_image", "ref_video", "vae_tiling", "vae_dtype", "quantize",
+                   "attention", "compile", "step_cache", "loras")
 """GenerateParams fields that `add_workflow_arguments` adds, by their argparse names."""
 
 
 def workflow_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The GenerateParams fields of `add_workflow_arguments` that were given."""
-    return {name: getattr(args, name) for name in WORKFLOW_FIELDS if getattr(args, name) is not None}
+    fields = {name: getattr(args, name) for name in WORKFLOW_FIELDS if getattr(args, name) is not None}
+    if "loras" in fields:
+        fields["loras"] = tuple(fields["loras"])
+    return fields
+
+
+def lora_roots(model_dir: str, fields: dict[str, Any]) -> list[str] | None:
+    """The folders a command-line run may read from: the model and each LoRA named on the command line (a job
+    reads only under the configured model roots); None when no LoRA is given (the model's own folder)."""
+    loras = fields.get("loras") or ()
+    if not loras:
+        return None
+    import os
+
+    return [model_dir, *dict.fromkeys(os.path.dirname(os.path.abspath(lora.file)) for lora in loras)]

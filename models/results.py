@@ -68,6 +68,11 @@ class GenerateResult:
     """The video VAE's precision."""
     quantize: str | None = None
     """The DiT's weight-only quantization (frames then differ from bf16's); None: bf16."""
+    levers: dict[str, Any] = field(default_factory=dict)
+    """The speed levers the run used: `key` (the lever set as history keys it, "" for none), `lossless`, and each
+    lever's value (`models.levers`)."""
+    loras: list[dict[str, Any]] = field(default_factory=list)
+    """The LoRAs merged, in order: file, sha256, scale, partition (what each merge did: `loads[partition]["lora"]`)."""
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Input field -> {file, size [w, h], note}: the image as given and what diffusers does to fit it."""
     notes: list[str] = field(default_factory=list)

@@ -23,8 +23,10 @@ from machine.host_heap import give_back_free_heap
 from machine.memory import MemoryProbe, MemorySample, PeriodicSampler
 from machine.offload import OffloadSettings
 
+from .quantize import DIT_COMPONENTS
 from .residency import Placement, Residency, observe, pins_host_copy
 from .results import EventSink, GenerateResult, PipelineEvent, SampleSink
+from .speedups import apply_levers
 
 PREPARE, ENCODE = "prepare", "encode"
 """Drainboard's own stages around the pipeline's blocks."""
@@ -50,10 +52,14 @@ class RunState:
         self.components = tuple(placements)
         self.vae_tiling = True
         self.quantize: str | None = None
+        self.levers: dict[str, Any] = {"attention": "native", "step_cache": None, "compile": False}
+        """The DiT's speed levers (`models.speedups.apply_levers`' arguments)."""
         self.dtypes: dict[str, torch.dtype] = {}
         self.resident: dict[str, Residency] = {}
         self.shells: dict[str, nn.Module] = {}
         self.roots: list[Path] | None = None
+        self.loras: tuple = ()
+        """The run's LoRAs (`models.lora_inputs.LoraInput`, partition set), merged into their DiT as it loads."""
         self._sampler: PeriodicSampler | None = None
         self._started = 0.0
 
@@ -89,6 +95,16 @@ class RunState:
         self.emit("stage_end", f"{name} done in {seconds:.2f} s", seconds=seconds,
                   peak_bytes=self.result.stage_peaks.get(name, 0))
 
+    @contextmanager
+    def interlude(self, name: str) -> Iterator[None]:
+        """A stage `name` cut out of the open one (a compiled DiT's first call out of the denoise loop): the open
+        stage ends, `name` runs, the open stage goes on (its seconds add up)."""
+        outer = self.stage
+        self.end()
+        with self.stage_of(name):
+            yield
+        self.begin(outer)
+
     def abandon(self) -> None:
         """Stop the open stage's sampler without ending it (a block raised): no thread outlives the run."""
         if self._sampler is not None:
@@ -112,15 +128,21 @@ class RunState:
             module, report = _load_weights(self, name, torch.device(placement.load_device))
             if name == "vae" and not self.vae_tiling:
                 module.disable_tiling()
+            if name in DIT_COMPONENTS:
+                for line in apply_levers(module, **self.levers):
+                    self.emit("lever", f"{name}: {line}", component=name)
             self.resident[name] = Residency(placement, module, self.device, self.settings)
             self.pipe.update_components(**{name: module})
             if self.sequential and self.device.type == "cuda":
                 release_cached_host_memory()  # the load ring's page-locked buffers, not held while stages compute
         self.result.loads[name] = report
         skipped = report.get("excluded_bytes", 0)
+        merged = report.get("lora", {}).get("loras", [])
         self.emit("load", f"loaded {name} on {placement.load_device} ({placement.mechanism})"
                   + (f"; {skipped / 2**20:.1f} MiB in {report.get('excluded_tensors', 0)} tensors not read"
-                     f" ({self.result.workflow} never runs them)" if skipped else ""),
+                     f" ({self.result.workflow} never runs them)" if skipped else "")
+                  + (f"; {len(merged)} LoRA(s) merged into {sum(m['targets'] for m in merged)} weights as they"
+                     " were placed" if merged else ""),
                   component=name, device=placement.load_device, mechanism=placement.mechanism,
                   bytes=report.get("bytes_placed", 0), seconds=report.get("load_seconds", 0.0),
                   excluded_bytes=skipped, excluded_tensors=report.get("excluded_tensors", 0))
@@ -153,19 +175,35 @@ class RunState:
 
 def _load_weights(run: RunState, name: str, target: torch.device) -> tuple[nn.Module, dict[str, Any]]:
     from .components import load_component
-    from .quantize import DIT_COMPONENTS, held_bytes
+    from .quantize import held_bytes
 
     def on_tensor(placed) -> None:
         if placed.sample is not None:
             run.record(placed.sample)
 
     quantize = run.quantize if name in DIT_COMPONENTS else None
+    adjust, merge = _lora_adjustments(run, name)
     module, report = load_component(run.root, name, mode=run.mode, device=str(target),
                                     dtype=run.dtypes.get(name, run.dtype), workflow=run.result.workflow,
                                     on_tensor=on_tensor, probe=run.probe, roots=run.roots, quantize=quantize,
                                     pin_host=pins_host_copy(run.placements[name], run.device.type, run.settings,
-                                                            quantized=quantize is not None))
+                                                            quantized=quantize is not None), adjust=adjust)
     out = report.to_dict()
+    if merge is not None:
+        out["lora"] = merge.to_dict()
     if quantize is not None:
         out |= {"quantize": quantize, "bytes_held": held_bytes(module)}
     return module, out
+
+
+def _lora_adjustments(run: RunState, name: str):
+    """(the loader's adjust mapping, its LoraMerge) for the LoRAs merged into `name`, or (None, None)."""
+    loras = [lora for lora in run.loras if lora.partition == name]
+    if not loras:
+        return None, None
+    from loader.confined import read_json_checked
+
+    from .lora_merge import merge_adjustments
+
+    config = read_json_checked(run.root / name / "config.json")
+    return merge_adjustments(loras, name, config, run.roots if run.roots is not None else [run.root])

@@ -7,12 +7,20 @@ what the plan releases after it. `ReportStep` is appended to the denoising
 loop, which calls it after each step as it calls its own blocks, with the
 step index `i` and the timestep `t`. The blocks read no input and write no
 state, so the workflow's inputs and outputs stay diffusers'.
+
+When a run has a step cache or compiles its DiT, `DenoiserCall` takes the
+place of the loop's denoiser block and calls it: inside the DiT's
+`cache_context` (the cache hooks count steps only there), and, for a compiled
+DiT, its first call in a stage of its own (`models.levers.COMPILE_STAGE`).
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 from diffusers import ModularPipelineBlocks
 
+from .levers import COMPILE_STAGE
 from .run_state import RunState
 from .workflows import PlannedStage
 
@@ -20,6 +28,8 @@ DENOISE_LOOP = "denoise.denoise"
 """The workflow's denoising loop (each workflow's, by diffusers' name)."""
 REPORT_STEP = "report_step"
 """The name of our block inside the loop."""
+DENOISER = "denoiser"
+"""diffusers' block inside the loop that calls the DiT."""
 
 
 class StageMarker(ModularPipelineBlocks):
@@ -82,13 +92,53 @@ class ReportStep(ModularPipelineBlocks):
         return components, block_state
 
 
+class DenoiserCall(ModularPipelineBlocks):
+    """diffusers' denoiser block, called inside the DiT's cache context and, when compiled, with its first call timed
+    as a stage of its own; its inputs, outputs and components are the inner block's."""
+
+    model_name = "minimax-h3"
+
+    def __init__(self, inner: ModularPipelineBlocks, run: RunState):
+        super().__init__()
+        self.inner, self.run = inner, run
+
+    @property
+    def description(self) -> str:
+        return f"Drainboard: calls {type(self.inner).__name__} in the DiT's cache context."
+
+    @property
+    def expected_components(self):
+        return self.inner.expected_components
+
+    @property
+    def inputs(self):
+        return self.inner.inputs
+
+    @property
+    def intermediate_outputs(self):
+        return self.inner.intermediate_outputs
+
+    def __call__(self, components, block_state, i: int, t):
+        transformer = getattr(components, self.inner.transformer_name)
+        cached = self.run.levers["step_cache"] is not None
+        with transformer.cache_context("cond", step_index=i, num_inference_steps=len(block_state.timesteps),
+                                       timestep=t) if cached else nullcontext():
+            if i == 0 and self.run.levers["compile"]:
+                with self.run.interlude(COMPILE_STAGE):
+                    return self.inner(components, block_state, i=i, t=t)
+            return self.inner(components, block_state, i=i, t=t)
+
+
 def staged_workflow(blocks, plan: list[PlannedStage], run: RunState) -> None:
     """Edit the workflow's `sub_blocks` in place: each block between its StageStart and StageEnd, in plan order,
-    and ReportStep at the end of the denoising loop."""
+    and ReportStep at the end of the denoising loop (its denoiser in a DenoiserCall when the run's levers need one)."""
     original = dict(blocks.sub_blocks)
     if [stage.block for stage in plan] != list(original):
         raise ValueError(f"the stage plan ({[s.block for s in plan]}) is not the workflow's blocks ({list(original)})")
-    original[DENOISE_LOOP].sub_blocks[REPORT_STEP] = ReportStep(run)
+    loop = original[DENOISE_LOOP].sub_blocks
+    if (run.levers["step_cache"] is not None or run.levers["compile"]):
+        loop[DENOISER] = DenoiserCall(loop[DENOISER], run)
+    loop[REPORT_STEP] = ReportStep(run)
     blocks.sub_blocks.clear()
     for stage in plan:
         blocks.sub_blocks[f"{stage.block}:start"] = StageStart(run, stage)

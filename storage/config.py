@@ -10,6 +10,7 @@ one-off `DRAINBOARD_DATA=/tmp/x python -m jobs list` overrides the file.
     port = 8501
     memory_floor = "8GiB"   # the memory guard's floor: a size, "auto" (the default) or "off"
     ray_address = "http://head:8265"   # run jobs on a Ray cluster (jobs/backends/ray_jobs.py); unset: this machine
+    hub_cache = false   # the Hugging Face cache is a read-only model root when it exists (default: true)
 
 Every value is checked here, when any part (worker, CLI, dashboard) starts:
 a bad setting is one `ConfigError` line naming the setting, before any job
@@ -27,10 +28,11 @@ from typing import Mapping
 
 from core.echo import echo
 from core.errors import SHOWN_PROBLEMS, DrainboardError
+from core.hub_cache import holding_root, hub_cache_folder, link_root
 from core.sizes import SizeError, parse_size
 
 CONFIG_FILE_NAME = "drainboard.toml"
-_FILE_KEYS = {"data_dir", "model_roots", "address", "port", "memory_floor", "ray_address"}
+_FILE_KEYS = {"data_dir", "model_roots", "address", "port", "memory_floor", "ray_address", "hub_cache"}
 MIN_MEMORY_FLOOR = 2**20
 """The smallest memory floor accepted (1 MiB), as for a job's own floor."""
 
@@ -59,17 +61,20 @@ class Config:
     """The memory guard's floor as written (a size, `auto` or `off`; None is `auto`); `jobs.guard` reads it."""
     ray_address: str | None = None
     """The Ray cluster's dashboard address (`http://head:8265`) jobs are submitted to; None runs them here."""
+    hub_cache: Path | None = None
+    """The Hugging Face cache folder, one of `model_roots` (read only, no set-up); None when it does not
+    exist or the `hub_cache` setting turns it off."""
 
     def to_json(self) -> str:
         """The configuration as it was resolved, for a process this one starts (`ENV_RESOLVED`)."""
-        return json.dumps({**asdict(self), "data_dir": str(self.data_dir),
-                           "model_roots": [str(root) for root in self.model_roots]})
+        return json.dumps(asdict(self), default=str)  # its paths as text
 
     @classmethod
     def from_json(cls, text: str) -> Config:
         """A configuration from `to_json`."""
         values = json.loads(text)
-        return cls(**{**values, "data_dir": Path(values["data_dir"]),
+        hub = values["hub_cache"]
+        return cls(**{**values, "data_dir": Path(values["data_dir"]), "hub_cache": None if hub is None else Path(hub),
                       "model_roots": [Path(root) for root in values["model_roots"]]})
 
     @property
@@ -114,7 +119,23 @@ def _read_file(path: Path) -> dict:
                                      or not isinstance(values["memory_floor"], (str, int))):
         raise ConfigError(f"{path}: memory_floor must be a size such as \"8GiB\", \"auto\" or \"off\", "
                           f"got {echo(values['memory_floor'])}")
+    if "hub_cache" in values and not isinstance(values["hub_cache"], bool):
+        raise ConfigError(f"{path}: hub_cache must be true or false, got {echo(values['hub_cache'])}")
     return values
+
+
+def hub_cache_setting(env: Mapping[str, str], values: Mapping[str, object], file_path: Path) -> bool:
+    """Whether the Hugging Face cache is a model root: `DRAINBOARD_HUB_CACHE` (on/off), else the file's
+    `hub_cache`, else on."""
+    text = env.get("DRAINBOARD_HUB_CACHE")
+    if not text:
+        return bool(values.get("hub_cache", True))
+    word = text.strip().lower()
+    if word in ("on", "1", "true", "yes"):
+        return True
+    if word in ("off", "0", "false", "no"):
+        return False
+    raise ConfigError(f"DRAINBOARD_HUB_CACHE must be on or off, got {echo(text)}")
 
 
 def memory_floor_setting(text: str | None) -> int | str | None:
@@ -175,6 +196,11 @@ def load_config(env: Mapping[str, str] | None = None, cwd: Path | None = None) -
         roots = [cwd / r for r in env["DRAINBOARD_MODEL_ROOTS"].split(os.pathsep) if r]
     if not roots:
         roots = [data_dir / "models"]
+    hub = hub_cache_folder(env) if hub_cache_setting(env, values, file_path) else None
+    hub = hub.resolve() if hub is not None and hub.is_dir() else None
+    roots = [r.resolve() for r in roots]
+    if hub is not None and hub not in roots:
+        roots.append(hub)
     address = env.get("DRAINBOARD_ADDRESS") or str(values.get("address", "127.0.0.1"))
     port_source = "DRAINBOARD_PORT" if env.get("DRAINBOARD_PORT") else str(file_path)
     port = _parse_port(env.get("DRAINBOARD_PORT") or values.get("port", 8501), port_source)
@@ -185,8 +211,8 @@ def load_config(env: Mapping[str, str] | None = None, cwd: Path | None = None) -
         source = "DRAINBOARD_RAY_ADDRESS" if env.get("DRAINBOARD_RAY_ADDRESS") else str(file_path)
         raise ConfigError(f"{source}: ray_address must be the Ray dashboard's http(s) address such as "
                           f"\"http://head:8265\", got {ray_address!r}")
-    return Config(data_dir=data_dir.resolve(), model_roots=[r.resolve() for r in roots], address=address, port=port,
-                  memory_floor=None if floor is None else str(floor), ray_address=ray_address)
+    return Config(data_dir=data_dir.resolve(), model_roots=roots, address=address, port=port,
+                  memory_floor=None if floor is None else str(floor), ray_address=ray_address, hub_cache=hub)
 
 
 ENV_RESOLVED = "DRAINBOARD_RESOLVED_CONFIG"
@@ -207,14 +233,25 @@ def resolve_model_path(path: str | os.PathLike, roots: list[Path]) -> Path:
     """The real path of a user-given checkpoint path, refused unless it lies under a root.
 
     Symlinks are resolved first, so a link inside a root pointing elsewhere is
-    refused too. Raises `ModelPathError`.
+    refused too; the one link kept is a Hugging Face snapshot's file linking into its own repository
+    (`core.hub_cache.link_root`): its folder is resolved and its name kept, since the blob it names has
+    no `.safetensors` name. Raises `ModelPathError`, naming the root that would hold the path.
     """
     raw = Path(path).expanduser()
     real = raw.resolve()
-    for root in roots:
-        if real.is_relative_to(Path(root).resolve()):
+    if real != raw.absolute() and link_root(raw) is not None:
+        real = raw.parent.resolve() / raw.name
+    folders = [Path(root).resolve() for root in roots]
+    for root in folders:
+        if real.is_relative_to(root):
             if not real.exists():
                 raise ModelPathError(f"{raw} does not exist")
             return real
+    if not real.exists():
+        raise ModelPathError(f"{raw} does not exist")
     listed = ", ".join(str(r) for r in roots) or "(none configured)"
-    raise ModelPathError(f"{raw} is outside the model roots ({listed}); set DRAINBOARD_MODEL_ROOTS to allow it")
+    seen = "" if real == raw.absolute() else f" (it is {real})"
+    holder = holding_root(real)
+    raise ModelPathError(f"{raw} is outside the model roots ({listed}){seen}; a root holding it: {holder}. Add it "
+                         f"to model_roots in drainboard.toml or to DRAINBOARD_MODEL_ROOTS ({os.pathsep}-separated) "
+                         f"and restart the worker and the dashboard")

@@ -30,34 +30,84 @@ def _job_row(row: dict) -> dict:
     return row
 
 
+def _job_filter(status: str | Iterable[str] | None = None, kind: str | Iterable[str] | None = None,
+                search: str | None = None, modes: Iterable[str] | None = None,
+                about: str | None = None) -> tuple[str, list]:
+    """The WHERE clause (empty or starting with " WHERE") and its arguments for list_jobs and count_jobs."""
+    where, args = [], []
+    for column, wanted in (("status", status), ("kind", kind), ("json_extract(spec, '$.mode')", modes)):
+        if wanted is not None:
+            values = [wanted] if isinstance(wanted, str) else list(wanted)
+            where.append(f"{column} IN ({', '.join('?' * len(values))})" if values else "0")
+            args += values
+    if search:
+        where.append("instr(lower(spec), lower(?)) > 0")
+        args.append(search)
+    if about:
+        where.append("instr(lower(coalesce(json_extract(spec, '$.model'), '') || char(10) || "
+                     "coalesce(json_extract(spec, '$.component'), '') || char(10) || "
+                     "coalesce(json_extract(spec, '$.generate.prompt'), '')), lower(?)) > 0")
+        args.append(about)
+    return (" WHERE " + " AND ".join(where) if where else ""), args
+
+
 def list_jobs(
     db: sqlite_utils.Database,
     *,
     status: str | Iterable[str] | None = None,
-    kind: str | None = None,
+    kind: str | Iterable[str] | None = None,
     search: str | None = None,
+    modes: Iterable[str] | None = None,
+    about: str | None = None,
     limit: int = 100,
     offset: int = 0,
 ) -> list[dict]:
     """Jobs, newest first, with `spec` and `metrics` decoded.
 
-    `status` is one status or several; `search` matches a substring of the
-    spec JSON (model path, prompt, mode).
+    `status` and `kind` are one value or several, `modes` placement modes; `search` matches a substring of the
+    spec JSON (model path, prompt, mode); `about` a substring of the checkpoint path, component or prompt alone.
     """
-    where, args = [], []
-    if status is not None:
-        statuses = [status] if isinstance(status, str) else list(status)
-        where.append(f"status IN ({', '.join('?' * len(statuses))})")
-        args += statuses
-    if kind is not None:
-        where.append("kind = ?")
-        args.append(kind)
-    if search:
-        where.append("instr(lower(spec), lower(?)) > 0")
-        args.append(search)
-    sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
-    sql += " ORDER BY id DESC LIMIT ? OFFSET ?"
+    where, args = _job_filter(status, kind, search, modes, about)
+    sql = "SELECT * FROM jobs" + where + " ORDER BY id DESC LIMIT ? OFFSET ?"
     return [_job_row(r) for r in db.query(sql, args + [limit, offset])]
+
+
+JOB_TABLE_COLUMNS = ("id", "kind", "status", "created_at", "finished_at", "model", "component", "error")
+"""What a table of jobs shows (`python -m jobs list`): the model and component out of the spec, never the
+whole spec or the metrics, whose JSON can run to megabytes a job."""
+ERROR_HEAD = 4096
+"""Characters of a job's error a table row carries (it shows the first line, cut to fit)."""
+
+
+def job_table(db: sqlite_utils.Database, *, status: str | Iterable[str] | None = None, kind: str | None = None,
+              limit: int = 100) -> list[dict]:
+    """Jobs, newest first, as a table shows them (`JOB_TABLE_COLUMNS`): its memory grows with the rows
+    shown, not with what each job stored."""
+    where, args = _job_filter(status, kind)
+    sql = (f"SELECT id, kind, status, created_at, finished_at, json_extract(spec, '$.model') AS model, "
+           f"json_extract(spec, '$.component') AS component, substr(error, 1, {ERROR_HEAD}) AS error "
+           f"FROM jobs{where} ORDER BY id DESC LIMIT ?")
+    return list(db.query(sql, args + [limit]))
+
+
+def count_jobs(
+    db: sqlite_utils.Database,
+    *,
+    kind: str | Iterable[str] | None = None,
+    modes: Iterable[str] | None = None,
+    about: str | None = None,
+) -> dict[str, int]:
+    """Status -> how many jobs (over the whole table, filtered as list_jobs is): what a page of jobs is out of."""
+    where, args = _job_filter(None, kind, None, modes, about)
+    return {status: n for status, n in db.execute(f"SELECT status, count(*) FROM jobs{where} GROUP BY status", args)}
+
+
+def job_choices(db: sqlite_utils.Database) -> tuple[list[str], list[str]]:
+    """(kinds, modes) that occur among all jobs, sorted: what History's pickers offer."""
+    kinds = [k for (k,) in db.execute("SELECT DISTINCT kind FROM jobs ORDER BY kind")]
+    modes = [m for (m,) in db.execute("SELECT DISTINCT json_extract(spec, '$.mode') AS m FROM jobs "
+                                       "WHERE m IS NOT NULL ORDER BY m")]
+    return kinds, modes
 
 
 def get_job(db: sqlite_utils.Database, job_id: int) -> dict | None:

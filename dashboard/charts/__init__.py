@@ -8,7 +8,8 @@ empty chart.
 - `frames`: samples turned into the rows and units the axes read (no Altair);
 - `style`: fixed series colours (Okabe-Ito; red only for the wall or a kill) and theme palettes;
 - `memory`: the Job page's memory chart, one small function per layer;
-- `compare`: the Compare page's small multiples.
+- `compare`: the Compare page's small multiples;
+- `quality`: Compare's A/B, PSNR and SSIM per frame.
 
 The machine's own bars and history (pool, fit forecast, PSI) are `dashboard.host_charts`.
 """
@@ -21,17 +22,20 @@ from dashboard.charts.frames import (
     compare_frame,
     end_label_positions,
     fitting_labels,
+    from_first_placement,
     job_limits,
     limit_rows,
     memory_frames,
     stage_spans,
 )
+from dashboard.charts.quality import quality_chart, quality_frame
 from dashboard.charts.memory import STRIP_PX, memory_chart, series_color_scale, stage_strip
 from dashboard.charts.style import POLICY, PREDICTED, SERIES, WALL, Series
 
 __all__ = [
     "JOB_DASHES", "LABEL_GAP", "MAX_COMPARED", "MEMORY_COLUMNS", "MODE_DASHES", "POLICY", "PREDICTED", "SERIES",
     "STRIP_PX", "WALL", "Limit", "Series", "compare_chart", "compare_frame", "end_label_positions",
-    "fitting_labels", "job_dashes", "job_limits", "limit_rows", "memory_chart", "memory_frames",
+    "fitting_labels", "from_first_placement", "job_dashes", "job_limits", "limit_rows", "memory_chart",
+    "memory_frames", "quality_chart", "quality_frame",
     "series_color_scale", "stage_spans", "stage_strip",
 ]

@@ -8,7 +8,7 @@ import altair as alt
 import pandas as pd
 
 from dashboard.charts import frames as fr
-from dashboard.charts.style import HOST_WIDE, OWN, SERIES, WALL, palette
+from dashboard.charts.style import HOST_WIDE, JOB_COLORS, OWN, SERIES, WALL, palette
 from dashboard.format import GIB
 
 JOB_DASHES = [[1, 0], [8, 4], [4, 3], [1, 3], [8, 3, 1, 3]]
@@ -61,9 +61,10 @@ def compare_chart(
     fit: Literal["pool", "data"] = "data",
     theme: str | None = None,
 ) -> alt.FacetChart:
-    """Small multiples, one panel per series in a fixed order (each keeps its colour), the job's own
-    memory first (normalised as the footprint ratio is) and host-wide panels after it, jobs told
-    apart by dash pattern (fixed per mode, see job_dashes) and an end-of-line label; at most five jobs.
+    """Small multiples, one panel per series in a fixed order (titled by the series), the job's own
+    memory first (normalised as the footprint ratio is) and host-wide panels after it, each job in one
+    colour in every panel (JOB_COLORS, in the order compared), with a dash pattern (fixed per mode, see
+    job_dashes) and an end-of-line label; at most five jobs.
 
     y="ratio" adds reference rules at 1.0× and 2.0×. `job` labels should be
     short and unique (e.g. "#7 drain"); optional columns mode and job_id fix each job's dash.
@@ -92,12 +93,10 @@ def compare_chart(
     base = alt.Chart().encode(x=x_enc)
     lines = base.mark_line(interpolate="step-after", strokeWidth=2).encode(
         y=alt.Y("value:Q", title=y_title, scale=y_scale, axis=alt.Axis(format=".2f" if y == "ratio" else ".1f")),
-        color=alt.Color("series:N", scale=alt.Scale(domain=labels, range=[s.color for s in chosen]), legend=None),
-        strokeDash=alt.StrokeDash(
-            "job:N",
-            scale=alt.Scale(domain=jobs or [""], range=_dashes(samples, jobs)),
-            legend=alt.Legend(title="job", orient="top", symbolStrokeColor=colors.text),
-        ),
+        color=alt.Color("job:N", scale=alt.Scale(domain=jobs or [""], range=list(JOB_COLORS[:max(1, len(jobs))])),
+                        legend=alt.Legend(title="job", orient="top")),
+        strokeDash=alt.StrokeDash("job:N", scale=alt.Scale(domain=jobs or [""], range=_dashes(samples, jobs)),
+                                  legend=alt.Legend(title="job", orient="top")),
         opacity=alt.when(pick).then(alt.value(1.0)).otherwise(alt.value(0.35)),
         detail="job:N",
         tooltip=[

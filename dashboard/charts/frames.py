@@ -62,6 +62,15 @@ def x_domain(x: XAxis, total_bytes: int | None, unit: int = GIB) -> list[float] 
     return None
 
 
+def from_first_placement(samples: pd.DataFrame) -> pd.DataFrame:
+    """A job's samples from the first that placed bytes on, in time order (all of them when none did): what a
+    load took before it (the process starting, importing, opening the checkpoint) is not the load, and the
+    footprint ratio leaves it out too (its baseline is taken just before the first tensor)."""
+    ordered = samples.sort_values("t") if len(samples) else samples
+    placing = ordered["bytes_placed"].notna().to_numpy() if len(ordered) else []
+    return ordered.iloc[int(placing.argmax()):] if len(ordered) and placing.any() else ordered
+
+
 def present_series(samples: pd.DataFrame, mem_total: int | None) -> list[Series]:
     """Series worth drawing: GPU allocated only when a device allocated anything, cgroup
     usage only when the job ran in a memory cgroup, system in use only when the machine's
@@ -265,12 +274,16 @@ def compare_frame(samples: pd.DataFrame, *, x: Literal["percent", "seconds"], y:
     require(samples, ("job", "total_bytes", "mem_total", *MEMORY_COLUMNS), "compare chart")
     rows = []
     for job, part in samples.groupby("job", sort=False):
-        part = part.sort_values("t")
+        part = from_first_placement(part)
+        if x == "percent":  # a sample that placed nothing has no % placed
+            part = part[part["bytes_placed"].notna()]
+            if part.empty:
+                continue
         total = float(part["total_bytes"].iloc[0])
         mem_total = part["mem_total"].iloc[0]
         mem_total = mem_total if pd.notna(mem_total) else None
         xs = part["t"].astype(float) - float(part["t"].min()) if x == "seconds" else part["bytes_placed"].astype(float) / total * 100
-        rows.append(_own_rows(job, part, xs, y))
+        rows.append(_own_rows(job, part, xs, y, total))
         for s in present_series(part, mem_total):
             values = series_values(part, s, mem_total)
             keep = values.notna()
@@ -289,21 +302,17 @@ def compare_frame(samples: pd.DataFrame, *, x: Literal["percent", "seconds"], y:
     return pd.concat(rows, ignore_index=True)
 
 
-def _own_rows(job: str, part: pd.DataFrame, xs: pd.Series, y: Literal["gib", "ratio"]) -> pd.DataFrame:
-    """The job's own memory: (VmRSS − first VmRSS) + (GPU allocated − first), in GiB, or in the ratio view
-    over the bytes placed at each sample, so its peak is the footprint ratio (docs/metrics.md). The label
-    quotes the job's recorded `footprint` (its load report's footprint_ratio) when the samples carry one,
-    so Compare reads the same number as the Job page and History."""
+def _own_rows(job: str, part: pd.DataFrame, xs: pd.Series, y: Literal["gib", "ratio"], total: float) -> pd.DataFrame:
+    """The job's own memory (`part` from its first placement on): (VmRSS − first VmRSS) + (GPU allocated −
+    first), in GiB, or in the ratio view over the job's checkpoint size, so its peak is the footprint ratio
+    (docs/metrics.md: the load's growth over the bytes it placed). The label quotes the job's recorded
+    `footprint` (its load report's footprint_ratio) when the samples carry one, so Compare reads the same number
+    as the Job page and History."""
     rss = part["vm_rss"].astype(float)
     device = part["device_allocated"].fillna(0).astype(float)
     grown = (rss - rss.iloc[0]) + (device - device.iloc[0])
-    placed = part["bytes_placed"].fillna(0).astype(float)
-    if y == "ratio":
-        keep = placed > 0
-        values = grown[keep] / placed[keep]
-    else:
-        keep = grown.notna()
-        values = grown[keep] / GIB
+    keep = grown.notna()
+    values = grown[keep] / (total if y == "ratio" else GIB)
     recorded = part["footprint"].iloc[0] if "footprint" in part and pd.notna(part["footprint"].iloc[0]) else None
     peak = recorded if recorded is not None else (float(values.max()) if y == "ratio" and len(values) else None)
     label = f"{job} footprint {fmt.ratio(peak)}" if peak is not None else str(job)

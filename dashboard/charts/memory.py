@@ -13,6 +13,7 @@ from typing import Mapping, Sequence
 import altair as alt
 import pandas as pd
 
+from dashboard import words
 from dashboard.charts import frames as fr
 from dashboard.charts.style import POLICY, PREDICTED, WALL, BY_LABEL, Palette, palette
 from dashboard.format import GIB
@@ -54,9 +55,11 @@ def stage_strip(
     scale = x_scale or alt.Scale(zero=True)
     if extent is None and len(spans):
         extent = float(spans["x1"].max()) - min(0.0, float(spans["x0"].min()))
+    said = spans.assign(stage=spans["stage"].map(words.stage).astype(str))  # the stage in words, as pages say it
     shaded = spans.assign(
         shade=[BAND_OPACITY[i % 2] for i in range(len(spans))],
-        label=fr.fitting_labels(spans, extent),
+        label=fr.fitting_labels(said, extent),
+        said=said["stage"],
     )
     top, bottom = STRIP_PX
     bands = alt.Chart(shaded).mark_rect(stroke=colors.band_edge, strokeWidth=1, color=colors.band).encode(
@@ -65,7 +68,7 @@ def stage_strip(
         y=alt.value(top),
         y2=alt.value(bottom),
         opacity=alt.Opacity("shade:Q", scale=None),
-        tooltip=[alt.Tooltip("stage:N", title="stage")],
+        tooltip=[alt.Tooltip("said:N", title="stage"), alt.Tooltip("stage:N", title="recorded as")],
     )
     labels = alt.Chart(shaded[shaded["label"] != ""]).mark_text(fontSize=11, color=colors.text).encode(
         x=alt.X("mid:Q", scale=scale), y=alt.value((top + bottom) / 2), text="label:N"

@@ -85,3 +85,8 @@ PALETTES = {
 def palette(theme: str | None) -> Palette:
     """The palette of a theme type; anything unknown (None before the browser reports) reads light."""
     return PALETTES.get(theme or "light", PALETTES["light"])
+
+
+JOB_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9")
+"""One Okabe-Ito colour per compared job (in the order they are compared), never the wall's red: on Compare a job
+keeps its colour in every panel, and the panel's title names the series."""

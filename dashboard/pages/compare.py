@@ -7,12 +7,14 @@ with nothing chosen, only jobs of one checkpoint are suggested.
 import pandas as pd
 import streamlit as st
 
+from core.echo import echo
 from dashboard import charts, data, nav
 from dashboard.host import read_host_memory
 from dashboard.inputs_panel import input_strip, output_videos
+from dashboard.views import ab
 from dashboard.views.history import checkpoints_of, comparison_table, default_comparison, diff_only, job_summary
 from dashboard.views.query import QueryError, job_ids
-from dashboard.views.spec import job_label, spec_mode, spec_of, workflow_of
+from dashboard.views.spec import job_label, spec_mode
 
 db = data.db_path()
 mem_total = read_host_memory().total
@@ -77,10 +79,11 @@ def draw_chart(jobs: list[dict], summaries: dict[int, dict]) -> None:
     st.altair_chart(chart, width="stretch")
     if y_axis == "× checkpoint":
         st.caption(
-            "Job's own memory: its growth in VmRSS plus GPU allocated over the bytes placed at each moment; its peak "
-            "is the footprint ratio the Job page and History show (1.0× is the model itself). The other panels are each "
-            "series over that job's checkpoint size; System in use is the whole machine, so with a small checkpoint "
-            "other processes move it as much as the load does."
+            "Job's own memory: its growth in VmRSS plus GPU allocated from its first placement on (the process "
+            "starting up is left out), over its checkpoint size; its peak is the footprint ratio the Job page and "
+            "History show (1.0× is the model itself). The other panels are each series over that job's checkpoint "
+            "size; System in use is the whole machine, so with a small checkpoint other processes move it as much "
+            "as the load does."
         )
 
 
@@ -105,11 +108,57 @@ def draw_videos(jobs: list[dict]) -> None:
     st.subheader("Inputs and videos")
     for column, (job, files) in zip(st.columns(min(3, len(shown))), shown[:3]):
         with column:
-            st.caption(f"{job_label(job)} · {workflow_of(spec_of(job).get('generate') or {})}")
+            st.caption(job_label(job))
             input_strip(files, lambda name, job_id=job["id"]: data.artifact_path(job_id, name))
             video = next(iter(output_videos(files)), None)
             if video is not None:
                 st.video(str(data.artifact_path(job["id"], video["name"])), loop=True)
+
+
+@st.cache_data(max_entries=8, show_spinner="Comparing frames…")
+def frame_distance(path_a: str, path_b: str, stamp: tuple[float, float]) -> ab.FrameDiff:
+    """B's frames against A's (cached per pair of files, `stamp` their mtimes)."""
+    return ab.frame_diff(ab.read_frames(path_a), ab.read_frames(path_b))
+
+
+def draw_ab(jobs: list[dict]) -> None:
+    """PSNR and SSIM per frame of B against A (same prompt and seed), the worst frame's difference, and B's costs
+    against A's: how a lossy lever or a LoRA is judged on real weights."""
+    videos = {}
+    for job in jobs:
+        video = next(iter(output_videos(data.artifacts(db, job["id"]))), None) if job["kind"] == "generate" else None
+        if video is not None:
+            videos[job["id"]] = data.artifact_path(job["id"], video["name"])
+    if len(videos) < 2:
+        return
+    st.subheader("A/B: frames and costs")
+    by_id = {j["id"]: j for j in jobs}
+    ids = list(videos)
+    left, right = st.columns(2)
+    a = left.selectbox("A (the exact run)", ids, index=0, key="ab_a", format_func=lambda i: job_label(by_id[i]))
+    b = right.selectbox("B (with the lever)", ids, index=1, key="ab_b", format_func=lambda i: job_label(by_id[i]))
+    if a == b:
+        st.info("Pick two different jobs for A and B.")
+        return
+    mismatch = ab.request_mismatch(by_id[a], by_id[b])
+    if mismatch:
+        st.warning(f"A and B differ in {', '.join(mismatch)}: not the same request, so their frames are not compared.")
+        return
+    try:
+        diff = frame_distance(str(videos[a]), str(videos[b]), (videos[a].stat().st_mtime, videos[b].stat().st_mtime))
+    except (OSError, ValueError) as e:
+        st.error(f"Cannot compare the videos: {echo(str(e))}")
+        return
+    st.altair_chart(charts.quality_chart(charts.quality_frame(diff.psnr, diff.ssim), diff.worst,
+                                         theme=st.context.theme.type), width="stretch")
+    identical = sum(1 for v in diff.psnr if v == float("inf"))
+    st.caption(f"Worst frame: {diff.worst} (SSIM {diff.ssim[diff.worst]:.4f}). "
+               + (f"{identical} of {len(diff.psnr)} frames are identical (infinite PSNR, not drawn). " if identical else "")
+               + "PSNR and SSIM from scikit-image, on the MP4s' decoded frames.")
+    left, right = st.columns([1, 2])
+    left.image(diff.difference, clamp=True, width="stretch",
+               caption=f"|A - B| at frame {diff.worst}, white = {diff.difference_max} of 255")
+    right.dataframe(pd.DataFrame(ab.cost_deltas(by_id[a], by_id[b])), hide_index=True, width="stretch")
 
 
 def main() -> None:
@@ -129,6 +178,7 @@ def main() -> None:
     summaries: dict[int, dict] = {}
     draw_chart(jobs, summaries)
     draw_tables(jobs, summaries)
+    draw_ab(jobs)
     draw_videos(jobs)
 
 

@@ -89,6 +89,9 @@ def draw_header(job: dict, total_bytes: int | None) -> None:
                     f"(input images: {asked['input images']}) · **VAE tiling** {asked['VAE tiling']} · "
                     f"**VAE precision** {asked['VAE precision']} · **transformer weights** {asked['transformer weights']}")
     draw_lineage(job)
+    forced = oc.forced_note(job)
+    if forced:
+        st.warning(forced, icon=":material/priority_high:")
 
 
 def draw_lineage(job: dict) -> None:
@@ -110,21 +113,25 @@ def job_outcome(job: dict, total_bytes: int | None) -> oc.Outcome:
 
 
 def draw_outcome(told: oc.Outcome) -> None:
-    """Why a finished job ended, at the top of its page: one plain sentence and what to do next;
-    the whole cause (every line, in plain words, folded) one click away."""
+    """Why a finished job ended, at the top of its page: one plain sentence and what to do next."""
     draw = {"success": st.success, "info": st.info, "warning": st.warning}.get(told.tone, st.error)
     draw("\n\n".join([f"**{told.headline}**", *([told.next_step] if told.next_step else [])]))
+
+
+def draw_outcome_details(job: dict, told: oc.Outcome) -> None:
+    """The whole cause (every line, in plain words, folded), under the chart and video: one click away."""
     details = [line for line in told.cause if line not in told.headline]
     if details:
         with st.expander("What happened, in detail", expanded=len(details) <= SHORT_DETAIL):
             for line in details:
                 st.markdown(f"- {line}")
-            st.caption("The error exactly as the job recorded it: `python -m jobs show --json` or the Events download.")
+            recorded = "What the job recorded" if job["status"] == "cancelled" else "The error exactly as the job recorded it"
+            st.caption(f"{recorded}: `python -m jobs show --json` or the Events download.")
 
 
 def draw_actions(job: dict, live: bool) -> None:
     """Cancel while it runs; edit-and-re-queue always (the Run form, pre-filled from this job)."""
-    row = st.container(horizontal=True)
+    row = st.container(horizontal=True, horizontal_alignment="right")
     if row.button("Edit and re-queue", key="job_edit", icon=":material/edit:",
                   help="Open the Run form filled in with this job's parameters"):
         nav.goto("run", **{"from": str(job["id"])})
@@ -143,7 +150,7 @@ def draw_controls(job: dict, total_bytes: int | None, live: bool) -> tuple[str, 
     stage by stage, so it has only the seconds view (a placed axis would stay empty)."""
     placed_unit = fmt.size_unit(total_bytes or (data.last_sample(db, job["id"]) or {}).get("bytes_placed"))[0]
     x_options = list(X_LABELS) if job["kind"] == "load" else ["seconds"]
-    controls = st.columns([3, 3, 2])
+    controls = st.columns([4, 4, 3], vertical_alignment="bottom")
     x_choice = controls[0].segmented_control(
         "x axis",
         x_options,
@@ -161,7 +168,9 @@ def draw_controls(job: dict, total_bytes: int | None, live: bool) -> tuple[str, 
         help="Above baseline: each series minus its first sample, so the curves show what this job added "
         "(on the placed axis the dotted diagonal is the model itself, 1.0×). Fit data and Whole pool show absolute use.",
     ) or default_fit
-    paused = live and controls[2].toggle("Pause live updates", value=False, key="job_pause")
+    with controls[2]:
+        paused = live and st.toggle("Pause live updates", value=False, key="job_pause")
+        draw_actions(job, live)
     return x_choice, fit, paused
 
 
@@ -224,6 +233,9 @@ def draw_chart(job: dict, samples, events, count: int, x: str, fit: str, total_b
     x_mode = X_LABELS[x]
     if x_mode == "percent" and not total_bytes:
         x_mode = "bytes"
+    startup = jv.startup_text(samples) if job["kind"] == "load" else None
+    if startup:  # a load's chart is what it placed: the process starting up is said apart, under the chart
+        samples = charts.from_first_placement(samples)
     chart = charts.memory_chart(
         samples,
         x=x_mode,
@@ -246,6 +258,7 @@ def draw_chart(job: dict, samples, events, count: int, x: str, fit: str, total_b
         + ". Sources: System in use = MemTotal − MemAvailable (/proc/meminfo); VmRSS and RssFile from the worker's "
         "/proc status (RssFile is file-backed: mapped checkpoint pages the kernel can reclaim); GPU allocated from the "
         "torch allocator; cgroup usage is what a memory limit enforces."
+        + (f" {startup}" if startup else "")
     )
 
 
@@ -273,7 +286,9 @@ def draw_time_left(job: dict, events, fraction: float | None) -> None:
 
 def draw_seconds_vs_forecast(job: dict) -> None:
     """At the end of a generate: predicted and measured seconds per stage."""
-    rows = ev.predicted_vs_measured(spec_of(job).get("forecast"), (job.get("metrics") or {}).get("stage_seconds") or {})
+    took = job["finished_at"] - job["started_at"] if job.get("finished_at") and job.get("started_at") else None
+    rows = ev.predicted_vs_measured(spec_of(job).get("forecast"), (job.get("metrics") or {}).get("stage_seconds") or {},
+                                    took)
     if rows:
         st.subheader("Seconds: predicted vs measured")
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", key="job_seconds_vs_forecast")
@@ -316,8 +331,9 @@ def draw_retry(job: dict, suggested: int | None) -> None:
         return
     st.subheader("Retry")
     row = st.container(horizontal=True)
+    forced = "It is queued anyway (forced), as this job was." if spec_of(job).get("forced") else None
     for choice in choices:
-        if row.button(f"Retry with {choice}", key=f"retry_{choice}"):
+        if row.button(f"Retry with {choice}", key=f"retry_{choice}", help=forced):
             changes = oc.retry_changes(choice, suggested)
             try:  # the one retry path: the stored spec is validated again, as the CLI's retry does
                 new_id = retry(connect(db), job["id"], data.config(), changes=changes)
@@ -372,13 +388,14 @@ def main() -> None:
     told = None if live else job_outcome(job, total_bytes)
     if told is not None:
         draw_outcome(told)
-    draw_actions(job, live)
     x_choice, fit, paused = draw_controls(job, total_bytes, live)
     if live and not paused:
         st.session_state[LIVE_KEY] = job["id"]
         st.fragment(draw_body, run_every=LIVE_EVERY)(job["id"], x_choice, fit)
     else:
         draw_body(job["id"], x_choice, fit)
+    if told is not None:
+        draw_outcome_details(job, told)
     draw_details(job)
     if told is not None:
         draw_retry(job, told.suggested_limit)

@@ -16,6 +16,7 @@ import streamlit as st
 from dashboard import data, frame, form_state, nav
 from dashboard import run_checks as checks
 from dashboard import run_fields as fields
+from dashboard.inputs_panel import prune_uploads, queued_inputs
 from dashboard.views.jobs import progress
 from dashboard.views.run import DTYPES
 from dashboard.views.spec import job_label
@@ -51,6 +52,7 @@ def main() -> None:
     db = data.db_path()
     st.title("Run a job", anchor=False)
     form_state.start_run()
+    prune_uploads(config.data_dir, queued_inputs(data.active_jobs(db)))
     form_state.fill_from_query(db)
     filled = st.session_state.get(form_state.FROM_KEY)
     if filled is not None:

@@ -94,6 +94,13 @@ def _process_row(proc: psutil.Process, role: str) -> dict:
 def worker_section(db: str) -> None:
     st.subheader("Worker")
     status = data.supervisor(db)
+    notice = data.lock_notice(db)
+    if notice is not None:
+        st.warning(f"The job database has been locked by another process for {fmt.duration(time.time() - notice.since)} "
+                   f"(since {time.strftime('%H:%M:%S', time.localtime(notice.since))}): the worker ({notice.owner}) "
+                   f"waits and retries its writes, and loses none. Whatever holds the lock (a transaction left open "
+                   f"in another program, a long write) must end it; the job then gets an event saying how long.",
+                   icon=":material/lock_clock:")
     if status["alive"]:
         st.success(f"Supervisor {describe_supervisor(status)}; heartbeat {fmt.duration(status['heartbeat_age'])} ago.")
     else:

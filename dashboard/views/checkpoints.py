@@ -16,6 +16,7 @@ import pandas as pd
 from dashboard import format as fmt
 from dashboard.views import failure
 from core.errors import DrainboardError
+from core.hub_cache import SNAPSHOTS, holding_root, model_label, repo_id_of
 from loader.checkpoint import checkpoint_problems
 from storage.config import ModelPathError, resolve_model_path
 
@@ -63,6 +64,12 @@ class CheckpointChoice:
         return sum(c.bytes for c in self.components)
 
     @property
+    def name(self) -> str:
+        """`MiniMaxAI/MiniMax-H3 @ main` for a Hugging Face cache snapshot, else the folder's or file's name."""
+        label = model_label(self.path)
+        return self.path.name if label == str(self.path) else label
+
+    @property
     def label(self) -> str:
         """`demo — 0.2 GiB, 4 components (under /data/models)`, or `✗ bad — broken: …`."""
         if self.problems:
@@ -70,9 +77,9 @@ class CheckpointChoice:
             first = self.problems[0]
             if len(first) > LABEL_PROBLEM:  # cut at a word, never mid-quote
                 first = first[:LABEL_PROBLEM].rsplit(" ", 1)[0] + "…"
-            return f"✗ {self.path.name} — broken: {first}{more}"
+            return f"✗ {self.name} — broken: {first}{more}"
         parts = f", {len(self.components)} components" if len(self.components) > 1 else ""
-        return f"{self.path.name} — {fmt.gib(self.total_bytes)}{parts} (under {self.root})"
+        return f"{self.name} — {fmt.gib(self.total_bytes)}{parts} (under {self.root})"
 
     def bytes_to_place(self, kind: str, component: str | None) -> int:
         """What a job will place in checkpoint dtype: the chosen component, every component
@@ -109,12 +116,14 @@ def _children(folder: Path) -> list[Path]:
 
 def candidates(root: Path, roots: list[Path]) -> list[Path]:
     """Model folders, component folders and lone .safetensors files, at most two levels down,
-    that resolve under a model root."""
+    that resolve under a model root; in a Hugging Face cache, each repository's snapshots."""
     found: list[Path] = []
     for entry in _children(root):
         if entry.name.startswith(".") or not _inside(entry, roots):
             continue
-        if entry.is_file() and entry.name.endswith(".safetensors"):
+        if repo_id_of(entry.name) is not None and entry.is_dir():
+            found.extend(s for s in _children(entry / SNAPSHOTS) if s.is_dir() and _looks_like_checkpoint(s))
+        elif entry.is_file() and entry.name.endswith(".safetensors"):
             found.append(entry)
         elif entry.is_dir():
             if _looks_like_checkpoint(entry):
@@ -130,8 +139,11 @@ def candidates(root: Path, roots: list[Path]) -> list[Path]:
 def outside_roots(wanted: str, roots: list) -> str:
     """Why a path the form was given is not offered, and how to offer it: the setting and the file."""
     listed = ", ".join(str(r) for r in roots)
-    where = "does not exist" if not Path(wanted).exists() else f"is not under a model root ({listed})"
-    return (f"{wanted} {where}. To use a checkpoint elsewhere, add its folder to the model roots: "
+    if not Path(wanted).exists():
+        return (f"{wanted} does not exist. To use a checkpoint elsewhere, add its folder to the model roots: "
+                "DRAINBOARD_MODEL_ROOTS (folders separated by ':') or `model_roots` in drainboard.toml, then restart.")
+    holder = holding_root(Path(wanted).resolve())
+    return (f"{wanted} is not under a model root ({listed}). A root holding it: {holder}; add it to "
             "DRAINBOARD_MODEL_ROOTS (folders separated by ':') or `model_roots` in drainboard.toml, then restart.")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+from dashboard import words
 from models.eta import NO_HISTORY, StageEta, time_left, total_seconds
 
 
@@ -47,14 +48,28 @@ def time_left_text(forecast: Mapping[str, Any] | None, done: Iterable[str], curr
     return f"Time left unknown: {NO_HISTORY} for some stage." if left is None else f"About {seconds_text(left)} left."
 
 
-def predicted_vs_measured(forecast: Mapping[str, Any] | None, measured: Mapping[str, float]) -> list[dict[str, Any]]:
-    """Per predicted stage: predicted and measured seconds, and measured / predicted."""
-    rows = []
-    for e in stage_etas(forecast):
-        took = measured.get(e.stage)
-        ratio = took / e.seconds if took is not None and e.seconds else None
-        rows.append({"stage": e.stage, "predicted": seconds_text(e.seconds), "measured": seconds_text(took),
-                     "measured / predicted": "-" if ratio is None else f"{ratio:.2f}"})
+def predicted_vs_measured(forecast: Mapping[str, Any] | None, measured: Mapping[str, float],
+                          job_seconds: float | None = None) -> list[dict[str, Any]]:
+    """Per predicted stage (in words): predicted and measured seconds, and measured / predicted; then the stages
+    no forecast covers, the rest of the job's time (the process starting, imports, the gaps between stages) and
+    the total, so the measured column adds up to `job_seconds` (start to end) when it is given."""
+    def row(stage: str, predicted: float | None, took: float | None) -> dict[str, Any]:
+        ratio = took / predicted if took is not None and predicted else None
+        return {"stage": stage, "predicted": seconds_text(predicted), "measured": seconds_text(took),
+                "measured / predicted": "-" if ratio is None else f"{ratio:.2f}"}
+
+    etas = stage_etas(forecast)
+    rows = [row(words.stage(e.stage), e.seconds, measured.get(e.stage)) for e in etas]
+    if job_seconds is None:
+        return rows
+    forecast_stages = {e.stage for e in etas}
+    others = {k: v for k, v in measured.items() if k not in forecast_stages}
+    if others:
+        rows.append(row("other stages (" + ", ".join(dict.fromkeys(words.stage(k) for k in others)) + ")", None,
+                        sum(others.values())))
+    rows.append(row("the rest: starting the process, imports, between stages", None,
+                    max(0.0, job_seconds - sum(measured.values()))))
+    rows.append(row("total", total_seconds(etas), job_seconds))
     return rows
 
 

@@ -26,6 +26,8 @@ PAST_END = re.compile(
 """The loader's line for one tensor a truncated shard cuts off (loader/validate.py)."""
 STAGE_NAMED = re.compile(r"\bstage ([a-z_]+(?:\.[a-z_]+)?)\b")
 """`stage load.text_encoder` in the runner's lines (jobs/outcome.py): the stage's internal name."""
+SUPERVISOR_ID = re.compile(r"\s*\((?:supervisor )?[\w.-]+:\d+:[0-9a-f]{8}\)")
+"""` (host:4242:1a2b3c4d)`: a supervisor's internal id (jobs.supervisor), which the pages leave out."""
 SHARD_OF = re.compile(r"-(\d+)-of-(\d+)\.")
 """`model-00002-of-00003.safetensors`: shard 2 of 3."""
 
@@ -34,6 +36,7 @@ def plain(line: str) -> str:
     """One line without a leading class name, Python-argument advice or a doubled status word."""
     text = CLASS_PREFIX.sub("", line.strip())
     text = PYTHON_HINTS.sub("", text).strip()
+    text = SUPERVISOR_ID.sub("", text)
     text = STAGE_NAMED.sub(lambda m: f"while {words.stage(m.group(1))}", text)
     return re.sub(r"^(killed|failed|cancelled):\s+(?=\1\b)", "", text, flags=re.IGNORECASE)
 
@@ -111,13 +114,16 @@ def limit_needed(*, limit: int, usage_at_kill: int | None, baseline: int | None,
 def next_step(kind: str | None, *, limit: int | None, budget: int | None, suggested_limit: int | None,
               mode: str | None) -> str | None:
     """What to do after a kill, one sentence; None for a kill with no cause the page can act on."""
+    cheapest = mode == "stream"  # already the cheapest mode: no advice to choose it
     if kind == "oom" and limit:
         return (f"It needed more than its {fmt.gib(limit)} memory limit: retry with a limit of "
-                f"{fmt.gib(suggested_limit)} (from the memory it had reached), or choose a cheaper mode.")
+                f"{fmt.gib(suggested_limit)} (from the memory it had reached)"
+                + ("." if cheapest else ", or choose a cheaper mode."))
     if kind == "guard":
         told = f"its memory budget of {fmt.gib(budget)}" if budget else "the guard's MemAvailable floor"
-        return (f"The memory guard stopped it at {told}, before the kernel had to: raise the budget or "
-                "choose a cheaper mode (stream, about 1.0× the checkpoint).")
+        remedy = ("raise the budget" if budget else "lower the floor") + (
+            "" if cheapest else " or choose a cheaper mode (stream, about 1.0× the checkpoint)")
+        return f"The memory guard stopped it at {told}, before the kernel had to: {remedy}."
     if kind == "oom":
         cheaper = ", or choose stream, the cheapest mode (about 1.0×)" if mode != "stream" else ""
         return (f"The machine ran out of memory: close programs that use memory (the System page lists the "

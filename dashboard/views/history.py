@@ -9,6 +9,7 @@ import pandas as pd
 from dashboard import format as fmt
 from dashboard import words
 from dashboard.views import failure
+from dashboard.views.cards import seconds_per_step
 from dashboard.views.jobs import STATUS_ICONS
 from dashboard.views.spec import checkpoint_key, generate_parameters, job_parameters, spec_checkpoint_name, spec_mode
 from storage.schema import JOB_STATUSES
@@ -20,16 +21,6 @@ FILTERS = {"All": None, **{status.capitalize(): (status,) for status in JOB_STAT
 """History's status chips: every status has its own, plus All."""
 
 
-def matches(job: dict, text: str) -> bool:
-    """True when `text` (case-insensitive) is part of the job's checkpoint path, component or prompt."""
-    needle = text.strip().lower()
-    if not needle:
-        return True
-    spec = job.get("spec") or {}
-    haystack = [spec.get("model") or "", spec.get("component") or "", (spec.get("generate") or {}).get("prompt") or ""]
-    return any(needle in part.lower() for part in haystack)
-
-
 def outcome_text(job: dict) -> str:
     """The status and, for a job that did not succeed, the one-line summary of why (never cut)."""
     error = (job.get("error") or "").strip().splitlines()
@@ -39,18 +30,34 @@ def outcome_text(job: dict) -> str:
 
 
 def job_summary(samples: pd.DataFrame, mem_total: int | None) -> dict:
-    """Peak in use, min headroom and an in-use sparkline (GiB) from a job's
-    downsampled samples; exact because downsampling keeps every bucket's min."""
+    """Peak in use, min headroom, peak footprint (VmRSS + GPU allocated, as a generate's `peak_footprint`) and an
+    in-use sparkline (GiB) from a job's downsampled samples; exact for the first two because downsampling keeps
+    every bucket's extremes."""
     if samples.empty:
-        return {"peak_in_use": None, "min_available": None, "spark": []}
+        return {"peak_in_use": None, "min_available": None, "peak_footprint": None, "spark": []}
     first_rank = samples[samples["rank"] == samples["rank"].min()].sort_values("t")
     available = first_rank["mem_available"].astype(float)
     spark = ((mem_total - available) / fmt.GIB).round(3).tolist() if mem_total else (first_rank["vm_rss"] / fmt.GIB).round(3).tolist()
+    resident = first_rank["vm_rss"].astype(float) + first_rank["device_allocated"].fillna(0).astype(float)
     return {
         "peak_in_use": mem_total - available.min() if mem_total else None,
         "min_available": available.min(),
+        "peak_footprint": resident.max(),
         "spark": spark,
     }
+
+
+def peak_footprint(job: dict, summary: dict) -> float | None:
+    """The job's own peak (VmRSS + GPU allocated): a generate's recorded `peak_footprint`, else from its samples."""
+    return (job.get("metrics") or {}).get("peak_footprint") or summary.get("peak_footprint")
+
+
+def elapsed(job: dict, now: float | None = None) -> float | None:
+    """Seconds the job ran: start to end, or to `now` while it runs; None before it starts."""
+    if not job.get("started_at"):
+        return None
+    end = job.get("finished_at") or (now if now is not None and job["status"] == "running" else None)
+    return end - job["started_at"] if end else None
 
 
 def _started(job: dict) -> dt.datetime | None:
@@ -58,21 +65,16 @@ def _started(job: dict) -> dt.datetime | None:
     return dt.datetime.fromtimestamp(stamp) if stamp else None
 
 
-def _duration(job: dict) -> float | None:
-    if job.get("started_at") and job.get("finished_at"):
-        return job["finished_at"] - job["started_at"]
-    return None
-
-
 INPUT_COLUMNS = dict(words.INPUT_WORDS)
 """History's column per input image (its GenerateParams field -> heading), each cell a thumbnail."""
 GENERATE_COLUMNS = ("prompt", "seed", "steps", "frames", "size", "workflow", "VAE tiling", "VAE precision",
-                    "transformer weights")
+                    "transformer weights", "LoRAs")
 """History's columns that generate_parameters fills (empty for a load)."""
 HISTORY_COLUMNS = [
-    "status", "job", "id", "kind", "mode", "checkpoint", "duration", "peak in use", "footprint ×", "min headroom",
+    "status", "job", "id", "kind", "mode", "checkpoint", "duration", "peak in use", "peak footprint", "footprint ×",
+    "min headroom",
     "in use", "outcome", "started", "device", "dtype", "memory limit", "prompt", "seed", "steps", "frames", "size",
-    "workflow", *INPUT_COLUMNS.values(), "VAE tiling", "VAE precision", "transformer weights", "retry of",
+    "workflow", *INPUT_COLUMNS.values(), "VAE tiling", "VAE precision", "transformer weights", "LoRAs", "retry of",
 ]
 """History's columns, in order: what a job cost (duration, peak, footprint) right after what it was, so it is in
 view at 1400 px. Numbers stay numeric (so they sort) and get their unit from the page's format."""
@@ -94,10 +96,10 @@ def status_tint(cell: str) -> str:
 
 
 def history_frame(jobs: list[dict], summaries: dict[int, dict], *, link,
-                  inputs: dict[int, dict[str, str]] | None = None) -> pd.DataFrame:
+                  inputs: dict[int, dict[str, str]] | None = None, now: float | None = None) -> pd.DataFrame:
     """One row per job for st.dataframe; `link(job_id)` builds the Job page URL. Memory in GiB,
-    durations in seconds (the page's column formats add the units). `inputs` (job id -> field -> image URL,
-    from the job's own folder) fills the input image columns."""
+    durations in seconds (the page's column formats add the units; a running job's is its time so far at `now`).
+    `inputs` (job id -> field -> image URL, from the job's own folder) fills the input image columns."""
     rows = []
     for job in jobs:
         summary = summaries.get(job["id"], {})
@@ -118,10 +120,11 @@ def history_frame(jobs: list[dict], summaries: dict[int, dict], *, link,
                 "dtype": params["dtype"],
                 "memory limit": params["memory limit"],
                 **{column: asked.get(column, "") for column in GENERATE_COLUMNS},
-                **{heading: (inputs or {}).get(job["id"], {}).get(field) for field, heading in INPUT_COLUMNS.items()},
+                **{heading: (inputs or {}).get(job["id"], {}).get(field) or "" for field, heading in INPUT_COLUMNS.items()},
                 "started": _started(job),
-                "duration": _duration(job),
+                "duration": elapsed(job, now),
                 "peak in use": peak / fmt.GIB if peak is not None else None,
+                "peak footprint": (own / fmt.GIB if (own := peak_footprint(job, summary)) is not None else None),
                 "footprint ×": metrics.get("footprint_ratio"),
                 "min headroom": summary["min_available"] / fmt.GIB if summary.get("min_available") is not None else None,
                 "in use": summary.get("spark", []),
@@ -131,37 +134,51 @@ def history_frame(jobs: list[dict], summaries: dict[int, dict], *, link,
     return pd.DataFrame(rows, columns=HISTORY_COLUMNS)
 
 
-COMPARE_METRICS = (
-    ("footprint_ratio", "footprint"),
-    ("host_peak_ratio", "host peak"),
-    ("memavailable_cost_ratio", "MemAvailable cost"),
-    ("load_seconds", "load time"),
-    ("throughput_gbps", "throughput"),
-    ("read_efficiency", "read efficiency"),
-)
-"""Metrics the Compare table shows, with a ratio column against the reference job."""
+COMPARE_METRICS = {
+    "load": (
+        ("footprint_ratio", "footprint"),
+        ("host_peak_ratio", "host peak"),
+        ("memavailable_cost_ratio", "MemAvailable cost"),
+        ("load_seconds", "load time"),
+        ("throughput_gbps", "throughput"),
+        ("read_efficiency", "read efficiency"),
+    ),
+    "generate": (
+        ("peak_footprint", "peak footprint"),
+        ("job_seconds", "job time"),
+        ("pass_seconds", "time per pass"),
+    ),
+}
+"""Figures the Compare table shows per job kind (each with a ratio column against the reference job); a table of
+both kinds shows both sets."""
+def compare_figures(job: dict, summary: dict) -> dict[str, float | None]:
+    """A job's figures by COMPARE_METRICS name: its metrics, and for a generate its peak footprint, its time
+    start to end and the denoising stage's seconds per transformer pass."""
+    return {**(job.get("metrics") or {}), "peak_footprint": peak_footprint(job, summary), "job_seconds": elapsed(job),
+            "pass_seconds": seconds_per_step(job, None, 0.0)}
 
 
 def comparison_table(jobs: list[dict], summaries: dict[int, dict], reference_id: int) -> pd.DataFrame:
-    """Rows = jobs; columns = the outcome, peak in use, min headroom and each metric with its ratio
-    to the reference job ("0.50×"), then every parameter (job_parameters). A ratio is given
-    only against a job of the same checkpoint, component and kind: "different checkpoint" otherwise."""
+    """Rows = jobs; columns = the outcome, peak in use, min headroom and each figure of the jobs' kinds with its
+    ratio to the reference job ("0.50×"), then every parameter (job_parameters). A ratio is given only against a
+    job of the same checkpoint, component and kind: "different checkpoint" otherwise."""
     ref = next((j for j in jobs if j["id"] == reference_id), None)
     if ref is None:
         raise ValueError(f"reference job {reference_id} is not among the compared jobs {[j['id'] for j in jobs]}")
-    ref_metrics = ref.get("metrics") or {}
+    ref_figures = compare_figures(ref, summaries.get(reference_id, {}))
+    shown = [m for kind in COMPARE_METRICS if any(j["kind"] == kind for j in jobs) for m in COMPARE_METRICS[kind]]
     rows = []
     for job in jobs:
-        metrics = job.get("metrics") or {}
+        figures = compare_figures(job, summaries.get(job["id"], {}))
         summary = summaries.get(job["id"], {})
         comparable = checkpoint_key(job) == checkpoint_key(ref)
         row = {"job": f"#{job['id']}" + (" (ref)" if job["id"] == reference_id else ""), "outcome": job["status"]}
         row["peak in use"] = fmt.gib(summary.get("peak_in_use"))
         row["min headroom"] = fmt.gib(summary.get("min_available"))
-        for name, label in COMPARE_METRICS:
-            value = metrics.get(name)
+        for name, label in shown:
+            value = figures.get(name)
             row[label] = fmt.metric_value(name, value) if value is not None else fmt.MISSING
-            base = ref_metrics.get(name)
+            base = ref_figures.get(name)
             if not comparable:
                 row[f"{label} vs ref"] = "different checkpoint"
             else:

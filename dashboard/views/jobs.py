@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from dashboard import format as fmt
-from dashboard import words
 from dashboard.views import failure
+from jobs.stage_words import COUNTED_STAGES, progress_text
 from storage.schema import FINAL_STATUSES
 
 
@@ -58,13 +58,13 @@ class Progress:
 
     @property
     def text(self) -> str:
-        """`loading 13/41`, `denoising 1/2`, or just the stage, in words (words.stage)."""
-        stage = words.stage(self.stage) or "step"
-        return f"{stage} {self.done or 0}/{self.total}" if self.total else words.stage(self.stage)
+        """`loading 13/41`, `denoising 1/2`, or just the stage, in words (jobs.stage_words.progress_text)."""
+        return progress_text(self.stage, self.done, self.total)
 
     @property
     def fraction(self) -> float | None:
-        return min(1.0, (self.done or 0) / self.total) if self.total else None
+        """Of the counted stage only: a later stage has no share of the passes."""
+        return min(1.0, (self.done or 0) / self.total) if self.total and self.stage in COUNTED_STAGES else None
 
 
 def progress(job: dict) -> Progress:
@@ -176,15 +176,30 @@ def status_label(job: dict, stats: LiveStats, total_bytes: int | None, *, now: f
         took = _took(job)
         return f"Done in {fmt.duration(took)}" if took is not None else "Done"
     if status == "killed":
-        signal = job.get("signal") or "a signal"
+        signal = f" ({job['signal']})" if job.get("signal") else ""
         by = {"oom": " by the OOM killer", "guard": " by the memory guard"}.get(kill_kind(job), "")
-        return f"Killed ({signal}){by} at {at}"
+        return f"Killed{signal}{by} at {at}"
     if status == "cancelled":
         return f"Cancelled by the user at {at}"
     if status == "interrupted":
         return f"Interrupted (the worker stopped) at {at}"
     error = failure.plain((job.get("error") or "no error message recorded").splitlines()[0])
     return f"Failed at {at}: {error}"
+
+
+def startup_text(samples: pd.DataFrame) -> str | None:
+    """What a load's process did before its first tensor (`samples` in time order, first rank): its seconds and
+    VmRSS then, said apart from the chart, which starts at the first placement as the footprint ratio does;
+    None when no sample came before it."""
+    part = samples[samples["rank"] == samples["rank"].min()] if "rank" in samples and len(samples) else samples
+    part = part.sort_values("t") if len(part) else part
+    placing = part["bytes_placed"].notna().to_numpy() if len(part) else []
+    if not len(part) or not placing.any() or placing[0]:
+        return None
+    first = part.iloc[int(placing.argmax())]
+    return (f"Before its first tensor the job's process started up for {fmt.duration(first['t'] - part['t'].iloc[0])}"
+            f" (importing, opening the checkpoint; VmRSS {fmt.gib(part['vm_rss'].iloc[0])} → "
+            f"{fmt.gib(first['vm_rss'])}): the chart starts at the first tensor, as the footprint ratio does.")
 
 
 STARTING_STAGES = frozenset({None, "probe", "prepare"})

@@ -122,6 +122,20 @@ def retry_changes(choice: str, suggested: int | None) -> dict:
     return {"memory_limit": suggested}
 
 
+def forced_note(job: dict) -> str | None:
+    """For a job queued past the submit check (`forced`): that it was, and why the check refused it; a retry
+    inherits `forced` from the job it retries, and says so. None for a job that was not forced."""
+    spec = job.get("spec") or {}
+    if not spec.get("forced"):
+        return None
+    refusal = (spec.get("forecast") or {}).get("refusal")
+    inherited = f" (inherited from job {job['retry_of']}, which this job retries)" if job.get("retry_of") else ""
+    if refusal:
+        why = re.sub(r"^refused:\s*", "", failure.plain(refusal).rstrip("."))
+        return f"Queued anyway{inherited}: the submit check refused it ({why})."
+    return f"Queued anyway{inherited}, though the submit check found it fits."
+
+
 def job_limits(job: dict) -> dict[str, int | None]:
     """The memory bounds the job ran under (bytes or None), as the chart draws them."""
     spec = job.get("spec") or {}

@@ -17,6 +17,7 @@ from dashboard import words
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings, resolve_offload
 from models.params import GenerateParams
+from models.levers import STEP_CACHES
 from models.request_args import QUANTIZATIONS, VAE_DTYPES
 
 MODE_HELP = {
@@ -39,13 +40,16 @@ DTYPES = ("checkpoint dtype", "bfloat16", "float16", "float32")
 DEFAULT_COMPONENT = ""
 """The component field's value for "the loader's default" (a selectbox shows None as no choice)."""
 
-GENERATE_FIELDS = ("prompt", "frames", "height", "width", "steps", "seed", "audio", "vae_tiling", "vae_dtype", "quantize")
+GENERATE_FIELDS = ("prompt", "frames", "height", "width", "steps", "seed", "audio", "vae_tiling", "vae_dtype", "quantize",
+                   "attention", "compile", "step_cache")
 """GenerateParams fields the form edits, in form order (H3 fixes the rest: no negative prompt, no guidance, 24 fps;
 the workflow and its images are the workflow section's)."""
 QUANTIZE_NONE = "none"
 """The quantize control's value for GenerateParams.quantize = None (a selectbox shows None as no choice)."""
 QUANTIZE_CHOICES = (QUANTIZE_NONE, *QUANTIZATIONS)
 """What the quantize control offers: the spec's own names (`--quantize int8|fp8`), or none."""
+STEP_CACHE_CHOICES = (QUANTIZE_NONE, *STEP_CACHES)
+"""What the step-cache control offers: the spec's own names (`--step-cache`), or none."""
 VAE_DTYPE_CHOICES = VAE_DTYPES
 """What the VAE precision control offers: the spec's own names (`--vae-dtype bf16|fp32`)."""
 FIRST_VISIT_STEPS = 3
@@ -122,9 +126,19 @@ def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
     values.update({f"gen_{name}": value for name, value in generate.items() if name in GENERATE_FIELDS})
     if generate:
         values["gen_workflow"] = workflow_of(generate)
-    if "gen_quantize" in values:
-        values["gen_quantize"] = quantize_choice(values["gen_quantize"])
+    for name in ("gen_quantize", "gen_step_cache"):
+        if name in values:
+            values[name] = quantize_choice(values[name])
+    if generate:
+        loras = [lora for lora in generate.get("loras") or [] if isinstance(lora, dict) and lora.get("file")]
+        values["gen_loras"] = [lora["file"] for lora in loras]
+        values.update({lora_scale_field(lora["file"]): float(lora.get("scale", 1.0)) for lora in loras})
     return values
+
+
+def lora_scale_field(path: str) -> str:
+    """The form field holding the strength of the LoRA at `path`."""
+    return f"gen_lora_scale:{path}"
 
 
 def workflow_of(generate: Mapping[str, Any]) -> str:
@@ -136,12 +150,12 @@ def workflow_of(generate: Mapping[str, Any]) -> str:
 
 
 def quantize_choice(value: str | None) -> str:
-    """The quantize control's value for GenerateParams.quantize."""
+    """The quantize (or step-cache) control's value for GenerateParams.quantize (or .step_cache)."""
     return QUANTIZE_NONE if value is None else value
 
 
 def quantize_value(choice: str) -> str | None:
-    """GenerateParams.quantize for the quantize control's value."""
+    """GenerateParams.quantize (or .step_cache) for the quantize (or step-cache) control's value."""
     return None if choice == QUANTIZE_NONE else choice
 
 
@@ -150,7 +164,7 @@ def generate_defaults(prompt: str, canvas: tuple[int, int]) -> dict[str, Any]:
     FIRST_VISIT_STEPS."""
     base = GenerateParams(prompt=prompt, height=canvas[0], width=canvas[1], steps=FIRST_VISIT_STEPS)
     values = {f"gen_{f.name}": getattr(base, f.name) for f in fields(GenerateParams) if f.name in GENERATE_FIELDS}
-    return values | {"gen_quantize": quantize_choice(base.quantize)}
+    return values | {"gen_quantize": quantize_choice(base.quantize), "gen_step_cache": quantize_choice(base.step_cache)}
 
 
 def generate_geometry(path: str | None) -> tuple[tuple[int, int], int]:

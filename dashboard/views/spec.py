@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from models.levers import lever_option, levers_of
+
 from dashboard import format as fmt
 from dashboard import words
 
@@ -38,7 +40,9 @@ def checkpoint_key(job: dict) -> tuple[str | None, str | None, str]:
 
 
 def job_label(job: dict) -> str:
-    """Short unique label for legends: `#7 drain`, plus ` generate` for a generate job."""
+    """Short unique label for legends: `#7 drain` for a load, `#8 t2va drain` (its workflow) for a generate."""
+    if job.get("kind") == "generate":
+        return f"#{job['id']} {workflow_of(spec_of(job).get('generate') or {})} {spec_mode(job) or ''}".strip()
     kind = "" if job.get("kind") == "load" else f" {job.get('kind')}"
     return f"#{job['id']} {spec_mode(job) or ''}{kind}".strip()
 
@@ -115,8 +119,34 @@ def generate_parameters(job: dict) -> dict[str, str]:
         "reference clip": Path(params["ref_video"]).name if params.get("ref_video") else "none",
         "VAE tiling": fmt.flag(params.get("vae_tiling", True)),
         "VAE precision": params.get("vae_dtype") or "bf16",
-        "transformer weights": f"{quantize} (weight-only)" if quantize else "not quantized",
+        "transformer weights": lever_option("quantize", quantize).label if quantize else "not quantized",
+        "speed levers": lever_words(params),
+        "LoRAs": lora_words(params.get("loras") or []),
     }
+
+
+def lora_words(loras: list) -> str:
+    """Each LoRA as `name x scale into partition (sha256 12 hex)`, in merge order; `none`. File names are user
+    input: quoted bounded (`core.echo`)."""
+    from core.echo import echo
+
+    parts = []
+    for lora in loras:
+        if not isinstance(lora, dict):
+            parts.append(echo(lora))
+            continue
+        digest = lora.get("sha256")
+        parts.append(f"{echo(Path(str(lora.get('file', ''))).name)} x {lora.get('scale', 1.0):g}"
+                     f" into {lora.get('partition') or 'the workflow transformer'}"
+                     + (f" (sha256 {str(digest)[:12]})" if digest else ""))
+    return "; ".join(parts) or "none"
+
+
+def lever_words(params: dict) -> str:
+    """The speed levers a generate spec asked for, each said lossless or lossy; "none" for the default engine
+    (a spec from before levers existed ran with none)."""
+    options = [o for o in levers_of(params) if o.field != "quantize"]
+    return ", ".join(f"{o.label} ({'lossless' if o.lossless else 'lossy'})" for o in options) or "none"
 
 
 def workflow_of(params: dict) -> str:

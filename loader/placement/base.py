@@ -9,7 +9,7 @@ metrics directly.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar
 
@@ -70,16 +70,23 @@ class PlannedTarget:
         return n
 
 
+Adjust = Callable[[torch.Tensor], None]
+"""An in-place change to one placed tensor (a merged LoRA delta, say), made before it is installed."""
+
+
 class PlacementContext:
     """Allocates destinations, installs them into the module, and meters the load."""
 
     def __init__(self, module: nn.Module, device: torch.device, meter: LoadMeter,
-                 host: PinnedHostArena | None = None):
+                 host: PinnedHostArena | None = None, adjust: MutableMapping[str, Adjust] | None = None):
         self.module = module
         self.device = device
         self.meter = meter
         self.host = host
         """Where CPU destinations come from when they are to be page-locked (None: ordinary pages)."""
+        self.adjust = adjust if adjust is not None else {}
+        """Target name -> an in-place change applied to its destination once its bytes have landed; each entry
+        is removed once applied (the mapping is consumed), so what it holds is freed as the load goes."""
 
     def allocate(self, planned: PlannedTarget) -> torch.Tensor:
         """The destination, allocated once on the target device (ordinary pages: on the development VM
@@ -117,8 +124,19 @@ class PlacementContext:
 
     def place(self, planned: PlannedTarget, tensor: torch.Tensor) -> None:
         """Install `tensor` under the target's name, replacing the meta placeholder, and record it."""
+        self.apply_adjust(planned.name, tensor)
         install(self.module, planned.name, tensor)
         self.meter.placed(planned.name, planned.nbytes)
+
+    def apply_adjust(self, name: str, tensor: torch.Tensor) -> None:
+        """Apply `name`'s adjustment, if any, to its filled destination. On CUDA a mode's copies may still run
+        on a side stream, so the device is synchronised first (only for the tensors adjusted)."""
+        change = self.adjust.pop(name, None)
+        if change is None:
+            return
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        change(tensor)
 
 
 _ALLOCATOR_ROUND = 512

@@ -31,6 +31,18 @@ def test_time_left_counts_the_stages_to_come_and_what_remains_of_the_running_one
 
 def test_predicted_against_measured_seconds_per_stage():
     rows = ev.predicted_vs_measured(FORECAST, {"denoise.denoise": 120.0, "decode.video": 30.0})
-    assert rows[1] == {"stage": "denoise.denoise", "predicted": "1 min 40 s", "measured": "2 min 0 s",
+    assert rows[1] == {"stage": "denoising", "predicted": "1 min 40 s", "measured": "2 min 0 s",
                        "measured / predicted": "1.20"}
     assert rows[0]["measured"] == "-" and rows[0]["measured / predicted"] == "-"
+
+
+def test_predicted_against_measured_adds_up_to_the_jobs_time_start_up_included():
+    measured = {"load.transformer": 9.0, "denoise.denoise": 120.0, "decode.video": 30.0, "encode": 2.0,
+                "denoise.prepare_latents": 1.0}
+    rows = ev.predicted_vs_measured(FORECAST, measured, job_seconds=190.0)
+    assert [r["stage"] for r in rows] == [
+        "loading the transformer", "denoising", "decoding the video",
+        "other stages (writing the video, preparing to denoise)",
+        "the rest: starting the process, imports, between stages", "total"]
+    assert [r["measured"] for r in rows] == ["9 s", "2 min 0 s", "30 s", "3 s", "28 s", "3 min 10 s"]
+    assert rows[-1]["predicted"] == "2 min 20 s" and rows[-1]["measured / predicted"] == "1.36"

@@ -137,3 +137,77 @@ def test_an_input_carried_from_a_job_is_sent_and_shown_until_removed(tmp_path: P
     uploaders = at.get("file_uploader")
     uploaders[0].set_value(("mine.png", _png((0, 0, 200)), "image/png")).run()
     assert Path(json.loads(at.code[0].value)["image"]).parent == tmp_path / "uploads"
+
+
+def test_a_file_that_is_not_an_image_is_named_in_one_line_and_not_kept(tmp_path: Path):
+    at = AppTest.from_function(_section, args=(str(tmp_path),), default_timeout=60).run()
+    at.selectbox(key="run_gen_workflow").set_value("fl2va").run()
+    at.get("file_uploader")[0].set_value(("holiday.png", b"this is a text file, not a PNG", "image/png")).run()
+    assert not at.exception, at.exception
+    assert len(at.error) == 1
+    message = at.error[0].value
+    assert message.startswith("'holiday.png': not a readable image") and message.endswith("Nothing was kept.")
+    assert "\n" not in message and "uploads" not in message  # one line, no server path
+    assert "image" not in json.loads(at.code[0].value)
+    assert list((tmp_path / "uploads").iterdir()) == []
+
+
+def test_an_upload_over_its_limit_is_refused_before_a_byte_is_written(tmp_path: Path):
+    import pytest
+
+    from dashboard.inputs_panel import UploadError, save_upload
+
+    def body() -> bytes:
+        raise AssertionError("the body of an upload over the limit was read")
+
+    with pytest.raises(UploadError, match=r"^'huge.png' is 190 MiB: images up to 32 MiB are accepted"):
+        save_upload(tmp_path, "huge.png", 190 * 2**20, body, clip=False)
+    with pytest.raises(UploadError, match=r"clips up to 256 MiB"):
+        save_upload(tmp_path, "long.mp4", 257 * 2**20, body, clip=True)
+    assert not (tmp_path / "uploads").exists()
+
+
+def test_each_uploader_states_and_asks_for_the_limit_submit_enforces(tmp_path: Path):
+    at = AppTest.from_function(_section, args=(str(tmp_path),), default_timeout=60).run()
+    at.selectbox(key="run_gen_workflow").set_value("ref2va").run()
+    limits = [u.proto.max_upload_size_mb for u in at.get("file_uploader")]
+    assert limits == [32, 256]
+    captions = [c.value for c in at.caption]
+    assert "PNG, JPEG or WebP, up to 32 MiB" in captions and any("up to 256 MiB and 60 s" in c for c in captions)
+
+
+def test_uploads_no_queued_job_names_are_removed_once_old(tmp_path: Path):
+    import os
+
+    from dashboard.inputs_panel import prune_uploads, queued_inputs
+
+    folder = tmp_path / "uploads"
+    folder.mkdir()
+    old, queued, fresh, ran = (folder / f"{n}.png" for n in ("old", "queued", "fresh", "ran"))
+    for path in (old, queued, fresh, ran):
+        path.write_bytes(b"x")
+    for path in (old, queued, ran):
+        os.utime(path, (1_000, 1_000))
+    jobs = [{"status": "queued", "spec": {"generate": {"image": str(queued), "prompt": "p"}}},
+            {"status": "running", "spec": {"generate": {"image": str(ran)}}},
+            {"status": "queued", "spec": {"kind": "load"}}]
+    assert queued_inputs(jobs) == [str(queued)]
+    removed = prune_uploads(tmp_path, queued_inputs(jobs))
+    assert sorted(p.name for p in removed) == ["old.png", "ran.png"]  # a running job reads its own copy
+    assert sorted(p.name for p in folder.iterdir()) == ["fresh.png", "queued.png"]
+
+
+def test_streamlit_reads_the_project_config_wherever_the_dashboard_is_started(tmp_path: Path, monkeypatch):
+    from streamlit import config as st_config
+
+    from dashboard.nav import ROOT
+
+    monkeypatch.chdir(tmp_path)  # `streamlit run /path/to/app.py` from elsewhere: the app folder's config applies
+    monkeypatch.setattr(st_config, "_main_script_path", str(ROOT / "app.py"))
+    try:
+        st_config.get_config_options(force_reparse=True)
+        assert st_config.get_option("client.showErrorDetails") == "none"
+        assert st_config.get_option("server.maxUploadSize") == 256
+    finally:
+        monkeypatch.undo()
+        st_config.get_config_options(force_reparse=True)

@@ -165,7 +165,7 @@ def test_no_change_in_footprint_is_neutral_and_never_plus_zero(load_samples):
 
 
 def test_header_status_line_and_cards_quote_one_progress():
-    job = {"id": 4, "kind": "generate", "status": "running", "stage": "denoising", "progress_done": 3, "progress_total": 6,
+    job = {"id": 4, "kind": "generate", "status": "running", "stage": "denoise.denoise", "progress_done": 3, "progress_total": 6,
            "started_at": 1.0, "metrics": None}
     stats = jv.live_stats(make_frame(), None)
     chip = jv.queue_chip([job])
@@ -262,3 +262,62 @@ def test_the_chart_scales_to_the_series_whose_bound_killed_the_job():
     assert oc.kill_series({"status": "killed", "error": "killed (SIGKILL), most likely by the kernel OOM killer",
                            "spec": {}}) is None
     assert oc.kill_series({"status": "succeeded", "error": None, "spec": {}}) is None
+
+
+def test_the_pass_counter_stays_with_denoising_and_encode_is_writing_the_video():
+    from jobs.stage_words import progress_text
+
+    later = {"id": 5, "kind": "generate", "status": "running", "stage": "load.audio_vae", "progress_done": 2,
+             "progress_total": 2, "started_at": 1.0, "metrics": None}
+    assert jv.queue_chip([later]) == "▶ 1 running: job 5 (loading the audio decoder)"
+    assert jv.progress(later).fraction is None
+    assert progress_text("encode", 2, 2) == "writing the video"
+    assert progress_text("load", 13, 41) == "loading 13/41"
+
+
+def test_a_forced_job_says_so_and_why_and_its_retry_says_it_inherited_it():
+    from dashboard.views.outcome import forced_note
+
+    spec = {"forced": True, "forecast": {"refusal": "refused: text_encoder would peak at 70.9 MiB, over the 50.0 MiB budget"}}
+    assert forced_note({"id": 6, "spec": spec}) == (
+        "Queued anyway: the submit check refused it (text_encoder would peak at 70.9 MiB, over the 50.0 MiB budget).")
+    assert forced_note({"id": 8, "retry_of": 6, "spec": spec}).startswith(
+        "Queued anyway (inherited from job 6, which this job retries): the submit check refused it")
+    assert forced_note({"id": 9, "spec": {"forced": True, "forecast": {"refusal": None}}}) == (
+        "Queued anyway, though the submit check found it fits.")
+    assert forced_note({"id": 7, "spec": {"forced": False}}) is None
+
+
+def test_no_advice_to_choose_stream_for_a_job_already_on_stream():
+    from dashboard.views.failure import next_step
+
+    on_stream = next_step("guard", limit=None, budget=50 * 2**20, suggested_limit=None, mode="stream")
+    assert on_stream == "The memory guard stopped it at its memory budget of 50 MiB, before the kernel had to: raise the budget."
+    assert "choose a cheaper mode (stream" in next_step("guard", limit=None, budget=2**30, suggested_limit=None, mode="drain")
+    limited = next_step("oom", limit=2**30, budget=None, suggested_limit=2**31, mode="stream")
+    assert "cheaper mode" not in limited and limited.endswith("(from the memory it had reached).")
+
+
+def test_supervisor_ids_and_unknown_signals_stay_off_the_page():
+    from dashboard.views.failure import plain
+
+    said = plain("interrupted: its supervisor (box-7:4242:1a2b3c4d) stopped while the job was running")
+    assert said == "interrupted: its supervisor stopped while the job was running"
+    job = {"id": 3, "kind": "generate", "status": "killed", "signal": None, "started_at": 1.0, "metrics": None,
+           "error": "memory guard: system in use grew 53.4 MiB over the job's start"}
+    assert jv.status_label(job, jv.live_stats(make_frame(), None), None).startswith("Killed by the memory guard at t =")
+
+
+def test_a_loads_start_up_is_said_apart_and_its_chart_starts_at_the_first_tensor():
+    import numpy as np
+
+    from dashboard import charts
+
+    frame = make_frame()
+    start = frame.iloc[:1].assign(t=-7.8, bytes_placed=np.nan, vm_rss=197 * 2**20, stage="probe")
+    samples = pd.concat([start, frame], ignore_index=True)
+    text = jv.startup_text(samples)
+    assert text.startswith("Before its first tensor the job's process started up for 7.80 s") and "197 MiB" in text
+    assert charts.from_first_placement(samples)["bytes_placed"].notna().all()
+    assert len(charts.from_first_placement(samples)) == len(frame)
+    assert jv.startup_text(frame) is None

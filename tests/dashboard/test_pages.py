@@ -485,3 +485,38 @@ def test_history_and_compare_show_a_generate_jobs_inputs_from_its_own_folder(db_
     compare.run()
     assert not compare.exception, compare.exception
     assert [c for image in compare.get("image") for c in image.captions] == ["First frame (image.png)"]
+
+
+def test_history_pages_through_every_job_and_counts_them_all(fresh_db):
+    """#41-15: with more jobs than a page holds, every one is reachable and the counts are over all of them."""
+    for i in range(230):
+        job_id = jobs_table.enqueue(fresh_db, "load", {"model": "/models/tiny", "mode": "stream"}, now=float(i))
+        if i % 10:
+            jobs_table.start(fresh_db, job_id, supervisor_id="test", now=float(i))
+            jobs_table.finish(fresh_db, job_id, "succeeded", now=float(i) + 1)
+    at = page("history").run()
+    assert not at.exception, at.exception
+    assert "23 queued · 207 succeeded" in _text(at)
+    assert len(at.dataframe[0].value) == 100 and at.dataframe[0].value["id"].iloc[0] == 230
+    assert "Jobs 1–100 of 230 matching (230 in all)" in _text(at)
+    at.number_input(key="history_page").set_value(3).run()
+    assert sorted(at.dataframe[0].value["id"]) == list(range(1, 31))  # the oldest, out of reach before
+    assert "Jobs 201–230 of 230 matching (230 in all)" in _text(at)
+    at.segmented_control(key="status").set_value("Queued").run()
+    assert "23 matching (230 in all)" in _text(at) and len(at.dataframe[0].value) == 23
+
+
+def test_history_shows_a_generate_jobs_memory_and_time_and_never_none(db_with_jobs, job_adder, load_samples):
+    db, ids = db_with_jobs
+    fox = job_adder(db, status="succeeded", kind="generate", model="/models/demo", samples=load_samples,
+                    generate=GENERATE, metrics={"peak_footprint": 3 * 2**29})
+    job_adder(db, status="queued")
+    at = page("history").run()
+    assert not at.exception, at.exception
+    frame = at.dataframe[0].value.set_index("id")
+    assert frame.loc[fox, "peak footprint"] == pytest.approx(1.5)
+    assert frame.loc[fox, "duration"] == pytest.approx(20, abs=1)
+    assert frame.loc[ids["stream"], "peak footprint"] > 0  # a load's from its samples, by the same definition
+    shown = at.dataframe[0].proto.arrow_data.styler.display_values
+    assert b"None" not in shown and b"nan" not in shown
+    assert not frame.drop(columns=["in use"]).isna().any().any()  # Streamlit draws an empty cell as "None"

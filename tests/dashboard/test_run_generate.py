@@ -129,3 +129,25 @@ def test_a_load_job_offers_the_skeleton_switch_and_queues_it(tiny_root, fresh_db
     assert spec["kind"] == "load" and spec["skeleton"] is True
     at.segmented_control(key="run_kind").set_value("generate").run()
     assert not at.get("checkbox") or all(c.key != "run_skeleton" for c in at.checkbox)
+
+
+def test_the_speed_levers_are_named_lossless_or_lossy_refused_as_submit_would_and_queued(tiny_root, fresh_db):
+    at = generate_page()
+    assert at.selectbox(key="run_gen_attention").value == "native" and at.toggle(key="run_gen_compile").value is False
+    assert at.selectbox(key="run_gen_step_cache").value == "none"
+    at.selectbox(key="run_gen_attention").set_value("_native_cudnn").run()
+    assert any("cuDNN attention runs on CUDA only, not on cpu" in e.value for e in at.error)
+    at.selectbox(key="run_gen_step_cache").set_value("first-block").run()
+    assert any("the first-block cache is unavailable for MiniMax H3" in e.value for e in at.error)
+    assert any("quality cost cannot be judged" in i.value for i in at.info)
+    at.selectbox(key="run_gen_attention").set_value("_native_flash").run()
+    at.selectbox(key="run_gen_step_cache").set_value("taylorseer").run()
+    at.toggle(key="run_gen_compile").set_value(True).run()
+    assert not at.error
+    labels = at.selectbox(key="run_gen_step_cache")
+    assert labels.format_func("taylorseer") == "TaylorSeer step cache · lossy"
+    assert at.selectbox(key="run_gen_attention").format_func("_native_flash") == "flash attention (torch) · lossless"
+    at.button(key="run_submit").click().run()
+    [spec] = _queued(fresh_db)
+    assert {k: spec["generate"][k] for k in ("attention", "compile", "step_cache")} == \
+        {"attention": "_native_flash", "compile": True, "step_cache": "taylorseer"}

@@ -116,7 +116,8 @@ def test_edit_and_requeue_fills_the_form_from_the_job_and_queues_the_same_spec(f
     at.button(key="run_submit").click().run()
     queued = _queued(fresh_db)[-1]
     assert queued["forecast"]["refusal"] is None  # the submit check's forecast is stored with the spec
-    assert {**queued, "forecast": None} == json.loads(json.dumps(original.to_dict()))
+    assert queued["model_roots"] == [str(tiny_checkpoint.parent)]  # what the submit checked against
+    assert {**queued, "forecast": None, "model_roots": []} == json.loads(json.dumps(original.to_dict()))
 
 
 def test_edit_and_requeue_of_a_generate_job_fills_prompt_and_seed(fresh_db, tiny_checkpoint):
@@ -280,3 +281,33 @@ def test_edit_and_requeue_brings_the_job_s_own_inputs_and_says_which_are_gone(fr
     assert any(f"Job {job_id}'s last_image is gone" in w.value and "upload it again" in w.value for w in at.warning)
     at.button(key="run_gen_remove_image").click().run()
     assert not at.get("image")
+
+
+def test_loras_under_the_roots_are_offered_with_a_strength_and_edit_and_requeue_brings_them_back(
+        fresh_db, tiny_checkpoint, data_dir):
+    import torch
+    from safetensors.torch import save_file
+
+    from models.params import GenerateParams
+
+    folder = data_dir / "models" / "loras"
+    folder.mkdir()
+    factors = {"transformer.proj_in.lora_A.weight": torch.ones(2, 96), "transformer.proj_in.lora_B.weight": torch.ones(64, 2)}
+    save_file(factors, str(folder / "turbo.safetensors"), metadata={"num_inference_steps": "8"})
+    save_file(factors, str(folder / "style.safetensors"))
+    loras = ({"file": str(folder / "style.safetensors"), "scale": 0.6, "sha256": "ab" * 32, "partition": "transformer"},
+             {"file": str(folder / "turbo.safetensors"), "scale": 1.0, "sha256": "cd" * 32, "partition": "transformer"})
+    job_id = _add_spec(fresh_db, JobSpec(kind="generate", model=str(tiny_checkpoint),
+                                         generate=GenerateParams(prompt="a fox", steps=50, loras=loras)))
+    at = run_page()
+    at.query_params["from"] = str(job_id)
+    at.run()
+    assert not at.exception, at.exception
+    picker = at.multiselect(key="run_gen_loras")
+    assert sorted(o.split(" (")[0] for o in picker.options) == ["style.safetensors", "turbo.safetensors"]
+    assert picker.value == [loras[0]["file"], loras[1]["file"]]  # stacked in the job's order
+    assert at.number_input(key=f"run_gen_lora_scale:{loras[0]['file']}").value == 0.6
+    [warning] = [w.value for w in at.warning if "distilled for 8 steps" in w.value]
+    assert warning.startswith("'turbo.safetensors' says it was distilled for 8 steps; 50 steps run 49")
+    at.number_input(key="run_gen_steps").set_value(8).run()
+    assert not [w for w in at.warning if "distilled for" in w.value]  # run at its own steps: nothing to say

@@ -63,7 +63,9 @@ def test_a_loads_parameters_have_no_generate_fields():
 
 def test_labels_and_checkpoint_keys():
     job = _generate_job()
-    assert job_label(job) == "#7 drain generate"
+    assert job_label(job) == "#7 t2va drain"  # a generate by its workflow
+    fl2va = {**job, "spec": {**job["spec"], "generate": {**job["spec"]["generate"], "workflow": "fl2va"}}}
+    assert job_label(fl2va) == "#7 fl2va drain"
     assert checkpoint_key(job) == ("/models/demo", None, "generate")
 
 
@@ -102,6 +104,10 @@ def test_a_generate_jobs_workflow_inputs_and_knobs_are_among_its_parameters():
     params = job_parameters(job)
     assert (params["workflow"], params["input images"], params["VAE tiling"], params["VAE precision"],
             params["transformer weights"]) == ("fl2va", "first frame, last frame", "off", "fp32", "int8 (weight-only)")
+    assert old["speed levers"] == "none"
+    job["spec"]["generate"] |= {"attention": "_native_cudnn", "compile": True, "step_cache": "taylorseer"}
+    assert job_parameters(job)["speed levers"] == ("cuDNN attention (lossless), regional compile (lossless), "
+                                                   "TaylorSeer step cache (lossy)")
 
 
 def test_history_puts_each_input_images_thumbnail_in_its_own_column():
@@ -111,5 +117,38 @@ def test_history_puts_each_input_images_thumbnail_in_its_own_column():
     job["spec"]["generate"] |= {"ref_image": "/data/uploads/ab.png", "quantize": "fp8"}
     frame = history_frame([job], {}, link=str, inputs={7: {"ref_image": "data:image/png;base64,AAAA"}})
     row = frame.iloc[0]
-    assert row["reference image"] == "data:image/png;base64,AAAA" and row["first frame"] is None
+    assert row["reference image"] == "data:image/png;base64,AAAA" and row["first frame"] == ""  # never drawn "None"
     assert (row["workflow"], row["transformer weights"]) == ("ref2va", "fp8 (weight-only)")
+    assert row["LoRAs"] == "none"
+
+
+def test_a_generate_jobs_loras_read_the_same_on_the_job_page_history_and_compare():
+    from dashboard.views.history import comparison_table, history_frame
+
+    job = _generate_job() | {"status": "succeeded", "retry_of": None, "started_at": 100.0, "finished_at": 140.0}
+    job["spec"]["generate"]["loras"] = [
+        {"file": "/models/loras/turbo-8step.safetensors", "scale": 1.0, "sha256": "ab" * 32, "partition": "transformer"},
+        {"file": "/models/loras/" + "x" * 300 + ".safetensors", "scale": 0.6, "sha256": None, "partition": None}]
+    words = job_parameters(job)["LoRAs"]
+    assert words.startswith("'turbo-8step.safetensors' x 1 into transformer (sha256 abababababab); 'xxx")
+    assert "x 0.6 into the workflow transformer" in words and len(words) < 200  # a crafted name is quoted bounded
+    assert history_frame([job], {}, link=str).iloc[0]["LoRAs"] == words
+    other = {**job, "id": 8, "spec": {**job["spec"], "generate": {**job["spec"]["generate"], "loras": []}}}
+    table = comparison_table([job, other], {}, 7)
+    assert list(table["LoRAs"]) == [words, "none"]
+
+
+def test_compare_gives_generate_jobs_their_memory_and_time_not_a_row_of_dashes():
+    from dashboard.views.history import comparison_table
+
+    jobs = []
+    for job_id, peak, seconds in ((7, 3 * GIB, 40.0), (8, 3 * GIB // 2, 60.0)):
+        job = _generate_job() | {"id": job_id, "status": "succeeded", "started_at": 100.0,
+                                 "finished_at": 100.0 + seconds, "progress_done": 5}
+        job["metrics"] = {"peak_footprint": peak, "stage_seconds": {"denoise.denoise": seconds / 2}}
+        jobs.append(job)
+    table = comparison_table(jobs, {}, 7).set_index("job")
+    assert list(table.loc["#8", ["peak footprint", "peak footprint vs ref", "job time", "job time vs ref",
+                                 "time per pass", "time per pass vs ref"]]) == [
+        "1.50 GiB", "0.50×", "1 min 00 s", "1.50×", "6.00 s", "1.50×"]
+    assert "footprint" not in table.columns and "load time" not in table.columns  # a load's figures, not a generate's

@@ -1,3 +1,4 @@
+import json
 import threading
 
 import pytest
@@ -249,3 +250,17 @@ def test_crafted_input_is_quoted_back_bounded(config, fields):
     with pytest.raises(JobSpecError) as caught:
         build_spec({"kind": "load", "model": model(config), **fields}, config, known_kinds=("load",))
     assert len(str(caught.value)) < 400 and "characters)" in str(caught.value)
+
+
+def test_a_lever_the_device_cannot_run_is_refused_at_submit_and_a_runnable_set_is_recorded(config, tiny_model):
+    raw = {"kind": "generate", "model": str(tiny_model), "generate": {"prompt": "a fox", "attention": "_native_cudnn"}}
+    with pytest.raises(JobSpecError) as caught:
+        build_spec(raw, config)
+    assert caught.value.errors == ["generate.attention: _native_cudnn: cuDNN attention runs on CUDA only, not on cpu;"
+                                   " on cpu use native or _native_flash"]
+    levers = {"attention": "_native_flash", "compile": True, "step_cache": "taylorseer"}
+    spec = build_spec({**raw, "generate": {"prompt": "a fox", **levers}}, config)
+    stored = JobSpec.from_dict(json.loads(json.dumps(spec.to_dict()))).generate
+    assert {name: getattr(stored, name) for name in levers} == levers
+    with pytest.raises(JobSpecError, match="generate.compile: must be true or false, got 'yes'"):
+        build_spec({**raw, "generate": {"prompt": "a fox", "compile": "yes"}}, config)

@@ -148,3 +148,41 @@ def test_on_tensor_sees_every_placement_in_order_with_a_sample(tiny_checkpoint, 
     assert events[-1].bytes_placed == report.bytes_placed == sum(e.nbytes for e in events)
     assert all(e.sample.vm_rss > 0 for e in events)
     assert report.samples == len(events) + 2, "baseline + one per tensor + the final one"
+
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [None, "fp32"])
+def test_every_mode_applies_an_adjustment_before_the_tensor_is_installed_and_reported(tiny_checkpoint, mode, dtype):
+    order = []
+
+    def change(name, how):
+        def apply(t):
+            order.append(("adjust", name))
+            how(t)
+        return apply
+
+    adjust = {"proj_in.weight": change("proj_in.weight", lambda t: t.mul_(2)),
+              "blocks.0.attn.to_v.weight": change("blocks.0.attn.to_v.weight", lambda t: t.add_(1))}
+    module, report = load_checkpoint(tiny_checkpoint.path, mode=mode, dtype=dtype, adjust=adjust,
+                                     on_tensor=lambda p: order.append(("placed", p.name)))
+    state, t = module.state_dict(), tiny_checkpoint.tensors
+
+    def source(name):
+        return t[name].float() if dtype else t[name]
+
+    assert_bit_identical(state["proj_in.weight"], source("proj_in.weight") * 2)
+    assert_bit_identical(state["blocks.0.attn.to_v.weight"], source("blocks.0.attn.to_v.weight") + 1)
+    assert_bit_identical(state["blocks.0.attn.to_q.weight"], source("blocks.0.attn.to_q.weight"))
+    for name in ("proj_in.weight", "blocks.0.attn.to_v.weight"):
+        assert order.index(("adjust", name)) == order.index(("placed", name)) - 1
+    assert adjust == {}  # consumed: what each change held is freed as the load goes
+    assert report.tensors_placed == len(t)
+
+
+def test_an_adjustment_for_a_tensor_the_load_never_places_is_refused_before_any_read(tiny_checkpoint):
+    read = []
+    with pytest.raises(PlacementError, match="not placed by this load, e.g. blocks.9.weight"):
+        load_checkpoint(tiny_checkpoint.path, adjust={"blocks.9.weight": lambda t: None},
+                        on_tensor=lambda p: read.append(p.name))
+    assert read == []

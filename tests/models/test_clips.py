@@ -21,7 +21,7 @@ def _clip(path: Path, frames: int = 20, fps: int = 25, rate: int | None = 32000)
 
 
 def test_an_mp4_is_read_with_its_rate_size_and_soundtrack(tmp_path: Path):
-    assert check_clip(_clip(tmp_path / "a.mp4"), 32000) == ClipInfo(20, 25.0, 80, 48, 32000)
+    assert check_clip(_clip(tmp_path / "a.mp4"), 32000) == ClipInfo(20, 25.0, 80, 48, 32000, 2, 1.0)
     silent = check_clip(_clip(tmp_path / "b.mp4", frames=13, fps=24, rate=None), 32000)
     assert (silent.frames, silent.frames_at_24, silent.audio_rate) == (13, 13, None)
 
@@ -72,3 +72,55 @@ def test_the_forecast_s_header_read_agrees_with_the_full_check_and_reads_nothing
     text = tmp_path / "notes.mp4"
     text.write_text("not a video")
     assert read_clip_header(text) is None and read_clip_header(tmp_path / "missing.mp4") is None
+
+
+def float_soundtrack_clip(path: Path, seconds: float, value: float = 0.1, rate: int = 32000, channels: int = 2) -> Path:
+    """A MOV of 20 frames at 24 fps with a float32 PCM soundtrack of `seconds` (AAC cannot carry NaN; PCM can)."""
+    from fractions import Fraction
+
+    import av
+
+    layout = {1: "mono", 2: "stereo"}[channels]
+    with av.open(str(path), "w", format="mov") as container:
+        video = container.add_stream("libx264", rate=24)
+        video.width, video.height, video.pix_fmt = 80, 48, "yuv420p"
+        sound = container.add_stream("pcm_f32le", rate=rate)
+        sound.layout = layout
+        for i in range(20):
+            frame = av.VideoFrame.from_ndarray(np.zeros((48, 80, 3), np.uint8), format="rgb24")
+            frame.pts, frame.time_base = i, Fraction(1, 24)
+            container.mux(video.encode(frame))
+        container.mux(video.encode())
+        total = int(seconds * rate)
+        for start in range(0, total, 4096):
+            piece = np.full((1, channels * min(4096, total - start)), value, np.float32)
+            frame = av.AudioFrame.from_ndarray(piece, format="flt", layout=layout)
+            frame.sample_rate, frame.pts, frame.time_base = rate, start, Fraction(1, rate)
+            container.mux(sound.encode(frame))
+        container.mux(sound.encode())
+    return path
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_soundtrack_that_is_not_finite_is_refused_in_one_line(tmp_path: Path, value: float):
+    path = float_soundtrack_clip(tmp_path / "nan.mov", 1.0, value)
+    with pytest.raises(InputClipError) as caught:
+        check_clip(path, 32000)
+    assert str(caught.value) == (f"{path}: its soundtrack holds NaN or infinite samples (from 0.00 s on); the video"
+                                 " generated from it would come out black and silent")
+    assert check_clip(float_soundtrack_clip(tmp_path / "fine.mov", 1.0), 32000).audio_seconds == 1.0
+
+
+def test_a_soundtrack_over_the_bound_is_refused_as_declared_and_as_counted(tmp_path: Path, monkeypatch):
+    long = float_soundtrack_clip(tmp_path / "long.mov", 61.0, rate=8000, channels=1)
+    with pytest.raises(InputClipError) as caught:
+        check_clip(long)
+    assert str(caught.value) == (f"{long}: its soundtrack runs 61.0 s; soundtracks up to 60 s are accepted"
+                                 " (diffusers conditions on at most the 15 s a video generates)")
+    info = check_clip(float_soundtrack_clip(tmp_path / "short.mov", 2.0, rate=8000, channels=1))
+    assert (info.audio_rate, info.audio_channels, info.audio_seconds) == (8000, 1, 2.0)
+    # A header that declares no length (or a false one) is held to the bound by counting the decoded samples.
+    declared = clips._soundtrack
+    monkeypatch.setattr(clips, "_soundtrack", lambda stream: {**declared(stream), "audio_seconds": None})
+    with pytest.raises(InputClipError, match=r"its soundtrack runs at least 60\.\d s; soundtracks up to 60 s"):
+        check_clip(long)

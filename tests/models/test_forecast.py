@@ -356,3 +356,32 @@ def test_a_reference_clip_adds_its_encode_its_rows_and_its_decoded_frames(h3_tin
     unreadable.write_text("not a video")
     assert forecast_generate(h3_tiny, replace(image, ref_video=str(unreadable)), device_info=H200,
                              settings=OffloadSettings(), sequential_components=True).tokens == plain.tokens
+
+
+def test_a_reference_clip_s_soundtrack_is_forecast_from_its_streams_as_declared(h3_tiny: Path, tmp_path: Path):
+    """20 frames with 50 s of 48 kHz stereo sound: diffusers' own decode holds the whole soundtrack (its length,
+    rate and channels, not the video's length) beside the frames, and conditions on it cut to the generated
+    duration; the decode's moment of holding it twice is its own stage's peak, admitted like any stage."""
+    from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3VideoReference
+
+    from jobs.admission import _generate_needs
+    from jobs.spec import JobSpec
+    from models.clips import READ_CLIP
+    from models.forecast import reference_clip
+    from models.params import ModelSpec
+    from tests.models.test_clips import float_soundtrack_clip
+
+    path = float_soundtrack_clip(tmp_path / "long.mov", 50.0, rate=48000, channels=2)
+    params = GenerateParams(prompt="a fox", frames=124, height=64, width=128, steps=2, workflow="ref2va",
+                            ref_video=str(path))
+    clip = reference_clip(h3_tiny, ModelSpec.read(h3_tiny), params)
+    decoded = MiniMaxH3VideoReference.from_file(str(path))
+    assert (clip.frame_bytes, clip.soundtrack_bytes) == (decoded.frames.nbytes, decoded.audio.nbytes)
+    assert clip.audio_seconds == 124 / 24
+    short = float_soundtrack_clip(tmp_path / "short.mov", 1.0, rate=48000, channels=2)
+    forecast, brief = (forecast_generate(h3_tiny, GenerateParams(**{**params.to_dict(), "ref_video": str(clip)}),
+                                         device_info=CPU, settings=OffloadSettings()) for clip in (path, short))
+    assert forecast.process_host_bytes - brief.process_host_bytes == 49 * 48000 * 2 * 4
+    assert forecast.clip_decode_bytes == forecast.to_dict()["clip_decode_bytes"] == decoded.audio.nbytes
+    needs = _generate_needs(JobSpec("generate", str(h3_tiny), generate=params), CPU, None)[0]
+    assert (needs[0].stage, needs[0].host) == (READ_CLIP, decoded.audio.nbytes)

@@ -59,3 +59,16 @@ def test_bad_files_get_one_line_naming_the_file(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(inputs, "MAX_IMAGE_BYTES", 100)
     with pytest.raises(InputImageError, match="images up to 0 MiB"):
         check_image(whole)
+
+
+@pytest.mark.parametrize("size", [(4000, 1), (260, 64), (64, 260), (1, 5)])
+def test_an_image_beyond_4_to_1_is_refused_naming_its_size(tmp_path: Path, size):
+    path = _save(tmp_path / "wide.png", "PNG", size)
+    with pytest.raises(InputImageError) as caught:
+        check_image(path)
+    assert str(caught.value) == f"{path}: {size[0]}x{size[1]}; MiniMax H3 takes images within 1:4 and 4:1"
+
+
+@pytest.mark.parametrize("size", [(256, 64), (64, 256), (1, 1)])
+def test_an_image_at_exactly_4_to_1_is_accepted(tmp_path: Path, size):
+    assert check_image(_save(tmp_path / "edge.png", "PNG", size)) == ("PNG", size)

@@ -319,3 +319,35 @@ def test_the_forecast_counts_exactly_the_bytes_the_loader_places_and_sequential_
     assert both[True].predicted_peak_bytes < both[False].predicted_peak_bytes
     assert both[True].placements == {c: p["mechanism"] for c, p in result.placements.items()}
     assert both[True].to_dict()["predicted_peak_bytes"] == both[True].predicted_peak_bytes
+
+
+def test_a_reference_clip_decodes_in_a_stage_of_its_own_with_its_samples(h3_tiny: Path, tmp_path: Path):
+    """diffusers' decode of the clip (frames and whole soundtrack) runs in `read_clip`, sampled like any stage, so
+    a kill while it runs names it (it once ran stage-less, read as "in stage probe")."""
+    from machine.memory import MemoryProbe
+    from models.clips import READ_CLIP
+    from models.params import ModelSpec
+    from models.pipeline import _read_clip
+    from models.results import GenerateResult
+    from models.run_state import RunState
+    from tests.models.test_clips import float_soundtrack_clip
+
+    path = float_soundtrack_clip(tmp_path / "motion.mov", 1.0)
+    params = replace(SMALL, workflow="ref2va", ref_video=str(path))
+    events, sampled = [], []
+    result = GenerateResult(str(tmp_path / "c.mp4"), 124, 24, 124 / 24, 64, 64, True)
+    probe = MemoryProbe(None)
+    run = RunState(h3_tiny, None, torch.device("cpu"), torch.bfloat16, "stream", OffloadSettings(), {}, True,
+                   events.append, lambda stage, sample: sampled.append(stage), 0.001, result, probe)
+    try:
+        reference = _read_clip(run, params, ModelSpec.read(h3_tiny))
+    finally:
+        probe.close()
+    assert reference.frames.shape == (20, 48, 80, 3) and tuple(reference.audio.shape) == (2, 32000)
+    assert result.stages == [READ_CLIP] and result.stage_peaks[READ_CLIP] > 0 and set(sampled) == {READ_CLIP}
+    assert [(e.kind, e.stage) for e in events if e.kind.startswith("stage")] == [
+        ("stage_start", READ_CLIP), ("stage_end", READ_CLIP)]
+    assert result.inputs["ref_video"]["file"] == "motion.mov" and result.inputs["ref_video"]["audio"]
+    from jobs.stage_words import stage
+
+    assert stage(READ_CLIP) == "decoding the reference clip"  # what a page says while it runs

@@ -107,3 +107,32 @@ def test_a_quantized_dit_on_cuda_gives_its_memory_back_once_released(tmp_path: P
     torch.cuda.empty_cache()
     assert torch.cuda.memory_reserved() - before < held / 2, (torch.cuda.memory_reserved() - before, held)
     del later
+
+
+def test_a_lora_is_merged_into_each_linear_before_it_is_quantized(h3_tiny: Path, tmp_path: Path):
+    import copy
+    import json
+
+    from torchao.quantization import quantize_
+
+    from models.lora_inputs import LoraInput
+    from models.lora_merge import merge_adjustments
+
+    from .lora_files import write_peft_lora
+
+    path = write_peft_lora(h3_tiny.parent / "quantized-style.safetensors", h3_tiny, rank=4, seed=9,
+                           modules=["transformer_blocks.0.attn.to_q"])
+    config = json.loads((h3_tiny / "transformer" / "config.json").read_text())
+
+    def adjust():
+        return merge_adjustments([LoraInput(str(path), 1.0, partition="transformer")], "transformer", config,
+                                 [h3_tiny.parent])[0]
+
+    merged, _ = load_component(h3_tiny, "transformer", dtype=torch.bfloat16, adjust=adjust(), roots=[h3_tiny.parent])
+    expected = copy.deepcopy(merged.get_submodule("transformer_blocks.0.attn.to_q"))
+    quantize_(expected, quant_config("int8", torch.device("cpu")))
+    quantized, _ = load_component(h3_tiny, "transformer", dtype=torch.bfloat16, quantize="int8", adjust=adjust(),
+                                  roots=[h3_tiny.parent])
+    ours, theirs = quantized.get_submodule("transformer_blocks.0.attn.to_q").weight, expected.weight
+    names = ours.__tensor_flatten__()[0]
+    assert names and all(torch.equal(getattr(ours, n), getattr(theirs, n)) for n in names)

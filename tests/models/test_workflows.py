@@ -45,8 +45,9 @@ def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def diffusers_digest(root: Path, workflow: str, steps: int = 3, **inputs) -> str:
-    """The frames digest of diffusers' own `from_pretrained(workflow=...)` + `load_components` in bfloat16."""
+def diffusers_digest(root: Path, workflow: str, steps: int = 3, prepare=None, **inputs) -> str:
+    """The frames digest of diffusers' own `from_pretrained(workflow=...)` + `load_components` in bfloat16;
+    `prepare(pipe)` runs on the loaded pipeline first (a LoRA loaded and fused, say)."""
     from diffusers import ModularPipeline
 
     from models.components import load_aux
@@ -55,6 +56,8 @@ def diffusers_digest(root: Path, workflow: str, steps: int = 3, **inputs) -> str
     pipe.load_components(dtype=torch.bfloat16)
     if pipe.processor is None:  # Qwen3VLProcessor's video part needs torchvision, which this box lacks
         pipe.update_components(processor=load_aux(root, "processor"))
+    if prepare is not None:
+        prepare(pipe)
     state = pipe(prompt=BASE.prompt, num_frames=BASE.frames, height=BASE.height, width=BASE.width,
                  num_inference_steps=steps, generator=torch.Generator("cpu").manual_seed(BASE.seed),
                  output_type="np", **inputs)
@@ -122,6 +125,9 @@ def test_ref2va_with_a_clip_and_an_image_equals_diffusers_own_pipeline_on_its_ow
     described = result.inputs["ref_video"]
     assert described["file"] == "motion.mp4" and (described["frames"], described["fps"]) == (20, 25.0)
     assert "resampled from 25 to 24 fps" in described["note"] and described["note"] in result.notes
+    assert [e.message for e in events if e.kind == "note"].count(described["note"]) == 1
+    # The clip decodes in a stage of its own, first, so every later stage (prepare on) holds it alike.
+    assert result.stages[:2] == ["read_clip", "prepare"] and result.stage_peaks["read_clip"] > 0
 
 
 @pytest.mark.parametrize("workflow", ["t2va", "fl2va", "ref2va"])
@@ -245,3 +251,14 @@ def test_workflow_mismatches_are_refused_naming_the_field(h3_tiny: Path, tmp_pat
     with pytest.raises(GenerateParamsError) as caught:
         run_generate(h3_tiny, replace(BASE, **change), tmp_path / "c.mp4", device_info=UNIFIED)
     assert message in caught.value.problems[field]
+
+
+@pytest.mark.parametrize("field", ["image", "last_image", "ref_image"])
+def test_every_input_image_beyond_4_to_1_is_refused_at_submit(h3_tiny: Path, tmp_path: Path, field):
+    from models.params import ModelSpec, validate_params
+
+    wide = tmp_path / "wide.png"
+    Image.new("RGB", (260, 64)).save(wide)
+    with pytest.raises(GenerateParamsError) as caught:
+        validate_params(replace(BASE, **{field: str(wide)}), ModelSpec.read(h3_tiny))
+    assert caught.value.problems == {field: f"{wide}: 260x64; MiniMax H3 takes images within 1:4 and 4:1"}

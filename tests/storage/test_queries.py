@@ -4,7 +4,8 @@ import io
 import pytest
 
 from storage.queries import (
-    artifacts, events, get_job, last_sample, list_jobs, sample_series, samples_csv, samples_since,
+    artifacts, count_jobs, events, get_job, job_choices, last_sample, list_jobs, sample_series, samples_csv,
+    samples_since,
 )
 from storage.sample_writer import SampleWriter
 from storage.schema import EXTREME_COLUMNS, EXTREMES_BLOCK
@@ -36,6 +37,21 @@ def test_list_jobs_filters_by_status_kind_and_search_newest_first(fresh_db, add_
     assert list_jobs(fresh_db, limit=1, offset=1)[0]["spec"] == {"model": "/m/beta", "prompt": "a cat"}
     assert get_job(fresh_db, a)["spec"]["model"] == "/m/alpha"
     assert get_job(fresh_db, 999) is None
+
+
+def test_jobs_filter_by_mode_and_checkpoint_or_prompt_and_count_over_the_whole_table(fresh_db, add_job):
+    a = add_job(fresh_db, "load", '{"model": "/m/alpha", "mode": "drain"}', "succeeded")
+    b = add_job(fresh_db, "generate", '{"model": "/m/beta", "mode": "stream", "generate": {"prompt": "a Fox"}}', "failed")
+    c = add_job(fresh_db, "load", '{"model": "/m/beta", "mode": "stream", "device": "fox"}', "queued")
+    for _ in range(300):
+        add_job(fresh_db, "load", '{"model": "/m/gamma", "mode": "retain"}', "succeeded")
+    assert [j["id"] for j in list_jobs(fresh_db, modes=["drain", "stream"])] == [c, b, a]
+    assert [j["id"] for j in list_jobs(fresh_db, about="fox")] == [b]  # the prompt, not any other spec field
+    assert [j["id"] for j in list_jobs(fresh_db, about="beta", kind=["load", "generate"])] == [c, b]
+    assert list_jobs(fresh_db, modes=[]) == []
+    assert count_jobs(fresh_db) == {"succeeded": 301, "failed": 1, "queued": 1}  # never capped at a page
+    assert count_jobs(fresh_db, kind="load", modes=["stream", "retain"]) == {"succeeded": 300, "queued": 1}
+    assert job_choices(fresh_db) == (["generate", "load"], ["drain", "retain", "stream"])
 
 
 def test_a_short_series_comes_back_whole(fresh_db, db_path, add_job, memory_sample):

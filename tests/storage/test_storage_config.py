@@ -59,3 +59,38 @@ def test_a_model_path_must_lie_under_a_root_after_resolving_links(tmp_path):
         resolve_model_path(root / ".." / "secret", [root])
     with pytest.raises(ModelPathError, match="does not exist"):
         resolve_model_path(root / "missing", [root])
+
+
+def test_the_hugging_face_cache_is_a_model_root_when_it_exists_unless_turned_off(tmp_path):
+    hub = tmp_path / "hf" / "hub"
+    env = {"HF_HOME": str(tmp_path / "hf")}
+    assert load_config(env=env, cwd=tmp_path).hub_cache is None  # not there yet: no root
+    hub.mkdir(parents=True)
+    config = load_config(env=env, cwd=tmp_path)
+    assert config.hub_cache == hub and config.model_roots == [tmp_path / "data" / "models", hub]
+    off = load_config(env={**env, "DRAINBOARD_HUB_CACHE": "off"}, cwd=tmp_path)
+    assert off.hub_cache is None and off.model_roots == [tmp_path / "data" / "models"]
+    (tmp_path / "drainboard.toml").write_text("hub_cache = false\n")
+    assert load_config(env=env, cwd=tmp_path).model_roots == [tmp_path / "data" / "models"]
+    assert load_config(env={**env, "DRAINBOARD_HUB_CACHE": "on"}, cwd=tmp_path).hub_cache == hub
+    (tmp_path / "drainboard.toml").write_text('hub_cache = "sometimes"\n')
+    with pytest.raises(ConfigError, match="hub_cache must be true or false"):
+        load_config(env=env, cwd=tmp_path)
+    (tmp_path / "drainboard.toml").unlink()
+    with pytest.raises(ConfigError, match="DRAINBOARD_HUB_CACHE must be on or off, got 'maybe'"):
+        load_config(env={**env, "DRAINBOARD_HUB_CACHE": "maybe"}, cwd=tmp_path)
+
+
+def test_a_file_in_a_hub_snapshot_keeps_its_name_and_a_refusal_names_the_root_that_would_hold_it(tmp_path):
+    from tests.hub_layout import hub_snapshot
+
+    source = tmp_path / "dit.safetensors"
+    source.write_bytes(b"x" * 16)
+    snapshot = hub_snapshot(source, tmp_path / "hub")
+    hub = tmp_path / "hub"
+    assert resolve_model_path(snapshot / "dit.safetensors", [hub]) == snapshot / "dit.safetensors"
+    assert resolve_model_path(snapshot, [hub]) == snapshot
+    with pytest.raises(ModelPathError) as refused:
+        resolve_model_path(snapshot, [tmp_path / "models"])
+    message = str(refused.value)
+    assert f"a root holding it: {hub}." in message and "DRAINBOARD_MODEL_ROOTS" in message

@@ -1,0 +1,164 @@
+"""The engine's speed levers: each one's options, whether it is lossless, and whether a device can run it.
+
+The one home of these facts (torch-free at import): the CLIs, the job spec,
+the Run page, the forecast, the ETA and the plan read them here. A lever is a
+field of `GenerateParams`:
+
+- `attention`: the DiT's attention backend, set with diffusers' public
+  `set_attention_backend`; `native` is diffusers' default (torch SDPA, any kernel).
+- `compile`: regional compile of the DiT's repeated blocks (`compile_repeated_blocks`);
+  its first call is timed as its own stage, `COMPILE_STAGE`.
+- `quantize`: `fp8-compute` is torchao's dynamic fp8 activations with fp8 weights
+  (`models.quantize`); `int8` / `fp8` are weight-only (memory, not speed).
+- `step_cache`: one of diffusers' cache hooks on the DiT, its calls wrapped in
+  `cache_context` by our own denoise block (`models.stage_blocks`).
+
+Lossless levers compute the same function (attention kernels, compile); lossy ones
+approximate it (quantized weights or activations, reused steps). Lossy levers are
+opt-in, and on random weights their quality cost cannot be judged (Compare's A/B
+judges it on real ones).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.util import find_spec
+from typing import Any
+
+ATTENTION_BACKENDS = ("native", "_native_cudnn", "_native_flash", "_native_efficient", "sage")
+"""diffusers' `AttentionBackendName` values offered: torch SDPA (any kernel, then cuDNN's, flash's, memory-efficient's)
+and SageAttention (its optional package)."""
+CUDA_ONLY_BACKENDS = {"_native_cudnn": "cuDNN attention", "_native_efficient": "memory-efficient attention",
+                      "sage": "SageAttention"}
+"""Backends whose kernels exist on CUDA only (measured on this CPU: torch finds no viable SDPA kernel for the first
+two; diffusers checks that sage's tensors are on CUDA)."""
+BACKEND_CAPABILITY = {"_native_cudnn": (8, 0), "_native_flash": (8, 0), "sage": (8, 0)}
+"""The least CUDA compute capability of torch's flash and cuDNN SDPA kernels and of SageAttention 2."""
+STEP_CACHES = ("taylorseer", "first-block", "mag")
+"""diffusers' step caches by our names: `TaylorSeerCacheConfig`, `FirstBlockCacheConfig`, `MagCacheConfig`."""
+UNAVAILABLE_CACHES = {
+    name: (f"the {name} cache is unavailable for MiniMax H3: it needs MiniMaxH3TransformerBlock in diffusers'"
+           " transformer-block registry, which diffusers 0.42 does not fill and offers no public API to fill")
+    for name in ("first-block", "mag")
+}
+"""Caches H3 cannot take: their hooks look blocks up in `TransformerBlockRegistry`, a private registry
+(`diffusers.hooks._helpers`) with no H3 entry; registering one would be patching diffusers' internals."""
+FP8_COMPUTE = "fp8-compute"
+"""The `quantize` value of fp8 compute (dynamic fp8 activations and fp8 weights)."""
+COMPILE_STAGE = "denoise.compile"
+"""The stage of a compiled DiT's first call: the compile plus that one step, apart from the other steps."""
+
+
+@dataclass(frozen=True)
+class LeverOption:
+    """One value of one lever."""
+
+    field: str
+    """The GenerateParams field."""
+    value: Any
+    """The value that turns it on."""
+    lossless: bool
+    """True when frames stay within the tolerance of the exact run; False when the lever approximates."""
+    label: str
+    """How a page names it."""
+
+
+LEVER_OPTIONS = (
+    LeverOption("attention", "_native_cudnn", True, "cuDNN attention"),
+    LeverOption("attention", "_native_flash", True, "flash attention (torch)"),
+    LeverOption("attention", "_native_efficient", True, "memory-efficient attention"),
+    LeverOption("attention", "sage", False, "SageAttention (int8 QK)"),
+    LeverOption("compile", True, True, "regional compile"),
+    LeverOption("quantize", FP8_COMPUTE, False, "fp8 compute (fp8 activations and weights)"),
+    LeverOption("quantize", "int8", False, "int8 (weight-only)"),
+    LeverOption("quantize", "fp8", False, "fp8 (weight-only)"),
+    LeverOption("step_cache", "taylorseer", False, "TaylorSeer step cache"),
+    LeverOption("step_cache", "first-block", False, "first-block cache"),
+    LeverOption("step_cache", "mag", False, "MagCache"),
+)
+"""Every lever setting other than the default; whether it is lossless is said here and nowhere else."""
+LEVER_FIELDS = ("attention", "compile", "quantize", "step_cache")
+"""GenerateParams fields that are levers, in the order a lever set is named."""
+LOSSY_NOTE = ("Lossy levers approximate the model: with this checkpoint's random weights their quality cost cannot be "
+              "judged; run the same prompt and seed with and without them on real weights and read Compare's A/B.")
+"""Said wherever a lossy lever can be picked."""
+
+
+def lever_option(field: str, value: Any) -> LeverOption | None:
+    """The option `field` = `value` turns on, or None for a default (no lever)."""
+    return next((o for o in LEVER_OPTIONS if o.field == field and o.value == value), None)
+
+
+def levers_of(values: dict[str, Any]) -> list[LeverOption]:
+    """The lever options a set of GenerateParams values turns on, in `LEVER_FIELDS` order."""
+    found = (lever_option(name, values.get(name)) for name in LEVER_FIELDS)
+    return [o for o in found if o is not None]
+
+
+def lever_key(values: dict[str, Any]) -> str:
+    """The lever set as history keys it: `attention=_native_cudnn+compile`, "" for none (the default engine)."""
+    return "+".join(o.field if o.value is True else f"{o.field}={o.value}" for o in levers_of(values))
+
+
+def is_lossless(values: dict[str, Any]) -> bool:
+    return all(o.lossless for o in levers_of(values))
+
+
+def sage_installed() -> bool:
+    return find_spec("sageattention") is not None
+
+
+def attention_problem(backend: str, device: str, capability: tuple[int, int] | None) -> str | None:
+    """Why `device` (CUDA `capability`, None elsewhere) cannot run attention `backend`, or None when it can.
+
+    The package check is diffusers' own: its public `attention_backend` context refuses a backend whose package
+    is missing or too old, before any tensor is touched."""
+    if backend == "native" or backend not in ATTENTION_BACKENDS:
+        return None  # an unknown name is `validate_params`' to refuse
+    if backend == "sage" and not sage_installed():
+        return "sage attention needs the sageattention package, which is not installed here (a CUDA/Triton package)"
+    what = CUDA_ONLY_BACKENDS.get(backend)
+    if what is not None and not device.startswith("cuda"):
+        return f"{backend}: {what} runs on CUDA only, not on {device}; on {device} use native or _native_flash"
+    least = BACKEND_CAPABILITY.get(backend)
+    if least is not None and capability is not None and capability < least:
+        return (f"{backend} needs CUDA compute capability {least[0]}.{least[1]} or newer; {device} has "
+                f"{capability[0]}.{capability[1]}")
+    return _diffusers_refusal(backend)
+
+
+def _diffusers_refusal(backend: str) -> str | None:
+    """diffusers' own requirement check of `backend` (its package present, new enough), in one line."""
+    from diffusers import attention_backend
+
+    try:
+        with attention_backend(backend):
+            pass
+    except (RuntimeError, ValueError, ImportError) as exc:
+        return f"{backend}: {str(exc).splitlines()[0]}"
+    return None
+
+
+def step_cache_problem(cache: str | None) -> str | None:
+    """Why step cache `cache` cannot be used with H3, or None."""
+    if cache is None:
+        return None
+    if cache not in STEP_CACHES:
+        return f"{cache!r} given; expected one of {', '.join(STEP_CACHES)} or unset"
+    return UNAVAILABLE_CACHES.get(cache)
+
+
+def lever_problems(values: dict[str, Any], device: str, capability: tuple[int, int] | None) -> dict[str, str]:
+    """Field -> why `device` (CUDA `capability`) cannot run the levers in `values` (GenerateParams fields); the names
+    themselves and the caches H3 cannot take are `validate_params`' to refuse. fp8 compute's and the weight-only
+    quantizations' checks are `models.quantize_check`'s."""
+    from .quantize_check import quantization_problem, torchao_installed
+
+    problems = {}
+    attention = attention_problem(values.get("attention") or "native", device, capability)
+    if attention is not None:
+        problems["attention"] = attention
+    quantize = quantization_problem(values.get("quantize"), device, capability, torchao_installed())
+    if quantize is not None:
+        problems["quantize"] = quantize
+    return problems

@@ -1,0 +1,119 @@
+"""The speed levers on `tiny`: each accepted or refused for the device in one line, applied through diffusers' public
+API, a lossy one changing the frames, a compiled DiT's first call timed apart, the job record carrying them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from diffusers import MiniMaxH3Transformer3DModel
+from machine.device import DeviceInfo
+from models.cli import main
+from models.levers import (COMPILE_STAGE, FP8_COMPUTE, LEVER_OPTIONS, attention_problem, is_lossless, lever_key,
+                           lever_option, lever_problems)
+from models.params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
+from models.pipeline import run_generate
+from models.speedups import CACHE_REUSE_COUNTS
+
+UNIFIED = DeviceInfo(spec="cpu", kind="cpu", index=None, name="fake unified GPU", unified_memory=True,
+                     total_memory=8 * 2**30, source="test", reason="a unified device for tests")
+SMALL = GenerateParams(prompt="a red fox in the snow", frames=124, height=64, width=64, steps=6, seed=7, audio=False)
+
+
+@pytest.mark.parametrize("backend, refused", [
+    ("native", None), ("_native_flash", None),
+    ("_native_cudnn", "cuDNN attention runs on CUDA only, not on cpu"),
+    ("_native_efficient", "memory-efficient attention runs on CUDA only, not on cpu"),
+    ("sage", "needs the sageattention package, which is not installed here"),
+])
+def test_on_a_cpu_only_the_native_backends_are_accepted(backend: str, refused: str | None):
+    problem = attention_problem(backend, "cpu", None)
+    assert problem is None if refused is None else (refused in problem and "\n" not in problem)
+
+
+def test_on_cuda_a_backend_needs_its_compute_capability_and_diffusers_requirement_check_runs():
+    assert attention_problem("_native_cudnn", "cuda:0", (9, 0)) is None  # an H200
+    assert "needs CUDA compute capability 8.0 or newer; cuda:0 has 7.5" in attention_problem(
+        "_native_flash", "cuda:0", (7, 5))
+
+
+def test_fp8_compute_is_refused_off_cuda_8_9_and_accepted_on_an_h200(monkeypatch: pytest.MonkeyPatch):
+    import models.quantize_check as check
+
+    monkeypatch.setattr(check, "torchao_installed", lambda: True)
+    assert lever_problems({"quantize": FP8_COMPUTE}, "cpu", None) == {
+        "quantize": "fp8-compute needs a CUDA GPU of compute capability 8.9 or newer; cpu has no CUDA (int8 runs on"
+                    " CPU and CUDA)"}
+    assert lever_problems({"quantize": FP8_COMPUTE}, "cuda:0", (9, 0)) == {}
+
+
+def test_a_step_cache_h3_cannot_take_is_refused_in_one_line_and_taylorseer_is_accepted(h3_tiny: Path):
+    model = ModelSpec.read(h3_tiny)
+    for cache in ("first-block", "mag"):
+        with pytest.raises(GenerateParamsError) as caught:
+            validate_params(GenerateParams(prompt="x", step_cache=cache), model)
+        assert caught.value.problems == {"step_cache": (
+            f"the {cache} cache is unavailable for MiniMax H3: it needs MiniMaxH3TransformerBlock in diffusers'"
+            " transformer-block registry, which diffusers 0.42 does not fill and offers no public API to fill")}
+    validate_params(GenerateParams(prompt="x", step_cache="taylorseer"), model)
+
+
+def test_each_lever_setting_is_labelled_once_and_a_set_is_lossless_only_when_each_is():
+    assert len({(o.field, o.value) for o in LEVER_OPTIONS}) == len(LEVER_OPTIONS)
+    assert lever_option("attention", "native") is None and lever_option("compile", False) is None
+    assert is_lossless({"attention": "_native_cudnn", "compile": True})
+    assert not is_lossless({"attention": "_native_cudnn", "step_cache": "taylorseer"})
+    assert not is_lossless({"attention": "sage"})
+    assert lever_key({"attention": "native", "compile": False}) == ""
+    assert lever_key({"step_cache": "taylorseer", "compile": True, "attention": "_native_flash"}) == (
+        "attention=_native_flash+compile+step_cache=taylorseer")
+
+
+def test_a_cpu_generate_refuses_a_cuda_only_backend_in_one_line_before_reading_a_weight(
+        capsys, h3_tiny: Path, tmp_path: Path):
+    code = main(["generate", str(h3_tiny), "--prompt", "fox", "--out", str(tmp_path / "c.mp4"), "--attention",
+                 "_native_cudnn", "--json"])
+    body = json.loads(capsys.readouterr().out)
+    assert code == 2 and body["errors"] == [
+        "attention: _native_cudnn: cuDNN attention runs on CUDA only, not on cpu; on cpu use native or _native_flash"]
+    assert not (tmp_path / "c.mp4").exists()
+
+
+def test_taylorseer_changes_the_frames_and_the_run_records_its_lever_set(h3_tiny: Path, tmp_path: Path):
+    exact = run_generate(h3_tiny, SMALL, tmp_path / "exact.mp4", device_info=UNIFIED)
+    events = []
+    cached = run_generate(h3_tiny, GenerateParams(**{**SMALL.to_dict(), "step_cache": "taylorseer"}),
+                          tmp_path / "cached.mp4", device_info=UNIFIED, on_event=events.append)
+    # 5 DiT calls: TaylorSeer computes the first three and predicts the rest, so the frames move.
+    assert cached.video_sha256 != exact.video_sha256
+    assert cached.levers == {"attention": "native", "compile": False, "quantize": None, "step_cache": "taylorseer",
+                             "key": "step_cache=taylorseer", "lossless": False}
+    assert exact.levers["key"] == "" and exact.levers["lossless"]
+    assert CACHE_REUSE_COUNTS in cached.notes
+    assert [e.message for e in events if e.kind == "lever"] == ["transformer: step cache taylorseer"]
+
+
+def test_a_compiled_dit_s_first_call_is_its_own_stage_and_the_backend_is_set_through_diffusers(
+        h3_tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    compiled, backends = [], []
+    # Compiling for real takes minutes on this CPU (bench/bench_levers.py does it on a GPU); the spies record that
+    # diffusers' public entry points were called on the loaded DiT.
+    monkeypatch.setattr(MiniMaxH3Transformer3DModel, "compile_repeated_blocks", lambda self: compiled.append(self))
+    original = MiniMaxH3Transformer3DModel.set_attention_backend
+    monkeypatch.setattr(MiniMaxH3Transformer3DModel, "set_attention_backend",
+                        lambda self, name: (backends.append(name), original(self, name)))
+    params = GenerateParams(**{**SMALL.to_dict(), "steps": 4, "compile": True, "attention": "_native_flash"})
+    events = []
+    result = run_generate(h3_tiny, params, tmp_path / "c.mp4", device_info=UNIFIED, on_event=events.append)
+    assert len(compiled) == 1 and backends == ["_native_flash"]
+    assert result.stages.index(COMPILE_STAGE) == result.stages.index("denoise.denoise") + 1
+    assert result.stages.count("denoise.denoise") == 2 and result.stage_seconds[COMPILE_STAGE] > 0
+    steps = [(e.stage, e.data["step"]) for e in events if e.kind == "step"]
+    assert steps == [("denoise.denoise", 1), ("denoise.denoise", 2), ("denoise.denoise", 3)]
+    marks = [(e.kind, e.stage) for e in events if e.kind in ("stage_start", "stage_end")
+             and e.stage in ("denoise.denoise", COMPILE_STAGE)]
+    assert marks == [(k, s) for s in ("denoise.denoise", COMPILE_STAGE, "denoise.denoise")
+                     for k in ("stage_start", "stage_end")]
+    assert result.levers["key"] == "attention=_native_flash+compile" and result.levers["lossless"]
