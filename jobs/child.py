@@ -4,7 +4,9 @@ A fresh process per job gives every job the same memory baseline and keeps an
 OOM kill away from the supervisor and the dashboard. Exit codes: 0 done,
 1 the job raised (its message is stored in `jobs.error`), 2 invalid spec,
 3 the disk was full (the message is stored if the database still takes it).
-SIGTERM (a cancel) raises `JobCancelled` so samples still get flushed.
+SIGTERM (a cancel, a memory guard's stop, or a signal from outside) raises
+`JobCancelled` so samples still get flushed; the child then dies of that SIGTERM,
+so its parent sees the signal, not an exit code of a job that failed.
 Under a supervisor, samples go to its pipe (`DRAINBOARD_SAMPLE_FD`, see `jobs.samples`).
 """
 
@@ -28,6 +30,8 @@ from storage.config import Config, resolved_config
 from storage.connections import is_database_full
 
 EXIT_DONE, EXIT_FAILED, EXIT_INVALID_SPEC, EXIT_DISK_FULL = 0, 1, 2, 3
+STOPPED = -signal.SIGTERM
+"""What `run_job` returns for a job stopped by SIGTERM: `main` then dies of the signal."""
 
 TRACEBACK_LINE_LIMIT = 4000
 """Characters of one line of a failed job's traceback in its log; a longer line is cut (`core.echo`)."""
@@ -41,6 +45,7 @@ class JobCancelled(BaseException):
 
 
 def _on_sigterm(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second SIGTERM (Ray sends one to the relay and one here) must not cut the clean-up
     raise JobCancelled("cancelled (SIGTERM)")
 
 
@@ -101,7 +106,7 @@ def _run(job_id: int, reporter: Reporter, data_dir: Path, config: Config) -> int
         reporter.metrics(metrics or {})
         return EXIT_DONE
     except JobCancelled:
-        return EXIT_FAILED
+        return STOPPED
     except Exception as e:
         return _fail(reporter, e, config)
     finally:
@@ -171,13 +176,20 @@ def _close_quietly_if_full(ctx) -> None:
             raise
 
 def main(job_id: int) -> int:
-    """Run the job and return the exit code, a full disk included (the database may refuse even the first writes)."""
+    """Run the job and return the exit code, a full disk included (the database may refuse even the first writes);
+    a job stopped by SIGTERM ends this process by that signal once everything is flushed."""
     try:
-        return run_job(job_id)
+        code = run_job(job_id)
     except Exception as e:
         if not _disk_full(e):
             raise
         return EXIT_DISK_FULL
+    if code == STOPPED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered at once: this process ends here
+    return code
 
 
 if __name__ == "__main__":

@@ -338,7 +338,11 @@ class Supervisor:
         env = self._child_env(cgroup, sample_fd)
         procs = str(cgroup.procs_file) if cgroup else None
         if self.start_method == "fork":
-            if self._fork_server is None or not self._fork_server.alive():
+            if self._fork_server is not None and not self._fork_server.alive():
+                _say(f"supervisor {self.id}: the fork server stopped ({self._fork_server.stopped()}); starting another")
+                self._fork_server.close()
+                self._fork_server = None
+            if self._fork_server is None:
                 self._fork_server = ForkServer(self.python, worker_env(self.config), str(REPO_ROOT))
             return self._fork_server.spawn(job_id, env, log.fileno(), sample_fd, procs)
         return subprocess.Popen(
