@@ -70,9 +70,11 @@ def job_choices(path: str) -> tuple[list[str], list[str]]:
 
 
 def active_jobs(path: str) -> list[dict]:
-    """Running and queued jobs, oldest first: the one list the header chip and the Run page's
-    queue both draw, so one cannot say "Idle" while the other lists a running job."""
-    return sorted(jobs(path, status=("running", "queued")), key=lambda j: j["id"])
+    """Running jobs (oldest first), then queued ones in the order a worker takes them (storage's QUEUE_ORDER):
+    the one list the header chip and the Run page's queue both draw, so one cannot say "Idle" while the other
+    lists a running job."""
+    return sorted(jobs(path, status=("running", "queued"), limit=10_000),
+                  key=lambda j: (j["status"] != "running", j.get("queue_rank") or j["id"], j["id"]))
 
 
 @st.cache_data(ttl=30, show_spinner=False)

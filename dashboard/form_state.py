@@ -1,5 +1,5 @@
 """The Run form's memory: widget values kept across pages (session state) and refreshes (the URL), `?from=<job
-id>` filling the form from a stored job, and each field's messages from a rejected submit.
+id>` filling the form from a stored job, and each field's messages, checked as the fields change.
 
 Widget keys are dropped when the page is left, so every field is seeded from FORM_KEY before it is drawn
 and kept there after; the main ones are mirrored in the query string, which survives a refresh.
@@ -18,7 +18,8 @@ from dashboard.views.run import form_values
 # Session keys (a page script must not hold bare strings: Streamlit would draw them).
 FORM_KEY = "run_form"  # field -> value of the form, kept while the user is on other pages
 FROM_KEY = "run_filled_from"  # id of the job whose spec filled the form (applied once per arrival)
-ERRORS_KEY = "run_errors"  # field -> messages from the last rejected submit
+ERRORS_KEY = "run_errors"  # {"spec": the form as submitted, "errors": field -> messages} from a refused submit
+SLOTS_KEY = "run_error_slots"  # [(field names, the empty slot under their widget)] drawn in this script run
 DRAWN_KEY = "run_drawn"  # fields drawn in this script run, kept at its end
 CARRIED_KEY = "run_carried_inputs"  # {"job": id, "files": {field: that job's copy}}: edit and re-queue's inputs
 # Fields mirrored in the query string, so a refreshed or shared URL opens the same form.
@@ -35,8 +36,10 @@ def durable() -> dict[str, Any]:
 
 
 def start_run() -> None:
-    """Forget which fields the previous script run drew (the page draws a different set per job kind)."""
+    """Forget which fields and message slots the previous script run drew (the page draws a different set per
+    job kind)."""
     st.session_state[DRAWN_KEY] = []
+    st.session_state[SLOTS_KEY] = []
 
 
 def seed(name: str, default: Any, options: list | tuple | None = None) -> None:
@@ -129,8 +132,20 @@ def mirror_in_url() -> None:
 
 
 def show_errors(*names: str) -> None:
-    """Messages for these fields from the last rejected submit, right under the widget."""
-    errors = st.session_state.get(ERRORS_KEY, {})
-    for name in names:
-        for message in errors.get(name, []):
-            st.error(message, icon=":material/error:")
+    """A slot right under the widget for these fields' messages, filled by `fill_errors` once the whole form
+    is read (the form is checked after its last field is drawn)."""
+    st.session_state.setdefault(SLOTS_KEY, []).append((names, st.empty()))
+
+
+def fill_errors(errors: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Each field's messages into the slot under its widget (an empty slot clears a fixed one); returns the
+    messages of fields with no slot drawn, for the page to say elsewhere."""
+    placed = set()
+    for names, slot in st.session_state.get(SLOTS_KEY, []):
+        messages = [m for name in names for m in errors.get(name, [])]
+        placed.update(names)
+        if messages:
+            slot.error("\n\n".join(messages), icon=":material/error:")
+        else:
+            slot.empty()
+    return {name: messages for name, messages in errors.items() if name not in placed}

@@ -18,9 +18,11 @@ from dashboard.views import eta as ev
 from dashboard.views import fit
 from dashboard.views.checkpoints import CheckpointChoice
 from dashboard.views.jobs import describe_supervisor
-from dashboard.views.run import DTYPES
+from dashboard.views.run import DTYPES, field_label
 from dashboard.views.spec import field_errors
-from jobs.admission import JobRefused, admit, assess
+from core.errors import DrainboardError
+from dashboard.views.plan import plan_markdown
+from jobs.admission import JobRefused, admit, assess, plan_job
 from jobs.queue import queue_spec
 from jobs.spec import JobSpec, JobSpecError, build_spec
 from machine.device import DeviceInfo
@@ -94,20 +96,53 @@ def submit_fit_panel(found: dict | None, in_use: int) -> None:
 
 @st.cache_data(ttl=10, show_spinner="Forecasting…")
 def admission(spec_json: str, db: str) -> dict | None:
-    """jobs.admission.assess of a spec (as JSON, so it caches): the forecast, its refusal and seconds."""
-    found = assess(JobSpec.from_dict(json.loads(spec_json)), data.config(), connect(db))
-    return None if found is None else found.to_dict()
+    """jobs.admission.assess of a spec (as JSON, so it caches): the forecast, its refusal and seconds; with a plan,
+    of the candidate the plan chooses, and the plan itself (`planned`)."""
+    spec = JobSpec.from_dict(json.loads(spec_json))
+    if spec.plan is not None and spec.kind == "generate":
+        try:
+            spec, _ = plan_job(spec, data.config(), connect(db))
+        except (DrainboardError, ValueError, OSError):
+            pass  # a checkpoint the forecast cannot read: the Queue button's check names the file
+    found = assess(spec, data.config(), connect(db))
+    return None if found is None else found.to_dict() | {"planned": spec.planned}
 
 
-def assessed(raw: dict[str, Any], choice: CheckpointChoice | None, db: str) -> dict | None:
-    """The submit check of the form as it stands (its Admission dict), or None while it cannot be built."""
+def plan_panel(found: dict | None) -> None:
+    """`Plan: fastest that fits`: every candidate with its peaks and seconds, the chosen one marked, those that
+    cannot fit struck through with their stage, and why."""
+    planned = (found or {}).get("planned")
+    if not planned:
+        return
+    st.subheader("Plan", anchor=False)
+    st.markdown(plan_markdown(planned))
+    choice = planned["chosen"]
+    line = f"Runs {planned['candidates'][choice]['label']}: {planned['why']}." if choice is not None else \
+        f"Nothing fits: {planned['why']}."
+    (st.caption if choice is not None else st.error)(line)
+
+
+def checked(raw: dict[str, Any], choice: CheckpointChoice | None) -> tuple[JobSpec | None, dict[str, list[str]]]:
+    """The form as it stands, checked as submit checks it (build_spec), on every change: (its spec, or None
+    while it cannot be built, and each field's messages)."""
     if choice is None or not choice.ok:
-        return None
+        return None, {}
     try:
-        spec = build_spec({**raw, "forced": False}, data.config())
-    except JobSpecError:
-        return None  # the queue button names the bad fields
-    return admission(json.dumps(spec.to_dict()), db)
+        return build_spec({**raw, "forced": False}, data.config()), {}
+    except JobSpecError as e:
+        return None, field_errors(e.errors)
+
+
+def assessed(spec: JobSpec | None, db: str) -> dict | None:
+    """The submit check of the form's spec (its Admission dict), or None while there is no spec."""
+    return None if spec is None else admission(json.dumps(spec.to_dict()), db)
+
+
+def named(errors: dict[str, list[str]]) -> str:
+    """`Width: must be a multiple of 32; Prompt: a prompt is required`: each field by its label on the form (the
+    forecast's refusal says its own subject)."""
+    return "; ".join(message if name == "forecast" else f"{field_label(name)}: {message}"
+                     for name, messages in errors.items() for message in messages)
 
 
 def forecast_panel(found: dict | None) -> None:
@@ -125,30 +160,46 @@ def forecast_panel(found: dict | None) -> None:
         st.dataframe(ev.duration_rows(found), hide_index=True, width="stretch", key=key("durations"))
 
 
-def queue_button(raw: dict[str, Any], choice: CheckpointChoice | None, db: str) -> None:
-    """Queue job: build and validate the spec, check its forecast fits (or that it is forced), enqueue, go to
+def queue_button(raw: dict[str, Any], choice: CheckpointChoice | None, db: str,
+                 errors: dict[str, list[str]]) -> None:
+    """Queue job, off while the checkpoint is refused or a field has a problem (`errors`, said under each field
+    and named here): build and validate the spec, check its forecast fits (or that it is forced), enqueue, go to
     the job's page."""
-    blocked = choice is None or not choice.ok
-    if st.button("Queue job", type="primary", icon=":material/play_arrow:", key=key("submit"), disabled=blocked,
-                 help="The loader refuses the chosen checkpoint (see under it)." if blocked else None):
+    blocked = "The loader refuses the chosen checkpoint (see under it)." if choice is None or not choice.ok else (
+        f"Fix first: {named(errors)}" if errors else None)
+    if st.button("Queue job", type="primary", icon=":material/play_arrow:", key=key("submit"),
+                 disabled=blocked is not None, help=blocked):
         connection = connect(db)
+        submitted = {**raw, "forced": bool(st.session_state.get(key("forced")))}
         try:
-            spec = admit(build_spec({**raw, "forced": bool(st.session_state.get(key("forced")))}, data.config()),
-                         data.config(), connection)
+            spec = admit(build_spec(submitted, data.config()), data.config(), connection)
         except JobSpecError as e:
-            st.session_state[ERRORS_KEY] = field_errors(e.errors)
+            st.session_state[ERRORS_KEY] = {"spec": submitted, "errors": field_errors(e.errors)}
             st.rerun()
         except JobRefused as e:
-            st.session_state[ERRORS_KEY] = {"forecast": [str(e)]}
+            st.session_state[ERRORS_KEY] = {"spec": submitted, "errors": {"forecast": [str(e)]}}
             st.rerun()
         st.session_state.pop(ERRORS_KEY, None)
         job_id = queue_spec(connection, spec, data.config().data_dir)
         data.jobs.clear()
         st.toast(f"Queued job {job_id}")
         nav.goto("job", job=str(job_id))
-    errors = st.session_state.get(ERRORS_KEY)
-    if errors:
-        st.error("Nothing was queued: " + "; ".join(f"{k}: {m}" for k, ms in errors.items() for m in ms))
+    if blocked and errors:
+        st.caption(f"Nothing can be queued yet. {blocked}")
+    refused = submit_errors(raw)
+    if refused:
+        st.error(f"Nothing was queued: {named(refused)}")
+
+
+def submit_errors(raw: dict[str, Any]) -> dict[str, list[str]]:
+    """The messages of the last refused submit while the form is still as it was submitted; a change clears them."""
+    last = st.session_state.get(ERRORS_KEY)
+    if not last:
+        return {}
+    if {k: v for k, v in last["spec"].items() if k != "forced"} != raw:
+        st.session_state.pop(ERRORS_KEY, None)
+        return {}
+    return last["errors"]
 
 
 def ready_panel(choice: CheckpointChoice | None, device: DeviceInfo, db: str) -> None:

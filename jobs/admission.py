@@ -145,7 +145,16 @@ def assess(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = Non
 
 
 def admit(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = None, **kwargs) -> JobSpec:
-    """`spec` with its forecast attached, or JobRefused (one line) when it cannot fit and is not forced."""
+    """`spec` with its forecast attached, or JobRefused (one line) when it cannot fit and is not forced. A spec
+    with `plan` runs as its plan chooses (`plan_job`); one whose plan finds nothing that fits is refused with
+    the plan's line."""
+    if spec.plan is not None and spec.kind == "generate":
+        try:
+            spec, plan = plan_job(spec, config, db, **kwargs)
+        except (DrainboardError, ValueError, OSError):
+            plan = None  # a checkpoint the forecast cannot read: the job itself reports it, naming the file
+        if plan is not None and plan.choice is None and not spec.forced:
+            raise JobRefused(f"refused: --plan {spec.plan}: {plan.why}; --force queues the request as given")
     admission = assess(spec, config, db, **kwargs)
     if admission is None:
         return spec
@@ -156,26 +165,75 @@ def admit(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = None
 
 def _generate_needs(spec: JobSpec, info: DeviceInfo, db):
     from jobs.history import stage_records
-    from loader.dtypes import parse_dtype
     from models.eta import device_key, estimate, stage_work
+    from models.levers import lever_key
+
+    forecast = _generate_forecast(spec, info)
+    needs = _stage_needs(forecast)
+    work = stage_work(forecast)
+    records = stage_records(db) if db is not None else []
+    eta = [e.to_dict() for e in estimate(work, records, device_key(info.kind, info.name),
+                                         lever_key(spec.generate.to_dict()))]
+    return needs, forecast.process_host_bytes, forecast.process_device_bytes, eta, work
+
+
+def _generate_forecast(spec: JobSpec, info: DeviceInfo):
+    """The forecast of a generate spec under the offload policy's answer for it."""
+    from loader.dtypes import parse_dtype
     from models.forecast import forecast_generate, resolve_for_generate
 
     dtype = parse_dtype(spec.dtype) if spec.dtype else None
     dtype_bytes = dtype.itemsize if dtype is not None else 2
     settings, _ = resolve_for_generate(spec.model, spec.generate, spec.offload, info, user_set=spec.offload_set,
                                        dtype_bytes=dtype_bytes, sequential_components=spec.sequential_components)
-    forecast = forecast_generate(spec.model, spec.generate, device_info=info, settings=settings,
-                                 dtype_bytes=dtype_bytes, sequential_components=spec.sequential_components,
-                                 resolved=True)
+    return forecast_generate(spec.model, spec.generate, device_info=info, settings=settings,
+                             dtype_bytes=dtype_bytes, sequential_components=spec.sequential_components,
+                             resolved=True)
+
+
+def _stage_needs(forecast) -> list[StageNeed]:
+    """Each stage's need; a reference clip's decode is a stage of its own before any weight."""
     needs = [StageNeed(s.stage, s.host_bytes, s.device_bytes, 0) for s in forecast.stages]
     if forecast.clip_decode_bytes:
         from models.clips import READ_CLIP
 
         needs.insert(0, StageNeed(READ_CLIP, forecast.clip_decode_bytes, 0, 0))
-    work = stage_work(forecast)
-    records = stage_records(db) if db is not None else []
-    eta = [e.to_dict() for e in estimate(work, records, device_key(info.kind, info.name))]
-    return needs, forecast.process_host_bytes, forecast.process_device_bytes, eta, work
+    return needs
+
+
+def plan_job(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = None, *, probe: Probe = probe_device,
+             available: int | None = None, total: int | None = None):
+    """`spec`'s `--plan fastest`: every candidate (`models.plan`) forecast against the job's own walls and timed
+    from this machine's history. Returns (the spec as the chosen candidate runs it, with the plan recorded in
+    `planned`; the Plan). With no candidate that fits, the spec is the request as given."""
+    from jobs.guard import read_meminfo
+    from jobs.history import stage_records
+    from models.eta import device_key
+    from models.plan import plan_fastest, planned
+    from models.quantize_check import cuda_capability
+
+    info = probe(spec.device)
+    if available is None or total is None:
+        reading = read_meminfo()
+        available = reading.available if available is None else available
+        total = reading.total if total is None else total
+
+    def forecast_for(params, sequential: bool):
+        return _generate_forecast(replace(spec, generate=params, sequential_components=sequential), info)
+
+    def check(forecast):
+        over = next((c for c in wall_checks(spec, config, info, _stage_needs(forecast), forecast.process_host_bytes,
+                                            forecast.process_device_bytes, available, total) if c.over), None)
+        return None if over is None else (over.stage, over.line)
+
+    plan = plan_fastest(spec.generate, device=spec.device, capability=cuda_capability(info.kind, info.index),
+                        device_key=device_key(info.kind, info.name), forecast_for=forecast_for, check=check,
+                        records=stage_records(db) if db is not None else [], lossy=spec.plan_lossy,
+                        sequential=spec.sequential_components)
+    if plan.choice is None:
+        return replace(spec, planned=plan.to_dict()), plan
+    params, sequential = planned(spec.generate, plan)
+    return replace(spec, generate=params, sequential_components=sequential, planned=plan.to_dict()), plan
 
 
 def _load_needs(spec: JobSpec, info: DeviceInfo) -> list[StageNeed]:

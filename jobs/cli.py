@@ -1,4 +1,4 @@
-"""`python -m jobs`: submit, list, show, cancel and retry jobs, and run the worker.
+"""`python -m jobs`: submit, list, show, cancel, reorder and retry jobs, clear the queue, and run the worker.
 
 Each subcommand is one function calling one library function, run through the
 shared `core.command_line.run_cli`: with `--json` exactly one JSON object goes
@@ -21,7 +21,7 @@ import sqlite_utils
 
 from jobs.documents import job_document, print_job, print_job_table
 from jobs.kinds import kind_names
-from jobs.queue import cancel, retry, submit
+from jobs.queue import cancel, clear_queue, move_to_front, retry, submit
 from jobs.stage_words import progress_text
 from jobs.errors import JobSpecError
 from machine.advice import warn_about_mode
@@ -31,7 +31,7 @@ from core.dtype_names import DTYPE_HELP
 from core.diskspace import free_bytes, is_disk_full
 from core.errors import DiskFullError
 from core.sizes import MAX_SIZE
-from models.request_args import add_workflow_arguments, workflow_fields
+from models.request_args import add_plan_arguments, add_workflow_arguments, workflow_fields
 from storage.config import Config, load_config
 from storage.connections import is_database_full, refusal_error
 from storage.queries import get_job, job_table, list_jobs
@@ -51,6 +51,8 @@ EXAMPLES = """examples:
   python -m jobs list --status failed
   python -m jobs show 12 --json
   python -m jobs cancel 12
+  python -m jobs front 14
+  python -m jobs clear
   python -m jobs retry 12
   python -m jobs worker --once
 """
@@ -95,6 +97,12 @@ def _with_database(run: Command | None = None, *, read_only: bool = False):
 def _submit(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
     job_id = submit(db, _raw_spec(args), config)
     warn_about_mode(args.mode, args.device)
+    planned = (get_job(db, job_id).get("spec") or {}).get("planned")
+    if planned and not args.json:
+        from models.plan import plan_lines
+
+        for line in plan_lines(planned):
+            print(line, file=sys.stderr)
     job = _wait(db, config, job_id) if args.wait else get_job(db, job_id)
     print_job(job_document(job, db, config), as_json=args.json)
     return 0 if job["status"] == ("succeeded" if args.wait else "queued") else 1
@@ -119,6 +127,22 @@ def _show(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -
 def _cancel(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
     cancel(db, args.id)
     return _print_existing(db, config, args.id, args.json)
+
+
+@_with_database
+def _front(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
+    move_to_front(db, args.id)
+    return _print_existing(db, config, args.id, args.json)
+
+
+@_with_database
+def _clear(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
+    cleared = clear_queue(db)
+    if args.json:
+        print(json.dumps({"cancelled": cleared}))
+    else:
+        print(f"cancelled {len(cleared)} queued job(s)" + (f": {', '.join(map(str, cleared))}" if cleared else ""))
+    return 0
 
 
 @_with_database
@@ -190,6 +214,8 @@ def _raw_spec(args: argparse.Namespace) -> dict[str, Any]:
                 params[name] = getattr(args, name)
         params.update(workflow_fields(args))
         raw["generate"] = params
+        if args.plan:
+            raw["plan"], raw["plan_lossy"] = args.plan, args.allow_lossy
     return raw
 
 
@@ -212,9 +238,12 @@ def build_parser() -> CliParser:
     listing.add_argument("--limit", type=_positive_int, default=50, help="at most N jobs (default 50)")
     for name, run, text in (("show", _show, "one job: status, error, metrics, artifacts"),
                             ("cancel", _cancel, "cancel a queued or running job"),
+                            ("front", _front, "move a queued job to the front of the queue"),
                             ("retry", _retry, "queue a finished job again, its spec checked again")):
         command = _add_command(commands, name, run, text, f"python -m jobs {name} 3" + (" --json" * (name == "show")))
         command.add_argument("id", type=_positive_int, help="the job's id (see `python -m jobs list`)")
+    _add_command(commands, "clear", _clear, "cancel every queued job (a running one keeps running)",
+                 "python -m jobs clear")
     worker = _add_command(commands, "worker", _worker, "run queued jobs one at a time", "python -m jobs worker --once",
                           json_option=False)
     worker.add_argument("--once", action="store_true", help="run at most one job, then exit")
@@ -252,6 +281,7 @@ def _add_submit(commands: argparse._SubParsersAction) -> None:
         generate.add_argument(f"--{name}", metavar="N", help=f"(default: {default})")
     generate.add_argument("--no-audio", action="store_true", help="skip the stereo soundtrack")
     add_workflow_arguments(generate)
+    add_plan_arguments(generate)
     generate.add_argument("--sequential-components", action=argparse.BooleanOptionalAction,
                           help="load, run and free one component at a time (default: the policy's)")
 

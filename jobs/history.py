@@ -2,7 +2,8 @@
 
 A finished generate job contributes a record per stage it timed when its spec
 carries the forecast made at submit (`spec.forecast`: each stage's work and the
-device it ran on) and its metrics carry `stage_seconds`.
+device it ran on) and its metrics carry `stage_seconds`; each record carries the
+job's lever set (`models.levers.lever_key`), which the ETA of a lever stage matches.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import sqlite_utils
 
 from models.eta import StageRecord
+from models.levers import lever_key
 from storage.queries import list_jobs
 
 HISTORY_JOBS = 200
@@ -25,7 +27,8 @@ def stage_records(db: sqlite_utils.Database, *, limit: int = HISTORY_JOBS) -> li
         work, device = forecast.get("work") or {}, forecast.get("device")
         if not device:
             continue
+        levers = lever_key((job.get("spec") or {}).get("generate") or {})
         for stage, amount in work.items():
             if isinstance(seconds.get(stage), (int, float)):
-                records.append(StageRecord(stage, float(seconds[stage]), float(amount), device))
+                records.append(StageRecord(stage, float(seconds[stage]), float(amount), device, levers))
     return records

@@ -27,7 +27,7 @@ from core.echo import NAME_LIMIT, echo, echo_name
 from core.errors import DeviceError, PlacementError
 from machine.memory import MemoryProbe
 from .model_registry import get_model_builder
-from .naming import EXTRA_STATE_SUFFIX, MergeRules, RenameRules, plan_targets
+from .naming import EXTRA_STATE_SUFFIX, MergeRules, RenameRules, SplitRules, plan_targets
 from .placement import LoadPlan, Placement, PlacementContext, PlannedTarget, get_placement
 from .placement.base import Adjust
 from .report import LoadMeter, LoadReport, TensorPlaced
@@ -46,6 +46,7 @@ def load_checkpoint(
     dtype_overrides: Mapping[str, str | torch.dtype] | None = None,
     rename: RenameRules = None,
     merges: MergeRules = None,
+    splits: SplitRules = None,
     strict: bool = True,
     skeleton: bool = False,
     exclude: Callable[[str], bool] | None = None,
@@ -66,8 +67,10 @@ def load_checkpoint(
     `dtype` (`bf16`/`fp16`/`fp32` or a torch dtype; None keeps the
     checkpoint's) applies to floating tensors, except names matching a
     `dtype_overrides` regex or the model's `keep_fp32`. `rename` is
-    regex -> replacement rules applied in order; `merges` maps a target
-    template to source regexes concatenated along dim 0. `exclude(name)`
+    regex -> replacement rules applied in order; `splits` (`SplitRule`s) cut a
+    renamed tensor along dim 0 into several targets, each read from its own
+    byte range; `merges` maps a target template to source regexes concatenated
+    along dim 0. `exclude(name)`
     true for a checkpoint tensor name means that tensor is never read and is
     not "unexpected" (the report lists it under `excluded`); a module tensor
     it would have filled stays missing, so build the module without it.
@@ -95,7 +98,7 @@ def load_checkpoint(
     target_device = resolve_device(device)
     comp = discover_checkpoint(path, roots=roots).component(component)
     sources, excluded = _split_excluded(comp.tensors, exclude)
-    targets, skipped = plan_targets(sources, rename, merges)
+    targets, skipped = plan_targets(sources, rename, merges, splits)
     given = module is not None
     module, keep_fp32 = (None, ()) if skeleton else _registered_module(comp, module)
     policy = DtypePolicy.build(dtype, dtype_overrides, keep_fp32)

@@ -111,7 +111,8 @@ def run_generate(
     probe (tests, or a job that probed already). `sequential_components`
     defaults to on for unified memory and off elsewhere. `probe` is the job's
     memory probe (with its cgroup file, when it runs under a limit). `roots`:
-    every weight file must resolve under one of them (default: `model_dir`). Raises
+    every weight file must resolve under one of them (default: `model_dir`, and the folder of
+    `params.transformer`, a single-file DiT, when one is given). Raises
     GenerateParamsError for parameters the model cannot take, before any
     weight is read.
     """
@@ -199,6 +200,8 @@ def _prepare(root: Path, params: GenerateParams, device: torch.device, dtype: to
     run = RunState(root, pipe, device, dtype, mode, settings, placements, sequential, on_event, on_sample, interval,
                    result, probe)
     run.vae_tiling, run.quantize = params.vae_tiling, params.quantize
+    if params.transformer is not None:
+        run.single_files["transformer"] = (params.transformer, params.qkv_layout)
     run.levers = {"attention": params.attention, "step_cache": params.step_cache, "compile": params.compile}
     run.dtypes = {"vae": torch.float32} if params.vae_dtype == "fp32" else {}
     staged_workflow(blocks, plan, run)

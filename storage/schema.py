@@ -157,6 +157,11 @@ _MIGRATIONS: list[list[str]] = [
         "ALTER TABLE jobs ADD COLUMN error_detail TEXT",
         "ALTER TABLE supervisors ADD COLUMN boot_id TEXT",
     ],
+    # 4: a queued job's place in the queue. NULL keeps submission order (its id); moving a job to the front
+    # gives it a place before every other queued job's (storage.jobs_table.QUEUE_ORDER).
+    [
+        "ALTER TABLE jobs ADD COLUMN queue_rank REAL",
+    ],
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)

@@ -268,7 +268,8 @@ def draw_progress(job: dict, stats: jv.LiveStats, events) -> None:
     if where.fraction is not None:
         st.progress(where.fraction, text=where.text)
     elif job["status"] == "queued":
-        st.info("Waiting for the worker to pick this job up.")
+        place = jv.queue_places(data.active_jobs(db)).get(job["id"], "waiting for a worker")
+        st.info(f"Queued: {place}.", icon=":material/schedule:")
     draw_time_left(job, events, where.fraction)
     if stats.samples == 0 or job.get("stage") in jv.STARTING_STAGES:
         st.info(jv.starting_text(job))

@@ -17,34 +17,75 @@ from dashboard import data, frame, form_state, nav
 from dashboard import run_checks as checks
 from dashboard import run_fields as fields
 from dashboard.inputs_panel import prune_uploads, queued_inputs
-from dashboard.views.jobs import progress
+from dashboard.views.jobs import progress, queue_places
 from dashboard.views.run import DTYPES
 from dashboard.views.spec import job_label
-from jobs.queue import JobStateError, cancel
+from jobs.queue import JobStateError, cancel, clear_queue, move_to_front
 from machine.advice import mode_warning
 from storage.connections import connect
 
 
+CLEAR_KEY = "run_clear_queue"  # session key: the queued ids the user is asked to confirm clearing
+
+
 @st.fragment(run_every=frame.LIVE_EVERY)
 def queue_panel(db: str) -> None:
-    """Running and queued jobs with Cancel: the same list, refreshed as often, as the header's chip."""
+    """Running and queued jobs (the same list, refreshed as often, as the header's chip): each queued job's place
+    and what it waits behind, Move to front, Cancel, and Clear the queue."""
     st.subheader("Queue", anchor=False)
     waiting = data.active_jobs(db)
     if not waiting:
         st.caption("Nothing running or queued.")
+    places = queue_places(waiting)
+    first_queued = next((j["id"] for j in waiting if j["status"] == "queued"), None)
     for job in waiting:
         with st.container(border=True):
-            top, button = st.columns([4, 1], vertical_alignment="center")
-            where = progress(job).text
+            top, buttons = st.columns([3, 2], vertical_alignment="center")
+            where = progress(job).text if job["status"] == "running" else places.get(job["id"], "")
             top.markdown(f"[{job_label(job)}]({nav.link('job', job=str(job['id']))}) · {job['status']}"
                          + (f" · {where}" if where else ""))
-            if button.button("Cancel", key=f"cancel_{job['id']}"):
-                try:
-                    cancel(connect(db), job["id"])
-                except JobStateError as e:
-                    st.warning(str(e))
-                data.jobs.clear()
-                st.rerun()
+            row = buttons.container(horizontal=True, horizontal_alignment="right")
+            if job["status"] == "queued" and job["id"] != first_queued and row.button(
+                    "To front", key=f"front_{job['id']}", icon=":material/vertical_align_top:",
+                    help="Move it to the front of the queue: the next job a worker takes"):
+                act(lambda: move_to_front(connect(db), job["id"]))
+            if row.button("Cancel", key=f"cancel_{job['id']}"):
+                act(lambda: cancel(connect(db), job["id"]))
+    queued = [j["id"] for j in waiting if j["status"] == "queued"]
+    if len(queued) > 1:
+        clear_queue_button(db, queued)
+
+
+def act(change) -> None:
+    """Run a queue change, say in one line why it could not be made, and draw the queue again."""
+    try:
+        change()
+    except JobStateError as e:
+        st.warning(str(e))
+        return
+    data.jobs.clear()
+    st.rerun()
+
+
+def clear_queue_button(db: str, queued: list[int]) -> None:
+    """Clear the queue, after a confirmation naming what it cancels (a running job keeps running)."""
+    asked = st.session_state.get(CLEAR_KEY)
+    if asked is None:
+        if st.button(f"Clear the queue ({len(queued)} queued)", key="run_clear_queue_button", icon=":material/clear_all:"):
+            st.session_state[CLEAR_KEY] = queued
+            st.rerun()
+        return
+    st.warning(f"Cancel the {len(asked)} queued jobs ({', '.join(map(str, asked))})? A running job keeps running.")
+    yes, no = st.columns(2)
+    if yes.button("Cancel them", type="primary", key="run_clear_queue_confirm"):
+        st.session_state.pop(CLEAR_KEY)
+        cleared = clear_queue(connect(db))
+        st.toast(f"Cancelled {len(cleared)} queued job(s)")
+        data.jobs.clear()
+        st.rerun()
+    if no.button("Keep them", key="run_clear_queue_keep"):
+        st.session_state.pop(CLEAR_KEY)
+        st.rerun()
 
 
 def main() -> None:
@@ -60,8 +101,8 @@ def main() -> None:
     form, side = st.columns([3, 2], gap="large")
     with form:
         choice = fields.checkpoint_field(data.checkpoints(tuple(str(r) for r in config.model_roots)), config.model_roots)
-        component = fields.component_field(choice)
         kind, mode = fields.job_fields()
+        component = fields.component_field(choice) if kind == "load" else None  # a generate loads every component
         device, dtype = fields.device_fields(data.devices())
         slow = mode_warning(mode, device)
         if slow:
@@ -74,15 +115,19 @@ def main() -> None:
         }
         if kind == "generate":
             raw["generate"] = fields.generate_fields(choice, device, raw.get("sequential_components"))
+            raw |= fields.plan_fields()
         raw["offload"] = fields.offload_fields(device)
         form_state.keep_drawn()
     form_state.mirror_in_url()
+    spec, errors = checks.checked(raw, choice)
+    form_state.fill_errors(errors)  # under each field, as they change; Queue job names them all while it is off
     with side:
-        found = checks.assessed(raw, choice, db)
+        found = checks.assessed(spec, db)
         with st.container():  # a fixed slot: the button below keeps its place whatever the forecast draws
             checks.fit_panel(choice, kind, component, mode, device, dtype, db, found)
             checks.forecast_panel(found)
-        checks.queue_button(raw, choice, db)
+            checks.plan_panel(found)
+        checks.queue_button(raw, choice, db, errors)
         checks.ready_panel(choice, device, db)
         queue_panel(db)
 

@@ -37,6 +37,34 @@ KIND_LABELS = {"load": "load", "generate": "load + generate"}
 DTYPES = ("checkpoint dtype", "bfloat16", "float16", "float32")
 """The dtype choices; the first keeps the checkpoint's own."""
 
+FIELD_LABELS = {
+    "model": "Checkpoint", "component": "Component to load", "kind": "Job", "mode": "Placement mode",
+    "device": "Device", "dtype": "dtype", "sample_every": "Sample memory every N tensors",
+    "memory_limit": "Memory limit (cgroup)", "gpus": "GPUs (ranks)", "memory_budget": "Memory budget (guard)",
+    "memory_floor": "MemAvailable floor (guard)", "drop_page_cache": "Drop page cache after reading",
+    "skeleton": "Load as a generic checkpoint (skeleton)", "sequential_components": "One component at a time",
+    "offload": "Offload", "forecast": "Will it fit", "generate": "Generate",
+    "generate.prompt": "Prompt", "generate.frames": "Frames (24 fps)", "generate.height": "Height",
+    "generate.width": "Width", "generate.steps": "Steps", "generate.seed": "Seed", "generate.audio": "Audio track",
+    "generate.workflow": "Workflow",
+    **{f"generate.{field}": role.capitalize() for field, role in {**words.INPUT_WORDS, **words.CLIP_WORDS}.items()},
+    "generate.vae_tiling": "VAE tiling (256 px tiles)", "generate.vae_dtype": "VAE decode precision",
+    "generate.quantize": "Transformer weights", "generate.attention": "Attention backend",
+    "generate.compile": "Regional compile", "generate.step_cache": "Step cache",
+    "plan": "Plan: fastest that fits", "plan_lossy": "Allow lossy levers",
+}
+"""The Run form's field labels by spec field: the widgets are drawn with them and every message names a field
+by them ("Width"), never by the spec's name (`generate.width`)."""
+
+
+def field_label(name: str) -> str:
+    """The form's label of a spec field (`Width` for `generate.width`); an unknown one in words."""
+    if name in FIELD_LABELS:
+        return FIELD_LABELS[name]
+    said = name.rpartition(".")[2].split("[")[0].replace("_", " ")
+    return said[:1].upper() + said[1:]
+
+
 DEFAULT_COMPONENT = ""
 """The component field's value for "the loader's default" (a selectbox shows None as no choice)."""
 
@@ -119,6 +147,8 @@ def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
         "sequential_components": tristate_text(spec.get("sequential_components")),
         "gpus": int(spec.get("gpus", 1)),
         "skeleton": bool(spec.get("skeleton", False)),
+        "plan": spec.get("plan") is not None,
+        "plan_lossy": bool(spec.get("plan_lossy", False)),
     }
     offload = {**OffloadSettings().to_dict(), **(spec.get("offload") or {})}
     values.update({f"offload_{name}": bool(offload[name]) for name in OFFERED_FLAGS})

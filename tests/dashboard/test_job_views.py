@@ -321,3 +321,13 @@ def test_a_loads_start_up_is_said_apart_and_its_chart_starts_at_the_first_tensor
     assert charts.from_first_placement(samples)["bytes_placed"].notna().all()
     assert len(charts.from_first_placement(samples)) == len(frame)
     assert jv.startup_text(frame) is None
+
+
+def test_a_queued_job_says_its_place_and_what_it_waits_behind():
+    active = [{"id": 7, "status": "running"}, {"id": 12, "status": "queued"}, {"id": 9, "status": "queued"},
+              {"id": 11, "status": "queued"}]
+    places = jv.queue_places(active)
+    assert places == {12: "next in the queue, behind job 7 (running)",
+                      9: "2nd in the queue, behind job 7 (running) and job 12",
+                      11: "3rd in the queue, behind job 7 (running) and jobs 12, 9"}
+    assert jv.queue_places([{"id": 3, "status": "queued"}]) == {3: "next in the queue: it starts when a worker is free"}

@@ -520,3 +520,22 @@ def test_history_shows_a_generate_jobs_memory_and_time_and_never_none(db_with_jo
     shown = at.dataframe[0].proto.arrow_data.styler.display_values
     assert b"None" not in shown and b"nan" not in shown
     assert not frame.drop(columns=["in use"]).isna().any().any()  # Streamlit draws an empty cell as "None"
+
+
+def test_the_run_pages_queue_moves_a_job_to_the_front_and_clears_after_confirming(fresh_db, job_adder):
+    running = job_adder(fresh_db, status="running")
+    queued = [job_adder(fresh_db, status="queued") for _ in range(3)]
+    at = page("run").run()
+    assert not at.exception, at.exception
+    lines = [m.value for m in at.markdown if "· queued" in m.value]
+    assert f"2nd in the queue, behind job {running} (running) and job {queued[0]}" in lines[1]
+    at.button(key=f"front_{queued[2]}").click().run()
+    assert jobs_table.claim_oldest(fresh_db, "test") == queued[2]
+    st.cache_data.clear()  # the job list is cached for a second
+    at.run()
+    at.button(key="run_clear_queue_button").click().run()
+    assert any(w.value.startswith(f"Cancel the 2 queued jobs ({queued[0]}, {queued[1]})?") for w in at.warning)
+    at.button(key="run_clear_queue_confirm").click().run()
+    statuses = dict(fresh_db.execute("SELECT id, status FROM jobs").fetchall())
+    assert [statuses[i] for i in queued] == ["cancelled", "cancelled", "running"]
+    assert statuses[running] == "running"

@@ -151,3 +151,50 @@ def test_the_speed_levers_are_named_lossless_or_lossy_refused_as_submit_would_an
     [spec] = _queued(fresh_db)
     assert {k: spec["generate"][k] for k in ("attention", "compile", "step_cache")} == \
         {"attention": "_native_flash", "compile": True, "step_cache": "taylorseer"}
+
+
+def test_the_plan_table_marks_the_chosen_candidate_strikes_what_cannot_fit_and_the_job_records_it(tiny_root,
+                                                                                                  fresh_db):
+    at = generate_page()
+    assert at.checkbox(key="run_plan_lossy").disabled
+    at.toggle(key="run_plan").set_value(True).run()
+    assert not at.exception, at.exception
+    table = next(m.value for m in at.markdown if m.value.startswith("| "))
+    rows = [r for r in table.splitlines()[2:]]
+    assert len(rows) == 8 and sum(r.startswith("| → |") for r in rows) == 1  # 2 residencies x 2 backends x compile
+    assert "no history on this machine" in table and "(lossy)" not in table
+    assert any(c.value.startswith("Runs resident · bf16 · ") for c in at.caption)
+    at.button(key="run_submit").click().run()
+    [spec] = _queued(fresh_db)
+    assert spec["plan"] == "fastest" and spec["planned"]["chosen"] == 0
+    assert spec["generate"]["compile"] is True and spec["sequential_components"] is False
+
+    at = generate_page()
+    at.toggle(key="run_plan").set_value(True).run()
+    at.text_input(key="run_memory_budget").input("1MiB").run()
+    table = next(m.value for m in at.markdown if m.value.startswith("| "))
+    assert all(r.count("~~") >= 2 and "does not fit: text_encoder would peak at" in r
+               for r in table.splitlines()[2:])
+    assert any(e.value.startswith("Nothing fits: no candidate fits: text_encoder") for e in at.error)
+
+
+def test_fields_are_checked_as_they_change_named_as_the_form_names_them_and_cleared_once_fixed(tiny_root, fresh_db):
+    at = generate_page()
+    assert at.button(key="run_submit").disabled is False and not at.error
+    assert not [s for s in at.selectbox if s.label == "Component to load"]  # a generate loads every component
+    at.number_input(key="run_gen_width").set_value(100).run()  # not a multiple of the checkpoint's 32
+    under_width = [e.value for e in at.error]
+    assert len(under_width) == 1 and "multiple of" in under_width[0]
+    submit = at.button(key="run_submit")
+    assert submit.disabled and submit.help.startswith("Fix first: Width: ")
+    shown = " ".join([e.value for e in at.error] + [c.value for c in at.caption] + [submit.help])
+    assert "generate." not in shown  # the form's own names, never the spec's
+    at.number_input(key="run_gen_width").set_value(128).run()
+    assert not at.error and at.button(key="run_submit").disabled is False
+    at.button(key="run_submit").click().run()
+    assert _queued(fresh_db)[0]["generate"]["width"] == 128
+
+
+def test_a_load_offers_the_component_a_generate_does_not(tiny_root, fresh_db):
+    at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "run.py"), default_timeout=TIMEOUT).run()
+    assert [s.label for s in at.selectbox if s.label == "Component to load"] == ["Component to load"]

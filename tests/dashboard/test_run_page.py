@@ -201,7 +201,7 @@ def test_a_refused_job_shows_the_refusal_in_red_before_queueing_and_queue_anyway
     assert refusal.startswith("refused: load.") and " would peak at " in refusal and "MemAvailable less the" in refusal
     at.button(key="run_submit").click().run()
     assert _queued(fresh_db) == []
-    assert any("Nothing was queued: forecast: refused: load." in e.value for e in at.error)
+    assert any("Nothing was queued: refused: load." in e.value for e in at.error)
     at.checkbox(key="run_forced").check().run()
     at.button(key="run_submit").click().run()
     [spec] = _queued(fresh_db)

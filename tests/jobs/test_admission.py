@@ -90,3 +90,21 @@ def test_the_tightest_check_is_the_refused_one_or_else_the_stage_nearest_its_wal
     assert fits.line == "decode.video would peak at 6.0 GiB, under the 10.0 GiB budget" and not fits.over
     refused = tightest(wall_checks(_spec(memory_budget=4 * GIB), *args))
     assert refused.over and f"refused: {refused.line}" == _first_refusal(_spec(memory_budget=4 * GIB), *args)
+
+
+def test_plan_fastest_at_submit_records_the_plan_runs_its_choice_and_refuses_when_nothing_fits(db, config,
+                                                                                              tiny_model, capsys):
+    code = main(_submit(tiny_model, "--plan", "fastest"))
+    assert code == 0
+    assert any(line.startswith(" * resident") for line in capsys.readouterr().err.splitlines())
+    spec = list_jobs(db)[0]["spec"]
+    plan = spec["planned"]
+    chosen = plan["candidates"][plan["chosen"]]
+    assert spec["plan"] == "fastest" and not plan["lossy"] and all(c["lossless"] for c in plan["candidates"])
+    assert {k: spec["generate"][k] for k in ("attention", "compile")} == \
+        {k: chosen["levers"][k] for k in ("attention", "compile")}
+    assert spec["sequential_components"] is chosen["sequential"] and "no history" in plan["why"]
+    code = main(_submit(tiny_model, "--plan", "fastest", "--memory-budget", "10MiB", "--json"))
+    out = json.loads(capsys.readouterr().out)
+    assert code == 2 and out["error"].startswith("refused: --plan fastest: no candidate fits: text_encoder would peak")
+    assert len(list_jobs(db)) == 1

@@ -85,3 +85,22 @@ def test_submit_generate_with_a_truncated_clip_exits_2_in_one_line_and_queues_no
     assert code == 2 and body["ok"] is False
     assert [e for e in body["errors"] if e.startswith(f"generate.ref_video: {clip}: truncated")], body
     assert list_jobs(db) == [] and not (config.data_dir / "artifacts").exists()
+
+
+def test_a_queued_job_moves_to_the_front_and_clear_cancels_every_queued_job(db, config, capsys):
+    from storage import jobs_table
+
+    model = str(config.model_roots[0] / "dummy.safetensors")
+    ids = []
+    for _ in range(3):
+        assert main(["submit", "load", "--model", model, "--json"]) == 0
+        ids.append(json.loads(capsys.readouterr().out)["id"])
+    assert main(["front", str(ids[2])]) == 0
+    capsys.readouterr()
+    assert jobs_table.claim_oldest(db, "test") == ids[2]  # the job moved to the front is taken first
+    assert main(["front", str(ids[2]), "--json"]) == 2  # now running: only a queued job moves
+    assert "not queued" in capsys.readouterr().out
+    assert main(["clear", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"cancelled": ids[:2]}
+    assert [j["status"] for j in list_jobs(db)] == ["running", "cancelled", "cancelled"]  # the running job runs on
+    assert main(["clear"]) == 0 and capsys.readouterr().out == "cancelled 0 queued job(s)\n"
