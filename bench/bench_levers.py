@@ -103,9 +103,10 @@ def problem(case: str, levers: dict, device: str) -> str | None:
 
 
 def seconds_per_step(result: dict) -> float | None:
-    from dashboard.views.ab import seconds_per_step as per_step
+    """The Job page's s/step of a finished run (`dashboard.views.cards`: a compiled DiT's first call left out)."""
+    from dashboard.views.cards import seconds_per_step as per_step
 
-    return per_step(result)
+    return per_step({"progress_done": result.get("steps"), "metrics": result}, None, 0.0)
 
 
 def frames_against(mp4: Path, reference: Path) -> dict:

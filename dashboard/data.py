@@ -77,15 +77,6 @@ def active_jobs(path: str) -> list[dict]:
                   key=lambda j: (j["status"] != "running", j.get("queue_rank") or j["id"], j["id"]))
 
 
-@st.cache_data(ttl=30, show_spinner=False)
-def worker_baseline(path: str) -> int | None:
-    """VmRSS of the newest finished load job's child at its first sample: what a job's process
-    holds before it places anything (a memory limit counts it); None before any load ran."""
-    done = queries.list_jobs(_db(path), status="succeeded", kind="load", limit=1)
-    first = queries.samples_since(_db(path), done[0]["id"], limit=1) if done else []
-    return int(first[0]["vm_rss"]) if first else None
-
-
 @st.cache_data(ttl=1, show_spinner=False)
 def job(path: str, job_id: int) -> dict | None:
     """One job row, or None."""
@@ -219,6 +210,16 @@ def checkpoints(roots: tuple[str, ...]) -> list:
     from dashboard.views.checkpoints import find_checkpoints
 
     return find_checkpoints([Path(r) for r in roots])
+
+
+@st.cache_data(ttl=10, show_spinner=False)
+def models(roots: tuple[str, ...]) -> tuple[list, object]:
+    """(every checkpoint under the model roots as the Models page lists it, the memory its fit is weighed
+    against): headers only."""
+    from loader.catalog import find_models, machine_memory
+
+    memory = machine_memory()
+    return find_models(roots, memory.bytes), memory
 
 
 @st.cache_data(ttl=10, show_spinner=False)

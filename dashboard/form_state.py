@@ -94,6 +94,12 @@ def fill_from_query(db: str) -> None:
         durable().update({name: st.query_params[name] for name in URL_FIELDS if st.query_params.get(name)})
 
 
+def open_checkpoint(path: str) -> None:
+    """Make `path` the Run form's checkpoint (the Models page's *Open in Run*): the form's other values stay."""
+    durable()["checkpoint"] = path
+    st.session_state.pop(key("checkpoint"), None)
+
+
 def carry_inputs(job_id: int, spec: dict[str, Any]) -> None:
     """Keep job `job_id`'s own copies of its input files for the form (an uploader cannot be pre-filled), and say
     which are gone."""

@@ -88,12 +88,6 @@ def pool_bar(host: HostMemory, *, axis: bool = True) -> alt.LayerChart:
     return alt.layer(bar, ticks, labels).properties(height=32 + (AXIS_PX if axis else 0))
 
 
-def wall_caption(name: str, value: int | None) -> str:
-    """The fit bar's label for a wall: its kind and the size the user set (or the pool's size),
-    "limit 191 MiB" for a typed 200MB, never where the wall sits in the pool (in use + allowance)."""
-    return f"{name} {fmt.gib(value)}"
-
-
 def fit_bar(in_use: int, predicted_peak: int, wall_at: int, wall_label: str, share: float) -> alt.LayerChart:
     """The Run page's "will it fit?" bar: system in use now plus the job's predicted peak,
     against the tightest wall (drawn where it sits in the pool); amber from 80%, red past it."""

@@ -13,7 +13,7 @@ from dashboard import data, nav
 from dashboard import format as fmt
 from dashboard.form_state import ERRORS_KEY, key
 from dashboard.host import read_host_memory
-from dashboard.host_charts import fit_bar, wall_caption
+from dashboard.host_charts import fit_bar
 from dashboard.views import eta as ev
 from dashboard.views import fit
 from dashboard.views.checkpoints import CheckpointChoice
@@ -22,76 +22,43 @@ from dashboard.views.run import DTYPES, field_label
 from dashboard.views.spec import field_errors
 from core.errors import DrainboardError
 from dashboard.views.plan import plan_markdown
-from jobs.admission import JobRefused, admit, assess, plan_job
+from jobs.admission import JobRefused, admit, assess, plan_job, remedy
 from jobs.queue import queue_spec
 from jobs.spec import JobSpec, JobSpecError, build_spec
 from machine.device import DeviceInfo
-from core.sizes import parse_size
 from storage.connections import connect
-
-
-def typed_size(name: str) -> int | None:
-    """A size field's bytes for the forecast (None when empty or not a size: build_spec says why on submit)."""
-    text = str(st.session_state.get(key(name)) or "").strip()
-    try:
-        return parse_size(text) if text else None
-    except ValueError:
-        return None
 
 
 def fit_panel(choice: CheckpointChoice | None, kind: str, component: str | None, mode: str, device: DeviceInfo,
               dtype: str, db: str, found: dict | None) -> None:
-    """Will it fit: for a load, the chosen mode's predicted peak against the tightest wall, and a cheaper mode
-    when not; for a generate, the submit check's own stage and wall (`found`: its Admission dict)."""
+    """Will it fit: the submit check's own verdict (`found`: its Admission dict) as a bar and one line, for a
+    load with a cheaper mode that fits when the chosen one does not."""
     st.subheader("Will it fit?", anchor=False)  # no heading link: one Tab stop fewer before Queue job
     if choice is None or not choice.ok:
         st.caption("Choose a sound checkpoint to see a forecast.")
         return
-    host = read_host_memory()
-    if kind == "generate":
-        submit_fit_panel(found, host.in_use)
-        return
-    capacity = device.total_memory or host.total
-    limit = typed_size("memory_limit")
-    guard = data.guard_limits(typed_size("memory_budget"), typed_size("memory_floor"), host.total)
-    found_walls = fit.walls(in_use=host.in_use, capacity=capacity, limit=limit,
-                            limit_baseline=(data.worker_baseline(db) or 0) if limit else 0,
-                            budget=guard.budget, floor=guard.floor)
-    peaks = fit.load_peaks(str(choice.path), component=component or None, device=device, roots=[choice.root],
-                           dtype=None if dtype == DTYPES[0] else dtype)
-    guess = fit.forecast(mode, peaks or fit.mode_peaks(choice.bytes_to_place(kind, component)), found_walls)
-    st.altair_chart(
-        fit_bar(host.in_use, guess.predicted_peak, host.in_use + guess.wall.allowance,
-                wall_caption(guess.wall.name, {"pool": capacity, "limit": limit, "budget": guard.budget,
-                                               "floor": guard.floor}[guess.wall.name]), guess.share),
-        width="stretch",
-    )
-    {"ok": st.success, "tight": st.warning, "over": st.error}[guess.level](guess.message)
-    notes = []
-    if limit:
-        notes.append("A memory limit counts the worker's own memory (its first sample in the last load) as well.")
-    if guard.floor is not None and not typed_size("memory_floor"):
-        notes.append(f"The guard's configured floor ({fmt.gib(guard.floor)} of MemAvailable) applies.")
-    if dtype != DTYPES[0]:
-        notes.append("The forecast uses the checkpoint's bytes; a dtype change scales what is placed.")
-    if notes:
-        st.caption(" ".join(notes))
-
-
-def submit_fit_panel(found: dict | None, in_use: int) -> None:
-    """A generate's bar: the forecast's job peak at its tightest stage against the wall nearest it, the numbers
-    the submit check refuses with (jobs.admission), so the bar and a refusal never disagree."""
     if found is None or not found.get("tightest"):
         st.caption("No forecast for these settings yet: the fields the Queue button names must be fixed first.")
         return
-    shown = fit.submit_fit(found["tightest"], in_use)
+    shown = fit.submit_fit(found, read_host_memory().in_use)
     guess = shown.forecast
     st.altair_chart(fit_bar(shown.base, guess.predicted_peak, shown.base + guess.wall.allowance, shown.caption,
                             guess.share), width="stretch")
     {"ok": st.success, "tight": st.warning, "over": st.error}[guess.level](guess.message)
-    st.caption(f"The submit check's own numbers, so a refusal says the same: the whole job's forecast (weights,"
-               f" activations, decoded frames) peaks at {fmt.gib(found.get('peak_bytes'))}; walls on host memory "
-               f"(MemAvailable, a memory limit) also count the job's new process, {fmt.gib(found.get('process_host'))}.")
+    notes = []
+    if kind == "load" and guess.level == "over":
+        peaks = fit.load_peaks(str(choice.path), component=component or None, device=device, roots=[choice.root],
+                               dtype=None if dtype == DTYPES[0] else dtype)
+        cheaper = fit.cheaper_mode(mode, peaks, int(found["need"]), guess.wall.allowance) if peaks else None
+        if cheaper:
+            notes.append(cheaper)
+    process = found.get("process") or {}
+    if found.get("startup") is not None:
+        notes.append(f"Each wall on host memory counts the job's process as the memory guard does: it grows by "
+                     f"{fmt.gib(found['startup'])} before its first weight ({process.get('basis')} on this machine).")
+    if kind == "generate" and found.get("job_peak"):
+        notes.append(f"The whole job, its process included, should peak at {fmt.gib(found['job_peak'])}.")
+    st.caption(" ".join(notes))
 
 
 @st.cache_data(ttl=10, show_spinner="Forecasting…")
@@ -150,9 +117,8 @@ def forecast_panel(found: dict | None) -> None:
     anyway, and a generate's predicted seconds per stage."""
     if found is None:
         return
-    if found["refusal"]:
-        st.error(found["refusal"] + ". The job would be refused at submit.", icon=":material/block:")
-        st.checkbox("Queue anyway (forced)", key=key("forced"),
+    if found["refusal"]:  # the fit panel above says what it needs, once
+        st.checkbox("Queue anyway", key=key("forced"),
                     help="Queue it over the forecast; the job records that it was forced. The memory guard still "
                          "stops it if it crosses the budget or the floor.")
     if found["eta"]:
@@ -177,7 +143,10 @@ def queue_button(raw: dict[str, Any], choice: CheckpointChoice | None, db: str,
             st.session_state[ERRORS_KEY] = {"spec": submitted, "errors": field_errors(e.errors)}
             st.rerun()
         except JobRefused as e:
-            st.session_state[ERRORS_KEY] = {"spec": submitted, "errors": {"forecast": [str(e)]}}
+            found = e.admission
+            said = str(e) if found is None else \
+                f"needs {fmt.gib(found.need)}: {remedy(found.tightest.wall, found.need, cli=False)}"
+            st.session_state[ERRORS_KEY] = {"spec": submitted, "errors": {"forecast": [said]}}
             st.rerun()
         st.session_state.pop(ERRORS_KEY, None)
         job_id = queue_spec(connection, spec, data.config().data_dir)

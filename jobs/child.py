@@ -23,6 +23,7 @@ from pathlib import Path
 from jobs.reporting import DatabaseReporter, Reporter
 from jobs.samples import ENV_SAMPLE_FD
 from jobs.wire import ENV_REPORT
+from core.command_line import quiet_import_chatter
 from core.diskspace import free_bytes, is_disk_full
 from core.echo import echo_name
 from core.errors import DiskFullError
@@ -177,7 +178,9 @@ def _close_quietly_if_full(ctx) -> None:
 
 def main(job_id: int) -> int:
     """Run the job and return the exit code, a full disk included (the database may refuse even the first writes);
-    a job stopped by SIGTERM ends this process by that signal once everything is flushed."""
+    a job stopped by SIGTERM ends this process by that signal once everything is flushed. An installed torchao's
+    import-time warnings stay out of the job's log (`core.command_line.IMPORT_CHATTER`)."""
+    quiet_import_chatter()
     try:
         code = run_job(job_id)
     except Exception as e:

@@ -103,13 +103,55 @@ def _submit(args: argparse.Namespace, config: Config, db: sqlite_utils.Database)
 
         for line in plan_lines(planned):
             print(line, file=sys.stderr)
-    job = _wait(db, config, job_id) if args.wait else get_job(db, job_id)
+    if args.wait:
+        job = _wait(db, config, job_id)
+    else:
+        _start_worker(config, job_id)
+        job = get_job(db, job_id)
     print_job(job_document(job, db, config), as_json=args.json)
-    return 0 if job["status"] == ("succeeded" if args.wait else "queued") else 1
+    return 0 if job["status"] == "succeeded" or (not args.wait and job["status"] in ("queued", "running")) else 1
+
+
+def _start_worker(config: Config, job_id: int) -> None:
+    """Queued without --wait: the job runs now, as the dashboard and --wait would have it, so start a worker
+    when none is alive and say on stderr which one runs it."""
+    from jobs.presence import LAUNCHED_IDLE_EXIT, ensure_supervisor
+
+    status = ensure_supervisor(config)
+    log = config.data_dir / "worker.log"
+    if status.get("launched_pid") and status["alive"]:
+        _say(f"job {job_id} queued; started a worker for it (pid {status['pid']}; it exits after "
+             f"{LAUNCHED_IDLE_EXIT / 60:g} minutes with nothing to do; log: {log})")
+    elif status["alive"]:
+        _say(f"job {job_id} queued; the running worker (pid {status['pid']}) takes it in turn")
+    else:
+        _say(f"job {job_id} queued, but the worker started for it is not running: see {log}, or start one with "
+             f"`python -m jobs worker`")
+
+
+def _recover(config: Config, db: sqlite_utils.Database) -> None:
+    """End the jobs of dead supervisors before showing any (`jobs.recovery`), as a starting worker would. `db`
+    may be read-only: the database is opened for writing only when there is such a job, and on read-only
+    media the jobs are shown as stored."""
+    from jobs.liveness import boot_id
+    from jobs.recovery import orphans, recover_orphans
+
+    now, boot = time.time(), boot_id()
+    if not orphans(db, now, boot=boot):
+        return
+    try:
+        writable = open_database(config.db_path)
+    except (sqlite3.Error, OSError):
+        return
+    try:
+        recover_orphans(writable, config.data_dir, now, boot=boot)
+    finally:
+        writable.conn.close()
 
 
 @_with_database(read_only=True)
 def _list(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
+    _recover(config, db)
     if args.json:
         jobs = list_jobs(db, status=args.status, kind=args.kind, limit=args.limit)
         print(json.dumps({"jobs": [job_document(j, db, config) for j in jobs]}))
@@ -120,6 +162,7 @@ def _list(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -
 
 @_with_database(read_only=True)
 def _show(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
+    _recover(config, db)
     return _print_existing(db, config, args.id, args.json)
 
 
@@ -302,6 +345,7 @@ def _add_spec_options(parser: argparse.ArgumentParser) -> None:
                         help="drop each shard's page cache once placed (default: the policy's)")
     parser.add_argument("--gpus", default=1, metavar="N", help="number of GPUs (default 1)")
     add_offload_option(parser)
-    parser.add_argument("--wait", action="store_true", help="wait until the job ends (starts a worker if none runs)")
+    parser.add_argument("--wait", action="store_true",
+                        help="wait until the job ends (either way a worker is started if none runs)")
     parser.add_argument("--force", action="store_true",
                         help="queue it even when the forecast says it cannot fit (the job records it was forced)")

@@ -47,9 +47,10 @@ from jobs.ending import RunningChild, keep_logs_only, record_exit
 from jobs.forkserver import ForkedChild, ForkServer
 from jobs.guard import GuardLimits, Meminfo, MemoryGuard, configured_floor, read_meminfo, spec_limits
 from jobs.kinds import load_kinds
-from jobs.liveness import boot_id, is_same_process, pid_alive, process_start
+from jobs.recovery import recover_orphans
+from jobs.liveness import boot_id, pid_alive, process_start
 from jobs.outcome import describe_sample
-from jobs.presence import HOST, REPO_ROOT, STALE_AFTER, is_alive, worker_env
+from jobs.presence import HOST, REPO_ROOT, STALE_AFTER, worker_env
 from jobs.queue import claim
 from jobs.samples import ENV_SAMPLE_FD, SampleRelay, open_sample_pipe
 from jobs.setup import prepare_child
@@ -62,7 +63,7 @@ from storage.config import ENV_RESOLVED, Config
 from storage.connections import checkpoint_wal, is_database_full
 from storage.lock_waits import LockSpell, LockWait, lock_notice_path
 from storage.schema import open_database
-from storage.queries import last_sample, supervisors
+from storage.queries import last_sample
 
 HEARTBEAT_INTERVAL = 1.0
 """Seconds between heartbeat writes (the supervisor's row and its job's), and between recovery passes."""
@@ -143,40 +144,10 @@ class Supervisor:
 
     def recover_interrupted(self, now: float) -> list[int]:
         """End `interrupted` every running job (not this supervisor's) whose supervisor is gone or whose
-        host restarted; kill what is left of it, remove its cgroup and partial files. Returns their ids."""
-        by_id = {s["id"]: s for s in supervisors(self.db)}
-        recovered = []
-        for job in self.db.query("SELECT * FROM jobs WHERE status = 'running' AND supervisor_id IS NOT ?",
-                                 [self.id]):
-            reason = self._why_orphaned(job, by_id.get(job["supervisor_id"]), now)
-            if reason is None:
-                continue
-            same_boot = job["boot_id"] in (None, self.boot_id)
-            if same_boot and str(job["supervisor_id"]).startswith(f"{HOST}:") and \
-                    is_same_process(job["pid"], job["pid_start"]):
-                try:
-                    os.kill(job["pid"], signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            sweep_job_cgroups([job["id"]], supervisor_alive=pid_alive)
-            keep_logs_only(self.db, self.config.data_dir, job["id"])
-            last = describe_sample(last_sample(self.db, job["id"]), job["progress_total"])
-            if jobs_table.finish(self.db, job["id"], "interrupted", error=f"interrupted: {reason}; {last}"):
-                recovered.append(job["id"])
-        return recovered
-
-    def _why_orphaned(self, job: dict, owner: dict | None, now: float) -> str | None:
-        """Why `job` can no longer be running, or None while its supervisor may still be running it."""
-        if job["boot_id"] is not None and job["boot_id"] != self.boot_id:
-            return "the host restarted while this job ran"
-        who = f"its supervisor ({job['supervisor_id']})"
-        if owner is not None and not is_alive(owner, now, self.boot_id):
-            return f"{who} stopped while the job was running"
-        heartbeat = job["heartbeat_at"] or job["started_at"] or 0.0
-        if now - heartbeat > STALE_AFTER and not self.lock_wait.waited_within(STALE_AFTER, now):
-            # (After a lock nobody could write a heartbeat: its age is no evidence until writes flow again.)
-            return f"{who} stopped tending the job (no heartbeat for {now - heartbeat:.0f} s)"
-        return None
+        host restarted (`jobs.recovery`); returns their ids. Right after a lock nobody could write a heartbeat,
+        so a job's heartbeat age is no evidence until writes flow again."""
+        return recover_orphans(self.db, self.config.data_dir, now, boot=self.boot_id, own_id=self.id,
+                               trust_heartbeats=not self.lock_wait.waited_within(STALE_AFTER, now))
 
     def tick(self, now: float | None = None) -> bool:
         """One pass: heartbeat and recovery, watch the running child (cancel, exit) or start the next job.

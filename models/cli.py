@@ -126,6 +126,7 @@ def _forecast(args: argparse.Namespace) -> int:
     from .levers import lever_key
     from .forecast import forecast_generate, resolve_for_generate
     from .params import ModelSpec, validate_params
+    from .process_size import ProcessRecord, estimate_process, job_peak
 
     class ForecastInputError(DrainboardError):
         """A model folder or history file the forecast cannot read."""
@@ -136,13 +137,18 @@ def _forecast(args: argparse.Namespace) -> int:
     info = probe_device(args.device)
     offload = OffloadSettings(**args.offload)
     dtype_bytes = getattr(torch, args.dtype).itemsize
-    records = []
+    records, processes = [], []
     if args.history:
         try:
-            records = [StageRecord(**r) for r in json.loads(open(args.history).read())]
+            for r in json.loads(open(args.history).read()):
+                if "ready_bytes" in r:
+                    processes.append(ProcessRecord(**r))
+                else:
+                    records.append(StageRecord(**r))
         except (OSError, ValueError, TypeError) as e:
-            raise ForecastInputError(f"{args.history}: expected a JSON list of stage records "
-                                     f"(stage, seconds, work, device, levers): {e}") from None
+            raise ForecastInputError(f"{args.history}: expected a JSON list of stage records (stage, seconds, work,"
+                                     f" device, levers) and process records (kind, device, ready_bytes,"
+                                     f" startup_bytes): {e}") from None
     sequential, plan = args.sequential_components, None
     try:
         if args.plan:
@@ -155,8 +161,9 @@ def _forecast(args: argparse.Namespace) -> int:
                                      resolved=True)
     except ValueError as e:
         raise ForecastInputError(str(e)) from None
-    etas = {e.stage: e for e in estimate(stage_work(forecast), records, device_key(info.kind, info.name),
-                                         lever_key(params.to_dict()))}
+    device = device_key(info.kind, info.name)
+    etas = {e.stage: e for e in estimate(stage_work(forecast), records, device, lever_key(params.to_dict()))}
+    process = estimate_process(processes, "generate", device)
     stages = []
     for s in forecast.stages:
         eta = etas[s.stage]
@@ -170,12 +177,11 @@ def _forecast(args: argparse.Namespace) -> int:
         "frames": params.frames, "steps": forecast.steps, "text_tokens": forecast.text_tokens,
         "tokens": forecast.tokens, "sequential_components": forecast.sequential_components,
         "placements": forecast.placements, "decisions": [str(d) for d in decisions],
-        "process_host_bytes": forecast.process_host_bytes,
+        "process": process.to_dict(), "process_host_bytes": forecast.process_host_bytes,
         "process_device_bytes": forecast.process_device_bytes, "stages": stages, "loads": loads,
         "peak_stage": forecast.peak_stage, "peak_bytes": forecast.predicted_peak_bytes,
         "lora_bytes": forecast.lora_bytes,
-        "peak_with_process_bytes": forecast.predicted_peak_bytes + forecast.process_host_bytes
-        + forecast.process_device_bytes,
+        "peak_with_process_bytes": job_peak(forecast, process),
         "total_seconds": total_seconds(etas.values()),
         "levers": forecast.levers, "lever_bytes": forecast.lever_bytes, "not_counted": forecast.not_counted,
         "plan": plan.to_dict() if plan is not None else None,
@@ -191,8 +197,10 @@ def _forecast(args: argparse.Namespace) -> int:
         print(f"{row['stage']:<18}{row['host_bytes'] / 2**30:10.2f}{row['device_bytes'] / 2**30:12.2f}"
               f"{row['sum_bytes'] / 2**30:10.2f}{seconds:>10}")
     total = document["total_seconds"]
+    whole = document["peak_with_process_bytes"]
     print(f"peak {forecast.predicted_peak_bytes / 2**30:.2f} GiB at {forecast.peak_stage} above the process"
-          f" ({document['peak_with_process_bytes'] / 2**30:.2f} GiB with it); total "
+          f" ({f'{whole / 2**30:.2f} GiB with it, ' if whole is not None else ''}the process: {process.basis});"
+          f" total "
           + (f"{total:.1f} s" if total is not None else f"unknown: {NO_HISTORY}"))
     for name, nbytes in forecast.lever_bytes.items():
         print(f"{name}: {format_size(nbytes)} counted in the stages that hold it")
@@ -279,8 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="per-stage residency (default: on for unified memory)")
     fc.add_argument("--verbose", action="store_true", help="accepted as generate takes it")
     fc.add_argument("--history", metavar="FILE", help="JSON list of past stage records (stage, seconds, work,"
-                                                      " device, and levers: the lever set) for the seconds; without"
-                                                      " it: no history")
+                                                      " device, and levers: the lever set) for the seconds"
+                                                      " and process records (kind, device, ready_bytes,"
+                                                      " startup_bytes) for the process; without it: no history")
     fc.add_argument("--json", action="store_true", help="print one JSON object")
     fc.set_defaults(func=_forecast)
     return parser

@@ -5,7 +5,8 @@ headers and a reference clip's header (one frame decoded, for its rotation)
 only. Per computing stage of the workflow's plan (`models.workflows.
 stage_plan`: every block that reads weights, with what is resident around it),
 the forecast adds, above the process's own footprint once the pipeline is built
-(what `bench/bench_generate.py` measures against):
+(what `bench/bench_generate.py` measures against; the process itself is learned from the machine's own
+jobs, `models.process_size`):
 
 - weights resident under the resolved policy (header sizes at the run's dtype,
   H3's fp32 modules kept fp32, the text encoder's vision tower only where the
@@ -109,9 +110,10 @@ class CudaTerms:
     context: int = 600 * MiB
     """The CUDA context and torch's loaded kernels, device side; not in torch's reserved figure, so not in
     the measured sum, but real memory on a unified-memory machine; once per process (not measured here)."""
-    host_runtime: int = 1700 * MiB
-    """Host RSS of the process once the first stage ran: 0.96 GiB at the end of `prepare`, then 0.70 GiB more
-    when cuBLAS and cuDNN initialise (1.66 GiB measured at real size, both geometries); once per process."""
+    blas_init_host: int = 700 * MiB
+    """Host memory the process adds when cuBLAS and cuDNN initialise, at its first stage: 0.70 GiB over the
+    0.96 GiB it held at the end of `prepare` (1.66 GiB measured at real size, both geometries); once per
+    process. The 0.96 GiB is the process's start-up, learned from the machine's own jobs (`models.process_size`)."""
     workspaces: int = 96 * MiB
     """cuBLAS and cuBLASLt workspaces plus a cuDNN convolution workspace, per stage, on the device."""
     group_offload_device_blocks: float = 2.27
@@ -212,7 +214,8 @@ class GenerateForecast:
     placements: dict[str, str]
     """Component -> diffusers mechanism under the resolved policy."""
     process_host_bytes: int
-    """The process before any weight: libraries and the pipeline built (plus the CUDA runtime on CUDA)."""
+    """What the process adds beyond its start-up (`models.process_size`, learned from this machine's jobs): on
+    CUDA cuBLAS and cuDNN and an image path's processor; a reference clip's decoded frames; else 0."""
     process_device_bytes: int
     """The CUDA context (0 elsewhere)."""
     stages: list[StageForecast] = field(default_factory=list)
@@ -261,11 +264,6 @@ class GenerateForecast:
             "lora_bytes": dict(self.lora_bytes),
             "levers": dict(self.levers), "lever_bytes": dict(self.lever_bytes), "not_counted": list(self.not_counted),
         }
-
-
-CPU_PROCESS_BYTES = 464 * MiB
-"""VmRSS at the end of `prepare` on CPU (torch, diffusers, transformers and torchao imported, pipeline built,
-no weight): measured 464 MiB on this machine with CPU_TERMS' packages, on both tiny and demo."""
 
 
 def count_prompt_tokens(root: str | Path, prompt: str) -> int:
@@ -391,7 +389,7 @@ def forecast_generate(
     return GenerateForecast(
         height, width, params.frames, model.steps(params), text_tokens, tokens, sequential, sizes,
         {c: p.mechanism for c, p in placements.items()},
-        (CUDA_TERMS.host_runtime + (CUDA_TERMS.image_path_host if images else 0) if cuda else CPU_PROCESS_BYTES)
+        (CUDA_TERMS.blas_init_host + (CUDA_TERMS.image_path_host if images else 0) if cuda else 0)
         + (clip.decoded_bytes if clip else 0),
         CUDA_TERMS.context if cuda else 0, stages, workflow, clip.decode_bytes if clip else 0, lora_bytes, levers,
         {"step_cache": cache} if cache else {}, lever_memory_unknown(params))

@@ -45,7 +45,7 @@ import torch.nn as nn
 
 from loader import prefer_host_registration
 from machine.device import DeviceInfo, probe_device
-from machine.host_heap import return_large_frees_to_os
+from machine.host_heap import give_back_free_heap, return_large_frees_to_os
 from machine.memory import MemoryProbe
 from machine.offload import OffloadDecision, OffloadSettings, resolve_offload
 
@@ -241,6 +241,9 @@ def _read_clip(run: RunState, params: GenerateParams, model: ModelSpec):
 
     with run.stage_of(READ_CLIP):
         clip = open_clip(params.ref_video)
+        # diffusers stacks the frames from a list of them: frames under the mmap threshold were heap chunks,
+        # which stayed resident beside the stacked copy for the whole run unless given back here.
+        give_back_free_heap()
     described = {**_describe_clip(clip, params, model), "file": Path(params.ref_video).name}
     run.result.inputs["ref_video"] = described
     if described["note"]:

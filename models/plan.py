@@ -10,8 +10,10 @@ candidate. Candidates are listed in the order of preference (`PREFERENCE`).
 
 The choice: among candidates that fit, the fewest predicted seconds where every
 stage has history on this machine for that lever set; when no fitting candidate
-has it, the first that fits in the order of preference, and the plan says so (a
-lever's speedup is never assumed from another's history).
+has it, the first that fits in the order of preference, and the plan says so. No
+lever's speedup is assumed without history (nor from another lever set's): the
+order of preference keeps to the request, so without history the plan changes
+only what it must to fit.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from .levers import (ATTENTION_BACKENDS, FP8_COMPUTE, LEVER_FIELDS, attention_pr
                      levers_of)
 from .params import GenerateParams
 
-PREFERENCE = ("resident before sequential (no component loaded twice)",
-              "more speed levers before fewer (attention backend, compile, fp8 compute, step cache)",
+PREFERENCE = ("the request's own levers before others (no speedup is assumed without history)",
+              "resident before sequential (no component loaded twice)",
               "bf16 weights before fp8 compute, fp8 and int8")
 """The order candidates are listed and, without history, chosen in."""
 PRECISIONS = (None, FP8_COMPUTE, "fp8", "int8")
@@ -119,8 +121,8 @@ def candidate_settings(params: GenerateParams, device: str, capability: tuple[in
 
     def preference(item: tuple[bool, dict[str, Any]]) -> tuple:
         seq, values = item
-        speed = [o for o in levers_of(values) if o.field != "quantize" or o.value == FP8_COMPUTE]
-        return seq, -len(speed), PRECISIONS.index(values["quantize"]) if values["quantize"] in PRECISIONS else -1
+        changed = sum(values[name] != asked[name] for name in LEVER_FIELDS)
+        return changed, seq, PRECISIONS.index(values["quantize"])
     return sorted(found, key=preference)
 
 

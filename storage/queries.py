@@ -139,6 +139,14 @@ def samples_since(
     )
 
 
+def first_stage_sample(db: sqlite_utils.Database, job_id: int, stage_prefix: str) -> dict | None:
+    """Rank 0's first sample in a stage whose name starts with `stage_prefix` (`load`: a job's first weight),
+    or None."""
+    rows = list(db.query("SELECT * FROM samples WHERE job_id = ? AND rank = 0 AND substr(stage, 1, ?) = ? "
+                         "ORDER BY seq LIMIT 1", [job_id, len(stage_prefix), stage_prefix]))
+    return rows[0] if rows else None
+
+
 def sample_series(
     db: sqlite_utils.Database,
     job_id: int,

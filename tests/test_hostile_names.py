@@ -1,6 +1,6 @@
 """Names read from a file reach a terminal only quoted (`core.echo`): a checkpoint whose tensor, shard,
 component, class and config-key names hold terminal escapes and newlines, through every command that
-prints them (`python -m loader inspect/load/forecast`, `python -m jobs submit/show/list`, a failed job's
+prints them (`python -m loader inspect/load/forecast/models`, `python -m jobs submit/show/list`, a failed job's
 error), prints no control character and no forged line."""
 
 from __future__ import annotations
@@ -85,6 +85,14 @@ def test_the_loader_cli_quotes_every_name_it_prints(hostile_root, command, check
         assert code == 0, err
         assert "\\x1b]0;pwned" in out or command[1] != "inspect", out  # the class name, quoted
         json.loads(_run(capsys, [*command, path, *options, "--json"])[1])
+
+
+def test_the_loader_cli_lists_hostile_models_quoted(hostile_root, capsys):
+    folder = hostile_root / f"model{HOSTILE}"
+    folder.mkdir()
+    _shard(folder / f"w{HOSTILE}.safetensors", {f"t{HOSTILE}": ("F32", [2])})
+    code, out, err = _run(capsys, ["loader", "models", str(hostile_root), "--no-hub-cache"])
+    assert code == 0 and "'model\\x1b]0;pwned" in out, out
 
 
 def _component_option(root: Path, checkpoint: str) -> list[str]:

@@ -16,9 +16,10 @@ import pandas as pd
 from dashboard import format as fmt
 from dashboard.views import failure
 from core.errors import DrainboardError
-from core.hub_cache import SNAPSHOTS, holding_root, model_label, repo_id_of
+from core.hub_cache import holding_root, model_label
+from loader.catalog import candidates
 from loader.checkpoint import checkpoint_problems
-from storage.config import ModelPathError, resolve_model_path
+from loader.roots import ModelRoots
 
 LABEL_PROBLEM = 120
 """Characters of a broken checkpoint's first problem its picker entry shows (the page shows them all)."""
@@ -90,52 +91,6 @@ class CheckpointChoice:
         return sizes.get(component or self.default_component or "", sum(sizes.values()))
 
 
-def _looks_like_checkpoint(folder: Path) -> bool:
-    if (folder / "modular_model_index.json").is_file() or (folder / "model_index.json").is_file():
-        return True
-    return any(folder.glob("*.safetensors")) or any(
-        folder.glob("*.safetensors.index.json")
-    )
-
-
-def _inside(path: Path, roots: list[Path]) -> bool:
-    """True when `path` (links resolved) lies under a root: a link out of the roots is not offered."""
-    try:
-        resolve_model_path(path, roots)
-    except ModelPathError:
-        return False
-    return True
-
-
-def _children(folder: Path) -> list[Path]:
-    try:
-        return sorted(folder.iterdir())
-    except OSError:
-        return []
-
-
-def candidates(root: Path, roots: list[Path]) -> list[Path]:
-    """Model folders, component folders and lone .safetensors files, at most two levels down,
-    that resolve under a model root; in a Hugging Face cache, each repository's snapshots."""
-    found: list[Path] = []
-    for entry in _children(root):
-        if entry.name.startswith(".") or not _inside(entry, roots):
-            continue
-        if repo_id_of(entry.name) is not None and entry.is_dir():
-            found.extend(s for s in _children(entry / SNAPSHOTS) if s.is_dir() and _looks_like_checkpoint(s))
-        elif entry.is_file() and entry.name.endswith(".safetensors"):
-            found.append(entry)
-        elif entry.is_dir():
-            if _looks_like_checkpoint(entry):
-                found.append(entry)
-            else:
-                found.extend(
-                    sub for sub in _children(entry)
-                    if sub.is_dir() and not sub.name.startswith(".") and _inside(sub, roots) and _looks_like_checkpoint(sub)
-                )
-    return found
-
-
 def outside_roots(wanted: str, roots: list) -> str:
     """Why a path the form was given is not offered, and how to offer it: the setting and the file."""
     listed = ", ".join(str(r) for r in roots)
@@ -178,8 +133,9 @@ def describe_checkpoint(path: Path, root: Path, roots: list[Path]) -> Checkpoint
 
 
 def find_checkpoints(roots: list[Path]) -> list[CheckpointChoice]:
-    """Every checkpoint under the model roots, in root order then name order."""
-    return [describe_checkpoint(path, root, roots) for root in roots for path in candidates(root, roots)]
+    """Every checkpoint under the model roots (the loader's `catalog.candidates`), in root order then name order."""
+    confined = ModelRoots(roots)
+    return [describe_checkpoint(path, root, roots) for root in roots for path in candidates(root, confined)]
 
 
 def components_table(choice: CheckpointChoice) -> pd.DataFrame:

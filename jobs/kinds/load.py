@@ -37,6 +37,8 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
         register_builders()  # a known class is built as generate builds it, and checked as strictly
     forecast = _record_forecast(spec, ctx, roots, device)
     with ctx.stage("load"):
+        # Nothing placed yet: the process at its first weight, what this machine's next jobs learn their start-up from.
+        ctx.record(tensors_placed=0, bytes_placed=0)
         _, report = load_checkpoint(
             spec.model, component=spec.component, mode=spec.mode, device=spec.device, dtype=spec.dtype,
             roots=roots, on_tensor=on_tensor, probe=ctx.probe, drop_page_cache=spec.drop_page_cache,

@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 from storage import jobs_table
 from storage.queries import delete_job
 
-PAGES = ["run", "job", "history", "compare", "system"]
+PAGES = ["run", "job", "history", "compare", "models", "system"]
 TIMEOUT = 60
 ROOT = Path(__file__).resolve().parents[2]
 

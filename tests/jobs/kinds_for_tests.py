@@ -41,6 +41,14 @@ def run_fail(spec, ctx):
         raise ValueError("blocks.3.weight: expected shape (4, 4), got (4, 5)")
 
 
+@job_kind("diffusers_import")
+def run_diffusers_import(spec, ctx):
+    """Import what a generate imports first (diffusers, which imports an installed torchao and its quantizer)."""
+    import diffusers.quantizers  # noqa: F401
+
+    return {}
+
+
 @job_kind("broken_checkpoint")
 def run_broken_checkpoint(spec, ctx):
     """Raise a checkpoint error listing several problems."""
