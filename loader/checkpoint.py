@@ -20,12 +20,17 @@ parsed with bounds (`jsonfile`). Nothing here reads a tensor byte: shard
 headers are `shard_header`'s, what is found is described by `metadata`'s
 dataclasses, `validate.validate_checkpoint` checks it, and
 `discover_checkpoint` raises one CheckpointError listing every problem
-(`checkpoint_problems` returns them instead).
+(`checkpoint_problems` returns them instead). `checked_checkpoint` remembers a
+discovery by the files' identity (path, size, mtime_ns, inode), so a page
+that asks again on every rerun parses a large header once.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
+from collections import OrderedDict
 from pathlib import Path
 
 from .confined import check_name, read_json_checked
@@ -250,11 +255,88 @@ def checkpoint_problems(path: str | Path, roots: RootsArg) -> tuple[CheckpointIn
     """(what discovery found, the problems that keep it from loading), bounded ("and N more").
 
     The one check every submitter runs before a job is queued (the Run page,
-    `jobs submit`): discovery confined to `roots`, then `validate_checkpoint`.
-    The index is None when discovery itself failed.
+    `jobs submit`): discovery confined to `roots`, then `validate_checkpoint`,
+    remembered by the files' identity (`checked_checkpoint`). The index is None
+    when discovery itself failed.
     """
+    index, problems = checked_checkpoint(path, roots)
+    return index, first_of(list(problems)) if index is not None else list(problems)
+
+
+IDENTITY_ENTRIES = 4096
+"""Files and folders a checkpoint's identity stats at most; a larger tree is discovered anew every time."""
+CHECKED_KEPT = 4
+"""Checkpoints whose discovery is remembered (the most recently asked; an index of 200,000 tensors holds
+about 150 MB)."""
+SETTLED_NS = 2 * 10**9
+"""How old (by mtime) the newest file must be before a discovery is remembered."""
+_checked: OrderedDict[tuple, tuple[tuple, CheckpointIndex | None, tuple[str, ...]]] = OrderedDict()
+_checked_lock = threading.Lock()
+
+
+def checkpoint_identity(path: str | os.PathLike) -> tuple | None:
+    """(name, size, mtime_ns, inode) of `path` and of every entry under it, links followed, three levels down
+    (a model folder, its component folders, their shards and configs): equal identities, equal discoveries.
+    None when the tree holds more than `IDENTITY_ENTRIES` entries or cannot be listed."""
+    found: list[tuple] = []
+    folders = [(Path(path), 0)]
+    try:
+        while folders:
+            folder, depth = folders.pop()
+            st = folder.stat()
+            found.append((str(folder), st.st_size, st.st_mtime_ns, st.st_ino))
+            if depth < 3 and folder.is_dir():
+                folders.extend((entry, depth + 1) for entry in sorted(folder.iterdir()))
+            if len(found) > IDENTITY_ENTRIES:
+                return None
+    except OSError:
+        return None
+    return tuple(found)
+
+
+def checked_checkpoint(path: str | os.PathLike, roots: RootsArg) -> tuple[CheckpointIndex | None, tuple[str, ...]]:
+    """(what discovery found, every problem `validate_checkpoint` finds in it), or (None, why discovery failed).
+
+    Remembered for the last `CHECKED_KEPT` checkpoints by their files' identity (`checkpoint_identity`), so
+    asking again about files that did not change costs a few `stat`s: a page rerun, a submit check and a
+    forecast of one checkpoint of 200,000 tensors parse its 18 MB header once. A checkpoint whose shards lie
+    outside its own folder is not remembered (its identity would not cover them), nor one changed in the last
+    `SETTLED_NS`. The index is shared between callers: read it, never change it.
+    """
+    key = (str(path), None if roots is None else tuple(str(r) for r in roots))
+    identity = checkpoint_identity(path)
+    with _checked_lock:
+        kept = _checked.get(key)
+        if kept is not None and identity is not None and kept[0] == identity:
+            _checked.move_to_end(key)
+            return kept[1], kept[2]
     try:
         index = discover_checkpoint(path, validate=False, roots=roots)
     except DrainboardError as exc:
-        return None, exc.messages()
-    return index, first_of(validate_checkpoint(index))
+        index, problems = None, tuple(exc.messages())
+    else:
+        problems = tuple(validate_checkpoint(index))
+    if identity is not None and _settled(identity) and (index is None or _shards_inside(index, Path(path))):
+        with _checked_lock:
+            _checked[key] = (identity, index, problems)
+            _checked.move_to_end(key)
+            while len(_checked) > CHECKED_KEPT:
+                _checked.popitem(last=False)
+    return index, problems
+
+
+def _settled(identity: tuple) -> bool:
+    """Whether every file is older than `SETTLED_NS`: a file changed again within the clock's granularity
+    (a few milliseconds) could keep its size and mtime, so a fresher tree is not remembered yet."""
+    return time.time_ns() - max(entry[2] for entry in identity) > SETTLED_NS
+
+
+def _shards_inside(index: CheckpointIndex, path: Path) -> bool:
+    """Whether every shard the index names lies in the tree `checkpoint_identity` covers (by the names as
+    given: a link in the tree is followed by the identity's `stat`s, wherever it points)."""
+    def plain(p: Path) -> Path:
+        return Path(os.path.normpath(p.absolute()))
+
+    top = plain(path if path.is_dir() else path.parent)
+    return all(plain(shard.path).is_relative_to(top)
+               for component in index.components.values() for shard in component.shards)

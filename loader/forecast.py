@@ -27,11 +27,11 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .metadata import ComponentMeta, TensorMeta
-from .checkpoint import discover_checkpoint
+from .checkpoint import checked_checkpoint
 from machine.device import DeviceInfo, probe_device
 from .dtypes import DtypePolicy
 from .io.host_blocks import next_power_of_two
-from core.errors import PlacementError
+from core.errors import CheckpointError, PlacementError
 from .model_registry import get_model_builder
 from .naming import EXTRA_STATE_SUFFIX
 from machine.memory import sample_memory
@@ -95,7 +95,10 @@ def forecast_load(
     placement = get_placement(mode)
     info = device_info or probe_device(str(device))
     kind = info.kind
-    comp = discover_checkpoint(path, roots=roots).component(component)
+    index, problems = checked_checkpoint(path, roots)  # remembered: a page asks again on every rerun
+    if problems:
+        raise CheckpointError(list(problems))
+    comp = index.component(component)
     builder = get_model_builder(comp.class_name)
     policy = DtypePolicy.build(dtype, None, builder.keep_fp32 if builder else ())
     tensors = [t for t in comp.tensors if not t.name.endswith(EXTRA_STATE_SUFFIX)]

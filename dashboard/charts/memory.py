@@ -177,7 +177,8 @@ def diagonal_layers(p: Panel, end: float | None) -> list:
 
 
 def limit_layers(p: Panel, limits: pd.DataFrame | None) -> list:
-    """Each limit as a dashed rule in its series' colour, the predicted peak in gray, labelled at the left."""
+    """Each limit as a dashed rule in its series' colour, the predicted peak in gray, labelled at the left in the
+    theme's text colour (a label in the series' green or sky blue reads under 4.5:1)."""
     if limits is None or limits.empty:
         return []
     colors = {**{label: BY_LABEL[label].color for label in limits["series"] if label in BY_LABEL}, "predicted": PREDICTED}
@@ -185,8 +186,8 @@ def limit_layers(p: Panel, limits: pd.DataFrame | None) -> list:
     rule = alt.Chart(rows).encode(y=alt.Y("value:Q", scale=p.y_scale))
     return [
         rule.mark_rule(strokeDash=[5, 3], strokeWidth=1.6, clip=True).encode(color=alt.Color("color:N", scale=None), tooltip=["label:N"]),
-        rule.mark_text(align="left", baseline="bottom", dx=4, dy=-2, fontSize=11, clip=True).encode(
-            x=alt.value(0), text="label:N", color=alt.Color("color:N", scale=None)
+        rule.mark_text(align="left", baseline="bottom", dx=4, dy=-2, fontSize=11, clip=True, color=p.colors.text).encode(
+            x=alt.value(0), text="label:N"
         ),
     ]
 
