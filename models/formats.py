@@ -35,8 +35,9 @@ def file_problem(path: Path) -> str | None:
         return f"{echo_name(path.name)}: cannot be read: {exc.strerror}"
     if head.startswith(GGUF_MAGIC):
         version = int.from_bytes(head[4:8], "little")
-        return (f"{echo_name(path.name)}: a GGUF file (version {version}): Drainboard loads safetensors only, and has "
-                f"not checked that diffusers' GGUF path converts MiniMax H3; use the safetensors file it was made from")
+        return (f"{echo_name(path.name)}: a GGUF file (version {version}): not offered here; Drainboard's loader reads "
+                f"safetensors (diffusers' own GGUF path loads it, outside Drainboard); use the safetensors file it "
+                f"was made from")
     if head.startswith(PICKLE_STARTS):
         return (f"{echo_name(path.name)}: a PyTorch pickle (torch.save's format), which is never unpickled here; use a "
                 f"safetensors copy")
