@@ -34,7 +34,8 @@ from collections import OrderedDict
 from pathlib import Path
 
 from .confined import check_name, read_json_checked
-from core.errors import CheckpointError, DrainboardError, clip, first_of
+from core.echo import NAME_LIMIT, echo, echo_name
+from core.errors import CheckpointError, DrainboardError, first_of
 from .metadata import AuxFolder, CheckpointIndex, ComponentMeta
 from .roots import ModelRoots, RootEscape, RootsArg
 from .shard_header import HeaderBudget, read_shard_header
@@ -64,7 +65,7 @@ def _listing(folder: Path, pattern: str, name: str) -> list[Path]:
             raise PermissionError(13, "Permission denied")
         return sorted(folder.glob(pattern))
     except OSError as exc:
-        raise CheckpointError(f"{name}: cannot list the folder {folder}: {exc.strerror}") from None
+        raise CheckpointError(f"{name}: cannot list the folder {echo_name(folder)}: {exc.strerror}") from None
 
 
 def _has_weights(folder: Path, name: str) -> bool:
@@ -73,25 +74,26 @@ def _has_weights(folder: Path, name: str) -> bool:
 
 def _discover_component(name: str, folder: Path, roots: ModelRoots, budget: HeaderBudget) -> ComponentMeta:
     """Config, index and shard headers of one folder; every file opened confined to `roots`."""
-    roots.check(folder, f"component {name!r} folder {folder}")
+    label = echo_name(name)
+    roots.check(folder, f"component {echo(name, NAME_LIMIT)} folder {echo_name(folder)}")
     component = ComponentMeta(name=name, path=folder)
-    indexes = _listing(folder, "*.safetensors.index.json", f"component {name!r}")
+    indexes = _listing(folder, "*.safetensors.index.json", f"component {echo(name, NAME_LIMIT)}")
     config_path = folder / "config.json"
     if os.path.lexists(config_path):
-        config = _read_json(config_path, roots, f"{name}/config.json", component.problems)
+        config = _read_json(config_path, roots, f"{label}/config.json", component.problems)
         component.config = config if isinstance(config, dict) else {}
     if len(indexes) > 1:
         component.problems.append(
-            f"{folder}: several index files ({', '.join(clip(p.name) for p in indexes[:5])}"
+            f"{echo_name(folder)}: several index files ({', '.join(echo_name(p.name) for p in indexes[:5])}"
             f"{', ...' if len(indexes) > 5 else ''}); keep one"
         )
         return component
     if indexes:
         shard_paths = _index_shards(component, indexes[0], roots)
     else:
-        shard_paths = [roots.check(p, f"{name}/{clip(p.name)}") for p in _listing(folder, "*.safetensors", name)]
+        shard_paths = [roots.check(p, f"{label}/{echo_name(p.name)}") for p in _listing(folder, "*.safetensors", label)]
         if not shard_paths:
-            component.problems.append(f"{folder}: no *.safetensors files")
+            component.problems.append(f"{echo_name(folder)}: no *.safetensors files")
     for path in shard_paths:
         shard, problems = read_shard_header(path, roots, budget)
         component.problems.extend(problems)
@@ -107,12 +109,13 @@ def _index_shards(component: ComponentMeta, index_path: Path, roots: ModelRoots)
     """
     folder = component.path
     component.index_file = index_path
-    index = _read_json(index_path, roots, f"{component.name}/{clip(index_path.name)}", component.problems)
+    index_label = f"{echo_name(component.name)}/{echo_name(index_path.name)}"
+    index = _read_json(index_path, roots, index_label, component.problems)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if index is not None and not (
         isinstance(weight_map, dict) and all(isinstance(v, str) for v in weight_map.values())
     ):
-        component.problems.append(f"{index_path.name}: expected an object with a weight_map of name -> file")
+        component.problems.append(f"{echo_name(index_path.name)}: expected an object with a weight_map of name -> file")
         return []
     if weight_map is None:
         return []
@@ -123,8 +126,8 @@ def _index_shards(component: ComponentMeta, index_path: Path, roots: ModelRoots)
     shard_paths, problems = [], []
     for file in sorted(by_file):
         tensors = by_file[file]
-        named = f"{clip(repr(min(tensors)))}" + (f" (and {len(tensors) - 1} more)" if len(tensors) > 1 else "")
-        where = f"{component.name}/{index_path.name} maps {named} to {clip(repr(file))}"
+        named = echo(min(tensors), NAME_LIMIT) + (f" (and {len(tensors) - 1} more)" if len(tensors) > 1 else "")
+        where = f"{index_label} maps {named} to {echo(file, NAME_LIMIT)}"
         try:
             check_name(file, where)
             path = roots.check(folder / file, f"{where}, which")
@@ -140,7 +143,8 @@ def _index_shards(component: ComponentMeta, index_path: Path, roots: ModelRoots)
         if present:
             shard_paths.append(path)
         else:
-            problems.append(f"{index_path.name} maps {named} to {clip(repr(file))}, which is not in {folder}")
+            problems.append(f"{echo_name(index_path.name)} maps {named} to {echo(file, NAME_LIMIT)}, which is not in "
+                            f"{echo_name(folder)}")
     component.problems.extend(problems)
     return shard_paths
 
@@ -187,8 +191,8 @@ def _discover_model(root: Path, index_path: Path, roots: ModelRoots, budget: Hea
         if entry is None:
             continue
         subfolder, library, class_name = entry
-        where = f"{index_path.name} entry {clip(repr(name))}" + (
-            f" (subfolder {clip(repr(subfolder))})" if subfolder != name else "")
+        where = f"{echo_name(index_path.name)} entry {echo(name, NAME_LIMIT)}" + (
+            f" (subfolder {echo(subfolder, NAME_LIMIT)})" if subfolder != name else "")
         check_name(name, where)
         check_name(subfolder, where)
         folder = roots.check(root / subfolder, where)
@@ -202,7 +206,7 @@ def _discover_model(root: Path, index_path: Path, roots: ModelRoots, budget: Hea
             files = tuple(p.name for p in _listing(folder, "*", where))
             index.aux[name] = AuxFolder(name, folder, library, class_name, files)
     if not index.components:
-        raise CheckpointError(f"{root}: {index_path.name} lists no component folder with *.safetensors files")
+        raise CheckpointError(f"{echo_name(root)}: {index_path.name} lists no component folder with *.safetensors files")
     return index
 
 
