@@ -4,7 +4,8 @@ the same load without it, and against diffusers' own `load_lora_adapter` + `fuse
 Each case runs in a fresh subprocess (the same memory baseline each time; the page cache warmed first), the
 cases interleaved `--repeat` times, medians shown. Per case: wall seconds from the first LoRA byte read (or the
 load's start without one) to the DiT fused in place, and the peak resident growth over the process after its
-imports (VmHWM - VmRSS then), as a ratio of the DiT's bytes. PEFT, which a LoRA job imports and a plain one does
+imports (VmHWM - VmRSS then), as a ratio of the DiT's bytes, with glibc's mmap threshold fixed as a generate run
+fixes it (`machine.host_heap`). PEFT, which a LoRA job imports and a plain one does
 not, is imported before the clock in every case (so the baselines match) and its import timed apart.
 
     python bench/bench_lora.py data/models/h3-demo --ranks 64 4 --repeat 3
@@ -47,6 +48,8 @@ def status(field):
         if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
 
+from machine.host_heap import return_large_frees_to_os
+return_large_frees_to_os()  # as a generate run does first: freed temporaries leave the resident set
 case, root, lora = sys.argv[1], sys.argv[2], sys.argv[3]
 config = json.load(open(f"{root}/transformer/config.json"))
 base = status("VmRSS")
