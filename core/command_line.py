@@ -92,11 +92,17 @@ IMPORT_CHATTER = ("torchao", "diffusers.quantizers.torchao", "torch.utils._pytre
 types it cannot register): five lines before a command's own one-line error. Errors still show."""
 
 
+def quiet_import_chatter() -> None:
+    """Raise `IMPORT_CHATTER`'s loggers to errors: every CLI's main and every job child (whose log would
+    otherwise start with them) calls this before anything imports diffusers."""
+    for name in IMPORT_CHATTER:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def run_cli(parser: ParserSource, argv: Sequence[str] | None = None) -> int:
     """Parse `argv` (default `sys.argv[1:]`), run `args.func(args)`, and return the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    for name in IMPORT_CHATTER:
-        logging.getLogger(name).setLevel(logging.ERROR)
+    quiet_import_chatter()
     options = argv[: argv.index("--")] if "--" in argv else argv
     try:
         return _run(parser, argv, as_json="--json" in options)

@@ -70,18 +70,11 @@ def job_choices(path: str) -> tuple[list[str], list[str]]:
 
 
 def active_jobs(path: str) -> list[dict]:
-    """Running and queued jobs, oldest first: the one list the header chip and the Run page's
-    queue both draw, so one cannot say "Idle" while the other lists a running job."""
-    return sorted(jobs(path, status=("running", "queued")), key=lambda j: j["id"])
-
-
-@st.cache_data(ttl=30, show_spinner=False)
-def worker_baseline(path: str) -> int | None:
-    """VmRSS of the newest finished load job's child at its first sample: what a job's process
-    holds before it places anything (a memory limit counts it); None before any load ran."""
-    done = queries.list_jobs(_db(path), status="succeeded", kind="load", limit=1)
-    first = queries.samples_since(_db(path), done[0]["id"], limit=1) if done else []
-    return int(first[0]["vm_rss"]) if first else None
+    """Running jobs (oldest first), then queued ones in the order a worker takes them (storage's QUEUE_ORDER):
+    the one list the header chip and the Run page's queue both draw, so one cannot say "Idle" while the other
+    lists a running job."""
+    return sorted(jobs(path, status=("running", "queued"), limit=10_000),
+                  key=lambda j: (j["status"] != "running", j.get("queue_rank") or j["id"], j["id"]))
 
 
 @st.cache_data(ttl=1, show_spinner=False)
@@ -220,6 +213,16 @@ def checkpoints(roots: tuple[str, ...]) -> list:
 
 
 @st.cache_data(ttl=10, show_spinner=False)
+def models(roots: tuple[str, ...]) -> tuple[list, object]:
+    """(every checkpoint under the model roots as the Models page lists it, the memory its fit is weighed
+    against): headers only."""
+    from loader.catalog import find_models, machine_memory
+
+    memory = machine_memory()
+    return find_models(roots, memory.bytes), memory
+
+
+@st.cache_data(ttl=10, show_spinner=False)
 def lora_files(roots: tuple[str, ...]) -> list:
     """LoRA files under the model roots (headers only): what the Run page offers."""
     from models.lora_inputs import find_lora_files
@@ -241,6 +244,13 @@ def guard_limits(budget: int | None, floor: int | None, total: int):
     from jobs.guard import job_limits
 
     return job_limits(budget, floor, config(), unified=unified_host(), total=total)
+
+
+def lock_notice(path: str):
+    """The worker's wait for another process's lock on the database, or None (`storage.lock_waits`)."""
+    from storage.lock_waits import read_lock_notice
+
+    return read_lock_notice(path)
 
 
 @st.cache_data(ttl=2, show_spinner=False)

@@ -1,5 +1,5 @@
 """The Run form's memory: widget values kept across pages (session state) and refreshes (the URL), `?from=<job
-id>` filling the form from a stored job, and each field's messages from a rejected submit.
+id>` filling the form from a stored job, and each field's messages, checked as the fields change.
 
 Widget keys are dropped when the page is left, so every field is seeded from FORM_KEY before it is drawn
 and kept there after; the main ones are mirrored in the query string, which survives a refresh.
@@ -14,12 +14,15 @@ import streamlit as st
 from dashboard import data
 from dashboard.views import query
 from dashboard.views.run import form_values
+from models.params import INPUT_FILE_FIELDS as INPUT_FILES
 
 # Session keys (a page script must not hold bare strings: Streamlit would draw them).
 FORM_KEY = "run_form"  # field -> value of the form, kept while the user is on other pages
 FROM_KEY = "run_filled_from"  # id of the job whose spec filled the form (applied once per arrival)
-ERRORS_KEY = "run_errors"  # field -> messages from the last rejected submit
+ERRORS_KEY = "run_errors"  # {"spec": the form as submitted, "errors": field -> messages} from a refused submit
+SLOTS_KEY = "run_error_slots"  # [(field names, the empty slot under their widget)] drawn in this script run
 DRAWN_KEY = "run_drawn"  # fields drawn in this script run, kept at its end
+VIDEO_KEY = "run_filled_from_video"  # file id of the dropped video whose settings filled the form (applied once)
 CARRIED_KEY = "run_carried_inputs"  # {"job": id, "files": {field: that job's copy}}: edit and re-queue's inputs
 # Fields mirrored in the query string, so a refreshed or shared URL opens the same form.
 URL_FIELDS = ("checkpoint", "component", "kind", "mode", "device", "dtype")
@@ -35,8 +38,10 @@ def durable() -> dict[str, Any]:
 
 
 def start_run() -> None:
-    """Forget which fields the previous script run drew (the page draws a different set per job kind)."""
+    """Forget which fields and message slots the previous script run drew (the page draws a different set per
+    job kind)."""
     st.session_state[DRAWN_KEY] = []
+    st.session_state[SLOTS_KEY] = []
 
 
 def seed(name: str, default: Any, options: list | tuple | None = None) -> None:
@@ -91,6 +96,35 @@ def fill_from_query(db: str) -> None:
         durable().update({name: st.query_params[name] for name in URL_FIELDS if st.query_params.get(name)})
 
 
+def open_checkpoint(path: str) -> None:
+    """Make `path` the Run form's checkpoint (the Models page's *Open in Run*): the form's other values stay."""
+    durable()["checkpoint"] = path
+    st.session_state.pop(key("checkpoint"), None)
+
+
+def fill_from_video(file_id: str, settings: dict[str, Any], checkpoints: dict[str, str]) -> str:
+    """Fill the generate fields (and the checkpoint, when one of that name is found: `checkpoints` maps a folder
+    name to its path) from a dropped Drainboard video's settings (models.video_settings), once per file; the
+    other fields keep their values. Returns what was filled, in one line."""
+    generate = {k: v for k, v in settings["generate"].items() if k not in INPUT_FILES}
+    model = (settings.get("model") or {}).get("name")
+    found = checkpoints.get(model) if isinstance(model, str) else None
+    values = {k: v for k, v in form_values({"kind": "generate", "generate": generate}).items()
+              if k == "kind" or k.startswith("gen_")}
+    if found:
+        values["checkpoint"] = found
+    if st.session_state.get(VIDEO_KEY) != file_id:
+        durable().update(values)
+        for name in values:
+            st.session_state.pop(key(name), None)  # seed() takes the video's value (if still offered)
+        st.session_state[VIDEO_KEY] = file_id
+    inputs = [settings["generate"][f] for f in INPUT_FILES if settings["generate"].get(f)]
+    return (f"Filled from the video's settings (prompt, seed, workflow, size, frames, steps"
+            + (f"; checkpoint {model}" if found else f"; its checkpoint {model!r} is not under the model roots"
+               if model else "") + ")"
+            + (f". Upload its inputs again: {', '.join(map(str, inputs))}." if inputs else "."))
+
+
 def carry_inputs(job_id: int, spec: dict[str, Any]) -> None:
     """Keep job `job_id`'s own copies of its input files for the form (an uploader cannot be pre-filled), and say
     which are gone."""
@@ -129,8 +163,20 @@ def mirror_in_url() -> None:
 
 
 def show_errors(*names: str) -> None:
-    """Messages for these fields from the last rejected submit, right under the widget."""
-    errors = st.session_state.get(ERRORS_KEY, {})
-    for name in names:
-        for message in errors.get(name, []):
-            st.error(message, icon=":material/error:")
+    """A slot right under the widget for these fields' messages, filled by `fill_errors` once the whole form
+    is read (the form is checked after its last field is drawn)."""
+    st.session_state.setdefault(SLOTS_KEY, []).append((names, st.empty()))
+
+
+def fill_errors(errors: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Each field's messages into the slot under its widget (an empty slot clears a fixed one); returns the
+    messages of fields with no slot drawn, for the page to say elsewhere."""
+    placed = set()
+    for names, slot in st.session_state.get(SLOTS_KEY, []):
+        messages = [m for name in names for m in errors.get(name, [])]
+        placed.update(names)
+        if messages:
+            slot.error("\n\n".join(messages), icon=":material/error:")
+        else:
+            slot.empty()
+    return {name: messages for name, messages in errors.items() if name not in placed}

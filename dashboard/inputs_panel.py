@@ -25,6 +25,7 @@ from core.echo import echo
 from core.errors import DrainboardError
 from dashboard import format as fmt
 from dashboard import words
+from dashboard.views.run import FIELD_LABELS
 from models.clips import CLIP_FORMATS, MAX_CLIP_BYTES, MAX_CLIP_SECONDS
 from models.inputs import MAX_IMAGE_BYTES, InputImageError, check_image
 from models.params import INPUT_FILE_FIELDS
@@ -139,7 +140,7 @@ def workflow_section(data_dir: Path, audio: bool, carried: tuple[int | None, dic
     `carried`: (job, field -> that job's copy) of the inputs edit and re-queue brought in; each is sent, with a
     preview and a Remove button (`on_remove(field)`), until an upload replaces it."""
     job, carried_files = carried
-    workflow = st.selectbox("Workflow", WORKFLOWS, key="run_gen_workflow", format_func=lambda w: f"{w}: {WORKFLOW_HELP[w]}")
+    workflow = st.selectbox(FIELD_LABELS["generate.workflow"], WORKFLOWS, key="run_gen_workflow", format_func=lambda w: f"{w}: {WORKFLOW_HELP[w]}")
     fields: dict[str, Any] = {"workflow": workflow}
     names = WORKFLOW_INPUTS[workflow] + WORKFLOW_CLIPS[workflow]
     cols = st.columns(max(len(names), 1))

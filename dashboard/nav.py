@@ -45,9 +45,10 @@ PAGES: tuple[PageDef, ...] = (
     PageDef("job", "Job", ":material/monitoring:"),
     PageDef("history", "History", ":material/history:"),
     PageDef("compare", "Compare", ":material/compare_arrows:"),
+    PageDef("models", "Models", ":material/inventory_2:"),
     PageDef("system", "System", ":material/memory:"),
 )
-"""Every page, in the order of the page bar (one flat bar: five pages need no sections)."""
+"""Every page, in the order of the page bar (one flat bar: six pages need no sections)."""
 
 _BY_NAME = {p.name: p for p in PAGES}
 DEFAULT_PAGE = "run"

@@ -13,101 +13,105 @@ from dashboard import data, nav
 from dashboard import format as fmt
 from dashboard.form_state import ERRORS_KEY, key
 from dashboard.host import read_host_memory
-from dashboard.host_charts import fit_bar, wall_caption
+from dashboard.charts.style import readable
+from dashboard.host_charts import fit_bar
 from dashboard.views import eta as ev
 from dashboard.views import fit
 from dashboard.views.checkpoints import CheckpointChoice
 from dashboard.views.jobs import describe_supervisor
-from dashboard.views.run import DTYPES
+from dashboard.views.run import DTYPES, field_label
 from dashboard.views.spec import field_errors
-from jobs.admission import JobRefused, admit, assess
+from core.errors import DrainboardError
+from dashboard.views.plan import plan_markdown
+from jobs.admission import JobRefused, admit, assess, plan_job, remedy
 from jobs.queue import queue_spec
 from jobs.spec import JobSpec, JobSpecError, build_spec
 from machine.device import DeviceInfo
-from core.sizes import parse_size
 from storage.connections import connect
-
-
-def typed_size(name: str) -> int | None:
-    """A size field's bytes for the forecast (None when empty or not a size: build_spec says why on submit)."""
-    text = str(st.session_state.get(key(name)) or "").strip()
-    try:
-        return parse_size(text) if text else None
-    except ValueError:
-        return None
 
 
 def fit_panel(choice: CheckpointChoice | None, kind: str, component: str | None, mode: str, device: DeviceInfo,
               dtype: str, db: str, found: dict | None) -> None:
-    """Will it fit: for a load, the chosen mode's predicted peak against the tightest wall, and a cheaper mode
-    when not; for a generate, the submit check's own stage and wall (`found`: its Admission dict)."""
+    """Will it fit: the submit check's own verdict (`found`: its Admission dict) as a bar and one line, for a
+    load with a cheaper mode that fits when the chosen one does not."""
     st.subheader("Will it fit?", anchor=False)  # no heading link: one Tab stop fewer before Queue job
     if choice is None or not choice.ok:
         st.caption("Choose a sound checkpoint to see a forecast.")
         return
-    host = read_host_memory()
-    if kind == "generate":
-        submit_fit_panel(found, host.in_use)
-        return
-    capacity = device.total_memory or host.total
-    limit = typed_size("memory_limit")
-    guard = data.guard_limits(typed_size("memory_budget"), typed_size("memory_floor"), host.total)
-    found_walls = fit.walls(in_use=host.in_use, capacity=capacity, limit=limit,
-                            limit_baseline=(data.worker_baseline(db) or 0) if limit else 0,
-                            budget=guard.budget, floor=guard.floor)
-    peaks = fit.load_peaks(str(choice.path), component=component or None, device=device, roots=[choice.root],
-                           dtype=None if dtype == DTYPES[0] else dtype)
-    guess = fit.forecast(mode, peaks or fit.mode_peaks(choice.bytes_to_place(kind, component)), found_walls)
-    st.altair_chart(
-        fit_bar(host.in_use, guess.predicted_peak, host.in_use + guess.wall.allowance,
-                wall_caption(guess.wall.name, {"pool": capacity, "limit": limit, "budget": guard.budget,
-                                               "floor": guard.floor}[guess.wall.name]), guess.share),
-        width="stretch",
-    )
-    {"ok": st.success, "tight": st.warning, "over": st.error}[guess.level](guess.message)
-    notes = []
-    if limit:
-        notes.append("A memory limit counts the worker's own memory (its first sample in the last load) as well.")
-    if guard.floor is not None and not typed_size("memory_floor"):
-        notes.append(f"The guard's configured floor ({fmt.gib(guard.floor)} of MemAvailable) applies.")
-    if dtype != DTYPES[0]:
-        notes.append("The forecast uses the checkpoint's bytes; a dtype change scales what is placed.")
-    if notes:
-        st.caption(" ".join(notes))
-
-
-def submit_fit_panel(found: dict | None, in_use: int) -> None:
-    """A generate's bar: the forecast's job peak at its tightest stage against the wall nearest it, the numbers
-    the submit check refuses with (jobs.admission), so the bar and a refusal never disagree."""
     if found is None or not found.get("tightest"):
         st.caption("No forecast for these settings yet: the fields the Queue button names must be fixed first.")
         return
-    shown = fit.submit_fit(found["tightest"], in_use)
+    shown = fit.submit_fit(found, read_host_memory().in_use)
     guess = shown.forecast
-    st.altair_chart(fit_bar(shown.base, guess.predicted_peak, shown.base + guess.wall.allowance, shown.caption,
-                            guess.share), width="stretch")
+    theme = st.context.theme.type
+    st.altair_chart(readable(fit_bar(shown.base, guess.predicted_peak, shown.base + guess.wall.allowance,
+                                     shown.caption, guess.share, theme), theme), width="stretch")
     {"ok": st.success, "tight": st.warning, "over": st.error}[guess.level](guess.message)
-    st.caption(f"The submit check's own numbers, so a refusal says the same: the whole job's forecast (weights,"
-               f" activations, decoded frames) peaks at {fmt.gib(found.get('peak_bytes'))}; walls on host memory "
-               f"(MemAvailable, a memory limit) also count the job's new process, {fmt.gib(found.get('process_host'))}.")
+    notes = []
+    if kind == "load" and guess.level == "over":
+        peaks = fit.load_peaks(str(choice.path), component=component or None, device=device, roots=[choice.root],
+                               dtype=None if dtype == DTYPES[0] else dtype)
+        cheaper = fit.cheaper_mode(mode, peaks, int(found["need"]), guess.wall.allowance) if peaks else None
+        if cheaper:
+            notes.append(cheaper)
+    process = found.get("process") or {}
+    if found.get("startup") is not None:
+        notes.append(f"Each wall on host memory counts the job's process as the memory guard does: it grows by "
+                     f"{fmt.gib(found['startup'])} before its first weight ({process.get('basis')} on this machine).")
+    if kind == "generate" and found.get("job_peak"):
+        notes.append(f"The whole job, its process included, should peak at {fmt.gib(found['job_peak'])}.")
+    st.caption(" ".join(notes))
 
 
 @st.cache_data(ttl=10, show_spinner="Forecasting…")
 def admission(spec_json: str, db: str) -> dict | None:
-    """jobs.admission.assess of a spec (as JSON, so it caches): the forecast, its refusal and seconds."""
-    found = assess(JobSpec.from_dict(json.loads(spec_json)), data.config(), connect(db))
-    return None if found is None else found.to_dict()
+    """jobs.admission.assess of a spec (as JSON, so it caches): the forecast, its refusal and seconds; with a plan,
+    of the candidate the plan chooses, and the plan itself (`planned`)."""
+    spec = JobSpec.from_dict(json.loads(spec_json))
+    if spec.plan is not None and spec.kind == "generate":
+        try:
+            spec, _ = plan_job(spec, data.config(), connect(db))
+        except (DrainboardError, ValueError, OSError):
+            pass  # a checkpoint the forecast cannot read: the Queue button's check names the file
+    found = assess(spec, data.config(), connect(db))
+    return None if found is None else found.to_dict() | {"planned": spec.planned}
 
 
-def assessed(raw: dict[str, Any], choice: CheckpointChoice | None, db: str) -> dict | None:
-    """The submit check of the form as it stands (its Admission dict), or None while it cannot be built."""
+def plan_panel(found: dict | None) -> None:
+    """`Plan: fastest that fits`: every candidate with its peaks and seconds, the chosen one marked, those that
+    cannot fit struck through with their stage, and why."""
+    planned = (found or {}).get("planned")
+    if not planned:
+        return
+    st.subheader("Plan", anchor=False)
+    st.markdown(plan_markdown(planned))
+    choice = planned["chosen"]
+    line = f"Runs {planned['candidates'][choice]['label']}: {planned['why']}." if choice is not None else \
+        f"Nothing fits: {planned['why']}."
+    (st.caption if choice is not None else st.error)(line)
+
+
+def checked(raw: dict[str, Any], choice: CheckpointChoice | None) -> tuple[JobSpec | None, dict[str, list[str]]]:
+    """The form as it stands, checked as submit checks it (build_spec), on every change: (its spec, or None
+    while it cannot be built, and each field's messages)."""
     if choice is None or not choice.ok:
-        return None
+        return None, {}
     try:
-        spec = build_spec({**raw, "forced": False}, data.config())
-    except JobSpecError:
-        return None  # the queue button names the bad fields
-    return admission(json.dumps(spec.to_dict()), db)
+        return build_spec({**raw, "forced": False}, data.config()), {}
+    except JobSpecError as e:
+        return None, field_errors(e.errors)
+
+
+def assessed(spec: JobSpec | None, db: str) -> dict | None:
+    """The submit check of the form's spec (its Admission dict), or None while there is no spec."""
+    return None if spec is None else admission(json.dumps(spec.to_dict()), db)
+
+
+def named(errors: dict[str, list[str]]) -> str:
+    """`Width: must be a multiple of 32; Prompt: a prompt is required`: each field by its label on the form (the
+    forecast's refusal says its own subject)."""
+    return "; ".join(message if name == "forecast" else f"{field_label(name)}: {message}"
+                     for name, messages in errors.items() for message in messages)
 
 
 def forecast_panel(found: dict | None) -> None:
@@ -115,9 +119,8 @@ def forecast_panel(found: dict | None) -> None:
     anyway, and a generate's predicted seconds per stage."""
     if found is None:
         return
-    if found["refusal"]:
-        st.error(found["refusal"] + ". The job would be refused at submit.", icon=":material/block:")
-        st.checkbox("Queue anyway (forced)", key=key("forced"),
+    if found["refusal"]:  # the fit panel above says what it needs, once
+        st.checkbox("Queue anyway", key=key("forced"),
                     help="Queue it over the forecast; the job records that it was forced. The memory guard still "
                          "stops it if it crosses the budget or the floor.")
     if found["eta"]:
@@ -125,30 +128,49 @@ def forecast_panel(found: dict | None) -> None:
         st.dataframe(ev.duration_rows(found), hide_index=True, width="stretch", key=key("durations"))
 
 
-def queue_button(raw: dict[str, Any], choice: CheckpointChoice | None, db: str) -> None:
-    """Queue job: build and validate the spec, check its forecast fits (or that it is forced), enqueue, go to
+def queue_button(raw: dict[str, Any], choice: CheckpointChoice | None, db: str,
+                 errors: dict[str, list[str]]) -> None:
+    """Queue job, off while the checkpoint is refused or a field has a problem (`errors`, said under each field
+    and named here): build and validate the spec, check its forecast fits (or that it is forced), enqueue, go to
     the job's page."""
-    blocked = choice is None or not choice.ok
-    if st.button("Queue job", type="primary", icon=":material/play_arrow:", key=key("submit"), disabled=blocked,
-                 help="The loader refuses the chosen checkpoint (see under it)." if blocked else None):
+    blocked = "The loader refuses the chosen checkpoint (see under it)." if choice is None or not choice.ok else (
+        f"Fix first: {named(errors)}" if errors else None)
+    if st.button("Queue job", type="primary", icon=":material/play_arrow:", key=key("submit"),
+                 disabled=blocked is not None, help=blocked):
         connection = connect(db)
+        submitted = {**raw, "forced": bool(st.session_state.get(key("forced")))}
         try:
-            spec = admit(build_spec({**raw, "forced": bool(st.session_state.get(key("forced")))}, data.config()),
-                         data.config(), connection)
+            spec = admit(build_spec(submitted, data.config()), data.config(), connection)
         except JobSpecError as e:
-            st.session_state[ERRORS_KEY] = field_errors(e.errors)
+            st.session_state[ERRORS_KEY] = {"spec": submitted, "errors": field_errors(e.errors)}
             st.rerun()
         except JobRefused as e:
-            st.session_state[ERRORS_KEY] = {"forecast": [str(e)]}
+            found = e.admission
+            said = str(e) if found is None else \
+                f"needs {fmt.gib(found.need)}: {remedy(found.tightest.wall, found.need, cli=False)}"
+            st.session_state[ERRORS_KEY] = {"spec": submitted, "errors": {"forecast": [said]}}
             st.rerun()
         st.session_state.pop(ERRORS_KEY, None)
         job_id = queue_spec(connection, spec, data.config().data_dir)
         data.jobs.clear()
         st.toast(f"Queued job {job_id}")
         nav.goto("job", job=str(job_id))
-    errors = st.session_state.get(ERRORS_KEY)
-    if errors:
-        st.error("Nothing was queued: " + "; ".join(f"{k}: {m}" for k, ms in errors.items() for m in ms))
+    if blocked and errors:
+        st.caption(f"Nothing can be queued yet. {blocked}")
+    refused = submit_errors(raw)
+    if refused:
+        st.error(f"Nothing was queued: {named(refused)}")
+
+
+def submit_errors(raw: dict[str, Any]) -> dict[str, list[str]]:
+    """The messages of the last refused submit while the form is still as it was submitted; a change clears them."""
+    last = st.session_state.get(ERRORS_KEY)
+    if not last:
+        return {}
+    if {k: v for k, v in last["spec"].items() if k != "forced"} != raw:
+        st.session_state.pop(ERRORS_KEY, None)
+        return {}
+    return last["errors"]
 
 
 def ready_panel(choice: CheckpointChoice | None, device: DeviceInfo, db: str) -> None:

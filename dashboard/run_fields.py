@@ -4,6 +4,7 @@ the last submit's messages under them) and returns the spec's raw fields for job
 from __future__ import annotations
 
 from pathlib import Path
+import json
 from typing import Any
 
 import streamlit as st
@@ -15,6 +16,7 @@ from dashboard.form_state import (carried_inputs, drop_carried, durable, keep, k
                                   show_errors)
 from dashboard.inputs_panel import stage_plan_section, workflow_section
 from dashboard.views.checkpoints import CheckpointChoice, components_table, outside_roots
+from dashboard.views.run import FIELD_LABELS as LABEL
 from dashboard.views.run import (
     DEFAULT_COMPONENT, DTYPES, GENERATE_FIELDS, KIND_LABELS, MODE_HELP, OFFERED_FLAGS, POLICY_DEFAULT, QUANTIZE_CHOICES,
     QUANTIZE_NONE, STEP_CACHE_CHOICES, TRISTATE, VAE_DTYPE_CHOICES, generate_defaults, generate_geometry,
@@ -23,6 +25,7 @@ from dashboard.views.run import (
 from jobs.kinds import kind_names
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings
+from models.request_args import QKV_LAYOUTS
 from models.levers import (ATTENTION_BACKENDS, LOSSY_NOTE, LeverOption, is_lossless, lever_option, lever_problems,
                            step_cache_problem)
 from models.quantize_check import cuda_capability, quantization_problem, torchao_installed
@@ -50,7 +53,7 @@ def checkpoint_field(choices: list[CheckpointChoice], roots: list) -> Checkpoint
         st.warning(f"{outside_roots(wanted, roots)} {default.path.name} is chosen instead.")
         durable()["checkpoint"] = str(default.path)
     seed("checkpoint", str(default.path), list(by_path))
-    choice = by_path[st.selectbox("Checkpoint", list(by_path), format_func=lambda p: by_path[p].label, key=key("checkpoint"))]
+    choice = by_path[st.selectbox(LABEL["model"], list(by_path), format_func=lambda p: by_path[p].label, key=key("checkpoint"))]
     show_errors("model")
     if not choice.ok:
         st.error(
@@ -75,7 +78,7 @@ def component_field(choice: CheckpointChoice | None) -> str | None:
     options = ([DEFAULT_COMPONENT] if choice.default_component else []) + [c.name for c in choice.components]
     seed("component", options[0], options)
     picked = st.selectbox(
-        "Component to load", options, key=key("component"),
+        LABEL["component"], options, key=key("component"),
         format_func=lambda c: f"(default: {choice.default_component})" if c == DEFAULT_COMPONENT else c,
         help="A load job loads one component; a generate job loads every component.",
     )
@@ -91,10 +94,10 @@ def job_fields() -> tuple[str, str]:
     seed("mode", "stream", MODES)
     keep(["kind", "mode"])  # keep_selection restores these
     kind = st.segmented_control(
-        "Job", kinds, format_func=lambda k: KIND_LABELS.get(k, k), key=key("kind"), on_change=keep_selection, args=("kind",)
+        LABEL["kind"], kinds, format_func=lambda k: KIND_LABELS.get(k, k), key=key("kind"), on_change=keep_selection, args=("kind",)
     )
     show_errors("kind")
-    mode = st.segmented_control("Placement mode", MODES, key=key("mode"), on_change=keep_selection, args=("mode",))
+    mode = st.segmented_control(LABEL["mode"], MODES, key=key("mode"), on_change=keep_selection, args=("mode",))
     st.caption(MODE_HELP[mode])
     show_errors("mode")
     return kind, mode
@@ -106,11 +109,11 @@ def device_fields(devices: list[DeviceInfo]) -> tuple[DeviceInfo, str]:
     seed("dtype", DTYPES[0], DTYPES)
     left, right = st.columns(2)
     spec = left.selectbox(
-        "Device", list(by_spec), key=key("device"),
+        LABEL["device"], list(by_spec), key=key("device"),
         format_func=lambda s: f"{s} — {by_spec[s].name}" + (" (unified memory)" if by_spec[s].unified_memory and by_spec[s].kind != "cpu" else ""),
     )
     show_errors("device")
-    dtype = right.selectbox("dtype", DTYPES, key=key("dtype"), help="Target dtype; the checkpoint's own keeps bytes unchanged.")
+    dtype = right.selectbox(LABEL["dtype"], DTYPES, key=key("dtype"), help="Target dtype; the checkpoint's own keeps bytes unchanged.")
     show_errors("dtype")
     return by_spec[spec], dtype
 
@@ -122,13 +125,13 @@ def limit_fields(device: DeviceInfo, kind: str, mode: str) -> dict[str, Any]:
     seed("gpus", 1)
     left, right = st.columns(2)
     sample_every = left.number_input(
-        "Sample memory every N tensors", min_value=1, step=1, key=key("sample_every"),
+        LABEL["sample_every"], min_value=1, step=1, key=key("sample_every"),
         help="1 records a sample per placed tensor (the default); generate stages also sample on a timer.",
     )
     show_errors("sample_every")
     reason = data.memory_limit_reason()
     memory_limit = right.text_input(
-        "Memory limit (cgroup)", key=key("memory_limit"), disabled=reason is not None,
+        LABEL["memory_limit"], key=key("memory_limit"), disabled=reason is not None,
         placeholder="e.g. 8GiB" if reason is None else "not available here",
         help=reason or "Kill the job's process tree when it uses more than this (it counts the worker's own memory "
         "too). Empty: no limit. Sizes such as 300MB (powers of 1000) or 8GiB (powers of 1024).",
@@ -136,7 +139,7 @@ def limit_fields(device: DeviceInfo, kind: str, mode: str) -> dict[str, Any]:
     show_errors("memory_limit")
     gpus = 1
     if device.kind == "cuda":
-        gpus = st.number_input("GPUs (ranks)", min_value=1, step=1, key=key("gpus"))
+        gpus = st.number_input(LABEL["gpus"], min_value=1, step=1, key=key("gpus"))
         show_errors("gpus")
     return {"sample_every": int(sample_every), "memory_limit": memory_limit.strip() or None, "gpus": int(gpus),
             **guard_fields(kind, mode, int(gpus))}
@@ -150,34 +153,34 @@ def guard_fields(kind: str, mode: str, gpus: int) -> dict[str, Any]:
     seed("memory_floor", "")
     left, right = st.columns(2)
     budget = left.text_input(
-        "Memory budget (guard)", key=key("memory_budget"), placeholder="e.g. 40GiB",
+        LABEL["memory_budget"], key=key("memory_budget"), placeholder="e.g. 40GiB",
         help="Stop the job when system in use grows more than this over its start. Unlike a cgroup limit it "
              "counts CUDA allocations on unified memory. Empty: no budget.",
     )
     show_errors("memory_budget")
     floor = right.text_input(
-        "MemAvailable floor (guard)", key=key("memory_floor"), placeholder="configured floor",
+        LABEL["memory_floor"], key=key("memory_floor"), placeholder="configured floor",
         help="Stop the job when MemAvailable falls below this; empty keeps the configured floor.",
     )
     show_errors("memory_floor")
     raw: dict[str, Any] = {"memory_budget": budget.strip() or None, "memory_floor": floor.strip() or None}
     if kind == "load" and mode == "stream" and gpus == 1:
         raw["drop_page_cache"] = policy_choice(
-            "drop_page_cache", "Drop page cache after reading",
+            "drop_page_cache", LABEL["drop_page_cache"],
             "Evict the checkpoint's file pages once placed, so cached bytes do not crowd the pool "
             "(the default: on for unified-memory CUDA targets).",
         )
     if kind == "load" and gpus == 1:
         seed("skeleton", False)
         raw["skeleton"] = st.checkbox(
-            "Load as a generic checkpoint (skeleton)", key=key("skeleton"),
+            LABEL["skeleton"], key=key("skeleton"),
             help="Build the module from the checkpoint's own tensor names and shapes instead of the class its "
                  "config names (`--skeleton`): for tensors of another layout. Off, names and shapes are checked "
                  "exactly as a generate job will.")
         show_errors("skeleton")
     if kind == "generate":
         raw["sequential_components"] = policy_choice(
-            "sequential_components", "One component at a time",
+            "sequential_components", LABEL["sequential_components"],
             "Load each component just before its first pipeline block and release it after its last, so the "
             "peak is the largest stage, not the sum (the default: on for unified memory).",
         )
@@ -201,25 +204,26 @@ def generate_fields(choice, device: DeviceInfo, sequential: bool | None) -> dict
         seed(name, value, {"gen_quantize": QUANTIZE_CHOICES, "gen_vae_dtype": VAE_DTYPE_CHOICES,
                            "gen_step_cache": STEP_CACHE_CHOICES, "gen_attention": ATTENTION_BACKENDS}.get(name))
     st.subheader("Generate", anchor=False)
-    st.text_area("Prompt", key=key("gen_prompt"), height=80)
+    st.text_area(LABEL["generate.prompt"], key=key("gen_prompt"), height=80)
     show_errors("generate.prompt")
     cols = st.columns(4)
-    cols[0].number_input("Frames (24 fps)", min_value=124, max_value=345, step=17, key=key("gen_frames"),
+    cols[0].number_input(LABEL["generate.frames"], min_value=124, max_value=345, step=17, key=key("gen_frames"),
                          help="17n + 5: 124 (5.2 s) to 345 (14.4 s)")
     canvas_help = f"a multiple of {multiple}; checkpoint default: {canvas[1]}x{canvas[0]} (width x height)"
-    cols[1].number_input("Height", min_value=multiple, step=multiple, key=key("gen_height"), help=canvas_help)
-    cols[2].number_input("Width", min_value=multiple, step=multiple, key=key("gen_width"), help=canvas_help)
-    cols[3].number_input("Steps", min_value=2, key=key("gen_steps"),
+    cols[1].number_input(LABEL["generate.height"], min_value=multiple, step=multiple, key=key("gen_height"), help=canvas_help)
+    cols[2].number_input(LABEL["generate.width"], min_value=multiple, step=multiple, key=key("gen_width"), help=canvas_help)
+    cols[3].number_input(LABEL["generate.steps"], min_value=2, key=key("gen_steps"),
                          help="N steps make N - 1 transformer passes (3 steps = 2 passes); the model's own default is 50")
     cols = st.columns(4)
-    cols[0].number_input("Seed", min_value=0, key=key("gen_seed"))
-    cols[1].toggle("Audio track", key=key("gen_audio"))
+    cols[0].number_input(LABEL["generate.seed"], min_value=0, key=key("gen_seed"))
+    cols[1].toggle(LABEL["generate.audio"], key=key("gen_audio"))
     show_errors(*[f"generate.{name}" for name in GENERATE_FIELDS if name not in ("prompt", *KNOBS)], "generate")
     fields = {name: st.session_state[key(f"gen_{name}")] for name in GENERATE_FIELDS}
     seed("gen_workflow", WORKFLOWS[0], WORKFLOWS)
     fields |= workflow_section(data.config().data_dir, fields["audio"], carried_inputs(), drop_carried)
     show_errors("generate.workflow", "generate.image", "generate.last_image", "generate.ref_image")
     fields |= knob_fields(device)
+    fields |= single_file_fields()
     fields |= lever_fields(device, fields["quantize"])
     fields["loras"] = lora_fields(fields["steps"])
     stage_plan_section(fields["workflow"], fields["audio"],
@@ -233,15 +237,15 @@ def knob_fields(device: DeviceInfo) -> dict[str, Any]:
     from models.pipeline import VAE_TILING_WARNING
 
     cols = st.columns(3)
-    tiling = cols[0].toggle("VAE tiling (256 px tiles)", key=key("gen_vae_tiling"),
+    tiling = cols[0].toggle(LABEL["generate.vae_tiling"], key=key("gen_vae_tiling"),
                             help="Decode the video on the 256 px tiles H3's VAE was trained on (the default).")
     vae_dtype = cols[1].selectbox(
-        "VAE decode precision", VAE_DTYPE_CHOICES, key=key("gen_vae_dtype"),
+        LABEL["generate.vae_dtype"], VAE_DTYPE_CHOICES, key=key("gen_vae_dtype"),
         help="bf16 (the default) or the checkpoint's fp32. Measured on one H200 at 1344x768, 124 frames: bf16 "
              "decoded in 15.3 s at an 8.7 GiB peak, fp32 in 57.6 s at 13.4 GiB; bf16's frames were 58.3 dB "
              "(PSNR) from fp32's.")
     quantize = quantize_value(cols[2].selectbox(
-        "Transformer weights", QUANTIZE_CHOICES, key=key("gen_quantize"),
+        LABEL["generate.quantize"], QUANTIZE_CHOICES, key=key("gen_quantize"),
         format_func=lambda q: "bf16 (not quantized)" if q == QUANTIZE_NONE else lever_option("quantize", q).label,
         help="Quantization of the DiT as it is placed: int8 weights on CPU and CUDA, fp8 weights or fp8 compute "
              "(fp8 activations too: a speed lever) on CUDA compute capability 8.9+. It holds about half the bf16 "
@@ -255,10 +259,29 @@ def knob_fields(device: DeviceInfo) -> dict[str, Any]:
         problem = quantization_problem(quantize, device.spec, cuda_capability(device.kind, device.index),
                                        torchao_installed())
         if problem:
-            st.error(f"{problem}. *Queue job* refuses it.", icon=":material/error:")
+            st.error(f"{problem}. *Queue job* stays off until this is changed.", icon=":material/error:")
         st.info(f"{quantize} frames are not bit-identical to bf16's: the same seed gives a different clip (the seed "
                 "contract holds for unquantized runs only).", icon=":material/info:")
     return {"vae_tiling": bool(tiling), "vae_dtype": vae_dtype, "quantize": quantize}
+
+
+def single_file_fields() -> dict[str, Any]:
+    """`--transformer` and `--qkv-layout`: a single-file DiT in the original layout (Comfy-Org's MiniMax H3 files)
+    supplying the transformer's weights, the checkpoint above the rest; nothing when the path is left empty."""
+    seed("gen_transformer", "")
+    seed("gen_qkv_layout", QKV_LAYOUTS[0], QKV_LAYOUTS)
+    cols = st.columns([3, 1])
+    path = cols[0].text_input(
+        "Single-file transformer (optional)", key=key("gen_transformer"), placeholder="/models/minimax_h3_dit.safetensors",
+        help="One .safetensors DiT in the original layout (blocks.N.attn.qkv_proj, mlp.fc1, final_layer): its "
+             "weights replace the checkpoint's transformer; the checkpoint supplies the text encoder, VAEs, "
+             "tokenizer, schedulers and the DiT's config. It must lie under a model root.")
+    layout = cols[1].selectbox(
+        "Its qkv rows", QKV_LAYOUTS, key=key("gen_qkv_layout"),
+        help="stacked [q; k; v] (every published single file) or interleaved per head (a file merged by hand from "
+             "the MiniMaxAI shards); the file cannot tell the two apart.")
+    show_errors("generate.transformer", "generate.qkv_layout")
+    return {"transformer": path.strip(), "qkv_layout": layout} if path.strip() else {}
 
 
 def lora_fields(steps: int | None) -> list[dict[str, Any]]:
@@ -302,16 +325,16 @@ def lever_fields(device: DeviceInfo, quantize: str | None) -> dict[str, Any]:
 
     st.markdown("**Speed levers**")
     cols = st.columns(3)
-    attention = cols[0].selectbox("Attention backend", ATTENTION_BACKENDS, key=key("gen_attention"),
+    attention = cols[0].selectbox(LABEL["generate.attention"], ATTENTION_BACKENDS, key=key("gen_attention"),
                                   format_func=named("attention"),
                                   help="diffusers' attention backend for the DiT: torch SDPA with any kernel (native), "
                                        "or pinned to cuDNN's, flash's or the memory-efficient one; SageAttention "
                                        "where its package is installed.")
-    compile = cols[1].toggle("Regional compile", key=key("gen_compile"),
+    compile = cols[1].toggle(LABEL["generate.compile"], key=key("gen_compile"),
                              help="Compile the DiT's repeated blocks (lossless). The first call compiles; it is "
                                   "timed as its own stage, denoise.compile.")
     cache = quantize_value(cols[2].selectbox(
-        "Step cache", STEP_CACHE_CHOICES, key=key("gen_step_cache"),
+        LABEL["generate.step_cache"], STEP_CACHE_CHOICES, key=key("gen_step_cache"),
         format_func=lambda c: "none (every step computed)" if c == QUANTIZE_NONE else named("step_cache")(c),
         help="Reuse DiT work across steps (lossy). Only TaylorSeer applies to MiniMax H3."))
     show_errors(*[f"generate.{name}" for name in ("attention", "compile", "step_cache")])
@@ -320,34 +343,72 @@ def lever_fields(device: DeviceInfo, quantize: str | None) -> dict[str, Any]:
     problems.pop("quantize", None)  # the quantize control says its own
     cache_problem = step_cache_problem(cache)
     for problem in [*problems.values(), *([cache_problem] if cache_problem else [])]:
-        st.error(f"{problem}. *Queue job* refuses it.", icon=":material/error:")
+        st.error(f"{problem}. *Queue job* stays off until this is changed.", icon=":material/error:")
     if not is_lossless(values | {"quantize": quantize}):
         st.info(LOSSY_NOTE, icon=":material/info:")
     return values
+
+
+def plan_fields() -> dict[str, Any]:
+    """`--plan fastest` and `--allow-lossy`: pick residency, precision and levers at Queue (the Plan table shows
+    every candidate)."""
+    seed("plan", False)
+    seed("plan_lossy", False)
+    cols = st.columns(2)
+    plan = cols[0].toggle(LABEL["plan"], key=key("plan"),
+                          help="At Queue, try resident and sequential residency, the weight precisions and the speed "
+                               "levers this device runs, and run the fastest that fits (by this machine's history; "
+                               "without it, a stated order of preference). The Plan table shows every candidate.")
+    lossy = cols[1].checkbox(LABEL["plan_lossy"], key=key("plan_lossy"), disabled=not plan,
+                             help="Let the plan pick quantized weights, fp8 compute, SageAttention or a step cache. "
+                                  + LOSSY_NOTE)
+    show_errors("plan", "plan_lossy")
+    return {"plan": "fastest", "plan_lossy": bool(lossy)} if plan else {}
 
 
 def lossless_word(option: LeverOption) -> str:
     return "lossless" if option.lossless else "lossy"
 
 
-def offload_fields(device: DeviceInfo) -> dict[str, bool]:
-    """The offload flags the user changed from the defaults, collapsed under a line saying what the policy
-    does with them (open when the user changed one, so they see what becomes of it)."""
+def offload_fields(device: DeviceInfo, kind: str) -> tuple[dict[str, bool], Any]:
+    """The offload flags the user changed from the defaults, collapsed under a line saying what the job does with
+    them (open when the user changed one, so they see what becomes of it), and the slot where `offload_table`
+    shows it once the form is read: a generate on a discrete GPU is decided against its own forecast."""
     defaults = OffloadSettings()
     for name in OFFERED_FLAGS:
         seed(f"offload_{name}", getattr(defaults, name))
     flags = {name: bool(st.session_state[key(f"offload_{name}")]) for name in OFFERED_FLAGS}
-    preview = offload_preview(OffloadSettings(**flags), device)
     touched = any(flags[name] != getattr(defaults, name) for name in OFFERED_FLAGS)
-    with st.expander(offload_summary(preview, device.spec), expanded=touched):
+    fit_aware = kind == "generate" and device.kind == "cuda" and not device.unified_memory
+    label = (f"Offload on {device.spec}: decided against this job's forecast (components stay on the GPU where "
+             "they fit)" if fit_aware else offload_summary(offload_preview(OffloadSettings(**flags), device), device))
+    with st.expander(label, expanded=touched):
         cols = st.columns(2)
         for i, name in enumerate(OFFERED_FLAGS):
             cols[i % 2].checkbox(words.flag(name), key=key(f"offload_{name}"), help=name)
         show_errors("offload")
         st.caption(device.reason)
-        st.dataframe(
-            preview, hide_index=True, width="stretch",
-            column_config={"requested": st.column_config.CheckboxColumn(), "used": st.column_config.CheckboxColumn()},
-        )
+        slot = st.empty()
     # Only the flags the user changed are set: the policy (fit-aware on a discrete GPU) decides the others.
-    return {name: value for name, value in flags.items() if value != getattr(defaults, name)}
+    return {name: value for name, value in flags.items() if value != getattr(defaults, name)}, slot
+
+
+@st.cache_data(ttl=30, show_spinner=False, hash_funcs={DeviceInfo: lambda d: d.to_dict()})
+def decided_offload(spec_json: str, device: DeviceInfo):
+    """jobs.probe.job_offload of a spec (as JSON, so it caches): a generate's forecast reads every header."""
+    from jobs.probe import job_offload
+    from jobs.spec import JobSpec
+
+    return job_offload(JobSpec.from_dict(json.loads(spec_json)), device)
+
+
+def offload_table(slot, spec, device: DeviceInfo) -> None:
+    """What the job will use, flag by flag (jobs.probe.job_offload, as its probe stage decides it), into `slot`;
+    the plain policy's answer while the form cannot be built yet."""
+    flags = {name: bool(st.session_state[key(f"offload_{name}")]) for name in OFFERED_FLAGS}
+    requested = OffloadSettings(**flags)
+    decided = decided_offload(json.dumps(spec.to_dict()), device) if spec is not None else None
+    slot.dataframe(
+        offload_preview(requested, device, decided=decided), hide_index=True, width="stretch",
+        column_config={"requested": st.column_config.CheckboxColumn(), "used": st.column_config.CheckboxColumn()},
+    )

@@ -1,22 +1,30 @@
 """Refuse at submit a job whose forecast cannot fit, before any byte of the checkpoint is read.
 
+What a job needs of each wall is defined once, in docs/metrics.md ("A job's
+memory"): its process's start-up (what system in use grows by from the job's
+start to its first weight, learned from this machine's past jobs:
+`models.process_size`) plus what the stage holds. The memory guard's budget
+counts exactly that growth, so "fits" here is "not stopped by the guard" there.
 The forecast (a generate's per stage, `models.forecast_generate`; a load's,
 `loader.forecast_load`) is checked against every wall that applies:
 
 - the memory budget: growth of system in use over the job's start (host memory;
   host + device on unified memory, where CUDA allocations count too);
 - the MemAvailable floor: what is available now, less the floor, must hold the
-  new process and the stage (with no floor the wall is MemAvailable itself);
+  job's growth (with no floor the wall is MemAvailable itself);
 - the memory limit, a cgroup limit: it charges file-backed pages too, but those
-  are reclaimable, so it is compared with anonymous memory only (the process,
+  are reclaimable, so it is compared with anonymous memory only (the start-up,
   weights, activations and outputs; not a load's mapped checkpoint pages);
 - the device's pool on a discrete GPU: its memory less the CUDA context.
 
-The first stage over a wall makes one line: `refused: decode.video would peak
-at 71.2 GiB, over the 64.0 GiB budget`. `forced` queues it anyway and the spec
-keeps the line. The memory guard stays the last line of defence while the job
-runs. The forecast (and a generate's ETA, from this machine's history) is
-stored on the spec so the Job page can show time left and predicted vs measured.
+A wall's need is the job's largest stage there (`needs`); a refusal names it
+once, for the wall over which it is: `refused: needs 690.0 MiB, over the 230.0
+MiB budget`; the CLI and the Run page each add their own remedy (`remedy`).
+Without history the start-up is unknown: the stages alone are checked, and the
+verdict says so rather than "fits". `forced` queues a refused job anyway and the
+spec keeps the line. The forecast (and a generate's ETA, from this machine's
+history) is stored on the spec so the Job page can show time left, predicted vs
+measured, and the limit a retry needs.
 """
 
 from __future__ import annotations
@@ -29,13 +37,19 @@ import sqlite_utils
 from jobs.spec import JobSpec
 from machine.device import DeviceInfo, probe_device
 from core.errors import DrainboardError
+from core.sizes import format_size
 from storage.config import Config
 
 GiB = 2**30
 
 
 class JobRefused(DrainboardError):
-    """The forecast says the job cannot fit; nothing was queued."""
+    """The forecast says the job cannot fit; nothing was queued. `admission` has the numbers, for a page to say
+    it in its own words (None for a plan that found nothing to fit)."""
+
+    def __init__(self, message: str, admission: "Admission | None" = None):
+        super().__init__(message)
+        self.admission = admission
 
 
 @dataclass(frozen=True)
@@ -93,8 +107,11 @@ class Admission:
 
     stages: list[StageNeed]
     """Per stage, in run order."""
-    process_host: int
-    """What the new process holds before any weight (libraries; the CUDA runtime on CUDA)."""
+    startup: int | None
+    """What the budget counts of the job's process: its start-up (learned) plus what the forecast adds to the
+    process (CUDA's libraries, a clip); None without history (then the walls count only what the forecast adds)."""
+    process: dict[str, Any]
+    """The learned process (`models.process_size.ProcessEstimate` dict: ready_bytes, startup_bytes, basis)."""
     process_device: int
     """The CUDA context."""
     refusal: str | None
@@ -107,10 +124,21 @@ class Admission:
     """`models.eta.device_key` of the device the forecast is for."""
     tightest: WallCheck | None = None
     """The stage and wall nearest each other (the refused one when refused): what the Run page's fit bar draws."""
+    needs: dict[str, int] | None = None
+    """What the whole job needs of each wall it is checked against, and of `budget` and `limit` whether set or
+    not (what a retry's limit is told): its largest stage there."""
+    job_peak: int | None = None
+    """The whole job's peak as its VmRSS (plus device memory) would show it; None without history."""
+
+    @property
+    def need(self) -> int | None:
+        """What the job needs of its tightest wall."""
+        return self.needs.get(self.tightest.wall) if self.needs and self.tightest else None
 
     def to_dict(self) -> dict[str, Any]:
         found = {**asdict(self), "peak_bytes": max((s.host + s.device for s in self.stages), default=0)}
-        return found | {"tightest": self.tightest.to_dict() if self.tightest is not None else None}
+        return found | {"tightest": self.tightest.to_dict() if self.tightest is not None else None,
+                        "need": self.need}
 
 
 Probe = Callable[[str], DeviceInfo]
@@ -127,55 +155,173 @@ def assess(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = Non
     info = probe(spec.device)
     try:
         if spec.kind == "generate":
-            needs, process_host, process_device, eta, work = _generate_needs(spec, info, db)
+            needs, extra_host, process_device, eta, work = _generate_needs(spec, info, db)
         elif spec.kind == "load" and spec.gpus == 1:
-            needs, process_host, process_device, eta, work = _load_needs(spec, info), 0, 0, [], {}
+            needs, extra_host, process_device, eta, work = _load_needs(spec, info), 0, 0, [], {}
         else:
             return None
     except (DrainboardError, ValueError, OSError):
         return None  # a checkpoint the forecast cannot read: the job itself reports it, naming the file
+    device = device_key(info.kind, info.name)
+    process = learned_process(spec.kind, device, db)
+    counted = (process.startup_bytes or 0) + extra_host  # without history, what the forecast adds still counts
+    startup = counted if process.known else None
     if available is None or total is None:
         reading = read_meminfo()
         available = reading.available if available is None else available
         total = reading.total if total is None else total
-    checks = wall_checks(spec, config, info, needs, process_host, process_device, available, total)
+    checks = wall_checks(spec, config, info, needs, counted, process_device, available, total)
     nearest = tightest(checks)
-    refusal = f"refused: {nearest.line}" if nearest is not None and nearest.over else None
-    return Admission(needs, process_host, process_device, refusal, eta, work, device_key(info.kind, info.name), nearest)
+    wall_needs = job_needs(checks) | job_needs(wall_checks(replace(spec, memory_budget=MAX_WALL,
+                                                                   memory_limit=MAX_WALL),
+                                                           config, info, needs, counted, process_device,
+                                                           available, total), ("budget", "limit"))
+    refusal = verdict(nearest, wall_needs[nearest.wall]) if nearest is not None and nearest.over else None
+    peak = max((n.host + n.device for n in needs), default=0)
+    whole = None if process.ready_bytes is None else process.ready_bytes + extra_host + process_device + peak
+    return Admission(needs, startup, process.to_dict(), process_device, refusal, eta, work, device, nearest,
+                     wall_needs, whole)
+
+
+def learned_process(kind: str, device: str, db: sqlite_utils.Database | None):
+    """The process of a `kind` job on `device`, from this machine's past jobs (`models.process_size`)."""
+    from jobs.history import process_records
+    from models.process_size import estimate_process
+
+    return estimate_process(process_records(db, kind) if db is not None else [], kind, device)
+
+
+MAX_WALL = 2**62
+"""A wall no job reaches: what `assess` sets to learn what a budget or limit the user left unset would count."""
+
+
+def job_needs(checks: list[WallCheck], walls: tuple[str, ...] | None = None) -> dict[str, int]:
+    """What the whole job needs of each wall in `checks` (of `walls` only, when given): its largest stage there,
+    the least setting of a budget or limit under which every stage fits."""
+    found: dict[str, int] = {}
+    for c in checks:
+        if walls is None or c.wall in walls:
+            found[c.wall] = max(found.get(c.wall, 0), c.peak)
+    return found
+
+
+def verdict(check: WallCheck, need: int) -> str:
+    """The refusal, once, for the whole job: `refused: needs 690.0 MiB, over the 230.0 MiB budget`."""
+    return f"refused: needs {_gib(need)}, over {check.label}"
+
+
+REMEDIES = {
+    "budget": ("set the budget to at least that", "pass --memory-budget {need} or more"),
+    "limit": ("set the limit to at least that", "pass --memory-limit {need} or more"),
+    "available": ("free memory first (the System page lists what holds it)", "free memory first"),
+    "device": ("offload more of it to the host, or quantize the transformer", "offload more of it (--offload), or "
+               "--quantize"),
+}
+"""Per wall, what to do about a refusal: in the Run page's words, then the CLI's."""
+
+
+def remedy(wall: str, need: int, *, cli: bool) -> str:
+    """What a refused job's user can do, in the Run page's words or the CLI's (`needs ...: <this>`)."""
+    page, command = REMEDIES[wall]
+    if cli:
+        return command.format(need=f"{-(-need // 2**20)}MiB") + ", or --force"
+    return page + ", or tick *Queue anyway*"
 
 
 def admit(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = None, **kwargs) -> JobSpec:
-    """`spec` with its forecast attached, or JobRefused (one line) when it cannot fit and is not forced."""
+    """`spec` with its forecast attached, or JobRefused (one line) when it cannot fit and is not forced. A spec
+    with `plan` runs as its plan chooses (`plan_job`); one whose plan finds nothing that fits is refused with
+    the plan's line."""
+    if spec.plan is not None and spec.kind == "generate":
+        try:
+            spec, plan = plan_job(spec, config, db, **kwargs)
+        except (DrainboardError, ValueError, OSError):
+            plan = None  # a checkpoint the forecast cannot read: the job itself reports it, naming the file
+        if plan is not None and plan.choice is None and not spec.forced:
+            raise JobRefused(f"refused: --plan {spec.plan}: {plan.why}; --force queues the request as given")
     admission = assess(spec, config, db, **kwargs)
     if admission is None:
         return spec
     if admission.refusal is not None and not spec.forced:
-        raise JobRefused(admission.refusal + "; --force queues it anyway")
+        raise JobRefused(f"{admission.refusal}: {remedy(admission.tightest.wall, admission.need, cli=True)}",
+                         admission)
     return replace(spec, forecast=admission.to_dict())
 
 
 def _generate_needs(spec: JobSpec, info: DeviceInfo, db):
     from jobs.history import stage_records
-    from loader.dtypes import parse_dtype
     from models.eta import device_key, estimate, stage_work
+    from models.levers import lever_key
+
+    forecast = _generate_forecast(spec, info)
+    needs = _stage_needs(forecast)
+    work = stage_work(forecast)
+    records = stage_records(db) if db is not None else []
+    eta = [e.to_dict() for e in estimate(work, records, device_key(info.kind, info.name),
+                                         lever_key(spec.generate.to_dict()))]
+    return needs, forecast.process_host_bytes, forecast.process_device_bytes, eta, work
+
+
+def _generate_forecast(spec: JobSpec, info: DeviceInfo):
+    """The forecast of a generate spec under the offload policy's answer for it."""
+    from loader.dtypes import parse_dtype
     from models.forecast import forecast_generate, resolve_for_generate
 
     dtype = parse_dtype(spec.dtype) if spec.dtype else None
     dtype_bytes = dtype.itemsize if dtype is not None else 2
     settings, _ = resolve_for_generate(spec.model, spec.generate, spec.offload, info, user_set=spec.offload_set,
                                        dtype_bytes=dtype_bytes, sequential_components=spec.sequential_components)
-    forecast = forecast_generate(spec.model, spec.generate, device_info=info, settings=settings,
-                                 dtype_bytes=dtype_bytes, sequential_components=spec.sequential_components,
-                                 resolved=True)
+    return forecast_generate(spec.model, spec.generate, device_info=info, settings=settings,
+                             dtype_bytes=dtype_bytes, sequential_components=spec.sequential_components,
+                             resolved=True)
+
+
+def _stage_needs(forecast) -> list[StageNeed]:
+    """Each stage's need; a reference clip's decode is a stage of its own before any weight."""
     needs = [StageNeed(s.stage, s.host_bytes, s.device_bytes, 0) for s in forecast.stages]
     if forecast.clip_decode_bytes:
         from models.clips import READ_CLIP
 
         needs.insert(0, StageNeed(READ_CLIP, forecast.clip_decode_bytes, 0, 0))
-    work = stage_work(forecast)
-    records = stage_records(db) if db is not None else []
-    eta = [e.to_dict() for e in estimate(work, records, device_key(info.kind, info.name))]
-    return needs, forecast.process_host_bytes, forecast.process_device_bytes, eta, work
+    return needs
+
+
+def plan_job(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = None, *, probe: Probe = probe_device,
+             available: int | None = None, total: int | None = None):
+    """`spec`'s `--plan fastest`: every candidate (`models.plan`) forecast against the job's own walls and timed
+    from this machine's history. Returns (the spec as the chosen candidate runs it, with the plan recorded in
+    `planned`; the Plan). With no candidate that fits, the spec is the request as given."""
+    from jobs.guard import read_meminfo
+    from jobs.history import stage_records
+    from models.eta import device_key
+    from models.plan import plan_fastest, planned
+    from models.quantize_check import cuda_capability
+
+    info = probe(spec.device)
+    if available is None or total is None:
+        reading = read_meminfo()
+        available = reading.available if available is None else available
+        total = reading.total if total is None else total
+
+    def forecast_for(params, sequential: bool):
+        return _generate_forecast(replace(spec, generate=params, sequential_components=sequential), info)
+
+    startup = learned_process("generate", device_key(info.kind, info.name), db).startup_bytes or 0
+
+    def check(forecast):
+        nearest = tightest(wall_checks(spec, config, info, _stage_needs(forecast),
+                                       startup + forecast.process_host_bytes, forecast.process_device_bytes,
+                                       available, total))
+        return None if nearest is None else (nearest.stage, nearest.line, nearest.over)
+
+    plan = plan_fastest(spec.generate, device=spec.device, capability=cuda_capability(info.kind, info.index),
+                        device_key=device_key(info.kind, info.name), forecast_for=forecast_for, check=check,
+                        records=stage_records(db) if db is not None else [], lossy=spec.plan_lossy,
+                        sequential=spec.sequential_components)
+    if plan.choice is None:
+        return replace(spec, planned=plan.to_dict()), plan
+    params, sequential = planned(spec.generate, plan)
+    return replace(spec, generate=params, sequential_components=sequential, planned=plan.to_dict()), plan
 
 
 def _load_needs(spec: JobSpec, info: DeviceInfo) -> list[StageNeed]:
@@ -187,9 +333,10 @@ def _load_needs(spec: JobSpec, info: DeviceInfo) -> list[StageNeed]:
     return [StageNeed(f"load.{f.component}", f.predicted_peak_bytes - on_device, on_device, f.mapped_bytes)]
 
 
-def wall_checks(spec: JobSpec, config: Config, info: DeviceInfo, needs: list[StageNeed], process_host: int,
+def wall_checks(spec: JobSpec, config: Config, info: DeviceInfo, needs: list[StageNeed], startup: int,
                 process_device: int, available: int, total: int) -> list[WallCheck]:
-    """Every stage against every wall that applies, in run order (the module docstring says what each counts)."""
+    """Every stage against every wall that applies, in run order: each host wall counts the job's `startup` and
+    the stage, as the guard counts growth over the job's start (docs/metrics.md, "A job's memory")."""
     from jobs.guard import job_limits
 
     shared = info.kind == "cpu" or info.unified_memory
@@ -199,12 +346,13 @@ def wall_checks(spec: JobSpec, config: Config, info: DeviceInfo, needs: list[Sta
     for need in needs:
         pooled = need.host + (need.device if shared else 0)
         if limits.budget is not None:
-            checks.append(WallCheck(need.stage, "budget", pooled, limits.budget, f"the {_gib(limits.budget)} budget"))
-        checks.append(WallCheck(need.stage, "available", process_host + pooled, available - floor,
+            checks.append(WallCheck(need.stage, "budget", startup + pooled, limits.budget,
+                                    f"the {_gib(limits.budget)} budget"))
+        checks.append(WallCheck(need.stage, "available", startup + pooled, available - floor,
                                 f"the {_gib(available)} MemAvailable less the {_gib(floor)} floor" if floor
                                 else f"the {_gib(available)} MemAvailable", floor))
         if spec.memory_limit is not None:
-            checks.append(WallCheck(need.stage, "limit", process_host + need.host - need.file_backed, spec.memory_limit,
+            checks.append(WallCheck(need.stage, "limit", startup + need.host - need.file_backed, spec.memory_limit,
                                     f"the {_gib(spec.memory_limit)} memory limit (anonymous memory; file-backed pages "
                                     f"are reclaimable)"))
         if not shared and info.total_memory:
@@ -219,12 +367,12 @@ def tightest(checks: list[WallCheck]) -> WallCheck | None:
     return over[0] if over else max(checks, key=lambda c: c.share, default=None)
 
 
-def _first_refusal(spec: JobSpec, config: Config, info: DeviceInfo, needs: list[StageNeed], process_host: int,
+def _first_refusal(spec: JobSpec, config: Config, info: DeviceInfo, needs: list[StageNeed], startup: int,
                    process_device: int, available: int, total: int) -> str | None:
-    over = next((c for c in wall_checks(spec, config, info, needs, process_host, process_device, available, total)
-                 if c.over), None)
-    return None if over is None else f"refused: {over.line}"
+    checks = wall_checks(spec, config, info, needs, startup, process_device, available, total)
+    over = next((c for c in checks if c.over), None)
+    return None if over is None else verdict(over, job_needs(checks)[over.wall])
 
 
 def _gib(nbytes: int) -> str:
-    return f"{nbytes / GiB:.1f} GiB" if abs(nbytes) >= GiB / 10 else f"{nbytes / 2**20:.1f} MiB"
+    return format_size(nbytes)

@@ -1,4 +1,4 @@
-"""`python -m jobs`: submit, list, show, cancel and retry jobs, and run the worker.
+"""`python -m jobs`: submit, list, show, cancel, reorder and retry jobs, clear the queue, and run the worker.
 
 Each subcommand is one function calling one library function, run through the
 shared `core.command_line.run_cli`: with `--json` exactly one JSON object goes
@@ -21,7 +21,7 @@ import sqlite_utils
 
 from jobs.documents import job_document, print_job, print_job_table
 from jobs.kinds import kind_names
-from jobs.queue import cancel, retry, submit
+from jobs.queue import cancel, clear_queue, move_to_front, retry, submit
 from jobs.stage_words import progress_text
 from jobs.errors import JobSpecError
 from machine.advice import warn_about_mode
@@ -31,11 +31,11 @@ from core.dtype_names import DTYPE_HELP
 from core.diskspace import free_bytes, is_disk_full
 from core.errors import DiskFullError
 from core.sizes import MAX_SIZE
-from models.request_args import add_workflow_arguments, workflow_fields
+from models.request_args import add_plan_arguments, add_workflow_arguments, workflow_fields
 from storage.config import Config, load_config
-from storage.connections import damage_error, is_database_full
-from storage.queries import get_job, list_jobs
-from storage.schema import FINAL_STATUSES, JOB_STATUSES, open_database
+from storage.connections import is_database_full, refusal_error
+from storage.queries import get_job, job_table, list_jobs
+from storage.schema import FINAL_STATUSES, JOB_STATUSES, open_database, open_for_reading
 
 LOW_DISK_SPACE = 2**20
 """Free bytes under which an SQLite I/O error counts as a full disk (a WAL database that cannot create its
@@ -51,6 +51,8 @@ EXAMPLES = """examples:
   python -m jobs list --status failed
   python -m jobs show 12 --json
   python -m jobs cancel 12
+  python -m jobs front 14
+  python -m jobs clear
   python -m jobs retry 12
   python -m jobs worker --once
 """
@@ -62,28 +64,31 @@ def main(argv: list[str] | None = None) -> int:
     return run_cli(build_parser, argv)
 
 
-def _with_database(run: Command) -> Callable[[argparse.Namespace], int]:
-    """Give a subcommand the config and an open database; a full disk becomes a DiskFullError (exit 2)
-    saying where and how much is free, a damaged database one line naming it (also exit 2)."""
+def _with_database(run: Command | None = None, *, read_only: bool = False):
+    """Give a subcommand the config and an open database (`read_only`: opened for reads only, so it works on
+    read-only media); a full disk becomes a DiskFullError (exit 2) saying where and how much is free, any
+    other refusal of the database one line naming it and why (also exit 2)."""
+    if run is None:
+        return functools.partial(_with_database, read_only=read_only)
 
     @functools.wraps(run)
     def command(args: argparse.Namespace) -> int:
         config = load_config()
         try:
-            db = open_database(config.db_path)
+            db = open_for_reading(config.db_path) if read_only else open_database(config.db_path)
             try:
                 return run(args, config, db)
             finally:
                 db.conn.close()
         except Exception as e:
-            damaged = damage_error(e, config.db_path)
-            if damaged is not None:
-                raise damaged from e
-            if not (is_database_full(e) or is_disk_full(e) or (
-                    isinstance(e, sqlite3.OperationalError) and free_bytes(config.db_path) < LOW_DISK_SPACE)):
-                raise
-            raise DiskFullError(f"disk full: cannot write to the database {config.db_path} "
-                                f"({free_bytes(config.db_path):,} bytes free): {e}") from e
+            if is_database_full(e) or is_disk_full(e) or (
+                    isinstance(e, sqlite3.OperationalError) and free_bytes(config.db_path) < LOW_DISK_SPACE):
+                raise DiskFullError(f"disk full: cannot write to the database {config.db_path} "
+                                    f"({free_bytes(config.db_path):,} bytes free): {e}") from e
+            refused = refusal_error(e, config.db_path)
+            if refused is not None:
+                raise refused from e
+            raise
 
     return command
 
@@ -92,23 +97,72 @@ def _with_database(run: Command) -> Callable[[argparse.Namespace], int]:
 def _submit(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
     job_id = submit(db, _raw_spec(args), config)
     warn_about_mode(args.mode, args.device)
-    job = _wait(db, config, job_id) if args.wait else get_job(db, job_id)
-    print_job(job_document(job, db, config), as_json=args.json)
-    return 0 if job["status"] == ("succeeded" if args.wait else "queued") else 1
+    planned = (get_job(db, job_id).get("spec") or {}).get("planned")
+    if planned and not args.json:
+        from models.plan import plan_lines
 
-
-@_with_database
-def _list(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
-    jobs = list_jobs(db, status=args.status, kind=args.kind, limit=args.limit)
-    if args.json:
-        print(json.dumps({"jobs": [job_document(j, db, config) for j in jobs]}))
+        for line in plan_lines(planned):
+            print(line, file=sys.stderr)
+    if args.wait:
+        job = _wait(db, config, job_id)
     else:
-        print_job_table(jobs)
+        _start_worker(config, job_id)
+        job = get_job(db, job_id)
+    print_job(job_document(job, db, config), as_json=args.json)
+    return 0 if job["status"] == "succeeded" or (not args.wait and job["status"] in ("queued", "running")) else 1
+
+
+def _start_worker(config: Config, job_id: int) -> None:
+    """Queued without --wait: the job runs now, as the dashboard and --wait would have it, so start a worker
+    when none is alive and say on stderr which one runs it."""
+    from jobs.presence import LAUNCHED_IDLE_EXIT, ensure_supervisor
+
+    status = ensure_supervisor(config)
+    log = config.data_dir / "worker.log"
+    if status.get("launched_pid") and status["alive"]:
+        _say(f"job {job_id} queued; started a worker for it (pid {status['pid']}; it exits after "
+             f"{LAUNCHED_IDLE_EXIT / 60:g} minutes with nothing to do; log: {log})")
+    elif status["alive"]:
+        _say(f"job {job_id} queued; the running worker (pid {status['pid']}) takes it in turn")
+    else:
+        _say(f"job {job_id} queued, but the worker started for it is not running: see {log}, or start one with "
+             f"`python -m jobs worker`")
+
+
+def _recover(config: Config, db: sqlite_utils.Database) -> None:
+    """End the jobs of dead supervisors before showing any (`jobs.recovery`), as a starting worker would. `db`
+    may be read-only: the database is opened for writing only when there is such a job, and on read-only
+    media the jobs are shown as stored."""
+    from jobs.liveness import boot_id
+    from jobs.recovery import orphans, recover_orphans
+
+    now, boot = time.time(), boot_id()
+    if not orphans(db, now, boot=boot):
+        return
+    try:
+        writable = open_database(config.db_path)
+    except (sqlite3.Error, OSError):
+        return
+    try:
+        recover_orphans(writable, config.data_dir, now, boot=boot)
+    finally:
+        writable.conn.close()
+
+
+@_with_database(read_only=True)
+def _list(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
+    _recover(config, db)
+    if args.json:
+        jobs = list_jobs(db, status=args.status, kind=args.kind, limit=args.limit)
+        print(json.dumps({"jobs": [job_document(j, db, config) for j in jobs]}))
+    else:  # only the columns it shows: a spec or metrics JSON can run to megabytes a job
+        print_job_table(job_table(db, status=args.status, kind=args.kind, limit=args.limit))
     return 0
 
 
-@_with_database
+@_with_database(read_only=True)
 def _show(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
+    _recover(config, db)
     return _print_existing(db, config, args.id, args.json)
 
 
@@ -116,6 +170,22 @@ def _show(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -
 def _cancel(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
     cancel(db, args.id)
     return _print_existing(db, config, args.id, args.json)
+
+
+@_with_database
+def _front(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
+    move_to_front(db, args.id)
+    return _print_existing(db, config, args.id, args.json)
+
+
+@_with_database
+def _clear(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
+    cleared = clear_queue(db)
+    if args.json:
+        print(json.dumps({"cancelled": cleared}))
+    else:
+        print(f"cancelled {len(cleared)} queued job(s)" + (f": {', '.join(map(str, cleared))}" if cleared else ""))
+    return 0
 
 
 @_with_database
@@ -187,6 +257,8 @@ def _raw_spec(args: argparse.Namespace) -> dict[str, Any]:
                 params[name] = getattr(args, name)
         params.update(workflow_fields(args))
         raw["generate"] = params
+        if args.plan:
+            raw["plan"], raw["plan_lossy"] = args.plan, args.allow_lossy
     return raw
 
 
@@ -209,9 +281,12 @@ def build_parser() -> CliParser:
     listing.add_argument("--limit", type=_positive_int, default=50, help="at most N jobs (default 50)")
     for name, run, text in (("show", _show, "one job: status, error, metrics, artifacts"),
                             ("cancel", _cancel, "cancel a queued or running job"),
+                            ("front", _front, "move a queued job to the front of the queue"),
                             ("retry", _retry, "queue a finished job again, its spec checked again")):
         command = _add_command(commands, name, run, text, f"python -m jobs {name} 3" + (" --json" * (name == "show")))
         command.add_argument("id", type=_positive_int, help="the job's id (see `python -m jobs list`)")
+    _add_command(commands, "clear", _clear, "cancel every queued job (a running one keeps running)",
+                 "python -m jobs clear")
     worker = _add_command(commands, "worker", _worker, "run queued jobs one at a time", "python -m jobs worker --once",
                           json_option=False)
     worker.add_argument("--once", action="store_true", help="run at most one job, then exit")
@@ -249,6 +324,7 @@ def _add_submit(commands: argparse._SubParsersAction) -> None:
         generate.add_argument(f"--{name}", metavar="N", help=f"(default: {default})")
     generate.add_argument("--no-audio", action="store_true", help="skip the stereo soundtrack")
     add_workflow_arguments(generate)
+    add_plan_arguments(generate)
     generate.add_argument("--sequential-components", action=argparse.BooleanOptionalAction,
                           help="load, run and free one component at a time (default: the policy's)")
 
@@ -269,6 +345,7 @@ def _add_spec_options(parser: argparse.ArgumentParser) -> None:
                         help="drop each shard's page cache once placed (default: the policy's)")
     parser.add_argument("--gpus", default=1, metavar="N", help="number of GPUs (default 1)")
     add_offload_option(parser)
-    parser.add_argument("--wait", action="store_true", help="wait until the job ends (starts a worker if none runs)")
+    parser.add_argument("--wait", action="store_true",
+                        help="wait until the job ends (either way a worker is started if none runs)")
     parser.add_argument("--force", action="store_true",
                         help="queue it even when the forecast says it cannot fit (the job records it was forced)")

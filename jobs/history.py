@@ -1,8 +1,12 @@
-"""This machine's stage timings, read from the job history for `models.eta`.
+"""This machine's past jobs as the forecasts learn from them: stage timings for `models.eta`, the job's own
+process for `models.process_size`.
 
 A finished generate job contributes a record per stage it timed when its spec
 carries the forecast made at submit (`spec.forecast`: each stage's work and the
-device it ran on) and its metrics carry `stage_seconds`.
+device it ran on) and its metrics carry `stage_seconds`; each record carries the
+job's lever set (`models.levers.lever_key`), which the ETA of a lever stage matches. Any job that reached
+its first weight (a generate's first `load.*` stage, a load's `load` stage) with a forecast on its spec
+contributes its process: its first sample and that stage's first sample.
 """
 
 from __future__ import annotations
@@ -10,10 +14,14 @@ from __future__ import annotations
 import sqlite_utils
 
 from models.eta import StageRecord
-from storage.queries import list_jobs
+from models.levers import lever_key
+from models.process_size import ProcessRecord
+from storage.queries import first_stage_sample, list_jobs, samples_since
 
 HISTORY_JOBS = 200
 """Most recent succeeded generate jobs read."""
+PROCESS_JOBS = 20
+"""Most recent jobs of a kind whose process is read (two samples each)."""
 
 
 def stage_records(db: sqlite_utils.Database, *, limit: int = HISTORY_JOBS) -> list[StageRecord]:
@@ -25,7 +33,23 @@ def stage_records(db: sqlite_utils.Database, *, limit: int = HISTORY_JOBS) -> li
         work, device = forecast.get("work") or {}, forecast.get("device")
         if not device:
             continue
+        levers = lever_key((job.get("spec") or {}).get("generate") or {})
         for stage, amount in work.items():
             if isinstance(seconds.get(stage), (int, float)):
-                records.append(StageRecord(stage, float(seconds[stage]), float(amount), device))
+                records.append(StageRecord(stage, float(seconds[stage]), float(amount), device, levers))
+    return records
+
+
+def process_records(db: sqlite_utils.Database, kind: str, *, limit: int = PROCESS_JOBS) -> list[ProcessRecord]:
+    """The process of each of the last `limit` finished `kind` jobs that reached their first weight (a job the
+    guard stopped later counts: its start-up was over) and recorded the device of their forecast."""
+    records = []
+    for job in list_jobs(db, status=("succeeded", "failed", "killed"), kind=kind, limit=limit):
+        device = ((job.get("spec") or {}).get("forecast") or {}).get("device")
+        first = samples_since(db, job["id"], limit=1)
+        ready = first_stage_sample(db, job["id"], "load") if device and first else None
+        if ready is None or ready["seq"] == first[0]["seq"]:
+            continue
+        records.append(ProcessRecord(kind, device, int(ready["vm_rss"]),
+                                     int(first[0]["mem_available"]) - int(ready["mem_available"])))
     return records

@@ -20,6 +20,7 @@ import sqlite_utils
 
 from jobs.liveness import boot_id, pid_alive
 from storage.config import Config
+from storage.lock_waits import LockNotice, read_lock_notice
 from storage.schema import open_database
 from storage.queries import supervisors
 
@@ -31,22 +32,31 @@ LAUNCHED_IDLE_EXIT = 600.0
 HOST = socket.gethostname()
 
 
-def is_alive(row: dict, now: float, current_boot: str | None = None) -> bool:
-    """Whether a supervisor row belongs to a live supervisor: fresh heartbeat, not stopped, same boot,
-    and (on this host) a pid that is neither gone nor a zombie."""
-    if row["stopped_at"] is not None or now - row["heartbeat_at"] > STALE_AFTER:
+def is_alive(row: dict, now: float, current_boot: str | None = None, lock_notice: LockNotice | None = None) -> bool:
+    """Whether a supervisor row belongs to a live supervisor: fresh heartbeat (or a stale one while its
+    `lock_notice` says it waits for another process's lock), not stopped, same boot, and (on this host) a
+    pid that is neither gone nor a zombie."""
+    waiting = lock_notice is not None and lock_notice.owner == row["id"]
+    if row["stopped_at"] is not None or (now - row["heartbeat_at"] > STALE_AFTER and not waiting):
         return False
     if row.get("boot_id") and row["boot_id"] != (current_boot or boot_id()):
         return False
     return row["host"] != HOST or pid_alive(row["pid"])
 
 
+def lock_notice_of(db: sqlite_utils.Database) -> LockNotice | None:
+    """The wait a worker is in for this database's lock (`storage.lock_waits`), or None."""
+    file = db.execute("PRAGMA database_list").fetchone()[2]  # "" for a database in memory
+    return read_lock_notice(file) if file else None
+
+
 def supervisor_status(db: sqlite_utils.Database, now: float | None = None) -> dict:
     """Whether a supervisor is alive, for the dashboard: `alive`, `id`, `pid`, `heartbeat_age`, `current_job`."""
     now = time.time() if now is None else now
     current_boot = boot_id()
+    notice = lock_notice_of(db)
     for row in supervisors(db):
-        if is_alive(row, now, current_boot):
+        if is_alive(row, now, current_boot, notice):
             return {"alive": True, "id": row["id"], "pid": row["pid"], "heartbeat_age": now - row["heartbeat_at"],
                     "current_job": row["current_job"]}
     return {"alive": False, "id": None, "pid": None, "heartbeat_age": None, "current_job": None}

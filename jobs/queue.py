@@ -1,4 +1,4 @@
-"""Queue operations: submit, claim, cancel, retry.
+"""Queue operations: submit, claim, cancel, move to the front, clear, retry.
 
 What a user or a supervisor asks of the queue, checked and said in words here;
 the rows change through `storage.jobs_table`, the one writer of the `jobs` table.
@@ -73,6 +73,20 @@ def cancel(db: sqlite_utils.Database, job_id: int) -> str:
     if status in FINAL_STATUSES:
         raise JobStateError(f"job {job_id} is already {status}")
     return "cancelled" if status == "queued" else "running"
+
+
+def move_to_front(db: sqlite_utils.Database, job_id: int) -> None:
+    """Put a queued job first in the queue: the next job a worker takes."""
+    status = jobs_table.move_to_front(db, job_id)
+    if status is None:
+        raise JobStateError(f"job {job_id} does not exist")
+    if status != "queued":
+        raise JobStateError(f"job {job_id} is {status}, not queued: only a queued job can be moved")
+
+
+def clear_queue(db: sqlite_utils.Database) -> list[int]:
+    """Cancel every queued job (a running one keeps running); returns their ids, in queue order."""
+    return jobs_table.cancel_queued(db)
 
 
 def retry(db: sqlite_utils.Database, job_id: int, config: Config, *, changes: Mapping[str, Any] | None = None) -> int:

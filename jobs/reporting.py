@@ -1,4 +1,4 @@
-"""Where a job child reports to: the database on this machine, or the line protocol on stdout (`jobs.wire`).
+"""Where a job child reports to: the database on this machine, or the line protocol (`jobs.wire`).
 
 `JobContext` and the child entry point (`jobs.child`) speak only to a `Reporter`,
 so a kind runs the same whether its child writes SQLite itself (the embedded
@@ -17,8 +17,13 @@ from jobs.samples import DatabaseSink, SampleSink
 from storage import jobs_table
 from storage.artifacts import record_artifact
 from storage.connections import is_database_full
+from storage.lock_waits import LockWait
 from storage.schema import open_database
 from storage.queries import get_job
+
+
+EVENT_FIELDS = ("t", "created_at", "kind", "stage", "message", "data")
+"""The columns of an events row a reporter is given (its job_id is the reporter's own)."""
 
 
 class Reporter(Protocol):
@@ -51,15 +56,13 @@ class Reporter(Protocol):
     def error(self, summary: str, detail: str | None) -> None:
         """Why the job failed (a database too full to take it is tolerated: the exit code says disk full)."""
 
-    def exit(self, code: int) -> None:
-        """The child's exit code, told last."""
-
     def close(self) -> None:
         """Release what the reporter holds."""
 
 
 class DatabaseReporter:
-    """Writes into the job's rows of the database at `db_path` (the child shares the supervisor's machine)."""
+    """Writes into the job's rows of the database at `db_path` (the child shares the supervisor's machine);
+    a write meeting another process's lock waits it out (`storage.lock_waits`): the job pauses, loses nothing."""
 
     remote = False
 
@@ -67,7 +70,7 @@ class DatabaseReporter:
         self.job_id = job_id
         self._db_path = db_path
         self._data_dir = Path(data_dir)
-        self._db = open_database(db_path, check_same_thread=False)
+        self._db = open_database(db_path, check_same_thread=False, lock_wait=LockWait())
         self._lock = threading.Lock()
 
     def spec(self) -> dict[str, Any] | None:
@@ -79,7 +82,7 @@ class DatabaseReporter:
 
     def event(self, row: dict[str, Any]) -> None:
         with self._lock:
-            self._db["events"].insert({"job_id": self.job_id, **row})
+            self._db["events"].insert({"job_id": self.job_id, **{name: row[name] for name in EVENT_FIELDS}})
 
     def stage(self, name: str) -> None:
         with self._lock:
@@ -104,9 +107,6 @@ class DatabaseReporter:
         except sqlite3.Error as e:
             if not is_database_full(e):
                 raise
-
-    def exit(self, code: int) -> None:
-        """Nothing to store: the supervisor is the child's parent and sees the code itself."""
 
     def close(self) -> None:
         self._db.conn.close()

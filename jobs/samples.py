@@ -21,6 +21,7 @@ from core.diskspace import free_bytes
 from core.errors import DiskFullError
 from machine.memory import MemorySample
 from storage.connections import is_database_full
+from storage.lock_waits import LockWait
 from storage.sample_writer import SampleWriter
 
 ENV_SAMPLE_FD = "DRAINBOARD_SAMPLE_FD"
@@ -92,8 +93,8 @@ class SampleStore:
     (DiskFullError), so the job's end can still be recorded.
     """
 
-    def __init__(self, db_path: str | Path, job_id: int, t0: float):
-        self._db_path, self._job_id, self._t0 = db_path, job_id, t0
+    def __init__(self, db_path: str | Path, job_id: int, t0: float, lock_wait: LockWait | None = None):
+        self._db_path, self._job_id, self._t0, self._lock_wait = db_path, job_id, t0, lock_wait
         self._writers: dict[int, SampleWriter] = {}
         self.last: dict | None = None
 
@@ -105,7 +106,8 @@ class SampleStore:
         rank, stage, tensors_placed, bytes_placed, tensor_name, *sample = message
         writer = self._writers.get(rank)
         if writer is None:
-            writer = self._writers[rank] = SampleWriter(self._db_path, self._job_id, t0=self._t0, rank=rank)
+            writer = self._writers[rank] = SampleWriter(self._db_path, self._job_id, t0=self._t0, rank=rank,
+                                                        lock_wait=self._lock_wait)
         writer.add(MemorySample(*sample), stage=stage, tensors_placed=tensors_placed, bytes_placed=bytes_placed,
                    tensor_name=tensor_name)
         self.last = writer.last
@@ -181,10 +183,12 @@ class SampleRelay:
     `t0` the child's start on the monotonic clock (shared by every process). A database that
     refuses the samples (disk full) sets `error`; the relay then keeps reading, and drops them,
     so the child never blocks on a full pipe. `on_start` is called when the child reports its start.
+    `lock_wait`: the supervisor's record of its waits for another process's lock (the writes wait it out).
     """
 
-    def __init__(self, db_path: str | Path, job_id: int, read_fd: int, *, on_start: Callable[[], None] | None = None):
-        self._db_path, self._job_id = db_path, job_id
+    def __init__(self, db_path: str | Path, job_id: int, read_fd: int, *, on_start: Callable[[], None] | None = None,
+                 lock_wait: LockWait | None = None):
+        self._db_path, self._job_id, self._lock_wait = db_path, job_id, lock_wait
         self._on_start = on_start
         self._file = os.fdopen(read_fd, "rb", buffering=1 << 16)
         self._store: SampleStore | None = None
@@ -203,7 +207,7 @@ class SampleRelay:
                 continue  # a line cut short by a kill mid-write: nothing to keep
             if isinstance(message, dict) and "t0" in message:
                 self.t0 = message["t0"]
-                self._store = SampleStore(self._db_path, self._job_id, self.t0)
+                self._store = SampleStore(self._db_path, self._job_id, self.t0, self._lock_wait)
                 if self._on_start is not None:
                     self._on_start()
                 continue

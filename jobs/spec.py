@@ -8,10 +8,11 @@ field; a stored spec is read back with `JobSpec.from_dict`.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable, Mapping
 
-from loader.checkpoint import discover_checkpoint
+from loader.checkpoint import checked_checkpoint
 from machine.device import DeviceInfo, parse_device_spec, probe_device
 from loader.dtypes import parse_dtype
 from core.echo import echo
@@ -20,7 +21,7 @@ from machine.offload import OffloadSettings
 from loader.placement import known_placements
 from loader.checkpoint import checkpoint_problems
 from core.sizes import parse_size
-from models.params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
+from models.params import INDEX_FILE, GenerateParams, GenerateParamsError, ModelSpec, validate_params
 from jobs.errors import JobSpecError
 from storage.config import Config, ModelPathError, resolve_model_path
 
@@ -78,6 +79,12 @@ class JobSpec:
     """Queued with `--force` (or the Run page's "Queue anyway"): a refusal of the forecast was overridden."""
     forecast: dict[str, Any] | None = None
     """What `jobs.admission` predicted at submit: per stage bytes, work and seconds, and any refusal."""
+    plan: str | None = None
+    """Generate: `fastest` picks residency, weight precision and speed levers at submit (`models.plan`)."""
+    plan_lossy: bool = False
+    """Generate with `plan`: lossy levers (quantized weights, fp8 compute, SageAttention, a step cache) may be picked."""
+    planned: dict[str, Any] | None = None
+    """What the plan considered, chose and why (`models.plan.Plan.to_dict`), set at submit."""
     model_roots: tuple[str, ...] = ()
     """The model roots the paths were checked against at submit (the configuration's, never the user's):
     a worker reading other roots refuses the job in words (`roots_mismatch`) instead of failing it deep in
@@ -162,6 +169,8 @@ def build_spec(raw: Mapping[str, Any], config: Config, *, known_kinds: tuple[str
         "offload_set": tuple(sorted(raw.get("offload") or {})),
         "forced": bool(_optional_bool(raw.get("forced"), "forced", problems)),
         "model_roots": tuple(str(r) for r in config.model_roots),
+        "plan": _plan(raw.get("plan"), kind, problems),
+        "plan_lossy": bool(_optional_bool(raw.get("plan_lossy"), "plan_lossy", problems)),
     }
     if device is not None and gpus is not None:
         if gpus > 1 and not device.startswith("cuda"):
@@ -174,9 +183,22 @@ def build_spec(raw: Mapping[str, Any], config: Config, *, known_kinds: tuple[str
     _check_drop_page_cache(values, problems)
     values["skeleton"] = _skeleton(raw.get("skeleton", False), values, problems)
     if kind in CHECKPOINT_KINDS:
-        _check_checkpoint(model, config, problems)
+        _check_checkpoint(model, config, problems, kind)
     problems.raise_any()
     return JobSpec(**values)
+
+
+def _plan(value: Any, kind: Any, problems: _Problems) -> str | None:
+    """`plan`: unset, or one of `models.plan.PLANS` for a generate job."""
+    from models.request_args import PLANS
+
+    if value is None:
+        return None
+    if value not in PLANS:
+        problems.add("plan", f"unknown plan {echo(value)}; known: {', '.join(PLANS)}")
+    elif kind != "generate":
+        problems.add("plan", f"only generate jobs take a plan, not {kind!r}")
+    return value
 
 
 def _skeleton(value: Any, values: Mapping[str, Any], problems: _Problems) -> bool:
@@ -208,14 +230,21 @@ def _check_levers(values: Mapping[str, Any], problems: _Problems) -> None:
         problems.add(f"generate.{name}", problem)
 
 
-def _check_checkpoint(model: str | None, config: Config, problems: _Problems) -> None:
+def _check_checkpoint(model: str | None, config: Config, problems: _Problems, kind: str) -> None:
     """The loader's own check of the checkpoint, the one the Run page shows (`checkpoint_problems`):
-    a checkpoint the page refuses, a truncated shard say, is refused here too, before it is queued."""
+    a checkpoint the page refuses, a truncated shard say, is refused here too, before it is queued; a generate's
+    checkpoint must also be an H3 model folder whose DiT is not packed (`models.formats`), never a skeleton."""
     if model is None:
         return
-    _, found = checkpoint_problems(model, config.model_roots)
+    index, found = checkpoint_problems(model, config.model_roots)
     if found:
         problems.add("model", "; ".join(found))
+    elif kind == "generate" and index is not None:
+        from models.formats import generate_checkpoint_problem
+
+        problem = generate_checkpoint_problem(index)
+        if problem is not None and not any(name == "model" for name, _ in problems.found):
+            problems.add("model", problem)
 
 
 def _check_drop_page_cache(values: Mapping[str, Any], problems: _Problems) -> None:
@@ -269,9 +298,8 @@ def _component(component: Any, model: str | None, config: Config, problems: _Pro
         problems.add("component", f"must be a folder name such as transformer, got {echo(component)}")
         return component
     if model is not None:
-        try:
-            index = discover_checkpoint(model, validate=False, roots=config.model_roots)
-        except CheckpointError:
+        index, _ = checked_checkpoint(model, config.model_roots)
+        if index is None:
             return component  # the job fails naming the file; a wrong component would be one more guess
         try:
             index.component(component)
@@ -365,12 +393,19 @@ def _optional_bool(value: Any, name: str, problems: _Problems) -> bool | None:
 
 
 def _generate(kind: Any, raw: Any, model: str | None, config: Config, problems: _Problems) -> GenerateParams | None:
-    """Generate parameters: types here, ranges by the model's own rules (set exactly for generate jobs)."""
+    """Generate parameters: types here, ranges by the model's own rules (set exactly for generate jobs); a
+    single-file DiT (`transformer`) resolved under the model roots, as the model is."""
     if kind != "generate":
         if raw:
             problems.add("generate", f"generate parameters only apply to generate jobs, not {kind!r}")
         return None
     params = _generate_params(raw or {}, problems)
+    if params is not None and params.transformer is not None:
+        try:
+            params = replace(params, transformer=str(resolve_model_path(params.transformer, config.model_roots)))
+        except ModelPathError as e:
+            problems.add("generate.transformer", str(e))
+            return None
     if params is not None and model is not None:
         _check_against_model(params, model, problems)
         params = _checked_loras(params, model, config, problems)
@@ -423,7 +458,7 @@ def _generate_params(raw: Mapping[str, Any], problems: _Problems) -> GeneratePar
         except GenerateParamsError as e:
             problems.add("generate.loras", e.problems["loras"])
             ok = False
-    for name in ("prompt", "negative_prompt"):
+    for name in ("prompt", "negative_prompt", "transformer", "qkv_layout"):
         if name in values:
             problem = _text_problem(values[name])
             if problem is not None:
@@ -459,7 +494,10 @@ def _generate_params(raw: Mapping[str, Any], problems: _Problems) -> GeneratePar
 
 def _check_against_model(params: GenerateParams, model: str, problems: _Problems) -> None:
     """The models package's own validation (config.json and index headers only, no weights),
-    each problem filed under `generate.<field>`, or under `model` when the folder is no generate model."""
+    each problem filed under `generate.<field>`, or under `model` when the folder is no generate model. A
+    lone file or a folder without the pipeline's index is left to `_check_checkpoint`, which names what it is."""
+    if not (Path(model) / INDEX_FILE).is_file():
+        return
     try:
         validate_params(params, ModelSpec.read(model))
     except GenerateParamsError as e:

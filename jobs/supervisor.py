@@ -13,7 +13,15 @@ ended is recorded by `jobs.ending`. The dashboard calls
 
 A worker whose database is gone (its data folder deleted, or the file
 replaced) stops, its running child killed: it would serve a folder nobody
-reads. A worker started on someone's behalf (`ensure_supervisor`: the
+reads. So does one whose write-ahead log was deleted under it: its writes since
+the last checkpoint live only in that deleted file, which its connection copies
+back into the database as it closes, and every new opener is refused until then.
+
+Another process holding the database's write lock (an open `BEGIN IMMEDIATE`)
+stops nothing: the supervisor's writes, its sample relay's and the child's wait
+it out with growing pauses (`storage.lock_waits`), the file
+`drainboard.db.locked` says the wait while it lasts (the System page shows it),
+and once it ends the running job gets a `database_locked` event saying how long. A worker started on someone's behalf (`ensure_supervisor`: the
 dashboard, `jobs submit --wait`) also ends once idle, that is, for
 `LAUNCHED_IDLE_EXIT` seconds no job was queued or running and no dashboard
 page was open (`Config.dashboard_heartbeat`), and says so in its log. Its fork
@@ -22,6 +30,7 @@ server goes with it.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -38,9 +47,10 @@ from jobs.ending import RunningChild, keep_logs_only, record_exit
 from jobs.forkserver import ForkedChild, ForkServer
 from jobs.guard import GuardLimits, Meminfo, MemoryGuard, configured_floor, read_meminfo, spec_limits
 from jobs.kinds import load_kinds
-from jobs.liveness import boot_id, is_same_process, pid_alive, process_start
+from jobs.recovery import recover_orphans
+from jobs.liveness import boot_id, pid_alive, process_start
 from jobs.outcome import describe_sample
-from jobs.presence import HOST, REPO_ROOT, STALE_AFTER, is_alive, worker_env
+from jobs.presence import HOST, REPO_ROOT, STALE_AFTER, worker_env
 from jobs.queue import claim
 from jobs.samples import ENV_SAMPLE_FD, SampleRelay, open_sample_pipe
 from jobs.setup import prepare_child
@@ -49,10 +59,11 @@ from core.diskspace import free_bytes, is_disk_full
 from core.errors import DrainboardError
 from storage import jobs_table
 from storage.artifacts import new_artifact_path
-from storage.config import Config
+from storage.config import ENV_RESOLVED, Config
 from storage.connections import checkpoint_wal, is_database_full
+from storage.lock_waits import LockSpell, LockWait, lock_notice_path
 from storage.schema import open_database
-from storage.queries import last_sample, supervisors
+from storage.queries import last_sample
 
 HEARTBEAT_INTERVAL = 1.0
 """Seconds between heartbeat writes (the supervisor's row and its job's), and between recovery passes."""
@@ -96,8 +107,13 @@ class Supervisor:
         self.read_meminfo = read_meminfo
         self.id = f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.boot_id = boot_id()
-        self.db = open_database(config.db_path)
+        self.lock_wait = LockWait(self.id, lock_notice_path(config.db_path))
+        """This worker's waits for another process's lock on the database (its writes wait them out)."""
+        self.db = open_database(config.db_path, lock_wait=self.lock_wait)
         self._db_file = _file_identity(config.db_path)
+        self._wal = config.db_path.with_name(config.db_path.name + "-wal")
+        self._wal_file = _file_identity(self._wal) \
+            if self.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal" else None
         self.idle_exit = idle_exit
         self._used_at = time.time()
         """When a job was last in hand or queued, or a dashboard page last seen (wall clock)."""
@@ -128,39 +144,10 @@ class Supervisor:
 
     def recover_interrupted(self, now: float) -> list[int]:
         """End `interrupted` every running job (not this supervisor's) whose supervisor is gone or whose
-        host restarted; kill what is left of it, remove its cgroup and partial files. Returns their ids."""
-        by_id = {s["id"]: s for s in supervisors(self.db)}
-        recovered = []
-        for job in self.db.query("SELECT * FROM jobs WHERE status = 'running' AND supervisor_id IS NOT ?",
-                                 [self.id]):
-            reason = self._why_orphaned(job, by_id.get(job["supervisor_id"]), now)
-            if reason is None:
-                continue
-            same_boot = job["boot_id"] in (None, self.boot_id)
-            if same_boot and str(job["supervisor_id"]).startswith(f"{HOST}:") and \
-                    is_same_process(job["pid"], job["pid_start"]):
-                try:
-                    os.kill(job["pid"], signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            sweep_job_cgroups([job["id"]], supervisor_alive=pid_alive)
-            keep_logs_only(self.db, self.config.data_dir, job["id"])
-            last = describe_sample(last_sample(self.db, job["id"]), job["progress_total"])
-            if jobs_table.finish(self.db, job["id"], "interrupted", error=f"interrupted: {reason}; {last}"):
-                recovered.append(job["id"])
-        return recovered
-
-    def _why_orphaned(self, job: dict, owner: dict | None, now: float) -> str | None:
-        """Why `job` can no longer be running, or None while its supervisor may still be running it."""
-        if job["boot_id"] is not None and job["boot_id"] != self.boot_id:
-            return "the host restarted while this job ran"
-        who = f"its supervisor ({job['supervisor_id']})"
-        if owner is not None and not is_alive(owner, now, self.boot_id):
-            return f"{who} stopped while the job was running"
-        heartbeat = job["heartbeat_at"] or job["started_at"] or 0.0
-        if now - heartbeat > STALE_AFTER:
-            return f"{who} stopped tending the job (no heartbeat for {now - heartbeat:.0f} s)"
-        return None
+        host restarted (`jobs.recovery`); returns their ids. Right after a lock nobody could write a heartbeat,
+        so a job's heartbeat age is no evidence until writes flow again."""
+        return recover_orphans(self.db, self.config.data_dir, now, boot=self.boot_id, own_id=self.id,
+                               trust_heartbeats=not self.lock_wait.waited_within(STALE_AFTER, now))
 
     def tick(self, now: float | None = None) -> bool:
         """One pass: heartbeat and recovery, watch the running child (cancel, exit) or start the next job.
@@ -200,11 +187,17 @@ class Supervisor:
         return True
 
     def _check_database(self) -> None:
-        """Raise `WorkerGone` once the database file this worker opened is no longer at its path."""
-        if _file_identity(self.config.db_path) != self._db_file:
+        """Raise `WorkerGone` once the database file this worker opened is no longer at its path, or its
+        write-ahead log was deleted (an open connection keeps its log: another in its place is a new file)."""
+        path = self.config.db_path
+        if _file_identity(path) != self._db_file:
             where = "its data folder was deleted" if not self.config.data_dir.is_dir() else "the file was removed or replaced"
-            raise WorkerGone(f"supervisor {self.id}: the job database {self.config.db_path} is gone ({where}); "
+            raise WorkerGone(f"supervisor {self.id}: the job database {path} is gone ({where}); "
                              f"this worker stops")
+        if self._wal_file is not None and _file_identity(self._wal) != self._wal_file:
+            raise WorkerGone(f"supervisor {self.id}: the write-ahead log {self._wal} of the job database was deleted while "
+                             f"this worker had it open; this worker stops, copying the writes only that log held "
+                             f"back into {path} as it closes")
 
     def idle_for(self, now: float | None = None) -> float:
         """Seconds since a job was last queued or in hand, or a dashboard page last open."""
@@ -246,9 +239,29 @@ class Supervisor:
                         [now, current, self.id])
         if current is not None:
             jobs_table.heartbeat(self.db, current, now)
+        self._say_lock_waits(current)
         if self._disk_full is not None:
             self._disk_full = None
             _say(f"supervisor {self.id}: the database takes writes again")
+
+    def _say_lock_waits(self, job_id: int | None) -> None:
+        """Each wait for another process's lock that ended: a line in the worker log, and an event of the job
+        in hand."""
+        for spell in self.lock_wait.take_ended():
+            self._say_lock_wait(spell, job_id)
+
+    def _say_lock_wait(self, spell: LockSpell, job_id: int | None) -> None:
+        message = (f"the job database was locked by another process for {spell.seconds:.1f} s "
+                   f"(from {time.strftime('%H:%M:%S', time.localtime(spell.since))}); this worker's writes waited "
+                   f"and none was lost")
+        _say(f"supervisor {self.id}: {message}")
+        if job_id is None:
+            return
+        started = self.db.execute("SELECT started_at FROM jobs WHERE id = ?", [job_id]).fetchone()
+        t = max(0.0, spell.since - started[0]) if started and started[0] is not None else 0.0
+        self.db["events"].insert({"job_id": job_id, "t": t, "created_at": time.time(), "kind": "database_locked",
+                                  "stage": None, "message": message,
+                                  "data": json.dumps({"since": spell.since, "until": spell.until})})
 
     def _fail_to_start(self, job_id: int, error: str) -> None:
         jobs_table.finish(self.db, job_id, "failed", error=error)
@@ -283,7 +296,8 @@ class Supervisor:
         if limits.active:
             guard = MemoryGuard(limits, lambda sig: _send(process, sig), read=self.read_meminfo,
                                 snapshot=lambda: relay.last)
-        relay = SampleRelay(self.config.db_path, job["id"], read_fd, on_start=guard.begin if guard else None)
+        relay = SampleRelay(self.config.db_path, job["id"], read_fd, on_start=guard.begin if guard else None,
+                            lock_wait=self.lock_wait)
         if guard:
             guard.start()
         self._running = RunningChild(job["id"], process, log_path, cgroup, relay, guard)
@@ -295,7 +309,11 @@ class Supervisor:
         env = self._child_env(cgroup, sample_fd)
         procs = str(cgroup.procs_file) if cgroup else None
         if self.start_method == "fork":
-            if self._fork_server is None or not self._fork_server.alive():
+            if self._fork_server is not None and not self._fork_server.alive():
+                _say(f"supervisor {self.id}: the fork server stopped ({self._fork_server.stopped()}); starting another")
+                self._fork_server.close()
+                self._fork_server = None
+            if self._fork_server is None:
                 self._fork_server = ForkServer(self.python, worker_env(self.config), str(REPO_ROOT))
             return self._fork_server.spawn(job_id, env, log.fileno(), sample_fd, procs)
         return subprocess.Popen(
@@ -308,8 +326,10 @@ class Supervisor:
         return spec_limits(spec.memory_budget, spec.memory_floor, self.config, read=self.read_meminfo)
 
     def _child_env(self, cgroup: JobCgroup | None, sample_fd: int) -> dict[str, str]:
-        """What a job child runs with: this process's environment, pinned to this supervisor's data and roots."""
+        """What a job child runs with: this process's environment, pinned to this supervisor's data and roots,
+        and the configuration this supervisor resolved, which the child uses as it is (`storage.config.resolved_config`)."""
         env = worker_env(self.config)
+        env[ENV_RESOLVED] = self.config.to_json()
         env[ENV_SAMPLE_FD] = str(sample_fd)
         if cgroup is not None:
             env[ENV_CGROUP_USAGE] = str(cgroup.usage_file)
@@ -332,6 +352,7 @@ class Supervisor:
         if running.guard:
             running.guard.stop()
         running.relay.close()  # every sample the child wrote is in the database before its end is told
+        self._say_lock_waits(running.job_id)
         missing = record_exit(self.db, self.config, running, code)
         if missing is not None:
             _say(f"supervisor {self.id}: job {running.job_id}: {missing}")

@@ -26,6 +26,7 @@ _LAZY = {
     "forecast_load": "forecast",
     "register_model_builder": "model_registry",
     "MergeRule": "naming",
+    "SplitRule": "naming",
     "Placement": "placement",
     "get_placement": "placement",
     "known_placements": "placement",

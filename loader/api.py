@@ -23,10 +23,11 @@ from .checkpoint import discover_checkpoint
 from .dtypes import DtypePolicy
 from .io.host_blocks import PinnedHostArena
 from machine.device import parse_device_spec
-from core.errors import DeviceError, PlacementError, clip
+from core.echo import NAME_LIMIT, echo, echo_name
+from core.errors import DeviceError, PlacementError
 from machine.memory import MemoryProbe
 from .model_registry import get_model_builder
-from .naming import EXTRA_STATE_SUFFIX, MergeRules, RenameRules, plan_targets
+from .naming import EXTRA_STATE_SUFFIX, MergeRules, RenameRules, SplitRules, plan_targets
 from .placement import LoadPlan, Placement, PlacementContext, PlannedTarget, get_placement
 from .placement.base import Adjust
 from .report import LoadMeter, LoadReport, TensorPlaced
@@ -45,6 +46,7 @@ def load_checkpoint(
     dtype_overrides: Mapping[str, str | torch.dtype] | None = None,
     rename: RenameRules = None,
     merges: MergeRules = None,
+    splits: SplitRules = None,
     strict: bool = True,
     skeleton: bool = False,
     exclude: Callable[[str], bool] | None = None,
@@ -65,8 +67,10 @@ def load_checkpoint(
     `dtype` (`bf16`/`fp16`/`fp32` or a torch dtype; None keeps the
     checkpoint's) applies to floating tensors, except names matching a
     `dtype_overrides` regex or the model's `keep_fp32`. `rename` is
-    regex -> replacement rules applied in order; `merges` maps a target
-    template to source regexes concatenated along dim 0. `exclude(name)`
+    regex -> replacement rules applied in order; `splits` (`SplitRule`s) cut a
+    renamed tensor along dim 0 into several targets, each read from its own
+    byte range; `merges` maps a target template to source regexes concatenated
+    along dim 0. `exclude(name)`
     true for a checkpoint tensor name means that tensor is never read and is
     not "unexpected" (the report lists it under `excluded`); a module tensor
     it would have filled stays missing, so build the module without it.
@@ -94,7 +98,7 @@ def load_checkpoint(
     target_device = resolve_device(device)
     comp = discover_checkpoint(path, roots=roots).component(component)
     sources, excluded = _split_excluded(comp.tensors, exclude)
-    targets, skipped = plan_targets(sources, rename, merges)
+    targets, skipped = plan_targets(sources, rename, merges, splits)
     given = module is not None
     module, keep_fp32 = (None, ()) if skeleton else _registered_module(comp, module)
     policy = DtypePolicy.build(dtype, dtype_overrides, keep_fp32)
@@ -180,7 +184,7 @@ def _match_module(
     unexpected = sorted(n for n in names if n not in expected)
     missing = sorted(n for n in expected if n not in names)
     mismatched = sorted(
-        f"{clip(repr(p.name))} from {p.sources[0].file.name} has shape {p.target.shape}; module expects {tuple(expected[p.name].shape)}"
+        f"{echo(p.name, NAME_LIMIT)} from {echo_name(p.sources[0].file.name)} has shape {p.target.shape}; module expects {tuple(expected[p.name].shape)}"
         for p in planned
         if p.name in expected and tuple(expected[p.name].shape) != p.target.shape
     )
@@ -188,7 +192,7 @@ def _match_module(
     if mismatched:
         parts.append(f"{len(mismatched)} with another shape, e.g. " + "; ".join(mismatched[:SHOWN_NAMES]))
     if strict and missing:
-        parts.append(f"{len(missing)} missing from {comp.path}, e.g. {_examples(missing)}")
+        parts.append(f"{len(missing)} missing from {echo_name(comp.path)}, e.g. {_examples(missing)}")
     if strict and unexpected:
         parts.append(f"{len(unexpected)} unexpected, e.g. {_examples(unexpected)}")
     if parts:
@@ -207,7 +211,7 @@ has hundreds."""
 
 
 def _examples(names: list[str]) -> str:
-    shown = ", ".join(clip(n) for n in names[:SHOWN_NAMES])
+    shown = ", ".join(echo_name(n) for n in names[:SHOWN_NAMES])
     return shown + (", ..." if len(names) > SHOWN_NAMES else "")
 
 
@@ -217,6 +221,7 @@ def _skeleton_hint(comp: ComponentMeta, class_name: str) -> str:
         "diffusers" if "_diffusers_version" in comp.config else "transformers" if "transformers_version" in comp.config
         else None
     )
+    library = library and echo_name(library)
     owner = f"{library}' {class_name}" if library and library.endswith("s") else f"{library}'s {class_name}" if library else class_name
     return f"these tensors do not match {owner}; to load them as a generic checkpoint, use --skeleton"
 

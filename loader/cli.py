@@ -10,11 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from machine.advice import warn_about_mode
 from .api import load_checkpoint
 from .checkpoint import discover_checkpoint
+from core.echo import echo_name
+from core.sizes import format_size
 from core.errors import PlacementError
 from machine import device_cli
 from core.command_line import CliParser, dtype_type, run_cli
@@ -29,6 +32,7 @@ EXAMPLES = """examples:
   python -m loader load data/models/demo --component transformer --mode drain --dtype bf16
   python -m loader forecast data/models/demo --component transformer --mode stream --json
   python -m loader device --json
+  python -m loader models /srv/models --json
 """
 
 
@@ -38,22 +42,51 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
-    pipeline = f", {summary['pipeline_class']}" if summary["pipeline_class"] else ""
-    named = f"{summary['name']}: {summary['path']}" if summary["name"] != summary["path"] else summary["path"]
+    pipeline = f", {echo_name(summary['pipeline_class'])}" if summary["pipeline_class"] else ""
+    path = echo_name(summary["path"])
+    named = f"{echo_name(summary['name'])}: {path}" if summary["name"] != summary["path"] else path
     print(
         f"{named} ({summary['layout']}{pipeline}): {summary['tensors']} tensors,"
         f" {summary['bytes'] / _GiB:.2f} GiB"
     )
     for c in summary["components"]:
-        dtypes = ", ".join(f"{k} {v / _GiB:.2f} GiB" for k, v in c["dtypes"].items())
+        dtypes = ", ".join(f"{echo_name(k)} {v / _GiB:.2f} GiB" for k, v in c["dtypes"].items())
         print(
-            f"  {c['name']}: {c['tensors']} tensors in {c['shards']} shard(s), {c['bytes'] / _GiB:.2f} GiB"
-            f" [{dtypes}] class={c['class_name'] or '-'}"
+            f"  {echo_name(c['name'])}: {c['tensors']} tensors in {c['shards']} shard(s), {c['bytes'] / _GiB:.2f} GiB"
+            f" [{dtypes}] class={echo_name(c['class_name'] or '-')}"
         )
     for a in summary["non_weight"]:
-        print(f"  {a['name']}: no weights ({len(a['files'])} file(s)) class={a['class_name'] or '-'}")
+        print(f"  {echo_name(a['name'])}: no weights ({len(a['files'])} file(s)) class={echo_name(a['class_name'] or '-')}")
     for name in summary["absent"]:
-        print(f"  {name}: listed in {summary['index_file']}, no folder here")
+        print(f"  {echo_name(name)}: listed in {echo_name(summary['index_file'])}, no folder here")
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    from core.hub_cache import hub_cache_folder
+
+    from .catalog import find_models, machine_memory
+
+    folders = [Path(f) for f in args.folders]
+    hub = hub_cache_folder()
+    if not args.no_hub_cache and hub.is_dir() and hub not in folders:
+        folders.append(hub)
+    memory = machine_memory()
+    entries = find_models(folders, memory.bytes) if folders else []
+    if args.json:
+        print(json.dumps({"folders": [str(f) for f in folders], "memory_bytes": memory.bytes,
+                          "memory": memory.where, "models": [e.to_dict() for e in entries]}, indent=2))
+        return 0
+    if not folders:
+        print(f"no folder given and no Hugging Face cache at {hub}")
+    for e in entries:
+        verdict = f"{e.verdict} ({format_size(memory.bytes)}, {memory.where})" if e.verdict else "broken"
+        print(f"{echo_name(e.name)}  [{e.layout}]  {format_size(e.bytes)}  {verdict}  {echo_name(e.path)}")
+        for c in e.components:
+            dtypes = ", ".join(f"{echo_name(k)} {format_size(v)}" for k, v in c.dtypes.items())
+            print(f"  {echo_name(c.name)}: {format_size(c.bytes)} [{dtypes}]")
+        for problem in e.problems[:3]:
+            print(f"  ! {problem}")
     return 0
 
 
@@ -94,7 +127,7 @@ def _load(args: argparse.Namespace) -> int:
         print(json.dumps({**report.to_dict(), "module_class": type(module).__name__}, indent=2))
         return 0
     print(
-        f"{type(module).__name__}, {report.mode} on {report.device}: {report.tensors_placed}/{report.tensors_total} tensors,"
+        f"{echo_name(type(module).__name__)}, {report.mode} on {report.device}: {report.tensors_placed}/{report.tensors_total} tensors,"
         f" {report.bytes_placed / _GiB:.2f} GiB in {report.load_seconds:.2f} s ({report.throughput_gbps:.2f} GB/s)"
     )
     print(
@@ -116,7 +149,7 @@ def _forecast(args: argparse.Namespace) -> int:
         return 0
     f = forecast
     print(
-        f"{f.component} {f.mode} on {f.device}: predicted peak {f.predicted_peak_bytes / _GiB:.2f} GiB,"
+        f"{echo_name(f.component)} {f.mode} on {f.device}: predicted peak {f.predicted_peak_bytes / _GiB:.2f} GiB,"
         f" footprint_ratio {f.predicted_footprint_ratio:.3f} of {f.bytes_placed / _GiB:.2f} GiB placed"
         f" (staging {f.staging_bytes / _GiB:.3f}, mapped {f.mapped_bytes / _GiB:.2f},"
         f" conversion {f.conversion_bytes / _GiB:.3f} GiB)"
@@ -174,6 +207,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_load_options(forecast)
     forecast.set_defaults(func=_forecast)
+    models = sub.add_parser(
+        "models",
+        help="list every checkpoint under the folders and the Hugging Face cache: layout, component sizes and"
+             " dtypes, and whether the weights fit this machine (headers only)",
+        epilog="example: python -m loader models /srv/models --json",
+    )
+    models.add_argument("folders", nargs="*", metavar="FOLDER", help="folders to look in, each a model root")
+    models.add_argument("--no-hub-cache", action="store_true",
+                        help="leave out the Hugging Face cache (HF_HUB_CACHE, else HF_HOME/hub, else"
+                             " ~/.cache/huggingface/hub)")
+    models.add_argument("--json", action="store_true", help="print one JSON object")
+    models.set_defaults(func=_models)
     device_cli.register(sub)
     return parser
 

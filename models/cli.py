@@ -15,13 +15,14 @@ from typing import Sequence
 import torch
 
 from core.command_line import CliParser, dtype_type, run_cli, size_type
+from core.sizes import format_size
 from machine.offload_option import add_offload_option
 from core.dtype_names import DTYPE_HELP
 from machine.offload import OffloadSettings
 from loader.placement import known_placements
 
 from .params import GenerateParams
-from .request_args import add_workflow_arguments, lora_roots, workflow_fields
+from .request_args import add_plan_arguments, add_workflow_arguments, lora_roots, workflow_fields
 from .pipeline import run_generate
 from .profiles import PROFILES, get_profile
 from .progress import ProgressBar
@@ -87,13 +88,45 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _planned(args: argparse.Namespace, params: GenerateParams, info, offload: OffloadSettings, dtype_bytes: int,
+             records=()):
+    """`--plan`: the request as the chosen candidate runs it, its residency and the plan (printed on stderr); a
+    plan with nothing that fits is one line."""
+    from core.errors import DrainboardError
+    from machine.memory import sample_memory
+
+    from .eta import device_key
+    from .forecast import forecast_generate, resolve_for_generate
+    from .plan import machine_check, plan_fastest, plan_lines, planned
+    from .quantize_check import cuda_capability
+
+    def forecast_for(candidate: GenerateParams, sequential: bool):
+        settings, _ = resolve_for_generate(args.model_dir, candidate, offload, info, user_set=tuple(args.offload),
+                                           dtype_bytes=dtype_bytes, sequential_components=sequential)
+        return forecast_generate(args.model_dir, candidate, device_info=info, settings=settings,
+                                 dtype_bytes=dtype_bytes, sequential_components=sequential, resolved=True)
+
+    check = machine_check(info.kind, info.unified_memory, info.total_memory, info.name, sample_memory().mem_available)
+    plan = plan_fastest(params, device=info.spec, capability=cuda_capability(info.kind, info.index),
+                        device_key=device_key(info.kind, info.name), forecast_for=forecast_for, check=check,
+                        records=records, lossy=args.allow_lossy, sequential=args.sequential_components)
+    for line in plan_lines(plan.to_dict()):
+        print(line, file=sys.stderr)
+    if plan.choice is None:
+        raise DrainboardError(f"--plan {args.plan}: {plan.why}")
+    chosen, sequential = planned(params, plan)
+    return chosen, sequential, plan
+
+
 def _forecast(args: argparse.Namespace) -> int:
     from machine.device import probe_device
     from core.errors import DrainboardError
 
     from .eta import NO_HISTORY, StageRecord, device_key, estimate, stage_work, total_seconds
+    from .levers import lever_key
     from .forecast import forecast_generate, resolve_for_generate
     from .params import ModelSpec, validate_params
+    from .process_size import ProcessRecord, estimate_process, job_peak
 
     class ForecastInputError(DrainboardError):
         """A model folder or history file the forecast cannot read."""
@@ -104,23 +137,33 @@ def _forecast(args: argparse.Namespace) -> int:
     info = probe_device(args.device)
     offload = OffloadSettings(**args.offload)
     dtype_bytes = getattr(torch, args.dtype).itemsize
+    records, processes = [], []
+    if args.history:
+        try:
+            for r in json.loads(open(args.history).read()):
+                if "ready_bytes" in r:
+                    processes.append(ProcessRecord(**r))
+                else:
+                    records.append(StageRecord(**r))
+        except (OSError, ValueError, TypeError) as e:
+            raise ForecastInputError(f"{args.history}: expected a JSON list of stage records (stage, seconds, work,"
+                                     f" device, levers) and process records (kind, device, ready_bytes,"
+                                     f" startup_bytes): {e}") from None
+    sequential, plan = args.sequential_components, None
     try:
+        if args.plan:
+            params, sequential, plan = _planned(args, params, info, offload, dtype_bytes, records)
         settings, decisions = resolve_for_generate(
             args.model_dir, params, offload, info, user_set=tuple(args.offload),
-            dtype_bytes=dtype_bytes, sequential_components=args.sequential_components)
+            dtype_bytes=dtype_bytes, sequential_components=sequential)
         forecast = forecast_generate(args.model_dir, params, device_info=info, settings=settings,
-                                     dtype_bytes=dtype_bytes, sequential_components=args.sequential_components,
+                                     dtype_bytes=dtype_bytes, sequential_components=sequential,
                                      resolved=True)
     except ValueError as e:
         raise ForecastInputError(str(e)) from None
-    records = []
-    if args.history:
-        try:
-            records = [StageRecord(**r) for r in json.loads(open(args.history).read())]
-        except (OSError, ValueError, TypeError) as e:
-            raise ForecastInputError(f"{args.history}: expected a JSON list of stage records "
-                                     f"(stage, seconds, work, device): {e}") from None
-    etas = {e.stage: e for e in estimate(stage_work(forecast), records, device_key(info.kind, info.name))}
+    device = device_key(info.kind, info.name)
+    etas = {e.stage: e for e in estimate(stage_work(forecast), records, device, lever_key(params.to_dict()))}
+    process = estimate_process(processes, "generate", device)
     stages = []
     for s in forecast.stages:
         eta = etas[s.stage]
@@ -134,13 +177,14 @@ def _forecast(args: argparse.Namespace) -> int:
         "frames": params.frames, "steps": forecast.steps, "text_tokens": forecast.text_tokens,
         "tokens": forecast.tokens, "sequential_components": forecast.sequential_components,
         "placements": forecast.placements, "decisions": [str(d) for d in decisions],
-        "process_host_bytes": forecast.process_host_bytes,
+        "process": process.to_dict(), "process_host_bytes": forecast.process_host_bytes,
         "process_device_bytes": forecast.process_device_bytes, "stages": stages, "loads": loads,
         "peak_stage": forecast.peak_stage, "peak_bytes": forecast.predicted_peak_bytes,
         "lora_bytes": forecast.lora_bytes,
-        "peak_with_process_bytes": forecast.predicted_peak_bytes + forecast.process_host_bytes
-        + forecast.process_device_bytes,
+        "peak_with_process_bytes": job_peak(forecast, process),
         "total_seconds": total_seconds(etas.values()),
+        "levers": forecast.levers, "lever_bytes": forecast.lever_bytes, "not_counted": forecast.not_counted,
+        "plan": plan.to_dict() if plan is not None else None,
     }
     if args.json:
         print(json.dumps(document, indent=2))
@@ -153,9 +197,15 @@ def _forecast(args: argparse.Namespace) -> int:
         print(f"{row['stage']:<18}{row['host_bytes'] / 2**30:10.2f}{row['device_bytes'] / 2**30:12.2f}"
               f"{row['sum_bytes'] / 2**30:10.2f}{seconds:>10}")
     total = document["total_seconds"]
+    whole = document["peak_with_process_bytes"]
     print(f"peak {forecast.predicted_peak_bytes / 2**30:.2f} GiB at {forecast.peak_stage} above the process"
-          f" ({document['peak_with_process_bytes'] / 2**30:.2f} GiB with it); total "
+          f" ({f'{whole / 2**30:.2f} GiB with it, ' if whole is not None else ''}the process: {process.basis});"
+          f" total "
           + (f"{total:.1f} s" if total is not None else f"unknown: {NO_HISTORY}"))
+    for name, nbytes in forecast.lever_bytes.items():
+        print(f"{name}: {format_size(nbytes)} counted in the stages that hold it")
+    for line in forecast.not_counted:
+        print(f"not counted: {line}")
     return 0
 
 
@@ -199,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=defaults.seed)
     gen.add_argument("--no-audio", action="store_true", help="skip decode.audio and leave out the audio track")
     add_workflow_arguments(gen)
+    add_plan_arguments(gen)
     gen.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
     gen.add_argument("--dtype", type=dtype_type, help=f"compute dtype: {DTYPE_HELP} (default: bfloat16, fp32 modules kept)")
     gen.add_argument("--mode", default="stream", choices=known_placements(), help="loader placement mode (default: stream)")
@@ -226,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     fc.add_argument("--seed", type=int, default=defaults.seed, help="accepted as generate takes it; no effect on memory")
     fc.add_argument("--no-audio", action="store_true", help="no decode.audio")
     add_workflow_arguments(fc)
+    add_plan_arguments(fc)
     fc.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps; probed without a CUDA context")
     fc.add_argument("--dtype", default="bfloat16", type=dtype_type, help=f"compute dtype: {DTYPE_HELP} (default: bfloat16)")
     fc.add_argument("--mode", default="stream", choices=known_placements(),
@@ -235,7 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="per-stage residency (default: on for unified memory)")
     fc.add_argument("--verbose", action="store_true", help="accepted as generate takes it")
     fc.add_argument("--history", metavar="FILE", help="JSON list of past stage records (stage, seconds, work,"
-                                                      " device) for the seconds; without it: no history")
+                                                      " device, and levers: the lever set) for the seconds"
+                                                      " and process records (kind, device, ready_bytes,"
+                                                      " startup_bytes) for the process; without it: no history")
     fc.add_argument("--json", action="store_true", help="print one JSON object")
     fc.set_defaults(func=_forecast)
     return parser

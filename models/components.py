@@ -40,6 +40,7 @@ from loader import load_checkpoint
 from loader.placement import get_placement
 from loader.confined import read_json_checked
 from loader.dtypes import parse_dtype
+from core.echo import NAME_LIMIT, echo
 from core.errors import CheckpointError, PlacementError
 from machine.memory import MemoryProbe
 from loader.model_registry import get_model_builder, register_model_builder
@@ -73,7 +74,7 @@ def component_class(class_name: str) -> type[nn.Module]:
     library = CLASS_LIBRARIES.get(class_name)
     if library is None:
         raise PlacementError(
-            f"no MiniMax H3 class {class_name!r}; known: {', '.join(CLASS_LIBRARIES)} (others load as generic skeletons)"
+            f"no MiniMax H3 class {echo(class_name, NAME_LIMIT)}; known: {', '.join(CLASS_LIBRARIES)} (others load as generic skeletons)"
         )
     return getattr(importlib.import_module(library), class_name)
 
@@ -193,6 +194,8 @@ def load_component(
     roots: list[str | os.PathLike] | None = None,
     quantize: str | None = None,
     pin_host: bool = False,
+    single_file: str | os.PathLike | None = None,
+    qkv_layout: str = "stacked",
     adjust: dict[str, Callable[[torch.Tensor], None]] | None = None,
 ) -> tuple[nn.Module, LoadReport]:
     """Component `name` of the MiniMax H3 checkpoint at `root`, built empty and filled by the loader.
@@ -201,6 +204,8 @@ def load_component(
     text encoder, `excluded` / `excluded_bytes` say what was left unread).
     `quantize` (a DiT only) quantizes each Linear as its tensors are placed (`models.quantize`).
     `pin_host` (a CPU `device`) places the weights in page-locked blocks, for group offload to copy from.
+    `single_file` (a DiT only): the weights come from that one file in the reference layout
+    (`models.single_file`, its fused qkv ordered as `qkv_layout` says), built from `root`'s config.
     `adjust` goes to the loader: in-place changes made as each named weight is placed, before it is quantized
     (how `models.lora_merge` merges LoRAs).
     Raises CheckpointError / PlacementError naming the folder and tensor.
@@ -227,10 +232,14 @@ def load_component(
             # the block can never be returned: on one H200 an fp8 DiT of 30.9 GiB kept 61.8 GiB reserved
             # through decode, after sequential residency had released it.
             mode = get_placement("stream", reserve=False)
+    source, rules = (root, {"component": name}) if single_file is None else (
+        single_file, _reference_rules(config, qkv_layout))
+    exclude = rules.pop("exclude", exclude)
     module, report = load_checkpoint(
-        root, component=name, module=module, mode=mode, device=device, dtype=target_dtype,
+        source, module=module, mode=mode, device=device, dtype=target_dtype,
         dtype_overrides=overrides, exclude=exclude, on_tensor=on_tensor, probe=probe,
-        roots=roots if roots is not None else [root], pin_host=pin_host, adjust=adjust,
+        roots=roots if roots is not None else [root, *([] if single_file is None else [Path(single_file).parent])],
+        pin_host=pin_host, adjust=adjust, **rules,
     )
     if quantizer is not None:
         quantizer.finish()
@@ -239,6 +248,14 @@ def load_component(
     if left:
         raise PlacementError(f"{folder}: {len(left)} tensor(s) still empty after the load: {', '.join(left[:5])}")
     return module, report
+
+
+def _reference_rules(config: dict, qkv_layout: str) -> dict:
+    """`load_checkpoint`'s rename, splits, merges and exclude for a reference-layout DiT of `config`."""
+    from .single_file import reference_layout
+
+    layout = reference_layout(config, qkv_layout)
+    return {"rename": layout.rename, "splits": layout.splits, "merges": layout.merges, "exclude": layout.exclude}
 
 
 def non_persistent_buffers(module: nn.Module) -> list[str]:
@@ -284,7 +301,7 @@ def load_aux(root: str | os.PathLike, name: str):
         config = _read_config(folder, "scheduler_config.json")
         if config.get("_class_name") != "MiniMaxH3Scheduler":
             raise CheckpointError(
-                f"{folder / 'scheduler_config.json'}: _class_name is {config.get('_class_name')!r}, expected 'MiniMaxH3Scheduler'"
+                f"{folder / 'scheduler_config.json'}: _class_name is {echo(config.get('_class_name'), NAME_LIMIT)}, expected 'MiniMaxH3Scheduler'"
             )
         return MiniMaxH3Scheduler.from_config(config)
     except (OSError, ValueError, KeyError, TypeError) as exc:

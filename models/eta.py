@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
 from .forecast import GenerateForecast
+from .levers import COMPILE_STAGE, LEVER_STAGES
 
 NO_HISTORY = "no history on this machine"
 """The basis of a stage with no past timing."""
@@ -34,6 +35,9 @@ class StageRecord:
     """Its work in `stage_work` units."""
     device: str
     """Where it ran (`device_key`)."""
+    levers: str = ""
+    """The run's lever set (`models.levers.lever_key`; "" for none): a stage the levers change (`LEVER_STAGES`) is
+    learned per lever set."""
 
 
 @dataclass(frozen=True)
@@ -59,9 +63,11 @@ def device_key(kind: str, name: str) -> str:
 def stage_work(forecast: GenerateForecast) -> dict[str, float]:
     """The work of every stage the run will time, loads included."""
     sizes = forecast.component_bytes
+    compiled = bool(forecast.levers.get("compile"))
     units = {
         "text_encoder": forecast.text_tokens,
-        "denoise.denoise": forecast.tokens * max(forecast.steps - 1, 1),
+        # A compiled DiT's first call is its own stage (one unit: the compile is paid once per run).
+        "denoise.denoise": forecast.tokens * max(forecast.steps - 1 - compiled, 1),
         "decode.video": forecast.frames * forecast.height * forecast.width,
         "decode.audio": next((s.driver for s in forecast.stages if s.stage == "decode.audio"), 0.0),
     }
@@ -71,13 +77,18 @@ def stage_work(forecast: GenerateForecast) -> dict[str, float]:
             for s in forecast.stages}
     # A stage without a unit of its own here (fl2va's / ref2va's vae_encoder) scales by its forecast driver.
     work.update({s.stage: float(units.get(s.stage, s.driver)) * sizes[s.component] for s in forecast.stages})
+    if compiled:
+        work[COMPILE_STAGE] = 1.0
     return work
 
 
-def estimate(work: dict[str, float], records: Iterable[StageRecord], device: str) -> list[StageEta]:
-    """Seconds per stage of `work` on `device` from `records` (any device's; only `device`'s count)."""
+def estimate(work: dict[str, float], records: Iterable[StageRecord], device: str, levers: str = "") -> list[StageEta]:
+    """Seconds per stage of `work` on `device` from `records` (any device's; only `device`'s count); a stage the
+    levers change counts only runs of the same lever set `levers`, so a lever never borrows another's speed."""
     rates: dict[str, list[float]] = {}
     for r in records:
+        if r.stage in LEVER_STAGES and r.levers != levers:
+            continue
         if r.device == device and r.work > 0 and r.seconds >= 0:
             rates.setdefault(r.stage, []).append(r.seconds / r.work)
     out = []

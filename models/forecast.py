@@ -5,7 +5,8 @@ headers and a reference clip's header (one frame decoded, for its rotation)
 only. Per computing stage of the workflow's plan (`models.workflows.
 stage_plan`: every block that reads weights, with what is resident around it),
 the forecast adds, above the process's own footprint once the pipeline is built
-(what `bench/bench_generate.py` measures against):
+(what `bench/bench_generate.py` measures against; the process itself is learned from the machine's own
+jobs, `models.process_size`):
 
 - weights resident under the resolved policy (header sizes at the run's dtype,
   H3's fp32 modules kept fp32, the text encoder's vision tower only where the
@@ -41,6 +42,7 @@ from loader.shard_header import read_shard_header
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings, resolve_offload
 
+from .levers import FP8_COMPUTE, LEVER_FIELDS
 from .params import FPS, TEXT_ENCODER_LAYER, GenerateParams, ModelSpec
 from .residency import MODEL_OFFLOAD, ON_DEVICE, pins_host_copy, plan_placements
 from .workflows import check_workflow, stage_plan, workflow_components
@@ -108,9 +110,10 @@ class CudaTerms:
     context: int = 600 * MiB
     """The CUDA context and torch's loaded kernels, device side; not in torch's reserved figure, so not in
     the measured sum, but real memory on a unified-memory machine; once per process (not measured here)."""
-    host_runtime: int = 1700 * MiB
-    """Host RSS of the process once the first stage ran: 0.96 GiB at the end of `prepare`, then 0.70 GiB more
-    when cuBLAS and cuDNN initialise (1.66 GiB measured at real size, both geometries); once per process."""
+    blas_init_host: int = 700 * MiB
+    """Host memory the process adds when cuBLAS and cuDNN initialise, at its first stage: 0.70 GiB over the
+    0.96 GiB it held at the end of `prepare` (1.66 GiB measured at real size, both geometries); once per
+    process. The 0.96 GiB is the process's start-up, learned from the machine's own jobs (`models.process_size`)."""
     workspaces: int = 96 * MiB
     """cuBLAS and cuBLASLt workspaces plus a cuDNN convolution workspace, per stage, on the device."""
     group_offload_device_blocks: float = 2.27
@@ -211,7 +214,8 @@ class GenerateForecast:
     placements: dict[str, str]
     """Component -> diffusers mechanism under the resolved policy."""
     process_host_bytes: int
-    """The process before any weight: libraries and the pipeline built (plus the CUDA runtime on CUDA)."""
+    """What the process adds beyond its start-up (`models.process_size`, learned from this machine's jobs): on
+    CUDA cuBLAS and cuDNN and an image path's processor; a reference clip's decoded frames; else 0."""
     process_device_bytes: int
     """The CUDA context (0 elsewhere)."""
     stages: list[StageForecast] = field(default_factory=list)
@@ -224,6 +228,12 @@ class GenerateForecast:
     lora_bytes: dict[str, int] = field(default_factory=dict)
     """Partition -> what its LoRAs hold while it loads (`models.lora_inputs.lora_load_bytes`); a merged LoRA holds
     nothing once loaded."""
+    levers: dict[str, Any] = field(default_factory=dict)
+    """The speed levers forecast (`attention`, `compile`, `quantize`, `step_cache`)."""
+    lever_bytes: dict[str, int] = field(default_factory=dict)
+    """Memory a lever adds that is known from configs (`step_cache`: its buffers), counted in the stages that hold it."""
+    not_counted: list[str] = field(default_factory=list)
+    """Lever memory that only a GPU run can fit (a compile's workspace, fp8 activation scales), said, not guessed."""
 
     @property
     def predicted_peak_bytes(self) -> int:
@@ -252,12 +262,8 @@ class GenerateForecast:
             "clip_decode_bytes": self.clip_decode_bytes,
             "predicted_peak_bytes": self.predicted_peak_bytes, "peak_stage": self.peak_stage,
             "lora_bytes": dict(self.lora_bytes),
+            "levers": dict(self.levers), "lever_bytes": dict(self.lever_bytes), "not_counted": list(self.not_counted),
         }
-
-
-CPU_PROCESS_BYTES = 464 * MiB
-"""VmRSS at the end of `prepare` on CPU (torch, diffusers, transformers and torchao imported, pipeline built,
-no weight): measured 464 MiB on this machine with CPU_TERMS' packages, on both tiny and demo."""
 
 
 def count_prompt_tokens(root: str | Path, prompt: str) -> int:
@@ -312,8 +318,9 @@ def forecast_generate(
     components = workflow_components(workflow, params.audio)
     placements = plan_placements(settings, _torch_device(device_info), components)
     sizes = weight_bytes(root, dtype_bytes, workflow=workflow, quantize=params.quantize, vae_dtype=params.vae_dtype,
-                         audio=params.audio)
-    host_sizes = _host_sizes(root, sizes, placements, settings, cuda, params.quantize is None, dtype_bytes)
+                         audio=params.audio, transformer=params.transformer)
+    host_sizes = _host_sizes(root, sizes, placements, settings, cuda, params.quantize is None, dtype_bytes,
+                             params.transformer)
     images = _image_sizes(params)
     height, width = model.geometry(params, images.get("image") or images.get("last_image"))
     text_tokens = count_prompt_tokens(root, params.prompt)
@@ -330,6 +337,9 @@ def forecast_generate(
     # An fp32 video VAE's tensors are twice bf16's: its stages' per-unit bytes scale with the element (an
     # assumption, not fitted: CPU_TERMS were measured at bf16).
     vae_scale = 4 / dtype_bytes if params.vae_dtype == "fp32" else 1.0
+    levers = {name: getattr(params, name) for name in LEVER_FIELDS}
+    cache = step_cache_bytes(model, params.step_cache, tokens, dtype_bytes)
+    cache_from = next((i for i, s in enumerate(plan) if set(s.reads) & set(DIT_COMPONENTS)), len(plan))
     stages = []
     carried = clip.normalized_bytes if clip else 0  # the clip put on 24 fps and its canvas, held from the setup on
     retained = retained_device = released = 0
@@ -371,14 +381,50 @@ def forecast_generate(
             device = on_device + max(activations, 0 if sequential else retained_device) + overhead
             retained_device = max(retained_device, activations)
             host += merging  # the factors are host tensors; one weight's product at a time is on the device
+        if cache and plan.index(planned) >= cache_from and set(resident) & set(DIT_COMPONENTS):
+            # The cache's buffers live on the DiT's hooks, on the device the DiT computes on, while it is resident.
+            host, device = (host + cache, device) if cpu else (host, device + cache)
         stages.append(StageForecast(stage, reads[0], weights, on_device, activations, held, overhead,
                                     host, device, drivers[stage], merging))
     return GenerateForecast(
         height, width, params.frames, model.steps(params), text_tokens, tokens, sequential, sizes,
         {c: p.mechanism for c, p in placements.items()},
-        (CUDA_TERMS.host_runtime + (CUDA_TERMS.image_path_host if images else 0) if cuda else CPU_PROCESS_BYTES)
+        (CUDA_TERMS.blas_init_host + (CUDA_TERMS.image_path_host if images else 0) if cuda else 0)
         + (clip.decoded_bytes if clip else 0),
-        CUDA_TERMS.context if cuda else 0, stages, workflow, clip.decode_bytes if clip else 0, lora_bytes)
+        CUDA_TERMS.context if cuda else 0, stages, workflow, clip.decode_bytes if clip else 0, lora_bytes, levers,
+        {"step_cache": cache} if cache else {}, lever_memory_unknown(params))
+
+
+def step_cache_bytes(model: ModelSpec, cache: str | None, tokens: int, dtype_bytes: int) -> int:
+    """The buffers a step cache keeps on the DiT: TaylorSeer keeps, for each block's attention (the modules its
+    default patterns hook), `max_order + 1` Taylor factors of the attention's output (packed rows x hidden) in its
+    `taylor_factors_dtype`, at diffusers' config defaults. 0 without a cache."""
+    if cache is None:
+        return 0
+    import torch
+
+    from .speedups import cache_config
+
+    config = cache_config(cache)
+    dit = model.configs["transformer"]
+    element = torch.empty((), dtype=config.taylor_factors_dtype).element_size() if config.taylor_factors_dtype \
+        else dtype_bytes
+    return int(dit["num_layers"]) * (config.max_order + 1) * tokens * int(dit["hidden_size"]) * element
+
+
+def lever_memory_unknown(params: GenerateParams) -> list[str]:
+    """The levers of `params` whose memory the forecast cannot know from configs, each in one line."""
+    unknown = []
+    if params.compile:
+        unknown.append("compile: the compiled blocks' workspace and the compiler's own memory are not counted; only "
+                       "a GPU run can fit them (bench/bench_levers.py)")
+    if params.quantize == FP8_COMPUTE:
+        unknown.append("fp8-compute: the fp8 weights are counted; the activations' fp8 copies and scales made as each "
+                       "call runs are not; only a GPU run can fit them (bench/bench_levers.py)")
+    if params.attention != "native":
+        unknown.append(f"attention {params.attention}: the denoise working set was fitted with native attention; this "
+                       "backend's was not measured")
+    return unknown
 
 
 def _working_set(term: StageTerm, driver: float) -> int:
@@ -387,7 +433,7 @@ def _working_set(term: StageTerm, driver: float) -> int:
 
 
 def _host_sizes(root: Path, sizes: Mapping[str, int], placements, settings: OffloadSettings, cuda: bool,
-                bf16_dit: bool, dtype_bytes: int) -> dict[str, int]:
+                bf16_dit: bool, dtype_bytes: int, transformer: str | None = None) -> dict[str, int]:
     """Each component's bytes as the host holds them: one the loader places page-locked
     (`models.residency.pins_host_copy`) takes its power-of-two blocks (`pinned_component_bytes`). A quantized
     DiT is not pinned by the loader; group offload then pins torchao's tensors, whose size is not modelled."""
@@ -397,7 +443,8 @@ def _host_sizes(root: Path, sizes: Mapping[str, int], placements, settings: Offl
     for name in DIT_COMPONENTS:
         if name in placements and pins_host_copy(placements[name], "cuda" if cuda else "cpu", settings,
                                                  quantized=not bf16_dit):
-            host[name] = pinned_component_bytes(root / name, _keep_fp32(root, name), dtype_bytes)
+            host[name] = pinned_component_bytes(weights_of(root, name, transformer), _keep_fp32(root, name),
+                                                dtype_bytes)
     return host
 
 
@@ -603,10 +650,11 @@ def _video_latents(frames: int, model: ModelSpec) -> int:
 
 
 def weight_bytes(root: str | Path, dtype_bytes: int = 2, *, workflow: str = "t2va", quantize: str | None = None,
-                 vae_dtype: str = "bf16", audio: bool = True) -> dict[str, int]:
+                 vae_dtype: str = "bf16", audio: bool = True, transformer: str | None = None) -> dict[str, int]:
     """Each weight component `workflow` reads, its bytes as the run holds them, from the headers: the text
     encoder without what the workflow never reads, the DiT quantized (`models.quantize.quantized_bytes`,
-    from its config) when `quantize` is set, the video VAE at fp32 when `vae_dtype` says so."""
+    from its config) when `quantize` is set, the video VAE at fp32 when `vae_dtype` says so; `transformer`,
+    a single-file DiT, is counted from its own header."""
     from .quantize import DIT_COMPONENTS, quantized_bytes
 
     root = Path(root)
@@ -616,8 +664,14 @@ def weight_bytes(root: str | Path, dtype_bytes: int = 2, *, workflow: str = "t2v
             sizes[name] = quantized_bytes(root, name, quantize, dtype_bytes)
         else:
             element = 4 if name == "vae" and vae_dtype == "fp32" else dtype_bytes
-            sizes[name] = component_bytes(root / name, _keep_fp32(root, name), element, workflow)
+            sizes[name] = component_bytes(weights_of(root, name, transformer), _keep_fp32(root, name), element,
+                                          workflow)
     return sizes
+
+
+def weights_of(root: Path, name: str, transformer: str | None) -> Path:
+    """Where component `name`'s weights are: its folder, or for the DiT the single file given instead."""
+    return Path(transformer) if name == "transformer" and transformer is not None else root / name
 
 
 def _keep_fp32(root: Path, name: str) -> tuple[str, ...]:
@@ -657,17 +711,22 @@ def tensor_bytes(folder: Path, keep_fp32: tuple[str, ...], dtype_bytes: int, wor
                  roots: ModelRoots | None = None) -> Iterator[int]:
     """Each tensor's bytes at the run's dtype, in the loader's order (shards by name, tensors by offset): fp32
     where diffusers keeps fp32 (a dotted part of the name in `_keep_in_fp32_modules`), else `dtype_bytes`;
-    tensors `workflow` never reads are left out. `roots`: where the shards may lie (default: the folder)."""
-    for path in sorted(folder.glob("*.safetensors")):
+    tensors `workflow` never reads are left out. `roots`: where the shards may lie (default: the folder).
+    `folder` may be a single-file DiT in the reference layout, its names read as diffusers names them."""
+    from .single_file import diffusers_name
+
+    single = folder.is_file()
+    for path in [folder] if single else sorted(folder.glob("*.safetensors")):
         shard, problems = read_shard_header(path, roots)
         if shard is None:
             raise ValueError(f"{path}: " + "; ".join(problems))
         for t in sorted(shard.tensors, key=lambda t: t.offset):
-            if folder.name == "text_encoder" and unread_by(t.name, workflow):
+            name = diffusers_name(t.name) if single else t.name
+            if folder.name == "text_encoder" and unread_by(name, workflow):
                 continue
             if not t.dtype.startswith(("F", "BF")):
                 yield t.nbytes
-            elif any(part in keep_fp32 for part in t.name.split(".")):
+            elif any(part in keep_fp32 for part in name.split(".")):
                 yield t.numel * 4
             else:
                 yield t.numel * dtype_bytes

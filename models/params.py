@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from loader.confined import read_json_checked
+from core.echo import NAME_LIMIT, echo
 from core.errors import DrainboardError
 
 from .levers import ATTENTION_BACKENDS, step_cache_problem
 from .lora_inputs import MAX_LORAS, PARTITIONS, LoraInput, lora_from_value
-from .request_args import QUANTIZATIONS, VAE_DTYPES
+from .request_args import QKV_LAYOUTS, QUANTIZATIONS, VAE_DTYPES
 
 FPS = 24
 """MiniMax H3's fixed frame rate (`MiniMaxH3ModularPipeline.fps`)."""
@@ -114,6 +115,11 @@ class GenerateParams:
     """Video VAE precision, one of VAE_DTYPES."""
     quantize: str | None = None
     """Quantization of the DiT, one of QUANTIZATIONS (frames then differ from bf16's); None keeps bf16."""
+    transformer: str | None = None
+    """A single-file DiT in the reference layout (Comfy-Org's H3 files, `models.single_file`) that supplies the
+    transformer's weights; the model folder supplies the rest, its `transformer/config.json` the DiT's class."""
+    qkv_layout: str = "stacked"
+    """How `transformer`'s fused qkv orders its rows: `stacked` (every published file) or `interleaved`."""
     attention: str = "native"
     """The DiT's attention backend, one of `models.levers.ATTENTION_BACKENDS` (a speed lever)."""
     compile: bool = False
@@ -191,7 +197,7 @@ class ModelSpec:
         root = Path(model_dir)
         index = _read_json(root / INDEX_FILE)
         if index.get("_class_name") != PIPELINE_CLASS:
-            raise GenerateParamsError({"model": f"{root / INDEX_FILE} has _class_name {index.get('_class_name')!r};"
+            raise GenerateParamsError({"model": f"{root / INDEX_FILE} has _class_name {echo(index.get('_class_name'), NAME_LIMIT)};"
                                                 f" expected {PIPELINE_CLASS!r}"})
         configs = {name: _read_json(root / name / "config.json") for name in WEIGHT_COMPONENTS}
         vae, dit = configs["vae"], configs["transformer"]
@@ -342,12 +348,24 @@ def validate_params(params: GenerateParams, model: ModelSpec) -> None:
         problems["steps"] = f"{steps} is outside 2..1000 (N steps make N - 1 DiT calls)"
     if not 0 <= params.seed < 2**63:
         problems["seed"] = f"{params.seed} is outside 0..2**63-1"
+    if params.transformer is None:
+        from .formats import dit_config_problem
+
+        layout = dit_config_problem(model.configs["transformer"], f"{model.root}/transformer/config.json")
+        if layout is not None:
+            problems["model"] = layout
     if model.text_encoder_layers <= TEXT_ENCODER_LAYER:
         problems["model"] = (f"{model.root}/text_encoder has {model.text_encoder_layers} decoder layers; H3 reads"
                              f" hidden_states[{TEXT_ENCODER_LAYER}] and needs more than {TEXT_ENCODER_LAYER}")
     problems.update(_knob_problems(params))
     problems.update(_lora_problems(params))
     problems.update(_workflow_problems(params, model))
+    if params.transformer is not None:
+        from .single_file import transformer_problem
+
+        problem = transformer_problem(params.transformer, model.configs["transformer"])
+        if problem is not None:
+            problems["transformer"] = problem
     if problems:
         raise GenerateParamsError(problems)
 
@@ -360,6 +378,10 @@ def _knob_problems(params: GenerateParams) -> dict[str, str]:
         problems["vae_dtype"] = f"{params.vae_dtype!r} given; expected one of {', '.join(VAE_DTYPES)}"
     if params.quantize is not None and params.quantize not in QUANTIZATIONS:
         problems["quantize"] = f"{params.quantize!r} given; expected one of {', '.join(QUANTIZATIONS)} or unset"
+    if params.qkv_layout not in QKV_LAYOUTS:
+        problems["qkv_layout"] = f"{params.qkv_layout!r} given; expected one of {', '.join(QKV_LAYOUTS)}"
+    elif params.qkv_layout != "stacked" and params.transformer is None:
+        problems["qkv_layout"] = "only applies to a single-file DiT (transformer)"
     if params.attention not in ATTENTION_BACKENDS:
         problems["attention"] = f"{params.attention!r} given; expected one of {', '.join(ATTENTION_BACKENDS)}"
     if not isinstance(params.compile, bool):

@@ -133,7 +133,7 @@ PROFILES: dict[str, Profile] = {
             components=WITH_REFERENCE_DIT,
         ),
         Profile(
-            "demo", "about 100 MB; the dashboard's default, a 124-frame clip in about a minute on a 2-core CPU",
+            "demo", "138 MiB; the dashboard's default, a 124-frame clip in about a minute on a 2-core CPU",
             transformer={"num_attention_heads": 6, "attention_head_dim": 64, "hidden_size": 384, "num_layers": 6,
                          "num_refiner_layers": 1, "ffn_dim": 1024, "text_dim": 256, "freq_dim": 256,
                          "time_embed_hidden_dim": 384, "time_embed_dim": 192, "rope_freq_dim": 8},

@@ -17,6 +17,9 @@ from .workflows import WORKFLOWS
 QUANTIZATIONS = ("int8", "fp8", FP8_COMPUTE)
 """DiT quantizations (torchao): weight-only int8 on CPU and CUDA, weight-only fp8 and fp8 compute (fp8 activations
 too) on CUDA compute capability 8.9+."""
+QKV_LAYOUTS = ("stacked", "interleaved")
+"""How a single-file DiT's fused `qkv_proj` orders its rows: `[q; k; v]` (every published file, the default) or
+per head `[q k v]` (a file merged by hand from the MiniMaxAI shards); the file cannot tell."""
 VAE_DTYPES = ("bf16", "fp32")
 """Video VAE precision: the run's bfloat16 (diffusers' `load_components(dtype=bf16)`) or the checkpoint's fp32."""
 
@@ -46,6 +49,13 @@ def add_workflow_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lora", dest="loras", action="append", type=_lora_type, metavar="FILE[:SCALE]",
                         help="a safetensors LoRA merged into the DiT as it loads, at SCALE (default 1.0); repeat to"
                              " stack them in order")
+    parser.add_argument("--transformer", metavar="FILE",
+                        help="a single-file DiT in the original layout (Comfy-Org's MiniMax H3 files); the model"
+                             " folder (--model) supplies the text encoder, VAEs, tokenizer, schedulers and the DiT's"
+                             " config")
+    parser.add_argument("--qkv-layout", choices=QKV_LAYOUTS,
+                        help="row order of that file's fused qkv: stacked [q; k; v] (every published file, the"
+                             " default) or interleaved per head (a file merged by hand); the file cannot tell")
 
 
 def _lora_type(text: str) -> LoraInput:
@@ -56,8 +66,22 @@ def _lora_type(text: str) -> LoraInput:
 
 
 WORKFLOW_FIELDS = ("workflow", "image", "last_image", "ref_image", "ref_video", "vae_tiling", "vae_dtype", "quantize",
-                   "attention", "compile", "step_cache", "loras")
+                   "attention", "compile", "step_cache", "loras", "transformer", "qkv_layout")
 """GenerateParams fields that `add_workflow_arguments` adds, by their argparse names."""
+
+
+PLANS = ("fastest",)
+"""The plans `--plan` takes (`models.plan`)."""
+
+
+def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--plan fastest` and `--allow-lossy`, shared by `models generate`, `models forecast` and `jobs submit generate`."""
+    parser.add_argument("--plan", choices=PLANS,
+                        help="pick residency, weight precision and speed levers: the fastest candidate that fits (by"
+                             " this machine's history; without it, a stated order of preference)")
+    parser.add_argument("--allow-lossy", action="store_true",
+                        help="with --plan: lossy levers may be picked too (quantized weights, fp8 compute, sage, a"
+                             " step cache); their quality cost cannot be judged on random weights")
 
 
 def workflow_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -69,11 +93,13 @@ def workflow_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def lora_roots(model_dir: str, fields: dict[str, Any]) -> list[str] | None:
-    """The folders a command-line run may read from: the model and each LoRA named on the command line (a job
-    reads only under the configured model roots); None when no LoRA is given (the model's own folder)."""
-    loras = fields.get("loras") or ()
-    if not loras:
+    """The folders a command-line run may read from: the model, each LoRA and the single-file DiT named on the
+    command line (a job reads only under the configured model roots); None when neither is given (the model's
+    own folder, and a single file's)."""
+    files = [lora.file for lora in fields.get("loras") or ()]
+    if not files:
         return None
     import os
 
-    return [model_dir, *dict.fromkeys(os.path.dirname(os.path.abspath(lora.file)) for lora in loras)]
+    files += [fields["transformer"]] if fields.get("transformer") else []
+    return [model_dir, *dict.fromkeys(os.path.dirname(os.path.abspath(f)) for f in files)]

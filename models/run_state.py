@@ -52,6 +52,8 @@ class RunState:
         self.components = tuple(placements)
         self.vae_tiling = True
         self.quantize: str | None = None
+        self.single_files: dict[str, tuple[str, str]] = {}
+        """Component -> (single file in the reference layout, its qkv layout) that supplies its weights."""
         self.levers: dict[str, Any] = {"attention": "native", "step_cache": None, "compile": False}
         """The DiT's speed levers (`models.speedups.apply_levers`' arguments)."""
         self.dtypes: dict[str, torch.dtype] = {}
@@ -182,8 +184,10 @@ def _load_weights(run: RunState, name: str, target: torch.device) -> tuple[nn.Mo
             run.record(placed.sample)
 
     quantize = run.quantize if name in DIT_COMPONENTS else None
+    single_file, qkv_layout = run.single_files.get(name, (None, "stacked"))
     adjust, merge = _lora_adjustments(run, name)
-    module, report = load_component(run.root, name, mode=run.mode, device=str(target),
+    module, report = load_component(run.root, name, mode=run.mode, device=str(target), single_file=single_file,
+                                    qkv_layout=qkv_layout,
                                     dtype=run.dtypes.get(name, run.dtype), workflow=run.result.workflow,
                                     on_tensor=on_tensor, probe=run.probe, roots=run.roots, quantize=quantize,
                                     pin_host=pins_host_copy(run.placements[name], run.device.type, run.settings,

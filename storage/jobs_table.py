@@ -29,6 +29,10 @@ Executor = Union[sqlite_utils.Database, sqlite3.Connection]
 """Anything with `execute(sql, params)`: a database, or the connection of an open transaction."""
 
 
+QUEUE_ORDER = "coalesce(queue_rank, id), id"
+"""The order queued jobs are claimed in: submission order (their ids) unless one was moved to the front."""
+
+
 def enqueue(db: Executor, kind: str, spec: dict[str, Any], *, retry_of: int | None = None,
             now: float | None = None) -> int:
     """A new `queued` row for `spec` (a retry names the job it retries); returns its id."""
@@ -38,9 +42,10 @@ def enqueue(db: Executor, kind: str, spec: dict[str, Any], *, retry_of: int | No
 
 def claim_oldest(db: sqlite_utils.Database, supervisor_id: str, *, boot_id: str | None = None,
                  now: float | None = None) -> int | None:
-    """The oldest queued job is `start`ed for `supervisor_id`; returns its id, None when nothing is queued."""
+    """The first queued job (QUEUE_ORDER: the oldest, unless one was moved to the front) is `start`ed for
+    `supervisor_id`; returns its id, None when nothing is queued."""
     with transaction(db) as conn:
-        row = conn.execute("SELECT id FROM jobs WHERE status = 'queued' ORDER BY id LIMIT 1").fetchone()
+        row = conn.execute(f"SELECT id FROM jobs WHERE status = 'queued' ORDER BY {QUEUE_ORDER} LIMIT 1").fetchone()
         if row is not None:
             start(conn, row[0], supervisor_id=supervisor_id, boot_id=boot_id, now=now)
     return None if row is None else row[0]
@@ -104,6 +109,26 @@ def request_cancel(db: sqlite_utils.Database, job_id: int, *, now: float | None 
         else:
             conn.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ?", [job_id])
         return row[0]
+
+
+def move_to_front(db: sqlite_utils.Database, job_id: int) -> str | None:
+    """A queued job is placed before every other queued job; any other is left alone. Returns the status the job
+    had (None: no such job), so the caller can say why not."""
+    with transaction(db) as conn:
+        row = conn.execute("SELECT status FROM jobs WHERE id = ?", [job_id]).fetchone()
+        if row is not None and row[0] == "queued":
+            first = conn.execute("SELECT min(coalesce(queue_rank, id)) FROM jobs WHERE status = 'queued'").fetchone()[0]
+            conn.execute("UPDATE jobs SET queue_rank = ? WHERE id = ?", [first - 1, job_id])
+        return None if row is None else row[0]
+
+
+def cancel_queued(db: sqlite_utils.Database, *, now: float | None = None) -> list[int]:
+    """Every queued job ends `cancelled` at once (a running one is left to run); returns their ids."""
+    with transaction(db) as conn:
+        ids = [r[0] for r in conn.execute(f"SELECT id FROM jobs WHERE status = 'queued' ORDER BY {QUEUE_ORDER}")]
+        conn.execute("UPDATE jobs SET status = 'cancelled', finished_at = ?, error = 'cancelled while queued "
+                     "(the queue was cleared)' WHERE status = 'queued'", [_now(now)])
+    return ids
 
 
 def finish(db: sqlite_utils.Database, job_id: int, outcome: str, *, error: str | None = None,

@@ -72,6 +72,24 @@ def list_jobs(
     return [_job_row(r) for r in db.query(sql, args + [limit, offset])]
 
 
+JOB_TABLE_COLUMNS = ("id", "kind", "status", "created_at", "finished_at", "model", "component", "error")
+"""What a table of jobs shows (`python -m jobs list`): the model and component out of the spec, never the
+whole spec or the metrics, whose JSON can run to megabytes a job."""
+ERROR_HEAD = 4096
+"""Characters of a job's error a table row carries (it shows the first line, cut to fit)."""
+
+
+def job_table(db: sqlite_utils.Database, *, status: str | Iterable[str] | None = None, kind: str | None = None,
+              limit: int = 100) -> list[dict]:
+    """Jobs, newest first, as a table shows them (`JOB_TABLE_COLUMNS`): its memory grows with the rows
+    shown, not with what each job stored."""
+    where, args = _job_filter(status, kind)
+    sql = (f"SELECT id, kind, status, created_at, finished_at, json_extract(spec, '$.model') AS model, "
+           f"json_extract(spec, '$.component') AS component, substr(error, 1, {ERROR_HEAD}) AS error "
+           f"FROM jobs{where} ORDER BY id DESC LIMIT ?")
+    return list(db.query(sql, args + [limit]))
+
+
 def count_jobs(
     db: sqlite_utils.Database,
     *,
@@ -119,6 +137,14 @@ def samples_since(
             [job_id, rank, since_seq, limit],
         )
     )
+
+
+def first_stage_sample(db: sqlite_utils.Database, job_id: int, stage_prefix: str) -> dict | None:
+    """Rank 0's first sample in a stage whose name starts with `stage_prefix` (`load`: a job's first weight),
+    or None."""
+    rows = list(db.query("SELECT * FROM samples WHERE job_id = ? AND rank = 0 AND substr(stage, 1, ?) = ? "
+                         "ORDER BY seq LIMIT 1", [job_id, len(stage_prefix), stage_prefix]))
+    return rows[0] if rows else None
 
 
 def sample_series(

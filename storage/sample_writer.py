@@ -6,7 +6,8 @@ downsampled series reads, see `storage.queries.sample_series`): when `batch_size
 `flush_interval` seconds have passed (a background thread checks, so a quiet
 stage still shows up live), and at `close()` or interpreter exit. Each batch
 is fsynced (a `durable` connection), so a host that freezes or loses power
-keeps the samples up to the last `flush_interval`.
+keeps the samples up to the last `flush_interval`. Another process holding the
+write lock makes a batch wait, retried, never lost (`storage.lock_waits`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Callable
 
 from machine.memory import MemorySample
 from storage.connections import is_database_full, transaction
+from storage.lock_waits import LockWait
 from storage.schema import EXTREME_COLUMNS, EXTREMES_BLOCK, SAMPLE_COLUMNS, open_database
 
 _INSERT = f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) VALUES ({', '.join('?' * len(SAMPLE_COLUMNS))})"
@@ -64,7 +66,8 @@ class SampleWriter:
     `t0` is the job's start on the samples' clock (`MemorySample.t`); stored
     `t` is seconds since then. Thread-safe: the periodic sampler's thread and
     the job's thread may both call `add`. `durable=False` skips the fsync per
-    batch (for benchmarks comparing the two).
+    batch (for benchmarks comparing the two). `lock_wait` is the process's record
+    of its waits for another writer's lock (a fresh one by default).
     """
 
     def __init__(
@@ -78,6 +81,7 @@ class SampleWriter:
         flush_interval: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
         durable: bool = True,
+        lock_wait: LockWait | None = None,
     ):
         self.job_id = job_id
         self.rank = rank
@@ -85,7 +89,7 @@ class SampleWriter:
         self._batch_size = batch_size
         self._flush_interval = flush_interval
         self._clock = clock
-        self._db = open_database(db_path, check_same_thread=False, durable=durable)
+        self._db = open_database(db_path, check_same_thread=False, durable=durable, lock_wait=lock_wait or LockWait())
         last = self._db.execute(
             "SELECT max(seq) FROM samples WHERE job_id = ? AND rank = ?", [job_id, rank]
         ).fetchone()[0]

@@ -14,7 +14,8 @@ from pathlib import Path
 import sqlite_utils
 
 from core.errors import DrainboardError
-from storage.connections import connect, damage_error, transaction
+from storage.connections import connect, refusal_error, transaction
+from storage.lock_waits import LockWait
 
 SAMPLE_COLUMNS = (
     "job_id", "seq", "rank", "t", "stage", "tensors_placed", "bytes_placed", "tensor_name",
@@ -156,6 +157,11 @@ _MIGRATIONS: list[list[str]] = [
         "ALTER TABLE jobs ADD COLUMN error_detail TEXT",
         "ALTER TABLE supervisors ADD COLUMN boot_id TEXT",
     ],
+    # 4: a queued job's place in the queue. NULL keeps submission order (its id); moving a job to the front
+    # gives it a place before every other queued job's (storage.jobs_table.QUEUE_ORDER).
+    [
+        "ALTER TABLE jobs ADD COLUMN queue_rank REAL",
+    ],
 ]
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -169,6 +175,11 @@ def schema_version(db: sqlite_utils.Database) -> int:
     return db.execute("PRAGMA user_version").fetchone()[0]
 
 
+def _too_new(version: int) -> SchemaError:
+    return SchemaError(f"database schema version {version} is newer than this Drainboard ({SCHEMA_VERSION}); "
+                       f"upgrade Drainboard")
+
+
 def ensure_schema(db: sqlite_utils.Database) -> int:
     """Create or migrate the schema to `SCHEMA_VERSION`; safe to call any number of times.
 
@@ -180,9 +191,7 @@ def ensure_schema(db: sqlite_utils.Database) -> int:
     with transaction(db) as conn:
         current = schema_version(db)
         if current > SCHEMA_VERSION:
-            raise SchemaError(
-                f"database schema version {current} is newer than this Drainboard ({SCHEMA_VERSION}); upgrade Drainboard"
-            )
+            raise _too_new(current)
         for version in range(current, SCHEMA_VERSION):
             for statement in _MIGRATIONS[version]:
                 conn.execute(statement)
@@ -190,16 +199,39 @@ def ensure_schema(db: sqlite_utils.Database) -> int:
     return SCHEMA_VERSION
 
 
-def open_database(path: str | Path, *, check_same_thread: bool = True, durable: bool = False) -> sqlite_utils.Database:
+def open_database(path: str | Path, *, check_same_thread: bool = True, durable: bool = False,
+                  lock_wait: LockWait | None = None) -> sqlite_utils.Database:
     """`connect(path, ...)` with the schema created or migrated (`ensure_schema`): what every part that
-    writes the job database opens. Garbage met while migrating is `DatabaseDamagedError` naming the file."""
-    db = connect(path, check_same_thread=check_same_thread, durable=durable)
+    writes the job database opens. A refusal met while migrating (garbage, read-only media) is one line
+    naming the file (`refusal_error`)."""
+    db = connect(path, check_same_thread=check_same_thread, durable=durable, lock_wait=lock_wait)
     try:
         ensure_schema(db)
     except BaseException as e:
         db.conn.close()
-        damaged = damage_error(e, path)
-        if damaged is not None:
-            raise damaged from e
+        refused = refusal_error(e, path)
+        if refused is not None:
+            raise refused from e
         raise
+    return db
+
+
+def open_for_reading(path: str | Path) -> sqlite_utils.Database:
+    """The database opened for reads only (`connect(read_only=True)`: it works on read-only media). A file
+    of an older schema, or none yet, is opened as `open_database` does, since it must be written first."""
+    path = Path(path)
+    if not path.exists():
+        return open_database(path)
+    db = connect(path, read_only=True)
+    try:
+        version = schema_version(db)
+    except BaseException as e:
+        db.conn.close()
+        raise refusal_error(e, path) or e from None
+    if version > SCHEMA_VERSION:
+        db.conn.close()
+        raise _too_new(version)
+    if version < SCHEMA_VERSION:
+        db.conn.close()
+        return open_database(path)
     return db

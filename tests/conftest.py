@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable, Iterator
@@ -50,6 +51,14 @@ def tiny_shards(seed: int = 0) -> list[ShardSpec]:
     ]
 
 
+@pytest.fixture(autouse=True)
+def _no_hugging_face_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point the Hugging Face cache at a folder that does not exist, so a cache on the machine running the tests
+    (`~/.cache/huggingface/hub`, a model root by default) never becomes one more root; tests of the cache set
+    their own."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path_factory.getbasetemp() / "no-hugging-face-cache"))
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> TinyCheckpoint:
     """Component folder `tiny/` with three shards and an index (layout in `tiny_shards`)."""
@@ -92,3 +101,33 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
     for point in reversed(mounted):
         if subprocess.run(["umount", str(point)], capture_output=True, check=False).returncode != 0:
             subprocess.run(["umount", "-l", str(point)], capture_output=True, check=False)
+
+
+@pytest.fixture
+def hold_write_lock() -> Iterator[Callable[..., subprocess.Popen]]:
+    """`hold(db_path, seconds)` starts another process that takes the database's write lock (`BEGIN IMMEDIATE`),
+    returns once it holds it, and commits after `seconds`; on release it prints whether the file
+    `drainboard.db.locked` existed just before (what the System page reads)."""
+    started: list[subprocess.Popen] = []
+
+    def hold(db_path: Path, seconds: float) -> subprocess.Popen:
+        script = (
+            "import os, sqlite3, sys, time\n"
+            "path, seconds = sys.argv[1], float(sys.argv[2])\n"
+            "conn = sqlite3.connect(path, isolation_level=None)\n"
+            "conn.execute('BEGIN IMMEDIATE')\n"
+            "print('held', flush=True)\n"
+            "time.sleep(seconds)\n"
+            "print('notice' if os.path.exists(path + '.locked') else 'no notice', flush=True)\n"
+            "conn.execute('COMMIT')\n"
+        )
+        process = subprocess.Popen([sys.executable, "-c", script, str(db_path), str(seconds)],
+                                   stdout=subprocess.PIPE, text=True)
+        started.append(process)
+        assert process.stdout.readline().strip() == "held"
+        return process
+
+    yield hold
+    for process in started:
+        process.kill()
+        process.wait()

@@ -15,12 +15,10 @@ from typing import Any
 import numpy as np
 
 from dashboard import format as fmt
-from models.levers import COMPILE_STAGE
+from dashboard.views.cards import seconds_per_step
 
 SAME_REQUEST = ("prompt", "seed", "frames", "width", "height", "steps", "workflow")
 """The generate fields two jobs must share for their frames to be compared."""
-DENOISE_STAGE = "denoise.denoise"
-"""The denoising loop's stage: s/step is its seconds over the DiT calls it timed."""
 
 
 @dataclass(frozen=True)
@@ -73,13 +71,6 @@ def request_mismatch(a: dict, b: dict) -> list[str]:
     return [name for name in SAME_REQUEST if pa.get(name) != pb.get(name)]
 
 
-def seconds_per_step(metrics: dict[str, Any]) -> float | None:
-    """The denoising loop's seconds per DiT call, a compiled DiT's first call (its own stage) left out."""
-    seconds = (metrics.get("stage_seconds") or {}).get(DENOISE_STAGE)
-    calls = (metrics.get("steps") or 0) - (1 if COMPILE_STAGE in (metrics.get("stage_seconds") or {}) else 0)
-    return seconds / calls if isinstance(seconds, (int, float)) and calls > 0 else None
-
-
 def total_seconds(job: dict) -> float | None:
     started, finished = job.get("started_at"), job.get("finished_at")
     return finished - started if started is not None and finished is not None else None
@@ -91,7 +82,7 @@ def cost_deltas(a: dict, b: dict) -> list[dict[str, str]]:
     rows = []
     for name, va, vb, show in (
         ("peak memory", ma.get("peak_footprint"), mb.get("peak_footprint"), fmt.gib),
-        ("s/step", seconds_per_step(ma), seconds_per_step(mb), lambda v: f"{v:.3f} s"),
+        ("s/step", seconds_per_step(a, None, 0.0), seconds_per_step(b, None, 0.0), lambda v: f"{v:.3f} s"),
         ("total time", total_seconds(a), total_seconds(b), fmt.duration),
     ):
         both = va is not None and vb is not None

@@ -8,6 +8,7 @@ never takes the listing down: it is listed as broken, with its message.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,9 +17,10 @@ import pandas as pd
 from dashboard import format as fmt
 from dashboard.views import failure
 from core.errors import DrainboardError
-from core.hub_cache import SNAPSHOTS, holding_root, model_label, repo_id_of
-from loader.checkpoint import checkpoint_problems
-from storage.config import ModelPathError, resolve_model_path
+from core.hub_cache import holding_root, model_label
+from loader.catalog import candidates
+from loader.checkpoint import checkpoint_identity, checkpoint_problems
+from loader.roots import ModelRoots
 
 LABEL_PROBLEM = 120
 """Characters of a broken checkpoint's first problem its picker entry shows (the page shows them all)."""
@@ -90,52 +92,6 @@ class CheckpointChoice:
         return sizes.get(component or self.default_component or "", sum(sizes.values()))
 
 
-def _looks_like_checkpoint(folder: Path) -> bool:
-    if (folder / "modular_model_index.json").is_file() or (folder / "model_index.json").is_file():
-        return True
-    return any(folder.glob("*.safetensors")) or any(
-        folder.glob("*.safetensors.index.json")
-    )
-
-
-def _inside(path: Path, roots: list[Path]) -> bool:
-    """True when `path` (links resolved) lies under a root: a link out of the roots is not offered."""
-    try:
-        resolve_model_path(path, roots)
-    except ModelPathError:
-        return False
-    return True
-
-
-def _children(folder: Path) -> list[Path]:
-    try:
-        return sorted(folder.iterdir())
-    except OSError:
-        return []
-
-
-def candidates(root: Path, roots: list[Path]) -> list[Path]:
-    """Model folders, component folders and lone .safetensors files, at most two levels down,
-    that resolve under a model root; in a Hugging Face cache, each repository's snapshots."""
-    found: list[Path] = []
-    for entry in _children(root):
-        if entry.name.startswith(".") or not _inside(entry, roots):
-            continue
-        if repo_id_of(entry.name) is not None and entry.is_dir():
-            found.extend(s for s in _children(entry / SNAPSHOTS) if s.is_dir() and _looks_like_checkpoint(s))
-        elif entry.is_file() and entry.name.endswith(".safetensors"):
-            found.append(entry)
-        elif entry.is_dir():
-            if _looks_like_checkpoint(entry):
-                found.append(entry)
-            else:
-                found.extend(
-                    sub for sub in _children(entry)
-                    if sub.is_dir() and not sub.name.startswith(".") and _inside(sub, roots) and _looks_like_checkpoint(sub)
-                )
-    return found
-
-
 def outside_roots(wanted: str, roots: list) -> str:
     """Why a path the form was given is not offered, and how to offer it: the setting and the file."""
     listed = ", ".join(str(r) for r in roots)
@@ -159,7 +115,24 @@ def _failure(exc: BaseException) -> list[str]:
 
 def describe_checkpoint(path: Path, root: Path, roots: list[Path]) -> CheckpointChoice:
     """Components and sizes from headers, then the loader's validation, every file confined to
-    the model roots as a job's would be; a checkpoint that fails either is listed with every message."""
+    the model roots as a job's would be; a checkpoint that fails either is listed with every message.
+
+    Remembered by the files' identity (`loader.checkpoint.checkpoint_identity`): every widget change reruns
+    the Run page, and a rerun must cost a few `stat`s, not a parse of every header.
+    """
+    identity = checkpoint_identity(path)
+    if identity is None:
+        return _describe(path, root, roots)
+    return _described(path, root, tuple(roots), identity)
+
+
+@functools.lru_cache(maxsize=256)
+def _described(path: Path, root: Path, roots: tuple[Path, ...], identity: tuple) -> CheckpointChoice:
+    """`_describe`, one entry per checkpoint state (`identity` is only the key)."""
+    return _describe(path, root, list(roots))
+
+
+def _describe(path: Path, root: Path, roots: list[Path]) -> CheckpointChoice:
     try:
         index, problems = checkpoint_problems(path, roots)  # the check `jobs submit` runs too
     except Exception as exc:  # one bad folder is a broken entry, never a broken page
@@ -178,8 +151,9 @@ def describe_checkpoint(path: Path, root: Path, roots: list[Path]) -> Checkpoint
 
 
 def find_checkpoints(roots: list[Path]) -> list[CheckpointChoice]:
-    """Every checkpoint under the model roots, in root order then name order."""
-    return [describe_checkpoint(path, root, roots) for root in roots for path in candidates(root, roots)]
+    """Every checkpoint under the model roots (the loader's `catalog.candidates`), in root order then name order."""
+    confined = ModelRoots(roots)
+    return [describe_checkpoint(path, root, roots) for root in roots for path in candidates(root, confined)]
 
 
 def components_table(choice: CheckpointChoice) -> pd.DataFrame:

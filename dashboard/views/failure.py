@@ -117,8 +117,7 @@ def next_step(kind: str | None, *, limit: int | None, budget: int | None, sugges
     cheapest = mode == "stream"  # already the cheapest mode: no advice to choose it
     if kind == "oom" and limit:
         return (f"It needed more than its {fmt.gib(limit)} memory limit: retry with a limit of "
-                f"{fmt.gib(suggested_limit)} (from the memory it had reached)"
-                + ("." if cheapest else ", or choose a cheaper mode."))
+                f"{fmt.gib(suggested_limit)}" + ("." if cheapest else ", or choose a cheaper mode."))
     if kind == "guard":
         told = f"its memory budget of {fmt.gib(budget)}" if budget else "the guard's MemAvailable floor"
         remedy = ("raise the budget" if budget else "lower the floor") + (

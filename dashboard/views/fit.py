@@ -1,12 +1,12 @@
-""""Will it fit?": a job's predicted peak against every wall the user set.
+""""Will it fit?": the submit check's own verdict (jobs.admission), drawn as the Run page's bar and one line.
 
-A job may hit one of four walls: the pool itself (device memory, or the host's
-MemTotal on unified memory and CPU), its memory limit (the cgroup counts only
-the job's own process tree, which starts at the worker's baseline), its memory
-budget (growth of system in use over the job's start) and the MemAvailable
-floor (system in use may not come within the floor of the total). Each wall
-becomes "how many bytes this job may add"; the forecast checks the tightest and
-names a cheaper mode that fits when the chosen one does not.
+The bar and its line use the numbers the submit check refuses with, so the page
+never says a job fits that the submit check, or the memory guard, would stop:
+every host wall counts the job's process start-up (learned from this machine's
+past jobs) with its stage, as the guard counts growth over the job's start
+(docs/metrics.md, "A job's memory"). Without that history the verdict says the
+process is not counted yet, never "Fits". A refused load names a cheaper
+placement mode that fits, from the loader's own forecast per mode.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Mapping
 
 from dashboard import format as fmt
 
-MODE_RATIO = {"stream": 1.0, "drain": 1.16, "retain": 2.0}
-"""Measured peak footprint per mode (bytes added per byte placed; docs/benchmarks.md), cheapest first."""
+MODES = ("stream", "drain", "retain")
+"""The placement modes a load's cheaper mode is looked for among."""
 
 TIGHT = 0.8
 """Share of a wall's allowance from which the forecast says "tight" (amber)."""
@@ -28,77 +28,39 @@ class Wall:
     """One limit a job's peak must stay under."""
 
     name: str
-    """pool, limit, budget or floor."""
+    """budget, available, limit or device (jobs.admission's walls)."""
     allowance: int
     """Bytes the job may add before it hits this wall (may be <= 0: already hit)."""
     label: str
-    """How the message names it: "the 1.0 GiB memory limit"."""
-
-
-def walls(*, in_use: int, capacity: int, limit: int | None = None, limit_baseline: int = 0,
-          budget: int | None = None, floor: int | None = None) -> list[Wall]:
-    """Every wall that applies, the pool first. `limit_baseline` is what the worker
-    process holds before it places anything (the cgroup counts it too)."""
-    found = [Wall("pool", capacity - in_use, f"the {fmt.gib(capacity)} pool ({fmt.gib(in_use)} in use now)")]
-    if limit is not None:
-        found.append(Wall("limit", limit - limit_baseline, f"the {fmt.gib(limit)} memory limit"))
-    if budget is not None:
-        found.append(Wall("budget", budget, f"the {fmt.gib(budget)} memory budget"))
-    if floor is not None:
-        found.append(Wall("floor", capacity - floor - in_use, f"the {fmt.gib(floor)} MemAvailable floor"))
-    return found
+    """How the message names it: "the 1.00 GiB memory limit"."""
 
 
 @dataclass(frozen=True)
 class Forecast:
     """What the fit panel shows."""
 
-    mode: str
-    """The mode forecast."""
+    stage: str
+    """The stage nearest its wall."""
     predicted_peak: int
-    """Bytes the job is predicted to add at its peak."""
+    """Bytes the job is predicted to add at that stage, as the wall counts them."""
     wall: Wall
     """The tightest wall."""
     share: float
     """predicted_peak / wall.allowance (inf when the wall is already hit)."""
     message: str
-    """What to tell the user, with a cheaper mode that fits when this one does not."""
+    """What to tell the user."""
+    process_known: bool = True
+    """Whether the job's own process is in the count (this machine has history of it)."""
 
     @property
     def level(self) -> str:
-        """ok, tight or over: the colour of the message."""
-        return "ok" if self.share <= TIGHT else "tight" if self.share <= 1.0 else "over"
+        """ok, tight or over: the colour of the message (never ok while the process is not counted)."""
+        level = "ok" if self.share <= TIGHT else "tight" if self.share <= 1.0 else "over"
+        return "tight" if level == "ok" and not self.process_known else level
 
 
 def _share(peak: int, allowance: int) -> float:
     return peak / allowance if allowance > 0 else float("inf")
-
-
-def forecast(mode: str, peaks: Mapping[str, int], found: list[Wall]) -> Forecast:
-    """The forecast for `mode`, given each mode's predicted peak (`peaks`) and the walls."""
-    peak = peaks[mode]
-    wall = min(found, key=lambda w: w.allowance)
-    share = _share(peak, wall.allowance)
-    if share <= TIGHT:
-        message = f"Fits: predicted peak {fmt.gib(peak)}, {fmt.gib(wall.allowance - peak)} to spare under {wall.label}."
-    elif share <= 1.0:
-        message = f"Tight: predicted peak {fmt.gib(peak)} is {fmt.percent(share)} of what {wall.label} leaves ({fmt.gib(wall.allowance)})."
-    else:
-        message = f"Will not fit under {wall.label}: predicted peak {fmt.gib(peak)}, {fmt.gib(max(wall.allowance, 0))} allowed."
-        message += " " + _cheaper(mode, peaks, wall)
-    return Forecast(mode, peak, wall, share, message)
-
-
-def _cheaper(mode: str, peaks: Mapping[str, int], wall: Wall) -> str:
-    """A cheaper mode that fits under `wall`, or what the wall would have to be."""
-    for other, peak in sorted(peaks.items(), key=lambda item: item[1]):
-        if other != mode and peak < peaks[mode] and peak <= wall.allowance:
-            return f"{other} ({fmt.gib(peak)}) fits, with {fmt.gib(wall.allowance - peak)} to spare."
-    cheapest = min(peaks, key=peaks.get)
-    need = fmt.gib(peaks[cheapest] - wall.allowance)
-    remedy = {"pool": f"free {need} first", "limit": f"raise the limit by {need}",
-              "budget": f"raise the budget by {need}", "floor": f"lower the floor by {need}"}[wall.name]
-    return f"No mode fits: the cheapest, {cheapest}, needs {fmt.gib(peaks[cheapest])}; {remedy}, or place a smaller dtype."
 
 
 def load_peaks(path: str, *, component: str | None, dtype: str | None, device, roots) -> dict[str, int] | None:
@@ -110,15 +72,20 @@ def load_peaks(path: str, *, component: str | None, dtype: str | None, device, r
         return {
             mode: forecast_load(path, component=component, mode=mode, device=device.spec, dtype=dtype,
                                 roots=roots, device_info=device).predicted_peak_bytes
-            for mode in MODE_RATIO
+            for mode in MODES
         }
     except DrainboardError:
         return None
 
 
-def mode_peaks(bytes_to_place: int) -> dict[str, int]:
-    """Predicted peak per mode from the measured ratios, for a checkpoint of `bytes_to_place` bytes."""
-    return {mode: int(ratio * bytes_to_place) for mode, ratio in MODE_RATIO.items()}
+def cheaper_mode(mode: str, peaks: Mapping[str, int], need: int, allowance: int) -> str | None:
+    """A cheaper mode whose need (this one's, less the difference of their loads' peaks) fits `allowance`, as a
+    sentence, or None."""
+    for other, peak in sorted(peaks.items(), key=lambda item: item[1]):
+        other_need = need - peaks[mode] + peak
+        if other != mode and peak < peaks[mode] and other_need <= allowance:
+            return f"The {other} mode needs {fmt.gib(other_need)} and fits."
+    return None
 
 
 WALL_WORDS = {"budget": "budget", "available": "MemAvailable", "limit": "limit", "device": "device"}
@@ -137,21 +104,29 @@ class SubmitFit:
     """The wall's caption: its kind and the size it stands for (the floor, when one is set, for MemAvailable)."""
 
 
-def submit_fit(tightest: Mapping, in_use: int) -> SubmitFit:
-    """The bar and line for `tightest` (an Admission's `tightest` dict), with the submit check's own numbers:
-    the refusal line, word for word, when it is over."""
+def submit_fit(found: Mapping, in_use: int) -> SubmitFit:
+    """The bar and the one line for an Admission dict (`found`): the whole job's need against its tightest wall,
+    in the page's words (the remedy a page user can act on, never a CLI flag)."""
+    from jobs.admission import remedy
+
+    tightest = found["tightest"]
     peak, allowance = int(tightest["peak"]), int(tightest["allowance"])
     name = tightest["wall"]
     share = _share(peak, allowance)
-    line = tightest["line"]
-    if share <= TIGHT:
-        message = f"Fits: {line}, {fmt.gib(allowance - peak)} to spare."
-    elif share <= 1.0:
-        message = f"Tight: {line}, {fmt.percent(share)} of what it allows."
+    need = int(found.get("need") or peak)
+    known = found.get("startup") is not None
+    if share > 1.0:
+        message = f"Will not fit: needs {fmt.gib(need)}, over {tightest['label']}: {remedy(name, need, cli=False)}."
+    elif not known:
+        message = (f"Fits only if its process is small: the stages alone need {fmt.gib(need)}, under "
+                   f"{tightest['label']}; this machine has no history of a job's own process yet (its first job "
+                   f"measures it).")
+    elif share <= TIGHT:
+        message = f"Fits: needs {fmt.gib(need)}, {fmt.gib(allowance - need)} to spare under {tightest['label']}."
     else:
-        message = f"Will not fit: refused: {line}."
+        message = f"Tight: needs {fmt.gib(need)}, {fmt.percent(need / allowance)} of what {tightest['label']} allows."
     shown = tightest.get("floor") if name == "available" and tightest.get("floor") else allowance
     word = "floor" if name == "available" and tightest.get("floor") else WALL_WORDS.get(name, name)
     wall = Wall(name, allowance, tightest["label"])
-    return SubmitFit(Forecast(tightest["stage"], peak, wall, share, message), 0 if name == "device" else in_use,
-                     f"{word} {fmt.gib(shown)}")
+    return SubmitFit(Forecast(tightest["stage"], peak, wall, share, message, known),
+                     0 if name == "device" else in_use, f"{word} {fmt.gib(shown)}")

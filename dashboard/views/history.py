@@ -68,13 +68,14 @@ def _started(job: dict) -> dt.datetime | None:
 INPUT_COLUMNS = dict(words.INPUT_WORDS)
 """History's column per input image (its GenerateParams field -> heading), each cell a thumbnail."""
 GENERATE_COLUMNS = ("prompt", "seed", "steps", "frames", "size", "workflow", "VAE tiling", "VAE precision",
-                    "transformer weights", "LoRAs")
+                    "transformer weights", "speed levers", "LoRAs")
 """History's columns that generate_parameters fills (empty for a load)."""
 HISTORY_COLUMNS = [
     "status", "job", "id", "kind", "mode", "checkpoint", "duration", "peak in use", "peak footprint", "footprint ×",
     "min headroom",
     "in use", "outcome", "started", "device", "dtype", "memory limit", "prompt", "seed", "steps", "frames", "size",
-    "workflow", *INPUT_COLUMNS.values(), "VAE tiling", "VAE precision", "transformer weights", "LoRAs", "retry of",
+    "workflow", *INPUT_COLUMNS.values(), "VAE tiling", "VAE precision", "transformer weights", "speed levers",
+    "LoRAs", "retry of",
 ]
 """History's columns, in order: what a job cost (duration, peak, footprint) right after what it was, so it is in
 view at 1400 px. Numbers stay numeric (so they sort) and get their unit from the page's format."""

@@ -242,6 +242,26 @@ def describe_supervisor(status: dict) -> str:
     return f"alive (pid {status['pid']}{doing})"
 
 
+def queue_places(active: list[dict]) -> dict[int, str]:
+    """Job id -> where a queued job stands, for jobs in data.active_jobs' order (running first, then the queue):
+    "next in the queue, behind job 7 (running)" or "3rd in the queue, behind job 7 (running) and jobs 9, 11"."""
+    running = [j["id"] for j in active if j["status"] == "running"]
+    queued = [j["id"] for j in active if j["status"] == "queued"]
+    places = {}
+    for position, job_id in enumerate(queued):
+        ahead = [f"job {i} (running)" for i in running]
+        if position:
+            before = queued[:position]
+            ahead.append(("job " if len(before) == 1 else "jobs ") + ", ".join(map(str, before)))
+        where = "next in the queue" if position == 0 else f"{_ordinal(position + 1)} in the queue"
+        places[job_id] = f"{where}, behind {' and '.join(ahead)}" if ahead else f"{where}: it starts when a worker is free"
+    return places
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
 def queue_chip(jobs: list[dict]) -> str:
     """"▶ 1 running: job 7 (load 310/639) · 2 queued" for the frame."""
     running = [j for j in jobs if j["status"] == "running"]

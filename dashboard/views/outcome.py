@@ -62,10 +62,15 @@ def outcome(job: dict, stats: LiveStats, total_bytes: int | None, *, samples: pd
 
 def suggested_limit(job: dict, stats: LiveStats, total_bytes: int | None, samples: pd.DataFrame | None,
                     predicted: int | None) -> int | None:
-    """For a job killed at its memory limit: the smallest limit that would have worked (failure.limit_needed)."""
+    """For a job killed at its memory limit: the smallest limit that would have worked. The submit check's own
+    number where the job has one (what the Run page and a refusal said it needs of a limit: jobs.admission),
+    else what it measured (failure.limit_needed)."""
     limit = killing_limit(job)
     if not limit:
         return None
+    need = (((job.get("spec") or {}).get("forecast") or {}).get("needs") or {}).get("limit")
+    if need:
+        return int(need)
     usage = baseline = None
     if samples is not None and len(samples):
         column = samples["cgroup_usage"] if "cgroup_usage" in samples and samples["cgroup_usage"].notna().any() else samples["vm_rss"]

@@ -37,6 +37,34 @@ KIND_LABELS = {"load": "load", "generate": "load + generate"}
 DTYPES = ("checkpoint dtype", "bfloat16", "float16", "float32")
 """The dtype choices; the first keeps the checkpoint's own."""
 
+FIELD_LABELS = {
+    "model": "Checkpoint", "component": "Component to load", "kind": "Job", "mode": "Placement mode",
+    "device": "Device", "dtype": "dtype", "sample_every": "Sample memory every N tensors",
+    "memory_limit": "Memory limit (cgroup)", "gpus": "GPUs (ranks)", "memory_budget": "Memory budget (guard)",
+    "memory_floor": "MemAvailable floor (guard)", "drop_page_cache": "Drop page cache after reading",
+    "skeleton": "Load as a generic checkpoint (skeleton)", "sequential_components": "One component at a time",
+    "offload": "Offload", "forecast": "Will it fit", "generate": "Generate",
+    "generate.prompt": "Prompt", "generate.frames": "Frames (24 fps)", "generate.height": "Height",
+    "generate.width": "Width", "generate.steps": "Steps", "generate.seed": "Seed", "generate.audio": "Audio track",
+    "generate.workflow": "Workflow",
+    **{f"generate.{field}": role.capitalize() for field, role in {**words.INPUT_WORDS, **words.CLIP_WORDS}.items()},
+    "generate.vae_tiling": "VAE tiling (256 px tiles)", "generate.vae_dtype": "VAE decode precision",
+    "generate.quantize": "Transformer weights", "generate.attention": "Attention backend",
+    "generate.compile": "Regional compile", "generate.step_cache": "Step cache",
+    "plan": "Plan: fastest that fits", "plan_lossy": "Allow lossy levers",
+}
+"""The Run form's field labels by spec field: the widgets are drawn with them and every message names a field
+by them ("Width"), never by the spec's name (`generate.width`)."""
+
+
+def field_label(name: str) -> str:
+    """The form's label of a spec field (`Width` for `generate.width`); an unknown one in words."""
+    if name in FIELD_LABELS:
+        return FIELD_LABELS[name]
+    said = name.rpartition(".")[2].split("[")[0].replace("_", " ")
+    return said[:1].upper() + said[1:]
+
+
 DEFAULT_COMPONENT = ""
 """The component field's value for "the loader's default" (a selectbox shows None as no choice)."""
 
@@ -56,9 +84,11 @@ FIRST_VISIT_STEPS = 3
 """Pre-filled steps (2 DiT calls): keeps the CPU demo near a minute; H3's own default is 50."""
 
 
-def offload_preview(settings: OffloadSettings, device: DeviceInfo, flags: tuple[str, ...] = OFFERED_FLAGS) -> pd.DataFrame:
-    """Each offered flag: as requested, as the job will use it, and why it changed."""
-    resolved, decisions = resolve_offload(settings, device)
+def offload_preview(settings: OffloadSettings, device: DeviceInfo, flags: tuple[str, ...] = OFFERED_FLAGS,
+                    decided: tuple[OffloadSettings, list] | None = None) -> pd.DataFrame:
+    """Each offered flag: as requested, as the job will use it, and why it changed. `decided`: the job's own
+    answer (jobs.probe.job_offload: fit-aware for a generate on a discrete GPU); else the plain policy's."""
+    resolved, decisions = decided or resolve_offload(settings, device)
     why = {d.flag: d.reason for d in decisions}
     return pd.DataFrame(
         [
@@ -69,14 +99,17 @@ def offload_preview(settings: OffloadSettings, device: DeviceInfo, flags: tuple[
     )
 
 
-def offload_summary(preview: pd.DataFrame, device: str) -> str:
+def offload_summary(preview: pd.DataFrame, device: DeviceInfo) -> str:
     """One line for the collapsed offload section: what runs where on `device`."""
-    if device == "cpu":
+    if device.kind == "cpu":
         return "Offload: everything runs on the CPU, so offload does not apply"
     changed = preview[preview["requested"] != preview["used"]]
     if changed.empty:
-        return f"Offload on {device}: as you set it below"
-    return (f"Offload on {device}: unified memory, so {len(changed)} of {len(preview)} settings are off "
+        return f"Offload on {device.spec}: as you set it below"
+    if not device.unified_memory:
+        return (f"Offload on {device.spec}: {len(changed)} of {len(preview)} settings follow this job's forecast "
+                "(components stay on the GPU where they fit)")
+    return (f"Offload on {device.spec}: unified memory, so {len(changed)} of {len(preview)} settings are off "
             "(the GPU and CPU share one pool: moving weights to the CPU frees nothing)")
 
 
@@ -119,6 +152,8 @@ def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
         "sequential_components": tristate_text(spec.get("sequential_components")),
         "gpus": int(spec.get("gpus", 1)),
         "skeleton": bool(spec.get("skeleton", False)),
+        "plan": spec.get("plan") is not None,
+        "plan_lossy": bool(spec.get("plan_lossy", False)),
     }
     offload = {**OffloadSettings().to_dict(), **(spec.get("offload") or {})}
     values.update({f"offload_{name}": bool(offload[name]) for name in OFFERED_FLAGS})

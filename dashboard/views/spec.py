@@ -121,8 +121,19 @@ def generate_parameters(job: dict) -> dict[str, str]:
         "VAE precision": params.get("vae_dtype") or "bf16",
         "transformer weights": lever_option("quantize", quantize).label if quantize else "not quantized",
         "speed levers": lever_words(params),
+        "plan": plan_words(spec_of(job)),
         "LoRAs": lora_words(params.get("loras") or []),
     }
+
+
+def plan_words(spec: dict) -> str:
+    """What `--plan` chose and why, or "none" for a job queued without a plan."""
+    planned = spec.get("planned")
+    if not spec.get("plan") or not planned:
+        return "none"
+    chosen = planned.get("chosen")
+    picked = planned["candidates"][chosen]["label"] if chosen is not None else "nothing fit; ran as asked"
+    return f"{spec['plan']}: {picked} ({planned.get('why', '')})"
 
 
 def lora_words(loras: list) -> str:

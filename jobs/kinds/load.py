@@ -21,7 +21,6 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     name for name and shape for shape, as a generate's load must; `spec.skeleton` loads it generically."""
     from loader.api import load_checkpoint
     from models.components import register_builders
-    from storage.config import load_config
 
     device, _, _ = decide_offload(spec, ctx)
 
@@ -33,11 +32,13 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
 
     if spec.gpus > 1:
         return _run_sharded(spec, ctx)
-    roots = load_config().model_roots
+    roots = ctx.config.model_roots
     if not spec.skeleton:
         register_builders()  # a known class is built as generate builds it, and checked as strictly
     forecast = _record_forecast(spec, ctx, roots, device)
     with ctx.stage("load"):
+        # Nothing placed yet: the process at its first weight, what this machine's next jobs learn their start-up from.
+        ctx.record(tensors_placed=0, bytes_placed=0)
         _, report = load_checkpoint(
             spec.model, component=spec.component, mode=spec.mode, device=spec.device, dtype=spec.dtype,
             roots=roots, on_tensor=on_tensor, probe=ctx.probe, drop_page_cache=spec.drop_page_cache,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pandas as pd
+from dashboard import format as fmt
+from core.sizes import format_size
 import pytest
 
 from dashboard.host import memory_kind, pool_caption
@@ -48,6 +50,19 @@ def test_seconds_per_pass_freeze_when_denoising_ends():
     events = pd.DataFrame({"t": [2.0, 6.0], "kind": ["stage_start", "stage_end"],
                            "stage": ["denoise.denoise", "denoise.denoise"]})
     assert cv.seconds_per_step(job, events, elapsed=30.0) == 2.0  # decoding for 24 s more changes nothing
+
+
+def test_a_compiled_dit_s_first_call_is_left_out_of_seconds_per_pass_live_and_finished():
+    # denoise.denoise opens at 2, the compile stage cuts the first call out (2.1 to 40), the loop goes on from 40.
+    events = pd.DataFrame({"t": [2.0, 2.1, 2.1, 40.0, 40.0], "stage": ["denoise.denoise", "denoise.denoise",
+                                                                      "denoise.compile", "denoise.compile",
+                                                                      "denoise.denoise"],
+                           "kind": ["stage_start", "stage_end", "stage_start", "stage_end", "stage_start"]})
+    running = {"kind": "generate", "status": "running", "progress_done": 3, "progress_total": 8, "metrics": None}
+    assert cv.seconds_per_step(running, events, elapsed=44.1) == pytest.approx((0.1 + 4.1) / 2)
+    finished = {**running, "progress_done": 7,
+                "metrics": {"stage_seconds": {"denoise.denoise": 12.0, "denoise.compile": 38.0}}}
+    assert cv.seconds_per_step(finished, None, 0.0) == 2.0
 
 
 def test_the_start_of_a_generate_says_what_is_happening_not_the_probe_stage():
@@ -246,6 +261,25 @@ def test_a_limit_kill_suggests_the_smallest_limit_that_would_have_worked_and_ret
     assert oc.retry_changes(choices[0], told.suggested_limit) == {"memory_limit": told.suggested_limit}
 
 
+def test_a_forced_job_killed_at_its_limit_is_told_the_submit_checks_own_need(tiny_checkpoint, data_dir):
+    """One number: what the Run page and a refusal said the load needs of a limit is what a retry is told."""
+    from jobs.admission import assess
+    from jobs.spec import JobSpec
+    from storage.config import load_config
+
+    spec = JobSpec("load", str(tiny_checkpoint), memory_limit=4096, forced=True)
+    found = assess(spec, load_config()).to_dict()
+    job = {"status": "killed", "kind": "load", "signal": "SIGKILL",
+           "spec": {**spec.to_dict(), "forecast": found},
+           "error": "killed (SIGKILL) by the kernel OOM killer in the job's memory cgroup: limit 4 KiB reached"}
+    samples = pd.DataFrame({"rank": 0, "t": [0.0], "stage": "load", "bytes_placed": [0], "vm_rss": [GIB // 4],
+                            "device_allocated": 0, "mem_available": 8 * GIB, "cgroup_usage": [4096]})
+    told = oc.outcome(job, jv.live_stats(samples, 16 * GIB), 2 * GIB, samples=samples)
+    assert told.suggested_limit == found["needs"]["limit"] == found["need"]
+    assert found["refusal"].startswith(f"refused: needs {format_size(found['need'])}, over the 4,096 bytes memory limit")
+    assert f"retry with a limit of {fmt.gib(found['need'])}" in told.next_step
+
+
 def test_every_kill_says_what_to_do_next():
     guard = failure.next_step("guard", limit=None, budget=400 * 2**20, suggested_limit=None, mode="drain")
     assert "budget of 400 MiB" in guard
@@ -295,7 +329,7 @@ def test_no_advice_to_choose_stream_for_a_job_already_on_stream():
     assert on_stream == "The memory guard stopped it at its memory budget of 50 MiB, before the kernel had to: raise the budget."
     assert "choose a cheaper mode (stream" in next_step("guard", limit=None, budget=2**30, suggested_limit=None, mode="drain")
     limited = next_step("oom", limit=2**30, budget=None, suggested_limit=2**31, mode="stream")
-    assert "cheaper mode" not in limited and limited.endswith("(from the memory it had reached).")
+    assert "cheaper mode" not in limited and limited.endswith("retry with a limit of 2.0 GiB.")
 
 
 def test_supervisor_ids_and_unknown_signals_stay_off_the_page():
@@ -321,3 +355,13 @@ def test_a_loads_start_up_is_said_apart_and_its_chart_starts_at_the_first_tensor
     assert charts.from_first_placement(samples)["bytes_placed"].notna().all()
     assert len(charts.from_first_placement(samples)) == len(frame)
     assert jv.startup_text(frame) is None
+
+
+def test_a_queued_job_says_its_place_and_what_it_waits_behind():
+    active = [{"id": 7, "status": "running"}, {"id": 12, "status": "queued"}, {"id": 9, "status": "queued"},
+              {"id": 11, "status": "queued"}]
+    places = jv.queue_places(active)
+    assert places == {12: "next in the queue, behind job 7 (running)",
+                      9: "2nd in the queue, behind job 7 (running) and job 12",
+                      11: "3rd in the queue, behind job 7 (running) and jobs 12, 9"}
+    assert jv.queue_places([{"id": 3, "status": "queued"}]) == {3: "next in the queue: it starts when a worker is free"}

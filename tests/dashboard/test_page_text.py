@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = ["run", "job", "history", "compare", "system"]
+PAGES = ["run", "job", "history", "compare", "models", "system"]
 INTERNAL_NAME = re.compile(r"\b(?:[A-Z]{2,}\.md|DESIGN)\b")
 """Names of the working documents behind the product (upper-case `*.md` files, "DESIGN ..."), which users never have."""
 

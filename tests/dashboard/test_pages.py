@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 from storage import jobs_table
 from storage.queries import delete_job
 
-PAGES = ["run", "job", "history", "compare", "system"]
+PAGES = ["run", "job", "history", "compare", "models", "system"]
 TIMEOUT = 60
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -511,12 +511,35 @@ def test_history_shows_a_generate_jobs_memory_and_time_and_never_none(db_with_jo
     fox = job_adder(db, status="succeeded", kind="generate", model="/models/demo", samples=load_samples,
                     generate=GENERATE, metrics={"peak_footprint": 3 * 2**29})
     job_adder(db, status="queued")
+    small = job_adder(db, status="succeeded", kind="generate", model="/models/demo", generate=GENERATE,
+                      metrics={"peak_footprint": 700 * 2**20})
     at = page("history").run()
     assert not at.exception, at.exception
     frame = at.dataframe[0].value.set_index("id")
     assert frame.loc[fox, "peak footprint"] == pytest.approx(1.5)
+    assert frame.loc[small, "peak footprint"] == pytest.approx(700 / 1024)
+    assert b"700.0 MiB" in at.dataframe[0].proto.arrow_data.styler.display_values  # MiB under 1 GiB
     assert frame.loc[fox, "duration"] == pytest.approx(20, abs=1)
     assert frame.loc[ids["stream"], "peak footprint"] > 0  # a load's from its samples, by the same definition
     shown = at.dataframe[0].proto.arrow_data.styler.display_values
     assert b"None" not in shown and b"nan" not in shown
     assert not frame.drop(columns=["in use"]).isna().any().any()  # Streamlit draws an empty cell as "None"
+
+
+def test_the_run_pages_queue_moves_a_job_to_the_front_and_clears_after_confirming(fresh_db, job_adder):
+    running = job_adder(fresh_db, status="running")
+    queued = [job_adder(fresh_db, status="queued") for _ in range(3)]
+    at = page("run").run()
+    assert not at.exception, at.exception
+    lines = [m.value for m in at.markdown if "· queued" in m.value]
+    assert f"2nd in the queue, behind job {running} (running) and job {queued[0]}" in lines[1]
+    at.button(key=f"front_{queued[2]}").click().run()
+    assert jobs_table.claim_oldest(fresh_db, "test") == queued[2]
+    st.cache_data.clear()  # the job list is cached for a second
+    at.run()
+    at.button(key="run_clear_queue_button").click().run()
+    assert any(w.value.startswith(f"Cancel the 2 queued jobs ({queued[0]}, {queued[1]})?") for w in at.warning)
+    at.button(key="run_clear_queue_confirm").click().run()
+    statuses = dict(fresh_db.execute("SELECT id, status FROM jobs").fetchall())
+    assert [statuses[i] for i in queued] == ["cancelled", "cancelled", "running"]
+    assert statuses[running] == "running"

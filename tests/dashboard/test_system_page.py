@@ -74,3 +74,18 @@ def test_the_history_reads_the_samples_jobs_stored_before_the_page_opened(fresh_
 
 def fresh_db_path(db) -> Path:
     return Path(db.conn.execute("PRAGMA database_list").fetchone()[2])
+
+
+def test_the_worker_section_says_the_database_is_locked_and_for_how_long(fresh_db):
+    import re
+    import time
+
+    from storage.lock_waits import LockWait, lock_notice_path
+
+    wait = LockWait("host:123:abcd", lock_notice_path(fresh_db_path(fresh_db)))
+    wait.refused(time.time() - 75)  # a worker whose writes have waited 75 s
+    at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "system.py"), default_timeout=60).run()
+    assert not at.exception, at.exception
+    [warning] = [w.value for w in at.warning if "locked by another process" in w.value]
+    assert re.match(r"The job database has been locked by another process for 1 min (1[5-9]|[2-5]\d) s ", warning), warning
+    assert "the worker (host:123:abcd) waits and retries its writes, and loses none" in warning

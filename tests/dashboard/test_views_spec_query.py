@@ -108,6 +108,10 @@ def test_a_generate_jobs_workflow_inputs_and_knobs_are_among_its_parameters():
     job["spec"]["generate"] |= {"attention": "_native_cudnn", "compile": True, "step_cache": "taylorseer"}
     assert job_parameters(job)["speed levers"] == ("cuDNN attention (lossless), regional compile (lossless), "
                                                    "TaylorSeer step cache (lossy)")
+    assert old["plan"] == "none"
+    job["spec"] |= {"plan": "fastest", "planned": {"chosen": 0, "why": "no history", "candidates": [
+        {"label": "resident · bf16 · regional compile"}]}}
+    assert job_parameters(job)["plan"] == "fastest: resident · bf16 · regional compile (no history)"
 
 
 def test_history_puts_each_input_images_thumbnail_in_its_own_column():

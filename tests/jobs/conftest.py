@@ -1,3 +1,4 @@
+import os
 import time
 
 import pytest
@@ -91,3 +92,20 @@ def tiny_model(config):
     path = config.model_roots[0] / "tiny"
     synth_h3(path, get_profile("tiny"), seed=0)
     return path
+
+
+@pytest.fixture
+def launched_workers(monkeypatch):
+    """`jobs submit` without --wait starts a detached worker when none is alive; a test module that submits in
+    process records the request instead (`pytestmark = pytest.mark.usefixtures("launched_workers")`; a test
+    that wants the real worker runs the CLI in a subprocess). Returns the configs asked for."""
+    import jobs.presence
+
+    asked = []
+
+    def record(config, **kwargs):
+        asked.append(config)
+        return {"alive": True, "id": "test", "pid": os.getpid(), "heartbeat_age": 0.0, "current_job": None}
+
+    monkeypatch.setattr(jobs.presence, "ensure_supervisor", record)
+    return asked

@@ -1,4 +1,4 @@
-"""Refusal at submit: a job whose forecast cannot fit is refused with one line (stage, peak, wall), exit 2,
+"""Refusal at submit: a job whose forecast cannot fit is refused with one line (its need, the wall), exit 2,
 nothing queued; --force queues it and the job records it; the walls agree with the forecast's host/device."""
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from jobs.cli import main
 from jobs.spec import JobSpec
 from machine.device import DeviceInfo
 from storage.queries import list_jobs
+
+pytestmark = pytest.mark.usefixtures("launched_workers")  # submits here start no real worker
 
 GIB = 2**30
 CPU = DeviceInfo("cpu", "cpu", None, "test CPU", True, 64 * GIB, "cpu", "a CPU")
@@ -28,7 +30,7 @@ def test_an_over_budget_generate_is_refused_in_one_line_exit_2_and_nothing_is_qu
     code = main(_submit(tiny_model, "--memory-budget", "10MiB", "--json"))
     out = json.loads(capsys.readouterr().out)
     assert code == 2 and out["ok"] is False and len(out["errors"]) == 1
-    assert out["error"].startswith("refused: text_encoder would peak at ")
+    assert out["error"].startswith("refused: needs ")
     assert "over the 10.0 MiB budget" in out["error"]
     assert list_jobs(db) == []
 
@@ -38,11 +40,11 @@ def test_force_queues_it_and_the_job_records_that_it_was_forced(db, config, tiny
     job = json.loads(capsys.readouterr().out)
     assert code == 0 and job["status"] == "queued"
     spec = list_jobs(db)[0]["spec"]
-    assert spec["forced"] is True and spec["forecast"]["refusal"].startswith("refused: text_encoder")
+    assert spec["forced"] is True and spec["forecast"]["refusal"].startswith("refused: needs ")
     assert [s["stage"] for s in spec["forecast"]["stages"]] == ["text_encoder", "denoise.denoise", "decode.video",
                                                                 "decode.audio"]
     main(["show", str(job["id"])])
-    assert "forced: queued over the forecast (refused: text_encoder" in capsys.readouterr().out
+    assert "forced: queued over the forecast (refused: needs " in capsys.readouterr().out
 
 
 def test_a_generate_that_fits_is_queued_with_its_forecast_and_no_history_eta(db, config, tiny_model):
@@ -51,7 +53,7 @@ def test_a_generate_that_fits_is_queued_with_its_forecast_and_no_history_eta(db,
     admitted = admit(spec, config, db, probe=lambda _: CPU, available=32 * GIB, total=64 * GIB)
     assert admitted.forecast["refusal"] is None and not admitted.forced
     assert {e["basis"] for e in admitted.forecast["eta"]} == {"no history on this machine"}
-    with pytest.raises(JobRefused, match=r"^refused: text_encoder would peak at .* over the 0\.5 GiB MemAvailable less the .* floor"):
+    with pytest.raises(JobRefused, match=r"^refused: needs .* over the 512\.0 MiB MemAvailable less the .* floor"):
         admit(spec, config, db, probe=lambda _: CPU, available=GIB // 2, total=64 * GIB)
 
 
@@ -64,19 +66,19 @@ def test_a_memory_limit_counts_anonymous_memory_only_and_says_so(config):
     args = (config, CPU, need, 0, 0, 100 * GIB, 128 * GIB)
     assert _first_refusal(_spec(memory_limit=2 * GIB), *args) is None  # 1 GiB anonymous under a 2 GiB limit
     line = _first_refusal(_spec(memory_limit=GIB // 2), *args)
-    assert line == ("refused: load.transformer would peak at 1.0 GiB, over the 0.5 GiB memory limit "
+    assert line == ("refused: needs 1.00 GiB, over the 512.0 MiB memory limit "
                     "(anonymous memory; file-backed pages are reclaimable)")
 
 
 def test_a_discrete_gpu_refuses_on_its_pool_and_unified_memory_on_the_sum(config):
     need = [StageNeed("denoise.denoise", host=10 * GIB, device=139 * GIB, file_backed=0)]
     line = _first_refusal(_spec(), config, H200, need, GIB, GIB, 500 * GIB, 512 * GIB)
-    assert line == "refused: denoise.denoise would peak at 139.0 GiB, over NVIDIA H200's 139.8 GiB less the 1.0 GiB CUDA context"
+    assert line == "refused: needs 139.00 GiB, over NVIDIA H200's 139.80 GiB less the 1.00 GiB CUDA context"
     gb10 = DeviceInfo("cuda", "cuda", 0, "NVIDIA GB10", True, 121 * GIB, "cuda-driver", "made up")
     need = [StageNeed("decode.video", host=40 * GIB, device=60 * GIB, file_backed=0)]
     line = _first_refusal(_spec(memory_floor=20 * GIB), config, gb10, need, GIB, 0, 110 * GIB, 121 * GIB)
-    assert line == ("refused: decode.video would peak at 101.0 GiB, over the 110.0 GiB MemAvailable less the "
-                    "20.0 GiB floor")
+    assert line == ("refused: needs 101.00 GiB, over the 110.00 GiB MemAvailable less the "
+                    "20.00 GiB floor")
 
 
 def test_the_tightest_check_is_the_refused_one_or_else_the_stage_nearest_its_wall(config):
@@ -86,7 +88,27 @@ def test_the_tightest_check_is_the_refused_one_or_else_the_stage_nearest_its_wal
              StageNeed("decode.video", host=6 * GIB, device=0, file_backed=0)]
     args = (config, CPU, needs, GIB, 0, 100 * GIB, 128 * GIB)
     fits = tightest(wall_checks(_spec(memory_budget=10 * GIB), *args))
-    assert (fits.stage, fits.wall, fits.peak, fits.allowance) == ("decode.video", "budget", 6 * GIB, 10 * GIB)
-    assert fits.line == "decode.video would peak at 6.0 GiB, under the 10.0 GiB budget" and not fits.over
+    # the budget counts the process's start-up (1 GiB here) with the stage, as the guard counts growth
+    assert (fits.stage, fits.wall, fits.peak, fits.allowance) == ("decode.video", "budget", 7 * GIB, 10 * GIB)
+    assert fits.line == "decode.video would peak at 7.00 GiB, under the 10.00 GiB budget" and not fits.over
     refused = tightest(wall_checks(_spec(memory_budget=4 * GIB), *args))
-    assert refused.over and f"refused: {refused.line}" == _first_refusal(_spec(memory_budget=4 * GIB), *args)
+    assert refused.over and _first_refusal(_spec(memory_budget=4 * GIB), *args) == \
+        "refused: needs 7.00 GiB, over the 4.00 GiB budget"
+
+
+def test_plan_fastest_at_submit_records_the_plan_runs_its_choice_and_refuses_when_nothing_fits(db, config,
+                                                                                              tiny_model, capsys):
+    code = main(_submit(tiny_model, "--plan", "fastest"))
+    assert code == 0
+    assert any(line.startswith(" * resident") for line in capsys.readouterr().err.splitlines())
+    spec = list_jobs(db)[0]["spec"]
+    plan = spec["planned"]
+    chosen = plan["candidates"][plan["chosen"]]
+    assert spec["plan"] == "fastest" and not plan["lossy"] and all(c["lossless"] for c in plan["candidates"])
+    assert {k: spec["generate"][k] for k in ("attention", "compile")} == \
+        {k: chosen["levers"][k] for k in ("attention", "compile")}
+    assert spec["sequential_components"] is chosen["sequential"] and "no history" in plan["why"]
+    code = main(_submit(tiny_model, "--plan", "fastest", "--memory-budget", "10MiB", "--json"))
+    out = json.loads(capsys.readouterr().out)
+    assert code == 2 and out["error"].startswith("refused: --plan fastest: no candidate fits: text_encoder would peak")
+    assert len(list_jobs(db)) == 1

@@ -20,6 +20,8 @@ from storage.config import load_config
 from storage.schema import open_database
 from storage.queries import get_job, list_jobs
 
+pytestmark = pytest.mark.usefixtures("launched_workers")  # submits here start no real worker
+
 
 def run_json(capsys, *argv: str) -> tuple[int, dict]:
     code = main([*argv, "--json"])

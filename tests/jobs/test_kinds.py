@@ -32,3 +32,18 @@ def test_an_unknown_kind_names_the_known_ones_and_a_name_cannot_be_registered_tw
     with pytest.raises(ValueError, match="job kind 'load' is already registered by jobs.kinds.load"):
         job_kind("load")(other)
     assert job_kind("load")(get_kind("load")) is get_kind("load")  # the same function again is harmless
+
+
+def test_an_installed_torchaos_import_warnings_stay_out_of_the_jobs_log(db, config, queue_job, run_to_end):
+    """torchao prints "Failed to load ... Could not load this library" for kernels built for another torch when
+    diffusers imports it; a job child's log starts with the job's own lines instead."""
+    import importlib.util
+
+    from storage.artifacts import job_dir
+
+    if importlib.util.find_spec("torchao") is None:
+        pytest.skip("torchao is not installed (requirements-quant.txt): nothing imports it")
+    job = run_to_end(queue_job("diffusers_import"))
+    assert job["status"] == "succeeded", job["error"]
+    log = (job_dir(config.data_dir, job["id"]) / "child.log").read_text()
+    assert "Could not load this library" not in log and "Unable to import `torchao`" not in log, log

@@ -14,6 +14,8 @@ from jobs.cli import main
 from jobs.errors import JobSpecError
 from jobs.spec import build_spec
 
+pytestmark = pytest.mark.usefixtures("launched_workers")  # submits here start no real worker
+
 SHARD = "diffusion_pytorch_model-00001-of-00001.safetensors"
 INDEX = "diffusion_pytorch_model.safetensors.index.json"
 

@@ -252,6 +252,27 @@ def test_crafted_input_is_quoted_back_bounded(config, fields):
     assert len(str(caught.value)) < 400 and "characters)" in str(caught.value)
 
 
+def test_a_single_file_transformer_is_resolved_under_the_roots_and_checked_at_submit(config, tiny_model, tmp_path):
+    from tests.models.reference_layout import reference_tensors, write_single_file
+
+    tensors = reference_tensors(tiny_model / "transformer")
+    inside = write_single_file(tensors, config.model_roots[0] / "dit.safetensors", data_start_mod8=7)
+    spec = build_spec({"kind": "generate", "model": str(tiny_model),
+                       "generate": {"prompt": "a fox", "transformer": str(inside), "qkv_layout": "interleaved"}}, config)
+    assert (spec.generate.transformer, spec.generate.qkv_layout) == (str(inside), "interleaved")
+    away = write_single_file(tensors, tmp_path / "away.safetensors")
+    with pytest.raises(JobSpecError) as refused:
+        build_spec({"kind": "generate", "model": str(tiny_model),
+                    "generate": {"prompt": "a fox", "transformer": str(away)}}, config)
+    assert refused.value.field == "generate.transformer"
+    assert f"a root holding it: {tmp_path}" in str(refused.value)
+    tensors["adaln_t_table"] = torch.zeros(10, 4)
+    pruned = write_single_file(tensors, config.model_roots[0] / "pruned.safetensors")
+    with pytest.raises(JobSpecError, match="pruned.safetensors: a pruned MiniMax H3 DiT"):
+        build_spec({"kind": "generate", "model": str(tiny_model),
+                    "generate": {"prompt": "a fox", "transformer": str(pruned)}}, config)
+
+
 def test_a_lever_the_device_cannot_run_is_refused_at_submit_and_a_runnable_set_is_recorded(config, tiny_model):
     raw = {"kind": "generate", "model": str(tiny_model), "generate": {"prompt": "a fox", "attention": "_native_cudnn"}}
     with pytest.raises(JobSpecError) as caught:

@@ -20,7 +20,7 @@ def h3_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def h3_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The `demo` profile (about 100 MiB: large enough that its weights, not the process, carry a stage)."""
+    """The `demo` profile (138 MiB: large enough that its weights, not the process, carry a stage)."""
     from models.h3synth import synth_h3
     from models.profiles import get_profile
 

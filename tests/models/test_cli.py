@@ -94,3 +94,15 @@ def test_generate_with_a_clip_that_is_no_video_exits_2_naming_it(capsys, h3_tiny
     body = json.loads(capsys.readouterr().out)
     assert code == 2 and len(body["errors"]) == 1
     assert body["errors"][0].startswith(f"ref_video: {bad}: not a readable video")
+
+
+def test_forecast_plan_fastest_prints_the_plan_and_forecasts_its_choice(capsys, h3_tiny: Path):
+    code = main(["forecast", str(h3_tiny), "--prompt", "a red fox", "--height", "64", "--width", "64", "--steps", "4",
+                 "--plan", "fastest", "--json"])
+    captured = capsys.readouterr()
+    body = json.loads(captured.out)
+    plan = body["plan"]
+    chosen = plan["candidates"][plan["chosen"]]
+    assert code == 0 and len(plan["candidates"]) == 8 and all(c["lossless"] for c in plan["candidates"])
+    assert body["sequential_components"] is chosen["sequential"] and body["levers"] == chosen["levers"]
+    assert captured.err.splitlines()[0] == "plan: 8 candidates (lossless only)"

@@ -81,11 +81,27 @@ def test_a_cpu_generate_refuses_a_cuda_only_backend_in_one_line_before_reading_a
     assert not (tmp_path / "c.mp4").exists()
 
 
-def test_taylorseer_changes_the_frames_and_the_run_records_its_lever_set(h3_tiny: Path, tmp_path: Path):
+def test_taylorseer_changes_the_frames_records_its_lever_set_and_holds_the_buffers_the_forecast_counts(
+        h3_tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from diffusers.hooks import HookRegistry
+
+    from machine.offload import OffloadSettings
+    from models import run_state
+    from models.forecast import forecast_generate
+
     exact = run_generate(h3_tiny, SMALL, tmp_path / "exact.mp4", device_info=UNIFIED)
-    events = []
-    cached = run_generate(h3_tiny, GenerateParams(**{**SMALL.to_dict(), "step_cache": "taylorseer"}),
-                          tmp_path / "cached.mp4", device_info=UNIFIED, on_event=events.append)
+    events, dits = [], []
+    apply = run_state.apply_levers
+    monkeypatch.setattr(run_state, "apply_levers", lambda module, **kw: (dits.append(module), apply(module, **kw))[1])
+    params = GenerateParams(**{**SMALL.to_dict(), "step_cache": "taylorseer"})
+    cached = run_generate(h3_tiny, params, tmp_path / "cached.mp4", device_info=UNIFIED, on_event=events.append)
+    # What the hooks hold once the loop is done (their state, read here only to check the forecast's count).
+    held = sum(factor.nbytes for module in dits[0].modules()
+               for hook in [HookRegistry.check_if_exists_or_initialize(module).get_hook("taylorseer_cache")] if hook
+               for state in hook.state_manager._state_cache.values()
+               for factors in state.taylor_factors.values() for factor in factors.values())
+    forecast = forecast_generate(h3_tiny, params, device_info=UNIFIED, settings=OffloadSettings())
+    assert held == forecast.lever_bytes["step_cache"] > 0
     # 5 DiT calls: TaylorSeer computes the first three and predicts the rest, so the frames move.
     assert cached.video_sha256 != exact.video_sha256
     assert cached.levers == {"attention": "native", "compile": False, "quantize": None, "step_cache": "taylorseer",
@@ -117,3 +133,26 @@ def test_a_compiled_dit_s_first_call_is_its_own_stage_and_the_backend_is_set_thr
     assert marks == [(k, s) for s in ("denoise.denoise", COMPILE_STAGE, "denoise.denoise")
                      for k in ("stage_start", "stage_end")]
     assert result.levers["key"] == "attention=_native_flash+compile" and result.levers["lossless"]
+
+
+def test_the_forecast_counts_a_cache_while_the_dit_is_resident_and_names_what_only_a_gpu_can_fit(h3_tiny: Path):
+    from machine.offload import OffloadSettings
+    from models.eta import stage_work
+    from models.forecast import forecast_generate
+
+    def forecast(sequential: bool, **levers):
+        return forecast_generate(h3_tiny, GenerateParams(**{**SMALL.to_dict(), **levers}), device_info=UNIFIED,
+                                 settings=OffloadSettings(), sequential_components=sequential)
+
+    for sequential, holding in ((True, {"denoise.denoise"}), (False, {"denoise.denoise", "decode.video"})):
+        plain, cached = forecast(sequential), forecast(sequential, step_cache="taylorseer")
+        grown = {s.stage for s, p in zip(cached.stages, plain.stages) if s.total_bytes != p.total_bytes}
+        assert grown == holding
+        assert all(s.total_bytes - p.total_bytes == cached.lever_bytes["step_cache"]
+                   for s, p in zip(cached.stages, plain.stages) if s.stage in grown)
+    compiled = forecast(True, compile=True)
+    assert compiled.not_counted == ["compile: the compiled blocks' workspace and the compiler's own memory are not "
+                                    "counted; only a GPU run can fit them (bench/bench_levers.py)"]
+    work, plain_work = stage_work(compiled), stage_work(forecast(True))
+    assert work[COMPILE_STAGE] == 1.0 and COMPILE_STAGE not in plain_work
+    assert work["denoise.denoise"] * 5 == plain_work["denoise.denoise"] * 4  # 6 steps: 5 calls, the first apart

@@ -1,0 +1,228 @@
+"""`--plan fastest`: the configurations one generate could run in, each forecast against its walls and timed
+from this machine's history, and the fastest that fits chosen.
+
+Candidates are residency (resident, sequential) x weight precision x the lever
+sets allowed. Lossless only by default: bf16 weights, the attention backends the
+device runs, compile off and on; with lossy levers allowed, also the int8 / fp8
+weights and fp8 compute the device runs, SageAttention where it is installed,
+and the TaylorSeer step cache. What the request itself names is always a
+candidate. Candidates are listed in the order of preference (`PREFERENCE`).
+
+The choice: among candidates that fit, the fewest predicted seconds where every
+stage has history on this machine for that lever set; when no fitting candidate
+has it, the first that fits in the order of preference, and the plan says so. No
+lever's speedup is assumed without history (nor from another lever set's): the
+order of preference keeps to the request, so without history the plan changes
+only what it must to fit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Callable, Iterable
+
+from .eta import NO_HISTORY, StageRecord, estimate, stage_work, total_seconds
+from .forecast import GenerateForecast
+from .levers import (ATTENTION_BACKENDS, FP8_COMPUTE, LEVER_FIELDS, attention_problem, is_lossless, lever_option,
+                     levers_of)
+from .params import GenerateParams
+
+PREFERENCE = ("the request's own levers before others (no speedup is assumed without history)",
+              "resident before sequential (no component loaded twice)",
+              "bf16 weights before fp8 compute, fp8 and int8")
+"""The order candidates are listed and, without history, chosen in."""
+PRECISIONS = (None, FP8_COMPUTE, "fp8", "int8")
+"""Weight precisions in the order of preference (None: bf16)."""
+
+WallCheck = Callable[[GenerateForecast], "tuple[str, str, bool] | None"]
+"""A forecast -> (stage, line, over) of the stage nearest its wall (the first over one, when any is), or None
+where no wall applies."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration the plan considered."""
+
+    sequential: bool
+    """Per-stage residency (load each component before its first block, release it after its last)."""
+    levers: dict[str, Any]
+    """The lever fields of GenerateParams (`attention`, `compile`, `quantize`, `step_cache`)."""
+    lossless: bool
+    """Whether every lever of it is lossless (`models.levers`)."""
+    peaks: dict[str, int]
+    """Forecast host + device bytes per stage."""
+    over_stage: str | None
+    """The stage that does not fit (None when all fit)."""
+    wall: str | None
+    """The stage nearest its wall against it, in one line (`... would peak at 1.2 GiB, under the 64.0 GiB budget`):
+    the one that does not fit, when one does not."""
+    seconds: float | None
+    """Predicted seconds from this machine's history; None without history for every stage."""
+    not_counted: list[str]
+    """Lever memory the forecast cannot know (`GenerateForecast.not_counted`)."""
+
+    @property
+    def fits(self) -> bool:
+        return self.over_stage is None
+
+    @property
+    def label(self) -> str:
+        """`resident · bf16 · flash attention (torch) + regional compile`."""
+        precision = self.levers.get("quantize") or "bf16"
+        options = [o.label for o in levers_of(self.levers) if o.field != "quantize"]
+        return " · ".join(["sequential" if self.sequential else "resident", precision,
+                           " + ".join(options) or "no lever"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "fits": self.fits, "label": self.label}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every candidate, the one chosen and why."""
+
+    candidates: list[Candidate]
+    """In the order of preference."""
+    chosen: int | None
+    """Index of the candidate used; None when none fits."""
+    why: str
+    """One line: how it was chosen, or what does not fit."""
+    lossy: bool
+    """Whether lossy levers were allowed."""
+
+    @property
+    def choice(self) -> Candidate | None:
+        return None if self.chosen is None else self.candidates[self.chosen]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"candidates": [c.to_dict() for c in self.candidates], "chosen": self.chosen, "why": self.why,
+                "lossy": self.lossy, "preference": list(PREFERENCE)}
+
+
+def candidate_settings(params: GenerateParams, device: str, capability: tuple[int, int] | None, *, lossy: bool,
+                       sequential: bool | None) -> list[tuple[bool, dict[str, Any]]]:
+    """(sequential, lever values) of every candidate the device runs, in the order of preference; `sequential`
+    set by the user leaves residency alone."""
+    from .quantize_check import quantization_problem, torchao_installed
+
+    asked = {name: getattr(params, name) for name in LEVER_FIELDS}
+
+    def allowed(field: str, value: Any) -> bool:
+        option = lever_option(field, value)
+        return option is None or option.lossless or lossy or value == asked[field]
+
+    torchao = torchao_installed()
+    precisions = [q for q in dict.fromkeys((asked["quantize"], *PRECISIONS))
+                  if allowed("quantize", q) and quantization_problem(q, device, capability, torchao) is None]
+    backends = [b for b in dict.fromkeys((asked["attention"], *ATTENTION_BACKENDS))
+                if allowed("attention", b) and attention_problem(b, device, capability) is None]
+    caches = [c for c in dict.fromkeys((asked["step_cache"], None, "taylorseer")) if allowed("step_cache", c)]
+    residencies = [False, True] if sequential is None else [sequential]
+    found = [(s, {"attention": a, "compile": c, "quantize": q, "step_cache": k})
+             for s in residencies for q in precisions for a in backends for c in (True, False) for k in caches]
+
+    def preference(item: tuple[bool, dict[str, Any]]) -> tuple:
+        seq, values = item
+        changed = sum(values[name] != asked[name] for name in LEVER_FIELDS)
+        return changed, seq, PRECISIONS.index(values["quantize"])
+    return sorted(found, key=preference)
+
+
+def plan_fastest(params: GenerateParams, *, device: str, capability: tuple[int, int] | None, device_key: str,
+                 forecast_for: Callable[[GenerateParams, bool], GenerateForecast], check: WallCheck,
+                 records: Iterable[StageRecord], lossy: bool = False, sequential: bool | None = None) -> Plan:
+    """Forecast and time every candidate (`forecast_for(params, sequential)`, `check` against the walls, `records`
+    of `device_key`) and choose the fastest that fits."""
+    from .levers import lever_key
+
+    from .forecast import lever_memory_unknown
+
+    records = list(records)
+    forecasts: dict[tuple, GenerateForecast] = {}
+    candidates = []
+    for seq, values in candidate_settings(params, device, capability, lossy=lossy, sequential=sequential):
+        candidate = replace(params, **values)
+        # The bytes depend on residency, precision and the step cache only; the attention backend and compile
+        # change what the forecast says it cannot count, and compile the stages' work.
+        key = (seq, values["quantize"], values["step_cache"])
+        if key not in forecasts:
+            forecasts[key] = forecast_for(candidate, seq)
+        forecast = replace(forecasts[key], levers=dict(values), not_counted=lever_memory_unknown(candidate))
+        nearest = check(forecast)
+        stage, line, over = nearest if nearest else (None, None, False)
+        seconds = total_seconds(estimate(stage_work(forecast), records, device_key, lever_key(values)))
+        candidates.append(Candidate(seq, values, is_lossless(values), {s.stage: s.total_bytes for s in forecast.stages},
+                                    stage if over else None, line, seconds, list(forecast.not_counted)))
+    chosen, why = choose(candidates)
+    return Plan(candidates, chosen, why, lossy)
+
+
+def choose(candidates: list[Candidate]) -> tuple[int | None, str]:
+    """The index of the fastest candidate that fits (by history, else the first in the order of preference) and
+    why, in one line."""
+    fitting = [i for i, c in enumerate(candidates) if c.fits]
+    if not fitting:
+        first = candidates[0] if candidates else None
+        return None, ("no candidate fits: " + first.wall) if first else "no candidate runs on this device"
+    timed = [i for i in fitting if candidates[i].seconds is not None]
+    if timed:
+        best = min(timed, key=lambda i: candidates[i].seconds)
+        untimed = len(fitting) - len(timed)
+        return best, (f"the fastest of {len(timed)} that fit with history on this machine: "
+                      f"{candidates[best].seconds:.1f} s predicted"
+                      + (f"; {untimed} that fit have {NO_HISTORY} and were not compared" if untimed else ""))
+    return fitting[0], (f"{NO_HISTORY} for any candidate that fits: the first that fits in the order of preference ("
+                        + "; ".join(PREFERENCE) + ")")
+
+
+def planned(params: GenerateParams, plan: Plan) -> tuple[GenerateParams, bool]:
+    """The request as the chosen candidate runs it, and its residency."""
+    choice = plan.choice
+    if choice is None:
+        raise ValueError(plan.why)
+    return replace(params, **choice.levers), choice.sequential
+
+
+def machine_check(kind: str, unified: bool, total_memory: int | None, name: str, available: int) -> WallCheck:
+    """The walls of a run outside the queue (`models generate` / `forecast --plan`): MemAvailable now for what the
+    host holds (host and device on a CPU or unified memory), the GPU's memory for a discrete GPU's side. A job's
+    walls add its budget, floor and limit (`jobs.admission.plan_job`)."""
+    from core.sizes import format_size
+
+    shared = kind == "cpu" or unified
+
+    def check(forecast: GenerateForecast) -> tuple[str, str, bool] | None:
+        nearest = None
+        for s in forecast.stages:
+            host = forecast.process_host_bytes + s.host_bytes + (s.device_bytes if shared else 0)
+            walls = [(host, available, f"the {format_size(available)} MemAvailable")]
+            if not shared and total_memory:
+                room = total_memory - forecast.process_device_bytes
+                walls.append((s.device_bytes, room, f"{name}'s {format_size(room)}"))
+            for peak, allowance, label in walls:
+                line = (f"{s.stage} would peak at {format_size(peak)}, {'over' if peak > allowance else 'under'} "
+                        f"{label}")
+                if peak > allowance:
+                    return s.stage, line, True
+                share = peak / allowance if allowance > 0 else math.inf
+                if nearest is None or share > nearest[0]:
+                    nearest = (share, s.stage, line)
+        return None if nearest is None else (nearest[1], nearest[2], False)
+    return check
+
+
+def plan_lines(plan: dict[str, Any]) -> list[str]:
+    """A recorded plan (`Plan.to_dict`) for a terminal: one line per candidate (`*` chosen, `x` does not fit, with
+    the stage), then the choice and why."""
+    from core.sizes import format_size
+
+    lines = [f"plan: {len(plan['candidates'])} candidates ({'lossy allowed' if plan['lossy'] else 'lossless only'})"]
+    for i, c in enumerate(plan["candidates"]):
+        mark = "*" if i == plan["chosen"] else ("x" if not c["fits"] else " ")
+        peak = max(c["peaks"].items(), key=lambda kv: kv[1], default=("-", 0))
+        eta = f"{c['seconds']:.1f} s" if c["seconds"] is not None else NO_HISTORY
+        fit = f"does not fit: {c['wall']}" if not c["fits"] else f"peak {format_size(peak[1])} at {peak[0]}"
+        lines.append(f" {mark} {c['label']}: {fit}; {eta}")
+    lines.append(f"why: {plan['why']}")
+    return lines

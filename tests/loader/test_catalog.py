@@ -1,0 +1,40 @@
+"""`python -m loader models`: every checkpoint under the folders and the Hugging Face cache, from headers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from loader.catalog import find_models, fit_verdict
+from loader.cli import main
+from tests.hub_layout import hub_snapshot
+
+
+def test_the_verdict_weighs_all_weights_then_the_largest_alone():
+    sizes = {"text_encoder": 6, "transformer": 4, "vae": 1}
+    assert fit_verdict(sizes, 11) == "fits"
+    assert fit_verdict(sizes, 10) == "needs sequential residency"
+    assert fit_verdict(sizes, 5) == "does not fit: text_encoder"
+
+
+def test_layouts_sizes_and_dtypes_of_what_lies_under_a_folder_and_the_cache(tiny_checkpoint, tmp_path, capsys,
+                                                                            monkeypatch):
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "tiny").symlink_to(tiny_checkpoint.path, target_is_directory=True)  # a link out: not listed
+    hub_snapshot(tiny_checkpoint.path, tmp_path / "hub", repo_id="org/tiny")
+    (folder / "bad.safetensors").write_bytes(b"\x00" * 4)
+    entries = find_models([folder, tmp_path / "hub"], memory=2**40)
+    assert [(e.name, e.layout, e.verdict) for e in entries] == [
+        ("bad.safetensors", "single file", ""), ("org/tiny @ main", "component folder", "fits")]
+    assert entries[0].problems and not entries[1].problems
+    [component] = entries[1].components
+    assert component.dtypes == {"BF16": 768, "F16": 1024, "F32": 384, "I64": 24}
+    assert component.run_bytes == 768 + 1024 + 192 + 24  # floats at bf16, the step table as stored
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert main(["models", str(folder), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["folders"] == [str(folder), str(tmp_path / "hub")]
+    assert [m["name"] for m in listed["models"]] == ["bad.safetensors", "org/tiny @ main"]
+    assert main(["models", str(folder), "--no-hub-cache"]) == 0
+    assert "org/tiny" not in capsys.readouterr().out

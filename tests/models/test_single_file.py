@@ -1,0 +1,146 @@
+"""A MiniMax H3 DiT as one file in the reference layout (Comfy-Org's): placed tensor by tensor into diffusers'
+class, generating the frames diffusers' own `from_single_file` gives, misaligned data offsets included."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from models.components import load_component
+from models.params import GenerateParamsError, ModelSpec, validate_params
+from models.pipeline import run_generate
+from models.single_file import transformer_problem
+from tests.models.reference_layout import reference_tensors, write_single_file
+from tests.models.test_pipeline import SMALL, UNIFIED
+
+FAST = replace(SMALL, steps=2, audio=False)
+
+
+@pytest.fixture(scope="module")
+def reference_files(h3_tiny: Path, tmp_path_factory) -> dict[str, Path]:
+    """The tiny DiT as single files: stacked with 8-byte-aligned data, stacked with every tensor at an odd
+    offset (data area at 5 mod 8, as public reports say Comfy-Org's are), interleaved at 7 mod 8."""
+    folder = tmp_path_factory.mktemp("single")
+    stacked = reference_tensors(h3_tiny / "transformer")
+    return {
+        "aligned": write_single_file(stacked, folder / "h3-aligned.safetensors"),
+        "misaligned": write_single_file(stacked, folder / "h3-misaligned.safetensors", data_start_mod8=5),
+        "interleaved": write_single_file(reference_tensors(h3_tiny / "transformer", qkv_layout="interleaved"),
+                                         folder / "h3-interleaved.safetensors", data_start_mod8=7),
+    }
+
+
+@pytest.mark.parametrize("mode", ["stream", "drain"])
+@pytest.mark.parametrize("which, layout", [("aligned", "stacked"), ("misaligned", "stacked"),
+                                           ("interleaved", "interleaved")])
+def test_each_tensor_lands_where_the_diffusers_layout_puts_it_read_once(h3_tiny, reference_files, which, layout, mode):
+    file = reference_files[which]
+    assert which == "aligned" or (8 + int.from_bytes(file.read_bytes()[:8], "little")) % 2 == 1
+    folder, _ = load_component(h3_tiny, "transformer", dtype=torch.bfloat16)
+    single, report = load_component(h3_tiny, "transformer", dtype=torch.bfloat16, mode=mode, single_file=file,
+                                    qkv_layout=layout)
+    expected, placed = folder.state_dict(), single.state_dict()
+    assert placed.keys() == expected.keys()
+    assert [k for k in expected if not torch.equal(expected[k], placed[k])] == []
+    on_disk = sum(t.numel() * t.element_size() for t in reference_tensors(h3_tiny / "transformer").values())
+    assert report.bytes_read == on_disk  # every byte read once: no fused tensor read whole, then cut
+
+
+def test_the_wrong_qkv_layout_gives_other_weights_the_file_cannot_tell(h3_tiny, reference_files):
+    folder, _ = load_component(h3_tiny, "transformer", dtype=torch.bfloat16)
+    wrong, _ = load_component(h3_tiny, "transformer", dtype=torch.bfloat16, single_file=reference_files["interleaved"])
+    name = "transformer_blocks.0.attn.to_q.weight"
+    assert not torch.equal(folder.state_dict()[name], wrong.state_dict()[name])
+
+
+def _digest(videos) -> str:
+    return hashlib.sha256(np.ascontiguousarray(np.asarray(videos)[0], dtype=np.float32).tobytes()).hexdigest()
+
+
+def _diffusers_frames(h3_tiny: Path, file: Path, layout: str) -> str:
+    """diffusers' own pipeline with its own `from_single_file` DiT, all in float32: `from_single_file` loads
+    every tensor at one dtype (float32 unless told; under bfloat16 it casts even the modules its class keeps in
+    float32, which `from_pretrained` and Drainboard keep), so float32 is where both sides hold the same values."""
+    from diffusers import MiniMaxH3Transformer3DModel, ModularPipeline
+
+    from models.components import load_aux
+
+    pipe = ModularPipeline.from_pretrained(str(h3_tiny), workflow="t2va")
+    pipe.load_components(dtype=torch.float32)
+    if pipe.processor is None:  # Qwen3VLProcessor's video part needs torchvision, which this box lacks
+        pipe.update_components(processor=load_aux(h3_tiny, "processor"))
+    dit = MiniMaxH3Transformer3DModel.from_single_file(str(file), config=str(h3_tiny), subfolder="transformer",
+                                                       local_files_only=True, qkv_layout=layout)
+    for parameter in dit.parameters():
+        # diffusers keeps q, k and v as views into the fused tensor (torch.chunk), on the file's mapping; CPU
+        # GEMM picks its kernel by pointer alignment, so the same values at other addresses round differently.
+        # Each tensor gets an allocation of its own, as a load places it: values untouched.
+        parameter.data = parameter.data.clone()
+    pipe.update_components(transformer=dit)
+    state = pipe(prompt=FAST.prompt, num_frames=FAST.frames, height=FAST.height, width=FAST.width,
+                 num_inference_steps=FAST.steps, generator=torch.Generator("cpu").manual_seed(FAST.seed),
+                 output_type="np")
+    return _digest(state.get("videos"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which, layout", [("misaligned", "stacked"), ("interleaved", "interleaved")])
+def test_seed_contract_a_single_file_dit_generates_diffusers_own_from_single_file_frames(
+        h3_tiny, reference_files, tmp_path, which, layout):
+    file = reference_files[which]
+    result = run_generate(h3_tiny, replace(FAST, transformer=str(file), qkv_layout=layout), tmp_path / "c.mp4",
+                          dtype=torch.float32, device_info=UNIFIED)
+    assert result.video_sha256 == _diffusers_frames(h3_tiny, file, layout)
+    assert result.loads["transformer"]["tensors_placed"] == 52
+
+
+def test_a_pruned_single_file_is_refused_in_one_line(h3_tiny, tmp_path):
+    tensors = reference_tensors(h3_tiny / "transformer")
+    tensors["adaln_t_table"] = torch.zeros(1000, 16)
+    file = write_single_file(tensors, tmp_path / "pruned.safetensors")
+    problem = transformer_problem(str(file), ModelSpec.read(h3_tiny).configs["transformer"])
+    assert problem == ("pruned.safetensors: a pruned MiniMax H3 DiT: it has adaln_t_table (1000, 16) in place of "
+                       "time_embedder, which diffusers' MiniMaxH3Transformer3DModel does not take; use the unpruned DiT")
+
+
+def test_a_single_file_of_another_model_or_size_is_refused_naming_what_was_found(h3_tiny, h3_demo, tmp_path):
+    other = write_single_file({"encoder.layer.0.weight": torch.ones(4, 4)}, tmp_path / "bert.safetensors")
+    with pytest.raises(GenerateParamsError) as refused:
+        validate_params(replace(FAST, transformer=str(other)), ModelSpec.read(h3_tiny))
+    assert "transformer: bert.safetensors: not a MiniMax H3 DiT in the original layout" in str(refused.value)
+    assert "encoder.layer.0.weight" in str(refused.value)
+    demo = write_single_file(reference_tensors(h3_demo / "transformer"), tmp_path / "demo.safetensors")
+    problem = transformer_problem(str(demo), ModelSpec.read(h3_tiny).configs["transformer"])
+    assert problem == ("demo.safetensors: a DiT of 6 blocks of width 384, but the model's transformer/config.json "
+                       "says 2 blocks of width 32; give --model the folder of the same model size")
+
+
+def test_interleaved_without_a_single_file_is_refused(h3_tiny):
+    with pytest.raises(GenerateParamsError, match="qkv_layout: only applies to a single-file DiT"):
+        validate_params(replace(FAST, qkv_layout="interleaved"), ModelSpec.read(h3_tiny))
+
+
+def test_models_forecast_counts_the_single_file_as_the_dit_and_refuses_another_in_one_line(
+        h3_tiny, reference_files, tmp_path, capsys):
+    import json
+
+    from models.cli import main
+    from models.forecast import weight_bytes
+
+    file = reference_files["misaligned"]
+    assert weight_bytes(h3_tiny, transformer=str(file))["transformer"] == weight_bytes(h3_tiny)["transformer"]
+    base = ["forecast", str(h3_tiny), "--prompt", "a fox", "--height", "64", "--width", "64", "--steps", "2", "--json"]
+    assert main(base) == 0
+    folder = json.loads(capsys.readouterr().out)
+    assert main([*base, "--transformer", str(file)]) == 0
+    single = json.loads(capsys.readouterr().out)
+    assert single["peak_bytes"] == folder["peak_bytes"] and single["stages"] == folder["stages"]
+    other = write_single_file({"encoder.weight": torch.ones(2, 2)}, tmp_path / "bert.safetensors")
+    assert main([*base, "--transformer", str(other)]) == 2
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert "transformer: bert.safetensors: not a MiniMax H3 DiT in the original layout" in error
