@@ -8,8 +8,7 @@ then times, side by side in this one process, each step a Run page rerun takes w
 
 - `listing`: the Run page's checkpoint picker (`dashboard.views.checkpoints.find_checkpoints`);
 - `submit check`: `jobs.spec.build_spec` of a load job on it (the loader's check every submit runs);
-- `forecast`: `loader.forecast_load` (discovery remembered; the forecast's own arithmetic over every tensor
-  is not, and the page keeps its result 10 s);
+- `forecast`: `loader.forecast_load` of a CPU stream load (remembered by the same identity);
 
 and after a `touch` of the file (another mtime, so another identity: discovered anew). The file is dated a
 minute back first: a tree changed in the last 2 s is never remembered. Prints one JSON object.

@@ -68,7 +68,7 @@ def pool_bar(host: HostMemory, *, axis: bool = True) -> alt.LayerChart:
     Rows are placed in pixels (labels 0-11, bar 14-28) so nothing is clipped at any width."""
     total_gib = host.total / fmt.GIB
     scale = alt.Scale(domain=[0, total_gib], nice=False)
-    x_axis = alt.Axis(format=".0f", labelExpr="datum.label + ' GiB'", title=None, grid=False) if axis else None
+    x_axis = alt.Axis(format=".0f", tickMinStep=1, labelExpr="datum.label + ' GiB'", title=None, grid=False) if axis else None
     bar = alt.Chart(pool_parts(host)).mark_bar().encode(
         x=alt.X("x0:Q", scale=scale, axis=x_axis),
         x2="x1:Q",

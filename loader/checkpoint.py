@@ -269,7 +269,7 @@ CHECKED_KEPT = 4
 """Checkpoints whose discovery is remembered (the most recently asked; an index of 200,000 tensors holds
 about 150 MB)."""
 SETTLED_NS = 2 * 10**9
-"""How old (by mtime) the newest file must be before a discovery is remembered."""
+"""How old (by mtime) the newest file must be before the tree has an identity (before anything is remembered)."""
 _checked: OrderedDict[tuple, tuple[tuple, CheckpointIndex | None, tuple[str, ...]]] = OrderedDict()
 _checked_lock = threading.Lock()
 
@@ -277,7 +277,9 @@ _checked_lock = threading.Lock()
 def checkpoint_identity(path: str | os.PathLike) -> tuple | None:
     """(name, size, mtime_ns, inode) of `path` and of every entry under it, links followed, three levels down
     (a model folder, its component folders, their shards and configs): equal identities, equal discoveries.
-    None when the tree holds more than `IDENTITY_ENTRIES` entries or cannot be listed."""
+    None when the tree holds more than `IDENTITY_ENTRIES` entries, cannot be listed, or changed in the last
+    `SETTLED_NS` (a file written again within the clock's granularity, a few milliseconds, could keep its size
+    and mtime: a tree that fresh is not to be remembered yet)."""
     found: list[tuple] = []
     folders = [(Path(path), 0)]
     try:
@@ -291,6 +293,8 @@ def checkpoint_identity(path: str | os.PathLike) -> tuple | None:
                 return None
     except OSError:
         return None
+    if time.time_ns() - max(entry[2] for entry in found) <= SETTLED_NS:
+        return None
     return tuple(found)
 
 
@@ -300,8 +304,8 @@ def checked_checkpoint(path: str | os.PathLike, roots: RootsArg) -> tuple[Checkp
     Remembered for the last `CHECKED_KEPT` checkpoints by their files' identity (`checkpoint_identity`), so
     asking again about files that did not change costs a few `stat`s: a page rerun, a submit check and a
     forecast of one checkpoint of 200,000 tensors parse its 18 MB header once. A checkpoint whose shards lie
-    outside its own folder is not remembered (its identity would not cover them), nor one changed in the last
-    `SETTLED_NS`. The index is shared between callers: read it, never change it.
+    outside its own folder is not remembered (its identity would not cover them), nor one without an identity
+    (changed in the last `SETTLED_NS`). The index is shared between callers: read it, never change it.
     """
     key = (str(path), None if roots is None else tuple(str(r) for r in roots))
     identity = checkpoint_identity(path)
@@ -316,19 +320,13 @@ def checked_checkpoint(path: str | os.PathLike, roots: RootsArg) -> tuple[Checkp
         index, problems = None, tuple(exc.messages())
     else:
         problems = tuple(validate_checkpoint(index))
-    if identity is not None and _settled(identity) and (index is None or _shards_inside(index, Path(path))):
+    if identity is not None and (index is None or _shards_inside(index, Path(path))):
         with _checked_lock:
             _checked[key] = (identity, index, problems)
             _checked.move_to_end(key)
             while len(_checked) > CHECKED_KEPT:
                 _checked.popitem(last=False)
     return index, problems
-
-
-def _settled(identity: tuple) -> bool:
-    """Whether every file is older than `SETTLED_NS`: a file changed again within the clock's granularity
-    (a few milliseconds) could keep its size and mtime, so a fresher tree is not remembered yet."""
-    return time.time_ns() - max(entry[2] for entry in identity) > SETTLED_NS
 
 
 def _shards_inside(index: CheckpointIndex, path: Path) -> bool:

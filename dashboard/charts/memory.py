@@ -13,6 +13,7 @@ from typing import Mapping, Sequence
 import altair as alt
 import pandas as pd
 
+from dashboard import format as fmt
 from dashboard import words
 from dashboard.charts import frames as fr
 from dashboard.charts.style import POLICY, PREDICTED, WALL, BY_LABEL, Palette, palette
@@ -108,19 +109,20 @@ class Panel:
     @property
     def x_enc(self) -> alt.X:
         unit = self.frames.placed_unit[0]
-        axis = alt.Axis(format=_unit_format(unit)) if self.x == "bytes" else alt.Axis()
+        axis = _unit_axis(unit) if self.x == "bytes" else alt.Axis()
         return alt.X("x:Q", title=fr.x_title(self.x, unit), scale=self.x_scale, axis=axis)
 
     @property
     def y_enc(self) -> alt.Y:
         unit = self.frames.y_unit[0]
         title = unit + (" above the job's first sample" if self.frames.baseline else "")
-        return alt.Y("value:Q", title=title, scale=self.y_scale, axis=alt.Axis(format=_unit_format(unit)))
+        return alt.Y("value:Q", title=title, scale=self.y_scale, axis=_unit_axis(unit))
 
 
-def _unit_format(unit_name: str) -> str:
-    """Axis tick format: one decimal of GiB, whole MiB."""
-    return ".1f" if unit_name == "GiB" else ",.0f"
+def _unit_axis(unit_name: str) -> alt.Axis:
+    """Axis ticks: one decimal of GiB, whole MiB, never closer than what the format shows (a 0.05 GiB step
+    printed at one decimal would read 0.0, 0.1, 0.1)."""
+    return alt.Axis(format=".1f", tickMinStep=0.1) if unit_name == "GiB" else alt.Axis(format=",.0f", tickMinStep=1)
 
 
 @dataclass(frozen=True)
@@ -154,7 +156,7 @@ def wall_layers(p: Panel, capacity: int | None) -> list:
     if not capacity:
         return []
     cap = capacity / GIB
-    zone = alt.Chart(pd.DataFrame({"y0": [cap * 0.9], "y1": [cap], "label": [f"capacity {cap:.1f} GiB"]}))
+    zone = alt.Chart(pd.DataFrame({"y0": [cap * 0.9], "y1": [cap], "label": [f"capacity {fmt.gib(capacity)}"]}))
     return [
         zone.mark_rect(color=WALL, opacity=0.08).encode(y=alt.Y("y0:Q", scale=p.y_scale), y2="y1:Q"),
         zone.mark_rule(color=WALL, strokeDash=[6, 4], strokeWidth=1.5).encode(y=alt.Y("y1:Q", scale=p.y_scale)),

@@ -146,11 +146,12 @@ def main() -> None:
         if kind == "generate":
             raw["generate"] = fields.generate_fields(choice, device, raw.get("sequential_components"))
             raw |= fields.plan_fields()
-        raw["offload"] = fields.offload_fields(device)
+        raw["offload"], offload_slot = fields.offload_fields(device, kind)
         form_state.keep_drawn()
     form_state.mirror_in_url()
     spec, errors = checks.checked(raw, choice)
     form_state.fill_errors(errors)  # under each field, as they change; Queue job names them all while it is off
+    fields.offload_table(offload_slot, spec, device)  # what the job will do: fit-aware for a discrete-GPU generate
     with side:
         found = checks.assessed(spec, db)
         with st.container():  # a fixed slot: the button below keeps its place whatever the forecast draws

@@ -236,3 +236,22 @@ def test_a_video_without_settings_is_said_and_changes_nothing(tiny_root, fresh_d
     at.get("file_uploader")[0].set_value(("plain.mp4", clip.read_bytes(), "video/mp4")).run()
     assert any("carries no Drainboard settings" in w.value for w in at.warning)
     assert at.segmented_control(key="run_kind").value == "load"
+
+
+def test_the_offload_preview_shows_what_a_discrete_gpu_generate_will_do_not_the_plain_policy(tiny_source):
+    from jobs.probe import job_offload
+    from jobs.spec import JobSpec
+    from machine.device import DeviceInfo
+    from machine.offload import OffloadSettings
+    from models.params import GenerateParams
+    from dashboard.views.run import offload_preview, offload_summary
+
+    gpu = DeviceInfo(spec="cuda:0", kind="cuda", index=0, name="a discrete 80 GiB GPU", unified_memory=False,
+                     total_memory=80 * 2**30, source="test", reason="a discrete GPU")
+    spec = JobSpec(kind="generate", model=str(tiny_source), device="cuda:0",
+                   generate=GenerateParams(prompt="a fox", steps=2, frames=124))
+    plain = offload_preview(OffloadSettings(), gpu)
+    job = offload_preview(OffloadSettings(), gpu, decided=job_offload(spec, gpu))
+    assert plain["used"].sum() == 3  # the plain policy offloads every component (layerwise in place of whole-DiT)
+    assert not job["used"].any()  # the tiny model fits 80 GiB: the job keeps every component on the GPU
+    assert offload_summary(job, gpu).startswith("Offload on cuda:0: 4 of 4 settings follow this job's forecast")

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from loader import checkpoint
-from loader.checkpoint import checked_checkpoint, checkpoint_problems
+from loader.checkpoint import checked_checkpoint, checkpoint_identity, checkpoint_problems
 from tests.conftest import tiny_shards
 
 
@@ -81,3 +81,28 @@ def test_shards_outside_the_folder_are_never_remembered(component_writer, tmp_pa
     for _ in range(2):
         checked_checkpoint(folder, [tmp_path])
     assert len(discoveries) == 2  # its identity would not cover the shard it names
+
+
+def test_a_forecast_asked_again_is_remembered_except_a_cuda_streams_ring(fresh, monkeypatch):
+    """The forecast's arithmetic runs over every tensor; a CUDA stream's ring follows MemAvailable and the page
+    cache now, so that one is made anew each time."""
+    from loader import forecast
+    from machine.device import DeviceInfo
+
+    made = []
+    real = forecast._forecast
+    monkeypatch.setattr(forecast, "_forecast", lambda *args: made.append(args) or real(*args))
+    roots = [fresh.parent]
+    first = forecast.forecast_load(fresh, roots=roots)
+    assert forecast.forecast_load(fresh, roots=roots) == first and len(made) == 1
+    assert forecast.forecast_load(fresh, roots=roots, mode="drain") != first and len(made) == 2
+    gpu = DeviceInfo("cuda:0", "cuda", 0, "a fake GPU", False, 16 * 2**30, "fake", "a faithful fake")
+    for _ in range(2):
+        forecast.forecast_load(fresh, roots=roots, device="cuda:0", device_info=gpu)
+    assert len(made) == 4
+
+
+def test_a_tree_changed_a_moment_ago_has_no_identity_yet(fresh):
+    assert checkpoint_identity(fresh) is not None
+    age(next(fresh.glob("*.safetensors")), 0)
+    assert checkpoint_identity(fresh) is None
