@@ -3,22 +3,25 @@ and what was expected, so a user can act on one line."""
 
 from __future__ import annotations
 
+from core.echo import NAME_LIMIT
+
 SHOWN_PROBLEMS = 10
 """Problems one error lists before "and N more": a crafted checkpoint has as many as it likes."""
-MAX_NAME_SHOWN = 120
-"""Characters of a name (tensor, file) a message quotes; a longer one is cut with its length."""
+PROBLEM_LIMIT = 8 * NAME_LIMIT
+"""Characters of one listed problem; a longer one is cut with its length (its names are quoted already,
+by `core.echo`)."""
 SIGBUS_MEANING = "the file changed or shrank while it was being read (a shard truncated or rewritten during the load)"
 """What a load killed by SIGBUS most likely means: a mapped shard lost pages under it (drain, retain)."""
 
 
-def clip(text: str, limit: int = MAX_NAME_SHOWN) -> str:
-    """`text` as a message may quote it: at most `limit` characters, a cut one saying how long it was."""
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+def _cut(problem: str) -> str:
+    """A problem as an error lists it: at most `PROBLEM_LIMIT` characters, a cut one saying how long it was."""
+    return problem if len(problem) <= PROBLEM_LIMIT else f"{problem[:PROBLEM_LIMIT]}... ({len(problem)} characters)"
 
 
 def first_of(items: list[str], count: int = SHOWN_PROBLEMS) -> list[str]:
-    """The first `count` of `items`, each clipped, then "and N more" when some were left out."""
-    shown = [clip(item, 8 * MAX_NAME_SHOWN) for item in items[:count]]
+    """The first `count` of `items`, each cut to `PROBLEM_LIMIT`, then "and N more" when some were left out."""
+    shown = [_cut(item) for item in items[:count]]
     return shown + [f"and {len(items) - count} more"] if len(items) > count else shown
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from core.errors import DrainboardError
+from dashboard import format as fmt
 from storage.config import Config
 from storage.schema import open_database
 
@@ -78,5 +79,5 @@ def write_demo(path: Path, on_progress: Progress) -> None:
     synth_h3(
         path,
         get_profile(DEMO_NAME),
-        on_bytes=lambda done, total: on_progress(done / total if total else 1.0, f"writing the demo checkpoint: {done / 2**20:.0f} of {total / 2**20:.0f} MiB"),
+        on_bytes=lambda done, total: on_progress(done / total if total else 1.0, f"writing the demo checkpoint: {fmt.gib(done)} of {fmt.gib(total)}"),
     )

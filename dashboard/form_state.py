@@ -14,6 +14,7 @@ import streamlit as st
 from dashboard import data
 from dashboard.views import query
 from dashboard.views.run import form_values
+from models.params import INPUT_FILE_FIELDS as INPUT_FILES
 
 # Session keys (a page script must not hold bare strings: Streamlit would draw them).
 FORM_KEY = "run_form"  # field -> value of the form, kept while the user is on other pages
@@ -21,6 +22,7 @@ FROM_KEY = "run_filled_from"  # id of the job whose spec filled the form (applie
 ERRORS_KEY = "run_errors"  # {"spec": the form as submitted, "errors": field -> messages} from a refused submit
 SLOTS_KEY = "run_error_slots"  # [(field names, the empty slot under their widget)] drawn in this script run
 DRAWN_KEY = "run_drawn"  # fields drawn in this script run, kept at its end
+VIDEO_KEY = "run_filled_from_video"  # file id of the dropped video whose settings filled the form (applied once)
 CARRIED_KEY = "run_carried_inputs"  # {"job": id, "files": {field: that job's copy}}: edit and re-queue's inputs
 # Fields mirrored in the query string, so a refreshed or shared URL opens the same form.
 URL_FIELDS = ("checkpoint", "component", "kind", "mode", "device", "dtype")
@@ -98,6 +100,29 @@ def open_checkpoint(path: str) -> None:
     """Make `path` the Run form's checkpoint (the Models page's *Open in Run*): the form's other values stay."""
     durable()["checkpoint"] = path
     st.session_state.pop(key("checkpoint"), None)
+
+
+def fill_from_video(file_id: str, settings: dict[str, Any], checkpoints: dict[str, str]) -> str:
+    """Fill the generate fields (and the checkpoint, when one of that name is found: `checkpoints` maps a folder
+    name to its path) from a dropped Drainboard video's settings (models.video_settings), once per file; the
+    other fields keep their values. Returns what was filled, in one line."""
+    generate = {k: v for k, v in settings["generate"].items() if k not in INPUT_FILES}
+    model = (settings.get("model") or {}).get("name")
+    found = checkpoints.get(model) if isinstance(model, str) else None
+    values = {k: v for k, v in form_values({"kind": "generate", "generate": generate}).items()
+              if k == "kind" or k.startswith("gen_")}
+    if found:
+        values["checkpoint"] = found
+    if st.session_state.get(VIDEO_KEY) != file_id:
+        durable().update(values)
+        for name in values:
+            st.session_state.pop(key(name), None)  # seed() takes the video's value (if still offered)
+        st.session_state[VIDEO_KEY] = file_id
+    inputs = [settings["generate"][f] for f in INPUT_FILES if settings["generate"].get(f)]
+    return (f"Filled from the video's settings (prompt, seed, workflow, size, frames, steps"
+            + (f"; checkpoint {model}" if found else f"; its checkpoint {model!r} is not under the model roots"
+               if model else "") + ")"
+            + (f". Upload its inputs again: {', '.join(map(str, inputs))}." if inputs else "."))
 
 
 def carry_inputs(job_id: int, spec: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ import altair as alt
 import pandas as pd
 
 from dashboard import format as fmt
-from dashboard.charts.style import WALL
+from dashboard.charts.style import WALL, palette
 from dashboard.host import HostMemory
 
 IN_USE = "#009E73"
@@ -68,7 +68,7 @@ def pool_bar(host: HostMemory, *, axis: bool = True) -> alt.LayerChart:
     Rows are placed in pixels (labels 0-11, bar 14-28) so nothing is clipped at any width."""
     total_gib = host.total / fmt.GIB
     scale = alt.Scale(domain=[0, total_gib], nice=False)
-    x_axis = alt.Axis(format=".0f", labelExpr="datum.label + ' GiB'", title=None, grid=False) if axis else None
+    x_axis = alt.Axis(format=".0f", tickMinStep=1, labelExpr="datum.label + ' GiB'", title=None, grid=False) if axis else None
     bar = alt.Chart(pool_parts(host)).mark_bar().encode(
         x=alt.X("x0:Q", scale=scale, axis=x_axis),
         x2="x1:Q",
@@ -82,13 +82,14 @@ def pool_bar(host: HostMemory, *, axis: bool = True) -> alt.LayerChart:
     ticks = alt.Chart(marks).mark_rule(color=TICK, strokeWidth=2).encode(
         x=alt.X("x:Q", scale=scale), y=alt.value(11), y2=alt.value(31)
     )
-    labels = alt.Chart(marks).mark_text(color=TICK, fontSize=10, baseline="bottom").encode(
+    labels = alt.Chart(marks).mark_text(fontSize=10, baseline="bottom").encode(  # coloured by style.readable
         x=alt.X("x:Q", scale=scale), y=alt.value(10), text="label:N"
     )
     return alt.layer(bar, ticks, labels).properties(height=32 + (AXIS_PX if axis else 0))
 
 
-def fit_bar(in_use: int, predicted_peak: int, wall_at: int, wall_label: str, share: float) -> alt.LayerChart:
+def fit_bar(in_use: int, predicted_peak: int, wall_at: int, wall_label: str, share: float,
+            theme: str | None = None) -> alt.LayerChart:
     """The Run page's "will it fit?" bar: system in use now plus the job's predicted peak,
     against the tightest wall (drawn where it sits in the pool); amber from 80%, red past it."""
     total = in_use + predicted_peak
@@ -112,7 +113,7 @@ def fit_bar(in_use: int, predicted_peak: int, wall_at: int, wall_label: str, sha
     )
     wall = alt.Chart(pd.DataFrame({"at": [wall_at / fmt.GIB], "label": [wall_label]}))
     rule = wall.mark_rule(color=WALL, strokeDash=[6, 4], strokeWidth=2).encode(x=alt.X("at:Q", scale=scale))
-    text = wall.mark_text(color=WALL, align="right", dx=-4, dy=-20, fontSize=11).encode(
+    text = wall.mark_text(color=palette(theme).wall_text, align="right", dx=-4, dy=-20, fontSize=11).encode(
         x=alt.X("at:Q", scale=scale), text="label:N"
     )
     return alt.layer(bar, rule, text).properties(height=80)

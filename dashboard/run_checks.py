@@ -13,6 +13,7 @@ from dashboard import data, nav
 from dashboard import format as fmt
 from dashboard.form_state import ERRORS_KEY, key
 from dashboard.host import read_host_memory
+from dashboard.charts.style import readable
 from dashboard.host_charts import fit_bar
 from dashboard.views import eta as ev
 from dashboard.views import fit
@@ -42,8 +43,9 @@ def fit_panel(choice: CheckpointChoice | None, kind: str, component: str | None,
         return
     shown = fit.submit_fit(found, read_host_memory().in_use)
     guess = shown.forecast
-    st.altair_chart(fit_bar(shown.base, guess.predicted_peak, shown.base + guess.wall.allowance, shown.caption,
-                            guess.share), width="stretch")
+    theme = st.context.theme.type
+    st.altair_chart(readable(fit_bar(shown.base, guess.predicted_peak, shown.base + guess.wall.allowance,
+                                     shown.caption, guess.share, theme), theme), width="stretch")
     {"ok": st.success, "tight": st.warning, "over": st.error}[guess.level](guess.message)
     notes = []
     if kind == "load" and guess.level == "over":

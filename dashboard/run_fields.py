@@ -4,6 +4,7 @@ the last submit's messages under them) and returns the spec's raw fields for job
 from __future__ import annotations
 
 from pathlib import Path
+import json
 from typing import Any
 
 import streamlit as st
@@ -369,24 +370,45 @@ def lossless_word(option: LeverOption) -> str:
     return "lossless" if option.lossless else "lossy"
 
 
-def offload_fields(device: DeviceInfo) -> dict[str, bool]:
-    """The offload flags the user changed from the defaults, collapsed under a line saying what the policy
-    does with them (open when the user changed one, so they see what becomes of it)."""
+def offload_fields(device: DeviceInfo, kind: str) -> tuple[dict[str, bool], Any]:
+    """The offload flags the user changed from the defaults, collapsed under a line saying what the job does with
+    them (open when the user changed one, so they see what becomes of it), and the slot where `offload_table`
+    shows it once the form is read: a generate on a discrete GPU is decided against its own forecast."""
     defaults = OffloadSettings()
     for name in OFFERED_FLAGS:
         seed(f"offload_{name}", getattr(defaults, name))
     flags = {name: bool(st.session_state[key(f"offload_{name}")]) for name in OFFERED_FLAGS}
-    preview = offload_preview(OffloadSettings(**flags), device)
     touched = any(flags[name] != getattr(defaults, name) for name in OFFERED_FLAGS)
-    with st.expander(offload_summary(preview, device.spec), expanded=touched):
+    fit_aware = kind == "generate" and device.kind == "cuda" and not device.unified_memory
+    label = (f"Offload on {device.spec}: decided against this job's forecast (components stay on the GPU where "
+             "they fit)" if fit_aware else offload_summary(offload_preview(OffloadSettings(**flags), device), device))
+    with st.expander(label, expanded=touched):
         cols = st.columns(2)
         for i, name in enumerate(OFFERED_FLAGS):
             cols[i % 2].checkbox(words.flag(name), key=key(f"offload_{name}"), help=name)
         show_errors("offload")
         st.caption(device.reason)
-        st.dataframe(
-            preview, hide_index=True, width="stretch",
-            column_config={"requested": st.column_config.CheckboxColumn(), "used": st.column_config.CheckboxColumn()},
-        )
+        slot = st.empty()
     # Only the flags the user changed are set: the policy (fit-aware on a discrete GPU) decides the others.
-    return {name: value for name, value in flags.items() if value != getattr(defaults, name)}
+    return {name: value for name, value in flags.items() if value != getattr(defaults, name)}, slot
+
+
+@st.cache_data(ttl=30, show_spinner=False, hash_funcs={DeviceInfo: lambda d: d.to_dict()})
+def decided_offload(spec_json: str, device: DeviceInfo):
+    """jobs.probe.job_offload of a spec (as JSON, so it caches): a generate's forecast reads every header."""
+    from jobs.probe import job_offload
+    from jobs.spec import JobSpec
+
+    return job_offload(JobSpec.from_dict(json.loads(spec_json)), device)
+
+
+def offload_table(slot, spec, device: DeviceInfo) -> None:
+    """What the job will use, flag by flag (jobs.probe.job_offload, as its probe stage decides it), into `slot`;
+    the plain policy's answer while the form cannot be built yet."""
+    flags = {name: bool(st.session_state[key(f"offload_{name}")]) for name in OFFERED_FLAGS}
+    requested = OffloadSettings(**flags)
+    decided = decided_offload(json.dumps(spec.to_dict()), device) if spec is not None else None
+    slot.dataframe(
+        offload_preview(requested, device, decided=decided), hide_index=True, width="stretch",
+        column_config={"requested": st.column_config.CheckboxColumn(), "used": st.column_config.CheckboxColumn()},
+    )

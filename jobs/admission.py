@@ -309,10 +309,10 @@ def plan_job(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = N
     startup = learned_process("generate", device_key(info.kind, info.name), db).startup_bytes or 0
 
     def check(forecast):
-        over = next((c for c in wall_checks(spec, config, info, _stage_needs(forecast),
-                                            startup + forecast.process_host_bytes, forecast.process_device_bytes,
-                                            available, total) if c.over), None)
-        return None if over is None else (over.stage, over.line)
+        nearest = tightest(wall_checks(spec, config, info, _stage_needs(forecast),
+                                       startup + forecast.process_host_bytes, forecast.process_device_bytes,
+                                       available, total))
+        return None if nearest is None else (nearest.stage, nearest.line, nearest.over)
 
     plan = plan_fastest(spec.generate, device=spec.device, capability=cuda_capability(info.kind, info.index),
                         device_key=device_key(info.kind, info.name), forecast_for=forecast_for, check=check,

@@ -4,7 +4,9 @@ A fresh process per job gives every job the same memory baseline and keeps an
 OOM kill away from the supervisor and the dashboard. Exit codes: 0 done,
 1 the job raised (its message is stored in `jobs.error`), 2 invalid spec,
 3 the disk was full (the message is stored if the database still takes it).
-SIGTERM (a cancel) raises `JobCancelled` so samples still get flushed.
+SIGTERM (a cancel, a memory guard's stop, or a signal from outside) raises
+`JobCancelled` so samples still get flushed; the child then dies of that SIGTERM,
+so its parent sees the signal, not an exit code of a job that failed.
 Under a supervisor, samples go to its pipe (`DRAINBOARD_SAMPLE_FD`, see `jobs.samples`).
 """
 
@@ -23,11 +25,17 @@ from jobs.samples import ENV_SAMPLE_FD
 from jobs.wire import ENV_REPORT
 from core.command_line import quiet_import_chatter
 from core.diskspace import free_bytes, is_disk_full
+from core.echo import echo_name
 from core.errors import DiskFullError
-from storage.config import Config, load_config
+from storage.config import Config, resolved_config
 from storage.connections import is_database_full
 
 EXIT_DONE, EXIT_FAILED, EXIT_INVALID_SPEC, EXIT_DISK_FULL = 0, 1, 2, 3
+STOPPED = -signal.SIGTERM
+"""What `run_job` returns for a job stopped by SIGTERM: `main` then dies of the signal."""
+
+TRACEBACK_LINE_LIMIT = 4000
+"""Characters of one line of a failed job's traceback in its log; a longer line is cut (`core.echo`)."""
 
 ENV_CGROUP_USAGE = "DRAINBOARD_CGROUP_USAGE_FILE"
 """Set by the supervisor when the job runs in a memory cgroup: the usage file samples read."""
@@ -38,18 +46,17 @@ class JobCancelled(BaseException):
 
 
 def _on_sigterm(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second SIGTERM (Ray sends one to the relay and one here) must not cut the clean-up
     raise JobCancelled("cancelled (SIGTERM)")
 
 
 def run_job(job_id: int) -> int:
-    """Run job `job_id`, reporting to the configured database or, under the Ray backend, to stdout
-    (`jobs.wire`, with a scratch data folder whose artifacts are sent back); returns the exit code."""
-    config = load_config()
+    """Run job `job_id`, reporting to the configured database or, under the Ray backend, over its record
+    pipe (`jobs.wire`, with a scratch data folder whose artifacts are sent back); returns the exit code."""
+    config = resolved_config()  # the worker's, handed down: never the drainboard.toml of this working directory
     reporter, data_dir = open_reporter(job_id, config)
     try:
-        code = _run(job_id, reporter, data_dir, config)
-        reporter.exit(code)
-        return code
+        return _run(job_id, reporter, data_dir, config)
     finally:
         reporter.close()
         if data_dir != config.data_dir:
@@ -58,12 +65,13 @@ def run_job(job_id: int) -> int:
 
 def open_reporter(job_id: int, config: Config) -> tuple[Reporter, Path]:
     """The child's reporter and the data folder its artifacts are written in."""
-    if os.environ.get(ENV_REPORT) == "stdout":
+    if os.environ.get(ENV_REPORT) == "wire":
         from jobs.setup import die_with_parent
-        from jobs.wire import StdoutReporter
+        from jobs.wire import ENV_RECORD_FD, LineWriter, WireReporter
 
-        die_with_parent()  # Ray's job supervisor on the node: a lost node must not leave the job running
-        return StdoutReporter(job_id), Path(tempfile.mkdtemp(prefix=f"drainboard-job{job_id}-"))
+        die_with_parent()  # the relay on the node (`jobs.backends.node`): a lost node must not leave the job running
+        writer = LineWriter(int(os.environ.pop(ENV_RECORD_FD)))
+        return WireReporter(job_id, writer), Path(tempfile.mkdtemp(prefix=f"drainboard-job{job_id}-"))
     return DatabaseReporter(job_id, config.db_path, config.data_dir), config.data_dir
 
 
@@ -91,7 +99,7 @@ def _run(job_id: int, reporter: Reporter, data_dir: Path, config: Config) -> int
     probe = MemoryProbe(spec.device, cgroup_file=os.environ.get(ENV_CGROUP_USAGE) or None)
     sample_fd = os.environ.get(ENV_SAMPLE_FD)
     ctx = JobContext(job_id, reporter=reporter, data_dir=data_dir, probe=probe, sample_every=spec.sample_every,
-                     sample_fd=int(sample_fd) if sample_fd else None)
+                     sample_fd=int(sample_fd) if sample_fd else None, config=config)
     guard = _guard_itself(spec, config, reporter, ctx) if reporter.remote else None
     try:
         metrics = run(spec, ctx)
@@ -99,7 +107,7 @@ def _run(job_id: int, reporter: Reporter, data_dir: Path, config: Config) -> int
         reporter.metrics(metrics or {})
         return EXIT_DONE
     except JobCancelled:
-        return EXIT_FAILED
+        return STOPPED
     except Exception as e:
         return _fail(reporter, e, config)
     finally:
@@ -140,8 +148,10 @@ def _fail(reporter: Reporter, e: Exception, config: Config) -> int:
     else:
         message = f"{type(e).__name__}: {e}" if not str(e).startswith(type(e).__name__) else str(e)
     reporter.error(*summarize_error(message))
-    try:
-        traceback.print_exc()
+    try:  # the traceback quotes names from files (a tensor's, in a third-party error): a line that holds
+        # a character that does not print is quoted, so the log cannot drive a terminal
+        for line in traceback.format_exc().splitlines():
+            print(echo_name(line, TRACEBACK_LINE_LIMIT), file=sys.stderr)
         sys.stderr.flush()
     except OSError:
         pass
@@ -167,15 +177,22 @@ def _close_quietly_if_full(ctx) -> None:
             raise
 
 def main(job_id: int) -> int:
-    """Run the job and return the exit code, a full disk included (the database may refuse even the first writes).
-    An installed torchao's import-time warnings stay out of the job's log (`core.command_line.IMPORT_CHATTER`)."""
+    """Run the job and return the exit code, a full disk included (the database may refuse even the first writes);
+    a job stopped by SIGTERM ends this process by that signal once everything is flushed. An installed torchao's
+    import-time warnings stay out of the job's log (`core.command_line.IMPORT_CHATTER`)."""
     quiet_import_chatter()
     try:
-        return run_job(job_id)
+        code = run_job(job_id)
     except Exception as e:
         if not _disk_full(e):
             raise
         return EXIT_DISK_FULL
+    if code == STOPPED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered at once: this process ends here
+    return code
 
 
 if __name__ == "__main__":

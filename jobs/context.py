@@ -16,6 +16,7 @@ from jobs.reporting import DatabaseReporter, Reporter
 from jobs.samples import PipeSink
 from machine.memory import MemoryProbe, MemorySample
 from storage.artifacts import new_artifact_path
+from storage.config import Config, resolved_config
 
 PROGRESS_INTERVAL = 0.2
 """Seconds between progress writes; the last step is always written."""
@@ -28,8 +29,9 @@ class JobContext:
     runs under a limit); pass it to the loader so one probe read per tensor
     serves both the load metrics and the recorded sample. Everything else goes
     to `reporter` (`jobs.reporting`: the database at `db_path` by default, or the
-    line protocol on stdout). Samples go to the supervisor's pipe `sample_fd` in a
-    job child, else where the reporter sends them.
+    line protocol). Samples go to the supervisor's pipe `sample_fd` in a
+    job child, else where the reporter sends them. `config` is the configuration the
+    job runs under (`jobs.child` hands in the one its worker resolved).
     """
 
     def __init__(
@@ -43,6 +45,7 @@ class JobContext:
         sample_every: int = 1,
         clock: Callable[[], float] = time.monotonic,
         sample_fd: int | None = None,
+        config: Config | None = None,
     ):
         if (db_path is None) == (reporter is None):
             raise ValueError("a job context needs exactly one of db_path and reporter")
@@ -53,12 +56,21 @@ class JobContext:
         """Record one sample every N placed tensors (the spec's `sample_every`)."""
         self._clock = clock
         self._t0 = clock()
+        self._config = config
         self._owns_reporter = reporter is None
         self.reporter = reporter or DatabaseReporter(job_id, db_path, data_dir)
         self._stage: str | None = None
         self._last_progress = float("-inf")
         self.samples = (PipeSink(sample_fd, t0=self._t0) if sample_fd is not None
                         else self.reporter.sample_sink(self._t0, clock))
+
+    @property
+    def config(self) -> Config:
+        """The configuration the job runs under (model roots, memory floor): the one its worker resolved
+        (`jobs.child` hands it in); a context made without one resolves it here."""
+        if self._config is None:
+            self._config = resolved_config()
+        return self._config
 
     def seconds(self) -> float:
         """Seconds since the job started (the time axis of samples and events)."""

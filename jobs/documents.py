@@ -8,6 +8,7 @@ from typing import Any
 
 import sqlite_utils
 
+from core.echo import echo_name
 from core.sizes import format_size
 from storage.artifacts import job_dir
 from storage.config import Config
@@ -15,6 +16,9 @@ from storage.queries import artifacts, last_sample
 
 ERROR_WIDTH = 72
 """Characters of a job's error the table shows (its first line); `show` prints it whole."""
+LINE_LIMIT = 4000
+"""Characters of one line `show` prints of a job's model, error or metric; a longer line, or one holding a
+character that does not print (a name read from a file), is quoted by `core.echo`."""
 
 
 def job_document(job: dict, db: sqlite_utils.Database, config: Config) -> dict[str, Any]:
@@ -51,7 +55,7 @@ def print_job(document: dict[str, Any], *, as_json: bool) -> None:
     retried = f", retry of job {document['retry_of']}" if document["retry_of"] else ""
     print(f"job {document['id']} ({document['kind']}{retried}): {document['status']}")
     spec = document["spec"] or {}
-    print(f"  model: {spec.get('model', '')}")
+    print(f"  model: {echo_name(spec.get('model', ''), LINE_LIMIT)}")
     if spec.get("forced"):
         refusal = (spec.get("forecast") or {}).get("refusal")
         print("  forced: queued over the forecast" + (f" ({refusal})" if refusal else ""))
@@ -59,7 +63,7 @@ def print_job(document: dict[str, Any], *, as_json: bool) -> None:
              (("created", "created_at"), ("started", "started_at"), ("finished", "finished_at"))]
     print("  " + ", ".join(f"{label} {timestamp(value)}" for label, value in times if value))
     if document["error"]:
-        print(f"  error: {document['error']}")
+        print("  error: " + "\n".join(echo_name(line, LINE_LIMIT) for line in document["error"].split("\n")))
     forecast = spec.get("forecast") or {}
     if forecast.get("need") is not None:
         whole = f", the whole job peaking at {format_size(forecast['job_peak'])}" if forecast.get("job_peak") else ""
@@ -96,7 +100,7 @@ def metric_lines(metrics: dict[str, Any]) -> list[str]:
             lines.append(f"memory guard: {value.get('reason')}, grew {format_size(value.get('growth') or 0)} over "
                          f"the job's start")
         elif isinstance(value, (bool, str)):
-            lines.append(f"{key}: {value}")
+            lines.append(f"{key}: {echo_name(str(value), LINE_LIMIT)}")
         elif key.endswith(("_bytes", "_footprint")) or key == "bytes_placed":
             lines.append(f"{key}: {format_size(int(value))}")
         elif isinstance(value, float):
@@ -111,9 +115,9 @@ def print_job_table(jobs: list[dict]) -> None:
     first line."""
     rows = [("ID", "KIND", "STATUS", "CREATED", "FINISHED", "MODEL", "ERROR")]
     for job in jobs:
-        model = (job["model"] or "") + (f" [{job['component']}]" if job["component"] else "")
+        model = echo_name(job["model"] or "", LINE_LIMIT) + (f" [{job['component']}]" if job["component"] else "")
         rows.append((str(job["id"]), job["kind"], job["status"], timestamp(job["created_at"]),
-                     timestamp(job["finished_at"]), model, one_line(job["error"])))
+                     timestamp(job["finished_at"]), model, echo_name(one_line(job["error"]), LINE_LIMIT)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         cells = [cell.rjust(w) if i == 0 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]

@@ -2,8 +2,9 @@
 
 The supervisor (`jobs.supervisor`) starts and watches the child; once it has
 exited, or died unattended, this decides what its end was (succeeded, failed,
-killed with the signal or memory guard named, cancelled) from the exit code,
-the cgroup, the guard's trip and the sample relay, and records it
+killed with the signal or memory guard named, cancelled, interrupted when its
+fork server stopped) from the exit code, the cgroup, the guard's trip, the fork
+server and the sample relay, and records it
 (`storage.jobs_table.finish`).
 """
 
@@ -86,6 +87,10 @@ def _record_end(db: sqlite_utils.Database, config: Config, running: RunningChild
             or f"the job's samples could not be stored: {running.relay.error}"
     elif job["cancel_requested"]:
         status, error = "cancelled", f"cancelled while running{f' ({signal_name})' if signal_name else ''}"
+    elif isinstance(running.process, ForkedChild) and running.process.server_stopped:
+        last = describe_sample(last_sample(db, job["id"]), job["progress_total"])
+        status = "interrupted"
+        error = f"interrupted: its fork server stopped ({running.process.server_stopped}), and the job with it; {last}"
     elif code == EXIT_DONE:
         status, error = "succeeded", None
     elif code > 0:

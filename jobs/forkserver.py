@@ -138,6 +138,18 @@ class ForkServer:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def stopped(self) -> str | None:
+        """How the server ended (`SIGTERM`, `exit code 1`), None while it runs."""
+        code = self.process.poll()
+        if code is None:
+            return None
+        if code < 0:
+            try:
+                return signal.Signals(-code).name
+            except ValueError:
+                return f"signal {-code}"
+        return f"exit code {code}"
+
     def spawn(self, job_id: int, env: dict[str, str], log_fd: int, sample_fd: int, cgroup_procs: str | None,
               *, timeout: float = 300.0) -> "ForkedChild":
         """Fork the child of `job_id`; waits for the server's imports the first time."""
@@ -179,15 +191,17 @@ class ForkedChild:
         self._pidfd = pidfd
         self._lock = threading.Lock()  # the memory guard signals from its own thread
         self.returncode: int | None = None
+        self.server_stopped: str | None = None
+        """How the fork server ended (`SIGTERM`), when the child died with it (SIGKILL, PR_SET_PDEATHSIG)."""
 
     def poll(self) -> int | None:
         if self.returncode is None:
             try:
                 code = self._server.exit_code(self.pid)
             except (ForkServerError, OSError):
-                code = None if self._server.alive() else -signal.SIGKILL  # it died with the server
-            if code is None and not self._server.alive():
-                code = -signal.SIGKILL
+                code = None
+            if code is None and not self._server.alive():  # it died with the server
+                code, self.server_stopped = -signal.SIGKILL, self._server.stopped()
             if code is not None:
                 with self._lock:
                     self.returncode = code

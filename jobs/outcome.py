@@ -9,6 +9,7 @@ the job was.
 from __future__ import annotations
 
 from jobs.guard import GuardTrip
+from core.echo import echo_name
 from core.sizes import format_size
 
 
@@ -23,7 +24,7 @@ def describe_sample(sample: dict | None, total: int | None) -> str:
     parts = [f"stage {sample['stage'] or 'unknown'}"]
     if sample.get("tensors_placed") is not None:
         of = f" of {total}" if total else ""
-        name = f" ({sample['tensor_name']})" if sample.get("tensor_name") else ""
+        name = f" ({echo_name(sample['tensor_name'])})" if sample.get("tensor_name") else ""
         parts.append(f"tensor {sample['tensors_placed']}{of}{name}")
     parts.append(f"VmRSS {_gib(sample['vm_rss'])}")
     parts.append(f"MemAvailable {_gib(sample['mem_available'])}")
@@ -42,13 +43,18 @@ def where(sample: dict | None, total: int | None) -> str:
     if sample.get("tensors_placed") is None:
         return f"in {stage}, {sample['t']:.1f} s in"
     of = f" of {total}" if total else ""
-    name = f"`{sample['tensor_name']}`, " if sample.get("tensor_name") else ""
+    name = f"`{echo_name(sample['tensor_name'])}`, " if sample.get("tensor_name") else ""
     return f"at tensor {sample['tensors_placed']}{of} ({name}{stage})"
 
 
 def guard_error(trip: GuardTrip, total: int | None) -> str:
     """The error of a job the memory guard stopped."""
     return f"memory guard: {trip.message}, {where(trip.sample, total)}"
+
+
+OUTSIDE_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+"""Signals that end a job only when someone sends them: a job's own stops (a cancel, the memory guard)
+are told apart before a kill reason is asked for."""
 
 
 def kill_reason(signal_name: str, *, limit: int | None, oom_kills: int | None) -> str:
@@ -58,11 +64,14 @@ def kill_reason(signal_name: str, *, limit: int | None, oom_kills: int | None) -
     cgroup counting none it came from outside the job (a user, another tool);
     without a cgroup the kernel's OOM killer is the likely sender, not a certain one.
     SIGBUS in a job is a read of a memory-mapped file past its end: the file was truncated (or replaced
-    by a shorter one) after it was mapped.
+    by a shorter one) after it was mapped. SIGTERM and the like, when the job was neither cancelled nor
+    stopped by its guard, came from outside the job.
     """
     if signal_name == "SIGBUS":
         return ("killed by SIGBUS: most likely a checkpoint file changed or shrank while it was being read "
                 "(a mapped page past the file's new end); check that nothing rewrites the files, and load again")
+    if signal_name in OUTSIDE_SIGNALS:
+        return f"terminated by a signal from outside the job ({signal_name})"
     if signal_name != "SIGKILL":
         return f"killed by {signal_name}"
     if limit is not None and oom_kills:

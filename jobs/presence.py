@@ -44,12 +44,17 @@ def is_alive(row: dict, now: float, current_boot: str | None = None, lock_notice
     return row["host"] != HOST or pid_alive(row["pid"])
 
 
+def lock_notice_of(db: sqlite_utils.Database) -> LockNotice | None:
+    """The wait a worker is in for this database's lock (`storage.lock_waits`), or None."""
+    file = db.execute("PRAGMA database_list").fetchone()[2]  # "" for a database in memory
+    return read_lock_notice(file) if file else None
+
+
 def supervisor_status(db: sqlite_utils.Database, now: float | None = None) -> dict:
     """Whether a supervisor is alive, for the dashboard: `alive`, `id`, `pid`, `heartbeat_age`, `current_job`."""
     now = time.time() if now is None else now
     current_boot = boot_id()
-    file = db.execute("PRAGMA database_list").fetchone()[2]  # "" for a database in memory
-    notice = read_lock_notice(file) if file else None
+    notice = lock_notice_of(db)
     for row in supervisors(db):
         if is_alive(row, now, current_boot, notice):
             return {"alive": True, "id": row["id"], "pid": row["pid"], "heartbeat_age": now - row["heartbeat_at"],

@@ -21,22 +21,29 @@ def decide_offload(spec: JobSpec, ctx: JobContext) -> tuple["DeviceInfo", "Offlo
     decision become job events, so the dashboard can say why; every later site reads the returned settings.
     """
     from machine.device import probe_device
-    from machine.offload import resolve_offload
 
     with ctx.stage("probe"):
         device = probe_device(spec.device)
         ctx.event("device", device.reason, data=device.to_dict())
-        if spec.kind == "generate" and spec.generate is not None:
-            from loader.dtypes import parse_dtype
-            from models.forecast import resolve_for_generate
-
-            dtype = parse_dtype(spec.dtype) if spec.dtype else None
-            settings, decisions = resolve_for_generate(
-                spec.model, spec.generate, spec.offload, device, user_set=spec.offload_set,
-                dtype_bytes=dtype.itemsize if dtype else 2, sequential_components=spec.sequential_components)
-        else:
-            settings, decisions = resolve_offload(spec.offload, device)
+        settings, decisions = job_offload(spec, device)
         for decision in decisions:
             ctx.event("decision", str(decision), data=decision.to_dict())
         ctx.record()
     return device, settings, decisions
+
+
+def job_offload(spec: JobSpec, device: "DeviceInfo") -> tuple["OffloadSettings", list["OffloadDecision"]]:
+    """What the job will use on `device`, as its probe stage decides it (and the Run page previews it): a generate
+    fit-aware against its forecast on a discrete GPU (`models.forecast.resolve_for_generate`), the plain rules
+    otherwise."""
+    from machine.offload import resolve_offload
+
+    if spec.kind == "generate" and spec.generate is not None:
+        from loader.dtypes import parse_dtype
+        from models.forecast import resolve_for_generate
+
+        dtype = parse_dtype(spec.dtype) if spec.dtype else None
+        return resolve_for_generate(spec.model, spec.generate, spec.offload, device, user_set=spec.offload_set,
+                                    dtype_bytes=dtype.itemsize if dtype else 2,
+                                    sequential_components=spec.sequential_components)
+    return resolve_offload(spec.offload, device)

@@ -20,18 +20,21 @@ from jobs.cgroups import sweep_job_cgroups
 from jobs.ending import keep_logs_only
 from jobs.liveness import is_same_process, pid_alive
 from jobs.outcome import describe_sample
-from jobs.presence import HOST, STALE_AFTER, is_alive
+from jobs.presence import HOST, STALE_AFTER, is_alive, lock_notice_of
 from storage import jobs_table
+from storage.lock_waits import LockNotice
 from storage.queries import last_sample, supervisors
 
 
-def why_orphaned(job: dict, owner: dict | None, now: float, boot: str, trust_heartbeats: bool = True) -> str | None:
+def why_orphaned(job: dict, owner: dict | None, now: float, boot: str, trust_heartbeats: bool = True,
+                 lock_notice: LockNotice | None = None) -> str | None:
     """Why `job` can no longer be running, or None while its supervisor may still be running it. Without
-    `trust_heartbeats` (a lock just held every writer up) an old job heartbeat is no evidence."""
+    `trust_heartbeats` (a lock just held every writer up) an old job heartbeat is no evidence; a supervisor
+    whose `lock_notice` says it waits for the lock is alive."""
     if job["boot_id"] is not None and job["boot_id"] != boot:
         return "the host restarted while this job ran"
     who = f"its supervisor ({job['supervisor_id']})"
-    if owner is not None and not is_alive(owner, now, boot):
+    if owner is not None and not is_alive(owner, now, boot, lock_notice):
         return f"{who} stopped while the job was running"
     heartbeat = job["heartbeat_at"] or job["started_at"] or 0.0
     if now - heartbeat > STALE_AFTER and trust_heartbeats:
@@ -41,11 +44,15 @@ def why_orphaned(job: dict, owner: dict | None, now: float, boot: str, trust_hea
 
 def orphans(db: sqlite_utils.Database, now: float, *, boot: str, own_id: str | None = None,
             trust_heartbeats: bool = True) -> list[tuple[dict, str]]:
-    """Every running job (not supervisor `own_id`'s) that `why_orphaned` finds, with the reason; reads only."""
+    """Every running job (not supervisor `own_id`'s) that `why_orphaned` finds, with the reason; reads only.
+    While a worker waits for another process's lock (its notice, `storage.lock_waits`) no heartbeat could be
+    written: that worker is alive, and no job's heartbeat is evidence."""
     by_id = {s["id"]: s for s in supervisors(db)}
+    notice = lock_notice_of(db)
     found = []
     for job in db.query("SELECT * FROM jobs WHERE status = 'running' AND supervisor_id IS NOT ?", [own_id]):
-        reason = why_orphaned(job, by_id.get(job["supervisor_id"]), now, boot, trust_heartbeats)
+        reason = why_orphaned(job, by_id.get(job["supervisor_id"]), now, boot,
+                              trust_heartbeats and notice is None, notice)
         if reason is not None:
             found.append((job, reason))
     return found

@@ -1,4 +1,4 @@
-"""Where a job child reports to: the database on this machine, or the line protocol on stdout (`jobs.wire`).
+"""Where a job child reports to: the database on this machine, or the line protocol (`jobs.wire`).
 
 `JobContext` and the child entry point (`jobs.child`) speak only to a `Reporter`,
 so a kind runs the same whether its child writes SQLite itself (the embedded
@@ -20,6 +20,10 @@ from storage.connections import is_database_full
 from storage.lock_waits import LockWait
 from storage.schema import open_database
 from storage.queries import get_job
+
+
+EVENT_FIELDS = ("t", "created_at", "kind", "stage", "message", "data")
+"""The columns of an events row a reporter is given (its job_id is the reporter's own)."""
 
 
 class Reporter(Protocol):
@@ -52,9 +56,6 @@ class Reporter(Protocol):
     def error(self, summary: str, detail: str | None) -> None:
         """Why the job failed (a database too full to take it is tolerated: the exit code says disk full)."""
 
-    def exit(self, code: int) -> None:
-        """The child's exit code, told last."""
-
     def close(self) -> None:
         """Release what the reporter holds."""
 
@@ -81,7 +82,7 @@ class DatabaseReporter:
 
     def event(self, row: dict[str, Any]) -> None:
         with self._lock:
-            self._db["events"].insert({"job_id": self.job_id, **row})
+            self._db["events"].insert({"job_id": self.job_id, **{name: row[name] for name in EVENT_FIELDS}})
 
     def stage(self, name: str) -> None:
         with self._lock:
@@ -106,9 +107,6 @@ class DatabaseReporter:
         except sqlite3.Error as e:
             if not is_database_full(e):
                 raise
-
-    def exit(self, code: int) -> None:
-        """Nothing to store: the supervisor is the child's parent and sees the code itself."""
 
     def close(self) -> None:
         self._db.conn.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable, Mapping
 
-from loader.checkpoint import discover_checkpoint
+from loader.checkpoint import checked_checkpoint
 from machine.device import DeviceInfo, parse_device_spec, probe_device
 from loader.dtypes import parse_dtype
 from core.echo import echo
@@ -298,9 +298,8 @@ def _component(component: Any, model: str | None, config: Config, problems: _Pro
         problems.add("component", f"must be a folder name such as transformer, got {echo(component)}")
         return component
     if model is not None:
-        try:
-            index = discover_checkpoint(model, validate=False, roots=config.model_roots)
-        except CheckpointError:
+        index, _ = checked_checkpoint(model, config.model_roots)
+        if index is None:
             return component  # the job fails naming the file; a wrong component would be one more guess
         try:
             index.component(component)

@@ -59,7 +59,7 @@ from core.diskspace import free_bytes, is_disk_full
 from core.errors import DrainboardError
 from storage import jobs_table
 from storage.artifacts import new_artifact_path
-from storage.config import Config
+from storage.config import ENV_RESOLVED, Config
 from storage.connections import checkpoint_wal, is_database_full
 from storage.lock_waits import LockSpell, LockWait, lock_notice_path
 from storage.schema import open_database
@@ -309,7 +309,11 @@ class Supervisor:
         env = self._child_env(cgroup, sample_fd)
         procs = str(cgroup.procs_file) if cgroup else None
         if self.start_method == "fork":
-            if self._fork_server is None or not self._fork_server.alive():
+            if self._fork_server is not None and not self._fork_server.alive():
+                _say(f"supervisor {self.id}: the fork server stopped ({self._fork_server.stopped()}); starting another")
+                self._fork_server.close()
+                self._fork_server = None
+            if self._fork_server is None:
                 self._fork_server = ForkServer(self.python, worker_env(self.config), str(REPO_ROOT))
             return self._fork_server.spawn(job_id, env, log.fileno(), sample_fd, procs)
         return subprocess.Popen(
@@ -322,8 +326,10 @@ class Supervisor:
         return spec_limits(spec.memory_budget, spec.memory_floor, self.config, read=self.read_meminfo)
 
     def _child_env(self, cgroup: JobCgroup | None, sample_fd: int) -> dict[str, str]:
-        """What a job child runs with: this process's environment, pinned to this supervisor's data and roots."""
+        """What a job child runs with: this process's environment, pinned to this supervisor's data and roots,
+        and the configuration this supervisor resolved, which the child uses as it is (`storage.config.resolved_config`)."""
         env = worker_env(self.config)
+        env[ENV_RESOLVED] = self.config.to_json()
         env[ENV_SAMPLE_FD] = str(sample_fd)
         if cgroup is not None:
             env[ENV_CGROUP_USAGE] = str(cgroup.usage_file)

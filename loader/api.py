@@ -23,7 +23,8 @@ from .checkpoint import discover_checkpoint
 from .dtypes import DtypePolicy
 from .io.host_blocks import PinnedHostArena
 from machine.device import parse_device_spec
-from core.errors import DeviceError, PlacementError, clip
+from core.echo import NAME_LIMIT, echo, echo_name
+from core.errors import DeviceError, PlacementError
 from machine.memory import MemoryProbe
 from .model_registry import get_model_builder
 from .naming import EXTRA_STATE_SUFFIX, MergeRules, RenameRules, SplitRules, plan_targets
@@ -183,7 +184,7 @@ def _match_module(
     unexpected = sorted(n for n in names if n not in expected)
     missing = sorted(n for n in expected if n not in names)
     mismatched = sorted(
-        f"{clip(repr(p.name))} from {p.sources[0].file.name} has shape {p.target.shape}; module expects {tuple(expected[p.name].shape)}"
+        f"{echo(p.name, NAME_LIMIT)} from {echo_name(p.sources[0].file.name)} has shape {p.target.shape}; module expects {tuple(expected[p.name].shape)}"
         for p in planned
         if p.name in expected and tuple(expected[p.name].shape) != p.target.shape
     )
@@ -191,7 +192,7 @@ def _match_module(
     if mismatched:
         parts.append(f"{len(mismatched)} with another shape, e.g. " + "; ".join(mismatched[:SHOWN_NAMES]))
     if strict and missing:
-        parts.append(f"{len(missing)} missing from {comp.path}, e.g. {_examples(missing)}")
+        parts.append(f"{len(missing)} missing from {echo_name(comp.path)}, e.g. {_examples(missing)}")
     if strict and unexpected:
         parts.append(f"{len(unexpected)} unexpected, e.g. {_examples(unexpected)}")
     if parts:
@@ -210,7 +211,7 @@ has hundreds."""
 
 
 def _examples(names: list[str]) -> str:
-    shown = ", ".join(clip(n) for n in names[:SHOWN_NAMES])
+    shown = ", ".join(echo_name(n) for n in names[:SHOWN_NAMES])
     return shown + (", ..." if len(names) > SHOWN_NAMES else "")
 
 
@@ -220,6 +221,7 @@ def _skeleton_hint(comp: ComponentMeta, class_name: str) -> str:
         "diffusers" if "_diffusers_version" in comp.config else "transformers" if "transformers_version" in comp.config
         else None
     )
+    library = library and echo_name(library)
     owner = f"{library}' {class_name}" if library and library.endswith("s") else f"{library}'s {class_name}" if library else class_name
     return f"these tensors do not match {owner}; to load them as a generic checkpoint, use --skeleton"
 

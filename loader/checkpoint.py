@@ -20,16 +20,22 @@ parsed with bounds (`jsonfile`). Nothing here reads a tensor byte: shard
 headers are `shard_header`'s, what is found is described by `metadata`'s
 dataclasses, `validate.validate_checkpoint` checks it, and
 `discover_checkpoint` raises one CheckpointError listing every problem
-(`checkpoint_problems` returns them instead).
+(`checkpoint_problems` returns them instead). `checked_checkpoint` remembers a
+discovery by the files' identity (path, size, mtime_ns, inode), so a page
+that asks again on every rerun parses a large header once.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
+from collections import OrderedDict
 from pathlib import Path
 
 from .confined import check_name, read_json_checked
-from core.errors import CheckpointError, DrainboardError, clip, first_of
+from core.echo import NAME_LIMIT, echo, echo_name
+from core.errors import CheckpointError, DrainboardError, first_of
 from .metadata import AuxFolder, CheckpointIndex, ComponentMeta
 from .roots import ModelRoots, RootEscape, RootsArg
 from .shard_header import HeaderBudget, read_shard_header
@@ -59,7 +65,7 @@ def _listing(folder: Path, pattern: str, name: str) -> list[Path]:
             raise PermissionError(13, "Permission denied")
         return sorted(folder.glob(pattern))
     except OSError as exc:
-        raise CheckpointError(f"{name}: cannot list the folder {folder}: {exc.strerror}") from None
+        raise CheckpointError(f"{name}: cannot list the folder {echo_name(folder)}: {exc.strerror}") from None
 
 
 def _has_weights(folder: Path, name: str) -> bool:
@@ -68,25 +74,26 @@ def _has_weights(folder: Path, name: str) -> bool:
 
 def _discover_component(name: str, folder: Path, roots: ModelRoots, budget: HeaderBudget) -> ComponentMeta:
     """Config, index and shard headers of one folder; every file opened confined to `roots`."""
-    roots.check(folder, f"component {name!r} folder {folder}")
+    label = echo_name(name)
+    roots.check(folder, f"component {echo(name, NAME_LIMIT)} folder {echo_name(folder)}")
     component = ComponentMeta(name=name, path=folder)
-    indexes = _listing(folder, "*.safetensors.index.json", f"component {name!r}")
+    indexes = _listing(folder, "*.safetensors.index.json", f"component {echo(name, NAME_LIMIT)}")
     config_path = folder / "config.json"
     if os.path.lexists(config_path):
-        config = _read_json(config_path, roots, f"{name}/config.json", component.problems)
+        config = _read_json(config_path, roots, f"{label}/config.json", component.problems)
         component.config = config if isinstance(config, dict) else {}
     if len(indexes) > 1:
         component.problems.append(
-            f"{folder}: several index files ({', '.join(clip(p.name) for p in indexes[:5])}"
+            f"{echo_name(folder)}: several index files ({', '.join(echo_name(p.name) for p in indexes[:5])}"
             f"{', ...' if len(indexes) > 5 else ''}); keep one"
         )
         return component
     if indexes:
         shard_paths = _index_shards(component, indexes[0], roots)
     else:
-        shard_paths = [roots.check(p, f"{name}/{clip(p.name)}") for p in _listing(folder, "*.safetensors", name)]
+        shard_paths = [roots.check(p, f"{label}/{echo_name(p.name)}") for p in _listing(folder, "*.safetensors", label)]
         if not shard_paths:
-            component.problems.append(f"{folder}: no *.safetensors files")
+            component.problems.append(f"{echo_name(folder)}: no *.safetensors files")
     for path in shard_paths:
         shard, problems = read_shard_header(path, roots, budget)
         component.problems.extend(problems)
@@ -102,12 +109,13 @@ def _index_shards(component: ComponentMeta, index_path: Path, roots: ModelRoots)
     """
     folder = component.path
     component.index_file = index_path
-    index = _read_json(index_path, roots, f"{component.name}/{clip(index_path.name)}", component.problems)
+    index_label = f"{echo_name(component.name)}/{echo_name(index_path.name)}"
+    index = _read_json(index_path, roots, index_label, component.problems)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if index is not None and not (
         isinstance(weight_map, dict) and all(isinstance(v, str) for v in weight_map.values())
     ):
-        component.problems.append(f"{index_path.name}: expected an object with a weight_map of name -> file")
+        component.problems.append(f"{echo_name(index_path.name)}: expected an object with a weight_map of name -> file")
         return []
     if weight_map is None:
         return []
@@ -118,8 +126,8 @@ def _index_shards(component: ComponentMeta, index_path: Path, roots: ModelRoots)
     shard_paths, problems = [], []
     for file in sorted(by_file):
         tensors = by_file[file]
-        named = f"{clip(repr(min(tensors)))}" + (f" (and {len(tensors) - 1} more)" if len(tensors) > 1 else "")
-        where = f"{component.name}/{index_path.name} maps {named} to {clip(repr(file))}"
+        named = echo(min(tensors), NAME_LIMIT) + (f" (and {len(tensors) - 1} more)" if len(tensors) > 1 else "")
+        where = f"{index_label} maps {named} to {echo(file, NAME_LIMIT)}"
         try:
             check_name(file, where)
             path = roots.check(folder / file, f"{where}, which")
@@ -135,7 +143,8 @@ def _index_shards(component: ComponentMeta, index_path: Path, roots: ModelRoots)
         if present:
             shard_paths.append(path)
         else:
-            problems.append(f"{index_path.name} maps {named} to {clip(repr(file))}, which is not in {folder}")
+            problems.append(f"{echo_name(index_path.name)} maps {named} to {echo(file, NAME_LIMIT)}, which is not in "
+                            f"{echo_name(folder)}")
     component.problems.extend(problems)
     return shard_paths
 
@@ -182,8 +191,8 @@ def _discover_model(root: Path, index_path: Path, roots: ModelRoots, budget: Hea
         if entry is None:
             continue
         subfolder, library, class_name = entry
-        where = f"{index_path.name} entry {clip(repr(name))}" + (
-            f" (subfolder {clip(repr(subfolder))})" if subfolder != name else "")
+        where = f"{echo_name(index_path.name)} entry {echo(name, NAME_LIMIT)}" + (
+            f" (subfolder {echo(subfolder, NAME_LIMIT)})" if subfolder != name else "")
         check_name(name, where)
         check_name(subfolder, where)
         folder = roots.check(root / subfolder, where)
@@ -197,7 +206,7 @@ def _discover_model(root: Path, index_path: Path, roots: ModelRoots, budget: Hea
             files = tuple(p.name for p in _listing(folder, "*", where))
             index.aux[name] = AuxFolder(name, folder, library, class_name, files)
     if not index.components:
-        raise CheckpointError(f"{root}: {index_path.name} lists no component folder with *.safetensors files")
+        raise CheckpointError(f"{echo_name(root)}: {index_path.name} lists no component folder with *.safetensors files")
     return index
 
 
@@ -246,11 +255,86 @@ def checkpoint_problems(path: str | Path, roots: RootsArg) -> tuple[CheckpointIn
     """(what discovery found, the problems that keep it from loading), bounded ("and N more").
 
     The one check every submitter runs before a job is queued (the Run page,
-    `jobs submit`): discovery confined to `roots`, then `validate_checkpoint`.
-    The index is None when discovery itself failed.
+    `jobs submit`): discovery confined to `roots`, then `validate_checkpoint`,
+    remembered by the files' identity (`checked_checkpoint`). The index is None
+    when discovery itself failed.
     """
+    index, problems = checked_checkpoint(path, roots)
+    return index, first_of(list(problems)) if index is not None else list(problems)
+
+
+IDENTITY_ENTRIES = 4096
+"""Files and folders a checkpoint's identity stats at most; a larger tree is discovered anew every time."""
+CHECKED_KEPT = 4
+"""Checkpoints whose discovery is remembered (the most recently asked; an index of 200,000 tensors holds
+about 150 MB)."""
+SETTLED_NS = 2 * 10**9
+"""How old (by mtime) the newest file must be before the tree has an identity (before anything is remembered)."""
+_checked: OrderedDict[tuple, tuple[tuple, CheckpointIndex | None, tuple[str, ...]]] = OrderedDict()
+_checked_lock = threading.Lock()
+
+
+def checkpoint_identity(path: str | os.PathLike) -> tuple | None:
+    """(name, size, mtime_ns, inode) of `path` and of every entry under it, links followed, three levels down
+    (a model folder, its component folders, their shards and configs): equal identities, equal discoveries.
+    None when the tree holds more than `IDENTITY_ENTRIES` entries, cannot be listed, or changed in the last
+    `SETTLED_NS` (a file written again within the clock's granularity, a few milliseconds, could keep its size
+    and mtime: a tree that fresh is not to be remembered yet)."""
+    found: list[tuple] = []
+    folders = [(Path(path), 0)]
+    try:
+        while folders:
+            folder, depth = folders.pop()
+            st = folder.stat()
+            found.append((str(folder), st.st_size, st.st_mtime_ns, st.st_ino))
+            if depth < 3 and folder.is_dir():
+                folders.extend((entry, depth + 1) for entry in sorted(folder.iterdir()))
+            if len(found) > IDENTITY_ENTRIES:
+                return None
+    except OSError:
+        return None
+    if time.time_ns() - max(entry[2] for entry in found) <= SETTLED_NS:
+        return None
+    return tuple(found)
+
+
+def checked_checkpoint(path: str | os.PathLike, roots: RootsArg) -> tuple[CheckpointIndex | None, tuple[str, ...]]:
+    """(what discovery found, every problem `validate_checkpoint` finds in it), or (None, why discovery failed).
+
+    Remembered for the last `CHECKED_KEPT` checkpoints by their files' identity (`checkpoint_identity`), so
+    asking again about files that did not change costs a few `stat`s: a page rerun, a submit check and a
+    forecast of one checkpoint of 200,000 tensors parse its 18 MB header once. A checkpoint whose shards lie
+    outside its own folder is not remembered (its identity would not cover them), nor one without an identity
+    (changed in the last `SETTLED_NS`). The index is shared between callers: read it, never change it.
+    """
+    key = (str(path), None if roots is None else tuple(str(r) for r in roots))
+    identity = checkpoint_identity(path)
+    with _checked_lock:
+        kept = _checked.get(key)
+        if kept is not None and identity is not None and kept[0] == identity:
+            _checked.move_to_end(key)
+            return kept[1], kept[2]
     try:
         index = discover_checkpoint(path, validate=False, roots=roots)
     except DrainboardError as exc:
-        return None, exc.messages()
-    return index, first_of(validate_checkpoint(index))
+        index, problems = None, tuple(exc.messages())
+    else:
+        problems = tuple(validate_checkpoint(index))
+    if identity is not None and (index is None or _shards_inside(index, Path(path))):
+        with _checked_lock:
+            _checked[key] = (identity, index, problems)
+            _checked.move_to_end(key)
+            while len(_checked) > CHECKED_KEPT:
+                _checked.popitem(last=False)
+    return index, problems
+
+
+def _shards_inside(index: CheckpointIndex, path: Path) -> bool:
+    """Whether every shard the index names lies in the tree `checkpoint_identity` covers (by the names as
+    given: a link in the tree is followed by the identity's `stat`s, wherever it points)."""
+    def plain(p: Path) -> Path:
+        return Path(os.path.normpath(p.absolute()))
+
+    top = plain(path if path.is_dir() else path.parent)
+    return all(plain(shard.path).is_relative_to(top)
+               for component in index.components.values() for shard in component.shards)

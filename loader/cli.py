@@ -16,7 +16,7 @@ from typing import Sequence
 from machine.advice import warn_about_mode
 from .api import load_checkpoint
 from .checkpoint import discover_checkpoint
-from core.echo import echo
+from core.echo import echo_name
 from core.sizes import format_size
 from core.errors import PlacementError
 from machine import device_cli
@@ -42,22 +42,23 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
-    pipeline = f", {summary['pipeline_class']}" if summary["pipeline_class"] else ""
-    named = f"{summary['name']}: {summary['path']}" if summary["name"] != summary["path"] else summary["path"]
+    pipeline = f", {echo_name(summary['pipeline_class'])}" if summary["pipeline_class"] else ""
+    path = echo_name(summary["path"])
+    named = f"{echo_name(summary['name'])}: {path}" if summary["name"] != summary["path"] else path
     print(
         f"{named} ({summary['layout']}{pipeline}): {summary['tensors']} tensors,"
         f" {summary['bytes'] / _GiB:.2f} GiB"
     )
     for c in summary["components"]:
-        dtypes = ", ".join(f"{k} {v / _GiB:.2f} GiB" for k, v in c["dtypes"].items())
+        dtypes = ", ".join(f"{echo_name(k)} {v / _GiB:.2f} GiB" for k, v in c["dtypes"].items())
         print(
-            f"  {c['name']}: {c['tensors']} tensors in {c['shards']} shard(s), {c['bytes'] / _GiB:.2f} GiB"
-            f" [{dtypes}] class={c['class_name'] or '-'}"
+            f"  {echo_name(c['name'])}: {c['tensors']} tensors in {c['shards']} shard(s), {c['bytes'] / _GiB:.2f} GiB"
+            f" [{dtypes}] class={echo_name(c['class_name'] or '-')}"
         )
     for a in summary["non_weight"]:
-        print(f"  {a['name']}: no weights ({len(a['files'])} file(s)) class={a['class_name'] or '-'}")
+        print(f"  {echo_name(a['name'])}: no weights ({len(a['files'])} file(s)) class={echo_name(a['class_name'] or '-')}")
     for name in summary["absent"]:
-        print(f"  {name}: listed in {summary['index_file']}, no folder here")
+        print(f"  {echo_name(name)}: listed in {echo_name(summary['index_file'])}, no folder here")
     return 0
 
 
@@ -80,10 +81,10 @@ def _models(args: argparse.Namespace) -> int:
         print(f"no folder given and no Hugging Face cache at {hub}")
     for e in entries:
         verdict = f"{e.verdict} ({format_size(memory.bytes)}, {memory.where})" if e.verdict else "broken"
-        print(f"{e.name}  [{e.layout}]  {format_size(e.bytes)}  {verdict}  {e.path}")
+        print(f"{echo_name(e.name)}  [{e.layout}]  {format_size(e.bytes)}  {verdict}  {echo_name(e.path)}")
         for c in e.components:
-            dtypes = ", ".join(f"{k} {format_size(v)}" for k, v in c.dtypes.items())
-            print(f"  {echo(c.name)}: {format_size(c.bytes)} [{dtypes}]")
+            dtypes = ", ".join(f"{echo_name(k)} {format_size(v)}" for k, v in c.dtypes.items())
+            print(f"  {echo_name(c.name)}: {format_size(c.bytes)} [{dtypes}]")
         for problem in e.problems[:3]:
             print(f"  ! {problem}")
     return 0
@@ -126,7 +127,7 @@ def _load(args: argparse.Namespace) -> int:
         print(json.dumps({**report.to_dict(), "module_class": type(module).__name__}, indent=2))
         return 0
     print(
-        f"{type(module).__name__}, {report.mode} on {report.device}: {report.tensors_placed}/{report.tensors_total} tensors,"
+        f"{echo_name(type(module).__name__)}, {report.mode} on {report.device}: {report.tensors_placed}/{report.tensors_total} tensors,"
         f" {report.bytes_placed / _GiB:.2f} GiB in {report.load_seconds:.2f} s ({report.throughput_gbps:.2f} GB/s)"
     )
     print(
@@ -148,7 +149,7 @@ def _forecast(args: argparse.Namespace) -> int:
         return 0
     f = forecast
     print(
-        f"{f.component} {f.mode} on {f.device}: predicted peak {f.predicted_peak_bytes / _GiB:.2f} GiB,"
+        f"{echo_name(f.component)} {f.mode} on {f.device}: predicted peak {f.predicted_peak_bytes / _GiB:.2f} GiB,"
         f" footprint_ratio {f.predicted_footprint_ratio:.3f} of {f.bytes_placed / _GiB:.2f} GiB placed"
         f" (staging {f.staging_bytes / _GiB:.3f}, mapped {f.mapped_bytes / _GiB:.2f},"
         f" conversion {f.conversion_bytes / _GiB:.3f} GiB)"

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core import jsonfile
+from core.echo import echo_name
 from core.errors import CheckpointError
 from .roots import ModelRoots, RootEscape
 
@@ -84,7 +85,7 @@ def open_checked(path: Path, roots: ModelRoots, name: str) -> tuple[int, Checked
 def reopen(file: Path, checked: CheckedFile | None) -> int:
     """A load's descriptor of `file`: the validated file again (`checked`), or, for a shard described
     by hand (no discovery), `file` opened confined to its own folder."""
-    name = file.name
+    name = echo_name(file.name)
     if checked is not None:
         return checked.open(name)
     return open_checked(file, ModelRoots([file.parent]), name)[0]
@@ -102,7 +103,7 @@ def read_checked(path: Path, roots: ModelRoots, name: str, limit: int) -> bytes:
 def read_json_checked(path: Path, roots: ModelRoots | None = None, name: str | None = None) -> object:
     """A checkpoint's JSON file (config, index, model index) opened with `open_checked` (default root: its
     folder) and parsed with `jsonfile`'s bounds; any problem is one CheckpointError naming `name`."""
-    name = name or str(path)
+    name = name or echo_name(path)
     limit = jsonfile.MAX_JSON_BYTES
     raw = read_checked(path, roots or ModelRoots([path.parent]), name, limit)
     if len(raw) > limit:
@@ -176,13 +177,13 @@ def require_regular_files(folder: Path) -> None:
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError as e:
-        raise CheckpointError(f"{folder}: cannot be listed: {e.strerror or e}") from None
+        raise CheckpointError(f"{echo_name(folder)}: cannot be listed: {e.strerror or e}") from None
     for entry in entries:
         try:
             mode = os.stat(entry.path).st_mode
         except OSError as e:
-            raise CheckpointError(f"{entry.path}: cannot be read: {e.strerror or e}") from None
+            raise CheckpointError(f"{echo_name(entry.path)}: cannot be read: {e.strerror or e}") from None
         if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
             kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
-            raise CheckpointError(f"{entry.path}: is {kind}, not a regular file; a checkpoint's files must be "
+            raise CheckpointError(f"{echo_name(entry.path)}: is {kind}, not a regular file; a checkpoint's files must be "
                                   f"regular files")

@@ -21,17 +21,18 @@ docs/metrics.md for the metric and docs/benchmarks.md for measured accuracy.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import asdict, dataclass
 
 import torch
 
 from .metadata import ComponentMeta, TensorMeta
-from .checkpoint import discover_checkpoint
+from .checkpoint import checked_checkpoint, checkpoint_identity
 from machine.device import DeviceInfo, probe_device
 from .dtypes import DtypePolicy
 from .io.host_blocks import next_power_of_two
-from core.errors import PlacementError
+from core.errors import CheckpointError, PlacementError
 from .model_registry import get_model_builder
 from .naming import EXTRA_STATE_SUFFIX
 from machine.memory import sample_memory
@@ -91,11 +92,34 @@ def forecast_load(
     without a CUDA context, or described by `device_info` (its memory and unified-ness size
     the CUDA staging ring).
     Raises CheckpointError (as discovery does) or PlacementError (unknown mode or dtype).
+
+    Remembered by the checkpoint's files' identity (`checkpoint_identity`) and the arguments, since a page
+    asks again on every rerun and the arithmetic runs over every tensor; except a `stream` load onto CUDA,
+    whose ring depth follows MemAvailable and the page cache now.
     """
-    placement = get_placement(mode)
     info = device_info or probe_device(str(device))
+    identity = checkpoint_identity(path)
+    if identity is None or (info.kind == "cuda" and mode == "stream"):
+        return _forecast(path, component, mode, device, dtype, roots, info)
+    return _remembered(str(path), component, mode, str(device), dtype,
+                       None if roots is None else tuple(str(r) for r in roots), info, identity)
+
+
+@functools.lru_cache(maxsize=32)
+def _remembered(path: str, component: str | None, mode: str, device: str, dtype: str | torch.dtype | None,
+                roots: tuple[str, ...] | None, info: DeviceInfo, identity: tuple) -> LoadForecast:
+    """`_forecast`, one entry per checkpoint state and arguments (`identity` is only the key)."""
+    return _forecast(path, component, mode, device, dtype, roots, info)
+
+
+def _forecast(path: str | os.PathLike, component: str | None, mode: str, device: str,
+              dtype: str | torch.dtype | None, roots: RootsArg, info: DeviceInfo) -> LoadForecast:
+    placement = get_placement(mode)
     kind = info.kind
-    comp = discover_checkpoint(path, roots=roots).component(component)
+    index, problems = checked_checkpoint(path, roots)  # remembered: a page asks again on every rerun
+    if problems:
+        raise CheckpointError(list(problems))
+    comp = index.component(component)
     builder = get_model_builder(comp.class_name)
     policy = DtypePolicy.build(dtype, None, builder.keep_fp32 if builder else ())
     tensors = [t for t in comp.tensors if not t.name.endswith(EXTRA_STATE_SUFFIX)]

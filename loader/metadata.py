@@ -13,8 +13,9 @@ import torch
 
 from .confined import CheckedFile
 from .dtypes import SAFETENSORS_DTYPES
+from core.echo import echo, echo_name
 from core.hub_cache import model_label
-from core.errors import CheckpointError
+from core.errors import SHOWN_PROBLEMS, CheckpointError
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,8 @@ class CheckpointIndex:
             return self.components[name]
         except KeyError:
             raise CheckpointError(
-                f"{self.path} has no component {name!r}; known: {', '.join(self.components) or 'none'}"
+                f"{echo_name(self.path)} has no component {echo(name)}; "
+                f"known: {', '.join(map(echo_name, list(self.components)[:SHOWN_PROBLEMS])) or 'none'}"
             ) from None
 
     def summary(self) -> dict:

@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
 
 from .metadata import TensorMeta
-from core.errors import PlacementError
+from core.echo import NAME_LIMIT, echo, echo_name
+from core.errors import PlacementError, first_of
 
 EXTRA_STATE_SUFFIX = "_extra_state"
 
@@ -120,7 +121,8 @@ def _split(meta: TensorMeta, rule: SplitRule, match: re.Match) -> list[tuple[str
     """(target name, its row ranges) for each of `rule`'s targets, or PlacementError naming the tensor."""
     parts = len(rule.targets) * rule.groups
     if not meta.shape or meta.shape[0] % parts:
-        raise PlacementError(f"{meta.name!r} of shape {meta.shape} in {meta.file.name}: cannot be split into "
+        raise PlacementError(f"{echo(meta.name, NAME_LIMIT)} of shape {meta.shape} in {echo_name(meta.file.name)}: "
+                             f"cannot be split into "
                              f"{rule.groups} x {len(rule.targets)} equal row blocks for {', '.join(rule.targets)}")
     rows = meta.shape[0] // parts
     return [(match.expand(target), tuple(row_range(meta, (g * len(rule.targets) + i) * rows, rows)
@@ -177,14 +179,14 @@ def plan_targets(
         if absent:
             problems.append(
                 f"merge into {target!r} lacks sources matching {', '.join(map(repr, absent))}"
-                f" (found {', '.join(repr(m[0].name) for m in parts.values())})"
+                f" (found {', '.join(echo(m[0].name, NAME_LIMIT) for m in parts.values())})"
             )
             continue
         sources = tuple(piece for i in range(len(rule.sources)) for piece in parts[i])
         tails = {s.shape[1:] for s in sources}
         if len(tails) > 1 or any(len(s.shape) == 0 for s in sources):
             problems.append(
-                f"merge into {target!r}: sources {', '.join(f'{s.name!r} {s.shape}' for s in sources)}"
+                f"merge into {target!r}: sources {', '.join(f'{echo(s.name, NAME_LIMIT)} {s.shape}' for s in sources)}"
                 " cannot be concatenated along dim 0"
             )
             continue
@@ -194,10 +196,11 @@ def plan_targets(
     for _, t in order:
         if t.name in seen:
             problems.append(
-                f"target {t.name!r} is produced by both {seen[t.name].sources[0].name!r} and {t.sources[0].name!r}"
+                f"target {echo(t.name, NAME_LIMIT)} is produced by both {echo(seen[t.name].sources[0].name, NAME_LIMIT)} and "
+                f"{echo(t.sources[0].name, NAME_LIMIT)}"
             )
         seen[t.name] = t
     if problems:
-        raise PlacementError("; ".join(sorted(problems)))
+        raise PlacementError("; ".join(first_of(sorted(problems))))
     order.sort(key=lambda item: item[0])
     return [t for _, t in order], skipped

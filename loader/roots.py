@@ -12,7 +12,8 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from core.errors import CheckpointError, clip
+from core.echo import echo_name
+from core.errors import CheckpointError
 from core.hub_cache import holding_root, link_root
 
 RootsArg = Iterable[str | os.PathLike] | None
@@ -73,8 +74,8 @@ class ModelRoots:
     def escape(self, path: Path, entry: str) -> RootEscape:
         """The refusal of `path`: where it really is, which root would hold it and how to add one."""
         real = Path(os.path.realpath(path))
-        where = "" if real == Path(path) else f" (it is {clip(str(real))})"
-        holder = clip(str(holding_root(real)))
+        where = "" if real == Path(path) else f" (it is {echo_name(real)})"
+        holder = echo_name(holding_root(real))
         return RootEscape(f"{entry}: resolves outside the model roots ({self.describe()}){where}; refused. "
                           f"A root holding it: {holder} (python -m loader: --root {holder}; jobs and the "
                           f"dashboard: model_roots in drainboard.toml or DRAINBOARD_MODEL_ROOTS)")

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .confined import open_checked, read_at_most
-from core.echo import echo
-from core.errors import CheckpointError, clip
+from core.echo import NAME_LIMIT, echo, echo_name
+from core.errors import CheckpointError
 from core.jsonfile import JSONProblem, parse_json
 from .metadata import ShardMeta, TensorMeta
 from .roots import ModelRoots, RootEscape
@@ -54,7 +54,7 @@ def read_shard_header(
     Messages name the file and what was wrong, never the bytes read (a file
     that is not safetensors must not leak its start as a "length").
     """
-    name = clip(path.name)
+    name = echo_name(path.name)
     try:
         fd, checked = open_checked(path, roots or ModelRoots([path.parent]), name)
     except RootEscape:
@@ -120,7 +120,7 @@ def _metadata_problems(name: str, metadata: object) -> list[str]:
 def _parse_entry(shard: ShardMeta, tname: str, entry: object) -> tuple[TensorMeta | None, str | None]:
     problem = _entry_problem(entry)
     if problem:
-        return None, f"{clip(shard.path.name)}: tensor {clip(repr(tname))}: {problem}"
+        return None, f"{echo_name(shard.path.name)}: tensor {echo(tname, NAME_LIMIT)}: {problem}"
     shape, (begin, end) = entry["shape"], entry["data_offsets"]
     return TensorMeta(tname, entry["dtype"], tuple(shape), shard.path, (begin, end), shard.data_start, shard.checked), None
 
@@ -131,11 +131,11 @@ def _entry_problem(entry: object) -> str | None:
         return "entry is not an object"
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
     if type(dtype) is not str:
-        return f"dtype is {clip(repr(dtype))}, expected a string"
+        return f"dtype is {echo(dtype, NAME_LIMIT)}, expected a string"
     if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
-        return f"shape is {clip(repr(shape))}, expected a list of non-negative integers"
+        return f"shape is {echo(shape, NAME_LIMIT)}, expected a list of non-negative integers"
     if type(offsets) is not list or len(offsets) != 2 or not all(type(o) is int and o >= 0 for o in offsets):
-        return f"data_offsets is {clip(repr(offsets))}, expected [begin, end] non-negative integers"
+        return f"data_offsets is {echo(offsets, NAME_LIMIT)}, expected [begin, end] non-negative integers"
     return _shape_overflow(shape)
 
 
@@ -150,7 +150,7 @@ def _shape_overflow(shape: list[int]) -> str | None:
     bound = 1
     for d in shape:
         if d > INT64_MAX:
-            return f"shape has a dimension above 2**63-1 ({clip(repr(shape))}); torch sizes are int64"
+            return f"shape has a dimension above 2**63-1 ({echo(shape, NAME_LIMIT)}); torch sizes are int64"
         bound *= d if d > 1 else 1
         if bound > INT64_MAX:
             return _exact_overflow(shape)
@@ -161,11 +161,11 @@ def _exact_overflow(shape: list[int]) -> str | None:
     stride = 1
     for d in reversed(shape):
         if stride > INT64_MAX:
-            return f"shape {clip(repr(shape))} has a stride above 2**63-1; torch strides are int64"
+            return f"shape {echo(shape, NAME_LIMIT)} has a stride above 2**63-1; torch strides are int64"
         stride *= max(d, 1)
     count = 1
     for d in shape:
         count *= d
     if count > INT64_MAX:
-        return f"shape {clip(repr(shape))} holds more than 2**63-1 elements; torch sizes are int64"
+        return f"shape {echo(shape, NAME_LIMIT)} holds more than 2**63-1 elements; torch sizes are int64"
     return None

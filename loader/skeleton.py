@@ -12,7 +12,8 @@ from typing import Iterable
 import torch
 import torch.nn as nn
 
-from core.errors import PlacementError
+from core.echo import NAME_LIMIT, echo
+from core.errors import PlacementError, first_of
 
 _MODULE_ATTRIBUTES = frozenset(dir(nn.Module()))
 """Names every plain module already has (`forward`, `training`, ...): no child or tensor may take one.
@@ -37,26 +38,26 @@ def build_skeleton(tensors: Iterable[tuple[str, tuple[int, ...], torch.dtype]]) 
                 child = owner._modules.get(part)
                 if child is None:
                     if part in owner._parameters:
-                        raise PlacementError(f"{name!r} nests under tensor {part!r}")
+                        raise PlacementError(f"{echo(name, NAME_LIMIT)} nests under tensor {echo(part, NAME_LIMIT)}")
                     child = owner._modules[_free_name(part, name)] = nn.Module()
                 owner = child
             if leaf in owner._modules:
-                raise PlacementError(f"{name!r} is both a tensor and a module prefix")
+                raise PlacementError(f"{echo(name, NAME_LIMIT)} is both a tensor and a module prefix")
             if leaf in owner._parameters:
-                raise PlacementError(f"{name!r} appears twice")
+                raise PlacementError(f"{echo(name, NAME_LIMIT)} appears twice")
             param = nn.Parameter(torch.empty(shape, dtype=dtype, device="meta"), requires_grad=False)
             owner._parameters[_free_name(leaf, name)] = param
         except PlacementError as exc:
-            problems.append(f"cannot build a skeleton tensor {name!r}: {exc}")
+            problems.append(f"cannot build a skeleton tensor {echo(name, NAME_LIMIT)}: {exc}")
     if problems:
-        raise PlacementError("; ".join(problems))
+        raise PlacementError("; ".join(first_of(problems)))
     return root
 
 
 def _free_name(part: str, name: str) -> str:
     """`part` of tensor `name`, refused where a module could not hold it under that name."""
     if not part:
-        raise PlacementError(f"{name!r} has an empty name part")
+        raise PlacementError(f"{echo(name, NAME_LIMIT)} has an empty name part")
     if part in _MODULE_ATTRIBUTES:
-        raise PlacementError(f"{part!r} in {name!r} is an attribute every module has")
+        raise PlacementError(f"{echo(part, NAME_LIMIT)} in {echo(name, NAME_LIMIT)} is an attribute every module has")
     return part

@@ -5,7 +5,7 @@ Pure checks of what discovery described (`metadata`); `checkpoint.checkpoint_pro
 from __future__ import annotations
 
 from .dtypes import SAFETENSORS_DTYPES, itemsize
-from core.errors import clip
+from core.echo import NAME_LIMIT, echo, echo_name
 from .metadata import CheckpointIndex, ComponentMeta, ShardMeta
 
 
@@ -25,24 +25,26 @@ def validate_component(component: ComponentMeta) -> list[str]:
         problems.extend(_validate_shard(shard))
         for t in shard.tensors:
             if t.name in owner:
-                problems.append(f"tensor {clip(repr(t.name))} appears in both {owner[t.name]} and {shard.path.name}")
+                problems.append(f"tensor {echo(t.name, NAME_LIMIT)} appears in both {owner[t.name]} and "
+                                f"{echo_name(shard.path.name)}")
             else:
-                owner[t.name] = shard.path.name
+                owner[t.name] = echo_name(shard.path.name)
     if component.weight_map is not None and component.index_file is not None:
-        index_name = component.index_file.name
+        index_name = echo_name(component.index_file.name)
         read_files = {s.path.name for s in component.shards}
         for name, file in sorted(component.weight_map.items()):
-            if file in read_files and owner.get(name) != file:
+            if file in read_files and owner.get(name) != echo_name(file):
                 actual = f"is in {owner[name]}" if name in owner else "is in no shard header"
-                problems.append(f"{index_name} maps {clip(repr(name))} to {clip(file)}, but the tensor {actual}")
+                problems.append(f"{index_name} maps {echo(name, NAME_LIMIT)} to {echo_name(file)}, but the tensor {actual}")
         for name, file in sorted(owner.items()):
             if name not in component.weight_map:
-                problems.append(f"{file} holds {clip(repr(name))}, which {index_name} does not list")
+                problems.append(f"{file} holds {echo(name, NAME_LIMIT)}, which {index_name} does not list")
     return problems
 
 
 def _validate_shard(shard: ShardMeta) -> list[str]:
     problems = []
+    file = echo_name(shard.path.name)
     data_size = shard.size - shard.data_start
     spans = []
     truncated = False
@@ -50,7 +52,7 @@ def _validate_shard(shard: ShardMeta) -> list[str]:
         begin, end = t.data_offsets
         found = []
         if t.dtype not in SAFETENSORS_DTYPES:
-            found.append(f"has unknown dtype {clip(repr(t.dtype))}; known: {', '.join(sorted(SAFETENSORS_DTYPES))}")
+            found.append(f"has unknown dtype {echo(t.dtype, NAME_LIMIT)}; known: {', '.join(sorted(SAFETENSORS_DTYPES))}")
         elif t.numel * itemsize(t.dtype) != end - begin:
             found.append(
                 f"has shape {t.shape} x {t.dtype} = {t.numel * itemsize(t.dtype)} bytes,"
@@ -62,7 +64,7 @@ def _validate_shard(shard: ShardMeta) -> list[str]:
             truncated = True
             found.append(f"has data_offsets [{begin}, {end}] past the end of the {data_size}-byte data area (truncated?)")
         if found:  # the tensor's name is formatted only for a problem: a sound header has 639 of them
-            problems += [f"{shard.path.name}: tensor {clip(repr(t.name))} {text}" for text in found]
+            problems += [f"{file}: tensor {echo(t.name, NAME_LIMIT)} {text}" for text in found]
         if end >= begin:
             spans.append((begin, end, t.name))
     return problems + _coverage_problems(shard, sorted(spans), data_size, truncated)
@@ -76,24 +78,25 @@ def _coverage_problems(shard: ShardMeta, spans: list[tuple[int, int, str]], data
     offset); a byte no tensor owns could hide anything.
     """
     problems = []
+    file = echo_name(shard.path.name)
     covered, last = 0, None  # end of the data the tensors so far cover, and the tensor reaching it
     for begin, end, name in spans:
         if begin > covered:
-            after = f"tensor {clip(repr(last[2]))} [{last[0]}, {last[1]}]" if last else "the start of the data area"
+            after = f"tensor {echo(last[2], NAME_LIMIT)} [{last[0]}, {last[1]}]" if last else "the start of the data area"
             problems.append(
-                f"{shard.path.name}: {begin - covered} bytes between {after} and tensor {clip(repr(name))}"
+                f"{file}: {begin - covered} bytes between {after} and tensor {echo(name, NAME_LIMIT)}"
                 f" [{begin}, {end}] belong to no tensor (safetensors refuses gaps)"
             )
         elif begin < covered:
             problems.append(
-                f"{shard.path.name}: tensors {clip(repr(last[2]))} [{last[0]}, {last[1]}]"
-                f" and {clip(repr(name))} [{begin}, {end}] overlap"
+                f"{file}: tensors {echo(last[2], NAME_LIMIT)} [{last[0]}, {last[1]}]"
+                f" and {echo(name, NAME_LIMIT)} [{begin}, {end}] overlap"
             )
         if end >= covered:
             covered, last = end, (begin, end, name)
     if covered < data_size and not truncated and not shard.refused_entries:
         problems.append(
-            f"{shard.path.name}: {data_size - covered} bytes after the last tensor's data belong to no tensor"
+            f"{file}: {data_size - covered} bytes after the last tensor's data belong to no tensor"
             " (safetensors refuses trailing bytes)"
         )
     return problems

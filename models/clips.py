@@ -14,8 +14,9 @@ and a soundtrack diffusers cannot take (more than two channels, or a rate
 other than the audio VAE's where torchaudio, which resamples it, is missing),
 should not take (NaN or infinite samples) or whose decode it would hold
 unbounded (over `MAX_SOUNDTRACK_SECONDS`, as declared, then as counted while
-decoding). Video frames decode to 8-bit RGB, finite by construction; a
-soundtrack decodes to float samples, which can hold NaN.
+decoding, or at a rate over `MAX_SOUNDTRACK_RATE`). Video frames decode to
+8-bit RGB, finite by construction; a soundtrack decodes to float samples,
+which can hold NaN.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ MAX_CLIP_SECONDS = 60.0
 MAX_SOUNDTRACK_SECONDS = MAX_CLIP_SECONDS
 """Longest soundtrack accepted, as long as the longest clip: diffusers decodes all of it as float32 (twice over while
 it joins the pieces) and then keeps only as much as the request generates (at most `models.params.MAX_SECONDS`)."""
+MAX_SOUNDTRACK_RATE = 192_000
+"""Highest soundtrack rate accepted (studio masters'): with `MAX_SOUNDTRACK_SECONDS`, it bounds what the decode
+holds (92 MB of stereo float32), which a losslessly compressed track of silence at a made-up rate would not."""
 READ_CLIP = "read_clip"
 """The run's stage in which diffusers decodes the clip (its frames and its whole soundtrack, before any weight)."""
 MAX_CLIP_PIXELS = 3840 * 2160
@@ -176,8 +180,9 @@ def _check_audio(path: Path, container, stream, sampling_rate: int | None) -> di
     rate, channels, seconds = declared["audio_rate"], declared["audio_channels"], declared["audio_seconds"]
     if channels not in (1, 2):
         raise InputClipError(f"{path}: its soundtrack has {channels} channels; diffusers takes mono or stereo")
-    if rate <= 0:
-        raise InputClipError(f"{path}: its soundtrack reports no sample rate")
+    if not 0 < rate <= MAX_SOUNDTRACK_RATE:
+        raise InputClipError(f"{path}: its soundtrack is at {rate:,} Hz; rates from 1 to {MAX_SOUNDTRACK_RATE:,} Hz are"
+                             " accepted")
     if seconds is not None and seconds > MAX_SOUNDTRACK_SECONDS:
         raise InputClipError(_soundtrack_too_long(path, seconds))
     if sampling_rate is not None and rate != sampling_rate and importlib.util.find_spec("torchaudio") is None:

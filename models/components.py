@@ -40,6 +40,7 @@ from loader import load_checkpoint
 from loader.placement import get_placement
 from loader.confined import read_json_checked
 from loader.dtypes import parse_dtype
+from core.echo import NAME_LIMIT, echo
 from core.errors import CheckpointError, PlacementError
 from machine.memory import MemoryProbe
 from loader.model_registry import get_model_builder, register_model_builder
@@ -73,7 +74,7 @@ def component_class(class_name: str) -> type[nn.Module]:
     library = CLASS_LIBRARIES.get(class_name)
     if library is None:
         raise PlacementError(
-            f"no MiniMax H3 class {class_name!r}; known: {', '.join(CLASS_LIBRARIES)} (others load as generic skeletons)"
+            f"no MiniMax H3 class {echo(class_name, NAME_LIMIT)}; known: {', '.join(CLASS_LIBRARIES)} (others load as generic skeletons)"
         )
     return getattr(importlib.import_module(library), class_name)
 
@@ -300,7 +301,7 @@ def load_aux(root: str | os.PathLike, name: str):
         config = _read_config(folder, "scheduler_config.json")
         if config.get("_class_name") != "MiniMaxH3Scheduler":
             raise CheckpointError(
-                f"{folder / 'scheduler_config.json'}: _class_name is {config.get('_class_name')!r}, expected 'MiniMaxH3Scheduler'"
+                f"{folder / 'scheduler_config.json'}: _class_name is {echo(config.get('_class_name'), NAME_LIMIT)}, expected 'MiniMaxH3Scheduler'"
             )
         return MiniMaxH3Scheduler.from_config(config)
     except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -28,8 +28,10 @@ def write_mp4(
     sample_rate: int = 32000,
     *,
     crf: int = 20,
+    comment: str | None = None,
 ) -> None:
-    """Encode `frames` (F, H, W, 3) uint8 and optional `audio` (float in [-1, 1]) to `path`.
+    """Encode `frames` (F, H, W, 3) uint8 and optional `audio` (float in [-1, 1]) to `path`, with `comment` in
+    the file's `comment` tag (a generate's settings, models.video_settings).
 
     `audio` is (channels, samples) with 1 or 2 channels (H3's soundtrack is
     stereo), or 1-D for mono; AAC keeps the channel count.
@@ -43,7 +45,7 @@ def write_mp4(
     disk a DiskFullError names it.
     """
     try:
-        _encode(path, frames, fps, audio, sample_rate, crf)
+        _encode(path, frames, fps, audio, sample_rate, crf, comment)
     except BaseException as e:
         removed = os.path.isfile(path)  # never a device such as /dev/full
         if removed:
@@ -63,12 +65,14 @@ def silence_non_finite(audio: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def _encode(path: str | os.PathLike, frames: np.ndarray, fps: int, audio: np.ndarray | None, sample_rate: int,
-            crf: int) -> None:
+            crf: int, comment: str | None) -> None:
     if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
         raise ValueError(f"frames must be (F, H, W, 3) uint8, got {frames.shape} {frames.dtype}")
     height, width = frames.shape[1] // 2 * 2, frames.shape[2] // 2 * 2
     frames = frames[:, :height, :width]
     with av.open(str(path), mode="w", format="mp4", options={"movflags": "+faststart"}) as container:
+        if comment:
+            container.metadata["comment"] = comment
         video = container.add_stream("libx264", rate=fps)
         video.width, video.height, video.pix_fmt = width, height, "yuv420p"
         video.options = {"crf": str(crf), "preset": "veryfast"}

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from core.errors import clip
+from core.echo import NAME_LIMIT, echo, echo_name
 from loader.metadata import TensorMeta
 
 GGUF_MAGIC = b"GGUF"
@@ -32,13 +32,14 @@ def file_problem(path: Path) -> str | None:
         with open(path, "rb") as f:
             head = f.read(8)
     except OSError as exc:
-        return f"{clip(path.name)}: cannot be read: {exc.strerror}"
+        return f"{echo_name(path.name)}: cannot be read: {exc.strerror}"
     if head.startswith(GGUF_MAGIC):
         version = int.from_bytes(head[4:8], "little")
-        return (f"{clip(path.name)}: a GGUF file (version {version}): Drainboard loads safetensors only, and has "
-                f"not checked that diffusers' GGUF path converts MiniMax H3; use the safetensors file it was made from")
+        return (f"{echo_name(path.name)}: a GGUF file (version {version}): not offered here; Drainboard's loader reads "
+                f"safetensors (diffusers' own GGUF path loads it, outside Drainboard); use the safetensors file it "
+                f"was made from")
     if head.startswith(PICKLE_STARTS):
-        return (f"{clip(path.name)}: a PyTorch pickle (torch.save's format), which is never unpickled here; use a "
+        return (f"{echo_name(path.name)}: a PyTorch pickle (torch.save's format), which is never unpickled here; use a "
                 f"safetensors copy")
     return None
 
@@ -51,8 +52,8 @@ def packed_problem(tensors: Sequence[TensorMeta], where: str) -> str | None:
     names = {t.name for t in tensors}
     stem = packed.name.removesuffix("weight")
     scale = next((stem + s for s in SCALE_SUFFIXES if stem + s in names), None)
-    beside = f" beside {clip(scale)}" if scale else ""
-    return (f"{where}: packed or quantized weights: {clip(packed.name)} is {packed.dtype} {packed.shape}{beside} "
+    beside = f" beside {echo_name(scale)}" if scale else ""
+    return (f"{where}: packed or quantized weights: {echo_name(packed.name)} is {packed.dtype} {packed.shape}{beside} "
             f"(NVFP4, int8 ConvRot or another packed format), which diffusers' {DIT_CLASS} cannot take; use the "
             f"bf16 checkpoint")
 
@@ -60,11 +61,11 @@ def packed_problem(tensors: Sequence[TensorMeta], where: str) -> str | None:
 def dit_config_problem(config: dict, where: str) -> str | None:
     """A DiT `config.json` that names no diffusers class for H3: remote code (`auto_map`) or a pruned layout."""
     if "auto_map" in config:
-        return (f"{where}: a layout with remote code (auto_map {clip(str(config['auto_map']))}); Drainboard runs no "
+        return (f"{where}: a layout with remote code (auto_map {echo_name(config['auto_map'])}); Drainboard runs no "
                 f"code from a checkpoint and generates with diffusers' {DIT_CLASS} only")
     if config.get("_class_name") != DIT_CLASS:
         hints = ", ".join(k for k in sorted(config) if re.search(r"rank|prun|layout|basis", k))
-        found = f"_class_name {clip(repr(config.get('_class_name')))}" + (f" and {hints}" if hints else "")
+        found = f"_class_name {echo(config.get('_class_name'), NAME_LIMIT)}" + (f" and {hints}" if hints else "")
         return (f"{where}: a DiT that diffusers has no class for ({found}; a pruned layout?); generate needs "
                 f"diffusers' {DIT_CLASS}")
     return None
@@ -79,8 +80,8 @@ def generate_checkpoint_problem(index) -> str | None:
         from .single_file import is_reference_h3
 
         known = "holding a MiniMax H3 DiT in the original layout" if is_reference_h3(tensors) else "of an unknown model"
-        return (f"{clip(index.path.name)}: {what} {known} ({len(tensors)} tensors), not a MiniMax H3 model folder "
+        return (f"{echo_name(index.path.name)}: {what} {known} ({len(tensors)} tensors), not a MiniMax H3 model folder "
                 f"(modular_model_index.json and its components); a single-file DiT goes in --transformer (the Run "
                 f"page's Single-file transformer) with the model folder that supplies the rest")
     dit = index.components.get("transformer")
-    return None if dit is None else packed_problem(dit.tensors, f"{clip(index.path.name)}/transformer")
+    return None if dit is None else packed_problem(dit.tensors, f"{echo_name(index.path.name)}/transformer")

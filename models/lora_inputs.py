@@ -31,8 +31,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from core.echo import echo
-from core.errors import CheckpointError, DrainboardError, clip
+from core.echo import NAME_LIMIT, echo, echo_name
+from core.errors import CheckpointError, DrainboardError
 
 MAX_LORA_BYTES = 16 * 2**30
 """The largest LoRA file accepted: a rank-64 LoRA on every Linear of H3's DiT is a few GiB in fp32; past this a
@@ -242,7 +242,7 @@ def inspect_lora(lora: LoraInput, model_root: str | os.PathLike, workflow: str, 
     from loader.shard_header import read_shard_header
 
     path = Path(lora.file)
-    shown = clip(str(path))
+    shown = echo_name(path)
     if not path.name.endswith(".safetensors"):
         raise LoraError(f"LoRA {shown}: not a .safetensors file (only safetensors LoRAs are read; nothing is unpickled)")
     model_roots = ModelRoots(roots)
@@ -262,7 +262,7 @@ def inspect_lora(lora: LoraInput, model_root: str | os.PathLike, workflow: str, 
     names = [t.name for t in shard.tensors]
     if not any(marker in n for n in names for marker in FACTOR_MARKERS):
         raise LoraError(f"LoRA {shown}: holds no LoRA factors (no lora_A/lora_B or lora_down/lora_up tensors);"
-                        f" found {len(names)} tensors, e.g. {', '.join(clip(repr(n)) for n in names[:3]) or 'none'}")
+                        f" found {len(names)} tensors, e.g. {', '.join(echo(n, NAME_LIMIT) for n in names[:3]) or 'none'}")
     if any("dora_scale" in n or "lora_magnitude_vector" in n for n in names):
         raise LoraError(f"LoRA {shown}: a DoRA (magnitude vectors); only plain LoRAs are merged")
     converted = _converted_on_meta(shard, shown)
@@ -316,13 +316,13 @@ def _converted_on_meta(shard, shown: str) -> dict:
             else:
                 state[meta.name] = torch.empty(meta.shape, dtype=meta.torch_dtype, device="meta")
     except (KeyError, ValueError, RuntimeError) as exc:
-        raise LoraError(f"LoRA {shown}: a tensor cannot be read: {clip(str(exc))}") from None
+        raise LoraError(f"LoRA {shown}: a tensor cannot be read: {echo_name(exc)}") from None
     finally:
         os.close(fd)
     try:
         return MiniMaxH3LoraLoaderMixin.lora_state_dict(state)
     except (ValueError, KeyError, RuntimeError, IndexError) as exc:
-        raise LoraError(f"LoRA {shown}: not a MiniMax H3 LoRA layout diffusers reads: {clip(str(exc))}") from None
+        raise LoraError(f"LoRA {shown}: not a MiniMax H3 LoRA layout diffusers reads: {echo_name(exc)}") from None
 
 
 def _route(converted: dict, workflow: str, shown: str) -> str:
@@ -331,7 +331,7 @@ def _route(converted: dict, workflow: str, shown: str) -> str:
     known = prefixes & set(PARTITIONS)
     if not known:
         raise LoraError(f"LoRA {shown}: targets no module: no layer names transformer or transformer_ref"
-                        f" after diffusers' conversion (e.g. {', '.join(clip(repr(k)) for k in sorted(converted)[:3])})")
+                        f" after diffusers' conversion (e.g. {', '.join(echo(k, NAME_LIMIT) for k in sorted(converted)[:3])})")
     if known == set(PARTITIONS):
         raise LoraError(f"LoRA {shown}: holds layers for both transformer and transformer_ref; give one file per partition")
     if known == {"transformer_ref"} and workflow != "ref2va":
@@ -346,7 +346,7 @@ def _dit_shapes(root: Path, partition: str) -> dict[str, tuple[int, ...]]:
 
     folder = root / partition
     if not folder.is_dir():
-        raise LoraError(f"the model at {clip(str(root))} has no {partition} to merge a LoRA into")
+        raise LoraError(f"the model at {echo_name(root)} has no {partition} to merge a LoRA into")
     module = build_empty(_read_config(folder))
     return {n: tuple(p.shape) for n, p in module.named_parameters()}
 
@@ -359,21 +359,21 @@ def check_factors(factors: dict, dit: dict[str, tuple[int, ...]], shown: str,
     extra = sorted(k for k in factors if not k.endswith((".lora_A.weight", ".lora_B.weight")))
     if extra:
         raise LoraError(f"LoRA {shown}: {len(extra)} tensor(s) are not LoRA factors diffusers merges (LoRA biases or"
-                        f" other), e.g. {clip(repr(extra[0]))}")
+                        f" other), e.g. {echo(extra[0], NAME_LIMIT)}")
     missing = [m for m in modules if f"{m}.weight" not in dit or len(dit[f"{m}.weight"]) != 2]
     if missing:
         raise LoraError(f"LoRA {shown}: {len(missing)} of its {len(modules)} modules are not Linear layers of"
-                        f" {partition}, e.g. {clip(repr(missing[0]))}: it targets another model")
+                        f" {partition}, e.g. {echo(missing[0], NAME_LIMIT)}: it targets another model")
     ranks = []
     for m in modules:
         a, b = factors.get(f"{m}.lora_A.weight"), factors.get(f"{m}.lora_B.weight")
         out_features, in_features = dit[f"{m}.weight"]
         if a is None or b is None:
-            raise LoraError(f"LoRA {shown}: {clip(repr(m))} has only one of lora_A / lora_B")
+            raise LoraError(f"LoRA {shown}: {echo(m, NAME_LIMIT)} has only one of lora_A / lora_B")
         if a.dim() != 2 or b.dim() != 2 or a.shape[0] != b.shape[1] or tuple(a.shape)[1] != in_features \
                 or tuple(b.shape)[0] != out_features:
             raise LoraError(
-                f"LoRA {shown}: {clip(repr(m))} has factors A {list(a.shape)} and B {list(b.shape)} but {partition}'s"
+                f"LoRA {shown}: {echo(m, NAME_LIMIT)} has factors A {list(a.shape)} and B {list(b.shape)} but {partition}'s"
                 f" weight is {[out_features, in_features]}: trained on another checkpoint (a pruned one?)")
         ranks.append(int(a.shape[0]))
     return [f"{m}.weight" for m in modules], ranks

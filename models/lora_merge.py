@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable
 import torch
 import torch.nn as nn
 
-from core.errors import clip
+from core.echo import echo_name
 
 from .lora_inputs import LoraError, LoraInput, check_factors, file_sha256
 
@@ -72,7 +72,7 @@ def merge_adjustments(loras: Iterable[LoraInput], partition: str, config: dict, 
     per_weight: dict[str, list[Factor]] = {}
     for i, lora in enumerate(loras):
         factors, scales, digest = _read(lora, roots, shell, f"drainboard_{i}")
-        shown = clip(lora.file)
+        shown = echo_name(lora.file)
         targets, ranks = check_factors(factors, shapes, shown, partition)
         nbytes = 0
         for target in targets:
@@ -102,9 +102,10 @@ def _merger(factors: list[Factor], report: LoraMerge) -> Callable[[torch.Tensor]
 def merge_delta(weight: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: float) -> None:
     """`weight += scale * (B @ A)` as diffusers' `fuse_lora` does it on the CPU: factors in the weight's dtype,
     their product in float32, scaled, rounded once to the weight's dtype, added in place."""
-    a = a.to(weight.device, weight.dtype).float()
-    b = b.to(weight.device, weight.dtype).float()
-    weight += ((b @ a) * scale).to(weight.dtype)
+    product = b.to(weight.device, weight.dtype).float() @ a.to(weight.device, weight.dtype).float()
+    if scale != 1.0:  # x * 1.0 is x: one pass over the product saved, the bits unchanged
+        product.mul_(scale)
+    weight += product.to(weight.dtype)
 
 
 def _read(lora: LoraInput, roots: Iterable[str | os.PathLike], shell: nn.Module,
@@ -116,7 +117,7 @@ def _read(lora: LoraInput, roots: Iterable[str | os.PathLike], shell: nn.Module,
     from loader.confined import open_checked
     from loader.roots import ModelRoots
 
-    shown = clip(lora.file)
+    shown = echo_name(lora.file)
     fd, _ = open_checked(Path(lora.file), ModelRoots(roots), f"LoRA {shown}")
     try:
         digest = file_sha256(fd)
@@ -129,7 +130,7 @@ def _read(lora: LoraInput, roots: Iterable[str | os.PathLike], shell: nn.Module,
             state, metadata = MiniMaxH3LoraLoaderMixin.lora_state_dict(
                 f"/proc/self/fd/{fd}", use_safetensors=True, local_files_only=True, return_lora_metadata=True)
         except (OSError, ValueError, RuntimeError) as exc:
-            raise LoraError(f"LoRA {shown}: diffusers cannot read it: {clip(str(exc))}") from None
+            raise LoraError(f"LoRA {shown}: diffusers cannot read it: {echo_name(exc)}") from None
     finally:
         os.close(fd)
     prefix = next(iter(state)).split(".", 1)[0] if state else ""
@@ -155,7 +156,7 @@ def _peft_scales(shell: nn.Module, state: dict[str, torch.Tensor], prefix: str, 
     try:
         shell.load_lora_adapter(shapes, prefix=prefix, metadata=metadata, adapter_name=adapter, low_cpu_mem_usage=True)
     except (ValueError, RuntimeError, TypeError) as exc:
-        raise LoraError(f"LoRA for {prefix}: diffusers cannot place its layers: {clip(str(exc))}") from None
+        raise LoraError(f"LoRA for {prefix}: diffusers cannot place its layers: {echo_name(exc)}") from None
     return {path: float(m.scaling[adapter]) for path, m in shell.named_modules()
             if isinstance(m, BaseTunerLayer) and adapter in getattr(m, "scaling", {})}
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from loader.confined import read_json_checked
+from core.echo import NAME_LIMIT, echo
 from core.errors import DrainboardError
 
 from .levers import ATTENTION_BACKENDS, step_cache_problem
@@ -196,7 +197,7 @@ class ModelSpec:
         root = Path(model_dir)
         index = _read_json(root / INDEX_FILE)
         if index.get("_class_name") != PIPELINE_CLASS:
-            raise GenerateParamsError({"model": f"{root / INDEX_FILE} has _class_name {index.get('_class_name')!r};"
+            raise GenerateParamsError({"model": f"{root / INDEX_FILE} has _class_name {echo(index.get('_class_name'), NAME_LIMIT)};"
                                                 f" expected {PIPELINE_CLASS!r}"})
         configs = {name: _read_json(root / name / "config.json") for name in WEIGHT_COMPONENTS}
         vae, dit = configs["vae"], configs["transformer"]

@@ -35,9 +35,10 @@ the residency.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -45,12 +46,13 @@ import torch.nn as nn
 
 from loader import prefer_host_registration
 from machine.device import DeviceInfo, probe_device
-from machine.host_heap import return_large_frees_to_os
+from machine.host_heap import give_back_free_heap, return_large_frees_to_os
 from machine.memory import MemoryProbe
 from machine.offload import OffloadDecision, OffloadSettings, resolve_offload
 
 from .components import AUX_COMPONENTS, load_aux
 from .encode import silence_non_finite, write_mp4
+from .video_settings import video_settings
 from .inputs import open_image
 from .levers import LEVER_FIELDS, is_lossless, lever_key, lever_problems
 from .params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
@@ -102,6 +104,7 @@ def run_generate(
     sample_interval: float = 0.1,
     probe: MemoryProbe | None = None,
     roots: list[str | os.PathLike] | None = None,
+    video_extra: Mapping[str, Any] | None = None,
 ) -> GenerateResult:
     """Generate one clip (`params.resolved_workflow`) from the H3 model at `model_dir` into the MP4 `out_path`.
 
@@ -114,7 +117,7 @@ def run_generate(
     every weight file must resolve under one of them (default: `model_dir`, and the folder of
     `params.transformer`, a single-file DiT, when one is given). Raises
     GenerateParamsError for parameters the model cannot take, before any
-    weight is read.
+    weight is read. The MP4 carries the parameters (models.video_settings), with `video_extra` beside them.
     """
     return_large_frees_to_os()
     root = Path(model_dir)
@@ -168,7 +171,9 @@ def run_generate(
                 result.notes.append(note)
                 run.emit("note", note)
         with run.stage_of(ENCODE):
-            write_mp4(out_path, frames, params.fps, wave, result.sample_rate or model.sampling_rate)
+            settings = video_settings(params, model_dir, video_extra)
+            write_mp4(out_path, frames, params.fps, wave, result.sample_rate or model.sampling_rate,
+                      comment=json.dumps(settings))
     finally:
         if run is not None:
             run.abandon()  # a block that raised left its stage open
@@ -241,6 +246,9 @@ def _read_clip(run: RunState, params: GenerateParams, model: ModelSpec):
 
     with run.stage_of(READ_CLIP):
         clip = open_clip(params.ref_video)
+        # diffusers stacks the frames from a list of them: frames under the mmap threshold were heap chunks,
+        # which stayed resident beside the stacked copy for the whole run unless given back here.
+        give_back_free_heap()
     described = {**_describe_clip(clip, params, model), "file": Path(params.ref_video).name}
     run.result.inputs["ref_video"] = described
     if described["note"]:

@@ -18,6 +18,7 @@ only what it must to fit.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Iterable
 
@@ -34,8 +35,9 @@ PREFERENCE = ("the request's own levers before others (no speedup is assumed wit
 PRECISIONS = (None, FP8_COMPUTE, "fp8", "int8")
 """Weight precisions in the order of preference (None: bf16)."""
 
-WallCheck = Callable[[GenerateForecast], "tuple[str, str] | None"]
-"""A forecast -> (stage, line) of the first stage over a wall, or None when every stage fits."""
+WallCheck = Callable[[GenerateForecast], "tuple[str, str, bool] | None"]
+"""A forecast -> (stage, line, over) of the stage nearest its wall (the first over one, when any is), or None
+where no wall applies."""
 
 
 @dataclass(frozen=True)
@@ -52,8 +54,9 @@ class Candidate:
     """Forecast host + device bytes per stage."""
     over_stage: str | None
     """The stage that does not fit (None when all fit)."""
-    over: str | None
-    """That stage against its wall, in one line."""
+    wall: str | None
+    """The stage nearest its wall against it, in one line (`... would peak at 1.2 GiB, under the 64.0 GiB budget`):
+    the one that does not fit, when one does not."""
     seconds: float | None
     """Predicted seconds from this machine's history; None without history for every stage."""
     not_counted: list[str]
@@ -133,15 +136,24 @@ def plan_fastest(params: GenerateParams, *, device: str, capability: tuple[int, 
     of `device_key`) and choose the fastest that fits."""
     from .levers import lever_key
 
+    from .forecast import lever_memory_unknown
+
     records = list(records)
+    forecasts: dict[tuple, GenerateForecast] = {}
     candidates = []
     for seq, values in candidate_settings(params, device, capability, lossy=lossy, sequential=sequential):
-        forecast = forecast_for(replace(params, **values), seq)
-        over = check(forecast)
+        candidate = replace(params, **values)
+        # The bytes depend on residency, precision and the step cache only; the attention backend and compile
+        # change what the forecast says it cannot count, and compile the stages' work.
+        key = (seq, values["quantize"], values["step_cache"])
+        if key not in forecasts:
+            forecasts[key] = forecast_for(candidate, seq)
+        forecast = replace(forecasts[key], levers=dict(values), not_counted=lever_memory_unknown(candidate))
+        nearest = check(forecast)
+        stage, line, over = nearest if nearest else (None, None, False)
         seconds = total_seconds(estimate(stage_work(forecast), records, device_key, lever_key(values)))
         candidates.append(Candidate(seq, values, is_lossless(values), {s.stage: s.total_bytes for s in forecast.stages},
-                                    over[0] if over else None, over[1] if over else None, seconds,
-                                    list(forecast.not_counted)))
+                                    stage if over else None, line, seconds, list(forecast.not_counted)))
     chosen, why = choose(candidates)
     return Plan(candidates, chosen, why, lossy)
 
@@ -152,7 +164,7 @@ def choose(candidates: list[Candidate]) -> tuple[int | None, str]:
     fitting = [i for i, c in enumerate(candidates) if c.fits]
     if not fitting:
         first = candidates[0] if candidates else None
-        return None, ("no candidate fits: " + first.over) if first else "no candidate runs on this device"
+        return None, ("no candidate fits: " + first.wall) if first else "no candidate runs on this device"
     timed = [i for i in fitting if candidates[i].seconds is not None]
     if timed:
         best = min(timed, key=lambda i: candidates[i].seconds)
@@ -180,16 +192,23 @@ def machine_check(kind: str, unified: bool, total_memory: int | None, name: str,
 
     shared = kind == "cpu" or unified
 
-    def check(forecast: GenerateForecast) -> tuple[str, str] | None:
+    def check(forecast: GenerateForecast) -> tuple[str, str, bool] | None:
+        nearest = None
         for s in forecast.stages:
             host = forecast.process_host_bytes + s.host_bytes + (s.device_bytes if shared else 0)
-            if host > available:
-                return s.stage, (f"{s.stage} would peak at {format_size(host)}, over the {format_size(available)}"
-                                 " MemAvailable")
-            room = (total_memory or 0) - forecast.process_device_bytes
-            if not shared and total_memory and s.device_bytes > room:
-                return s.stage, f"{s.stage} would peak at {format_size(s.device_bytes)} on {name}, over its {format_size(room)}"
-        return None
+            walls = [(host, available, f"the {format_size(available)} MemAvailable")]
+            if not shared and total_memory:
+                room = total_memory - forecast.process_device_bytes
+                walls.append((s.device_bytes, room, f"{name}'s {format_size(room)}"))
+            for peak, allowance, label in walls:
+                line = (f"{s.stage} would peak at {format_size(peak)}, {'over' if peak > allowance else 'under'} "
+                        f"{label}")
+                if peak > allowance:
+                    return s.stage, line, True
+                share = peak / allowance if allowance > 0 else math.inf
+                if nearest is None or share > nearest[0]:
+                    nearest = (share, s.stage, line)
+        return None if nearest is None else (nearest[1], nearest[2], False)
     return check
 
 
@@ -203,7 +222,7 @@ def plan_lines(plan: dict[str, Any]) -> list[str]:
         mark = "*" if i == plan["chosen"] else ("x" if not c["fits"] else " ")
         peak = max(c["peaks"].items(), key=lambda kv: kv[1], default=("-", 0))
         eta = f"{c['seconds']:.1f} s" if c["seconds"] is not None else NO_HISTORY
-        fit = f"does not fit: {c['over']}" if not c["fits"] else f"peak {format_size(peak[1])} at {peak[0]}"
+        fit = f"does not fit: {c['wall']}" if not c["fits"] else f"peak {format_size(peak[1])} at {peak[0]}"
         lines.append(f" {mark} {c['label']}: {fit}; {eta}")
     lines.append(f"why: {plan['why']}")
     return lines

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from core.errors import DrainboardError, clip
+from core.echo import echo_name
+from core.errors import DrainboardError
 from loader.metadata import TensorMeta
 from loader.naming import MergeRule, SplitRule
 
@@ -120,7 +121,7 @@ def transformer_problem(path: str, config: dict) -> str | None:
 
     file = Path(path)
     if not file.is_file():
-        return f"{clip(str(file))}: not a file (a single-file DiT is one .safetensors file)"
+        return f"{echo_name(file)}: not a file (a single-file DiT is one .safetensors file)"
     problem = file_problem(file)
     if problem is not None:
         return problem
@@ -128,18 +129,18 @@ def transformer_problem(path: str, config: dict) -> str | None:
         tensors = discover_checkpoint(file).component().tensors
     except DrainboardError as exc:
         return exc.messages()[0]
-    problem = packed_problem(tensors, file.name) or (f"{file.name}: {pruned_problem(tensors)}"
+    problem = packed_problem(tensors, echo_name(file.name)) or (f"{echo_name(file.name)}: {pruned_problem(tensors)}"
                                                      if pruned_problem(tensors) else None)
     if problem is not None:
         return problem
     if not is_reference_h3(tensors):
-        names = ", ".join(clip(t.name) for t in tensors[:3])
-        return (f"{file.name}: not a MiniMax H3 DiT in the original layout (no video_patch_proj, final_layer.video_out "
+        names = ", ".join(echo_name(t.name) for t in tensors[:3])
+        return (f"{echo_name(file.name)}: not a MiniMax H3 DiT in the original layout (no video_patch_proj, final_layer.video_out "
                 f"and blocks.N.attn.qkv_proj of 3 x width rows; its first tensors: {names})")
     fused = [t for t in tensors if FUSED_QKV.fullmatch(t.name)]
     blocks, width = len(fused), fused[0].shape[1]
     layers, hidden = int(config.get("num_layers", -1)), int(config.get("hidden_size", -1))
     if (blocks, width) != (layers, hidden):
-        return (f"{file.name}: a DiT of {blocks} blocks of width {width}, but the model's transformer/config.json "
+        return (f"{echo_name(file.name)}: a DiT of {blocks} blocks of width {width}, but the model's transformer/config.json "
                 f"says {layers} blocks of width {hidden}; give --model the folder of the same model size")
     return None

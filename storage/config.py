@@ -19,14 +19,15 @@ is claimed, never a job that fails later for it.
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Mapping
 
 from core.echo import echo
-from core.errors import DrainboardError
+from core.errors import SHOWN_PROBLEMS, DrainboardError
 from core.hub_cache import holding_root, hub_cache_folder, link_root
 from core.sizes import SizeError, parse_size
 
@@ -64,6 +65,18 @@ class Config:
     """The Hugging Face cache folder, one of `model_roots` (read only, no set-up); None when it does not
     exist or the `hub_cache` setting turns it off."""
 
+    def to_json(self) -> str:
+        """The configuration as it was resolved, for a process this one starts (`ENV_RESOLVED`)."""
+        return json.dumps(asdict(self), default=str)  # its paths as text
+
+    @classmethod
+    def from_json(cls, text: str) -> Config:
+        """A configuration from `to_json`."""
+        values = json.loads(text)
+        hub = values["hub_cache"]
+        return cls(**{**values, "data_dir": Path(values["data_dir"]), "hub_cache": None if hub is None else Path(hub),
+                      "model_roots": [Path(root) for root in values["model_roots"]]})
+
     @property
     def db_path(self) -> Path:
         """The one SQLite database."""
@@ -94,7 +107,7 @@ def _read_file(path: Path) -> dict:
         raise ConfigError(f"{path}: cannot be read: {e.strerror}") from None
     unknown = sorted(set(values) - _FILE_KEYS)
     if unknown:
-        raise ConfigError(f"{path}: unknown keys {', '.join(unknown)}; known: {', '.join(sorted(_FILE_KEYS))}")
+        raise ConfigError(f"{path}: unknown keys {', '.join(map(echo, unknown[:SHOWN_PROBLEMS]))}; known: {', '.join(sorted(_FILE_KEYS))}")
     if "model_roots" in values and not (
         isinstance(values["model_roots"], list) and all(isinstance(r, str) for r in values["model_roots"])
     ):
@@ -200,6 +213,20 @@ def load_config(env: Mapping[str, str] | None = None, cwd: Path | None = None) -
                           f"\"http://head:8265\", got {ray_address!r}")
     return Config(data_dir=data_dir.resolve(), model_roots=roots, address=address, port=port,
                   memory_floor=None if floor is None else str(floor), ray_address=ray_address, hub_cache=hub)
+
+
+ENV_RESOLVED = "DRAINBOARD_RESOLVED_CONFIG"
+"""The configuration a worker resolved, as JSON (`Config.to_json`), in the environment of each job child it
+starts: the child uses it as it is and reads no file (`resolved_config`)."""
+
+
+def resolved_config(env: Mapping[str, str] | None = None) -> Config:
+    """The configuration handed down by the worker that started this process (`ENV_RESOLVED`), else
+    `load_config()` (a job child started by hand). A child never re-reads `drainboard.toml`: the one in its
+    working directory may be another, or half-written."""
+    env = os.environ if env is None else env
+    raw = env.get(ENV_RESOLVED)
+    return load_config(env) if raw is None else Config.from_json(raw)
 
 
 def resolve_model_path(path: str | os.PathLike, roots: list[Path]) -> Path:

@@ -51,6 +51,14 @@ def tiny_shards(seed: int = 0) -> list[ShardSpec]:
     ]
 
 
+@pytest.fixture(autouse=True)
+def _no_hugging_face_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point the Hugging Face cache at a folder that does not exist, so a cache on the machine running the tests
+    (`~/.cache/huggingface/hub`, a model root by default) never becomes one more root; tests of the cache set
+    their own."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path_factory.getbasetemp() / "no-hugging-face-cache"))
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> TinyCheckpoint:
     """Component folder `tiny/` with three shards and an index (layout in `tiny_shards`)."""

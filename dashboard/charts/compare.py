@@ -92,7 +92,8 @@ def compare_chart(
     )
     base = alt.Chart().encode(x=x_enc)
     lines = base.mark_line(interpolate="step-after", strokeWidth=2).encode(
-        y=alt.Y("value:Q", title=y_title, scale=y_scale, axis=alt.Axis(format=".2f" if y == "ratio" else ".1f")),
+        y=alt.Y("value:Q", title=y_title, scale=y_scale, axis=alt.Axis(format=".2f", tickMinStep=0.01) if y == "ratio"
+                   else alt.Axis(format=".1f", tickMinStep=0.1)),
         color=alt.Color("job:N", scale=alt.Scale(domain=jobs or [""], range=list(JOB_COLORS[:max(1, len(jobs))])),
                         legend=alt.Legend(title="job", orient="top")),
         strokeDash=alt.StrokeDash("job:N", scale=alt.Scale(domain=jobs or [""], range=_dashes(samples, jobs)),

@@ -13,6 +13,7 @@ from typing import Mapping, Sequence
 import altair as alt
 import pandas as pd
 
+from dashboard import format as fmt
 from dashboard import words
 from dashboard.charts import frames as fr
 from dashboard.charts.style import POLICY, PREDICTED, WALL, BY_LABEL, Palette, palette
@@ -108,19 +109,20 @@ class Panel:
     @property
     def x_enc(self) -> alt.X:
         unit = self.frames.placed_unit[0]
-        axis = alt.Axis(format=_unit_format(unit)) if self.x == "bytes" else alt.Axis()
+        axis = _unit_axis(unit) if self.x == "bytes" else alt.Axis()
         return alt.X("x:Q", title=fr.x_title(self.x, unit), scale=self.x_scale, axis=axis)
 
     @property
     def y_enc(self) -> alt.Y:
         unit = self.frames.y_unit[0]
         title = unit + (" above the job's first sample" if self.frames.baseline else "")
-        return alt.Y("value:Q", title=title, scale=self.y_scale, axis=alt.Axis(format=_unit_format(unit)))
+        return alt.Y("value:Q", title=title, scale=self.y_scale, axis=_unit_axis(unit))
 
 
-def _unit_format(unit_name: str) -> str:
-    """Axis tick format: one decimal of GiB, whole MiB."""
-    return ".1f" if unit_name == "GiB" else ",.0f"
+def _unit_axis(unit_name: str) -> alt.Axis:
+    """Axis ticks: one decimal of GiB, whole MiB, never closer than what the format shows (a 0.05 GiB step
+    printed at one decimal would read 0.0, 0.1, 0.1)."""
+    return alt.Axis(format=".1f", tickMinStep=0.1) if unit_name == "GiB" else alt.Axis(format=",.0f", tickMinStep=1)
 
 
 @dataclass(frozen=True)
@@ -154,7 +156,7 @@ def wall_layers(p: Panel, capacity: int | None) -> list:
     if not capacity:
         return []
     cap = capacity / GIB
-    zone = alt.Chart(pd.DataFrame({"y0": [cap * 0.9], "y1": [cap], "label": [f"capacity {cap:.1f} GiB"]}))
+    zone = alt.Chart(pd.DataFrame({"y0": [cap * 0.9], "y1": [cap], "label": [f"capacity {fmt.gib(capacity)}"]}))
     return [
         zone.mark_rect(color=WALL, opacity=0.08).encode(y=alt.Y("y0:Q", scale=p.y_scale), y2="y1:Q"),
         zone.mark_rule(color=WALL, strokeDash=[6, 4], strokeWidth=1.5).encode(y=alt.Y("y1:Q", scale=p.y_scale)),
@@ -177,7 +179,8 @@ def diagonal_layers(p: Panel, end: float | None) -> list:
 
 
 def limit_layers(p: Panel, limits: pd.DataFrame | None) -> list:
-    """Each limit as a dashed rule in its series' colour, the predicted peak in gray, labelled at the left."""
+    """Each limit as a dashed rule in its series' colour, the predicted peak in gray, labelled at the left in the
+    theme's text colour (a label in the series' green or sky blue reads under 4.5:1)."""
     if limits is None or limits.empty:
         return []
     colors = {**{label: BY_LABEL[label].color for label in limits["series"] if label in BY_LABEL}, "predicted": PREDICTED}
@@ -185,8 +188,8 @@ def limit_layers(p: Panel, limits: pd.DataFrame | None) -> list:
     rule = alt.Chart(rows).encode(y=alt.Y("value:Q", scale=p.y_scale))
     return [
         rule.mark_rule(strokeDash=[5, 3], strokeWidth=1.6, clip=True).encode(color=alt.Color("color:N", scale=None), tooltip=["label:N"]),
-        rule.mark_text(align="left", baseline="bottom", dx=4, dy=-2, fontSize=11, clip=True).encode(
-            x=alt.value(0), text="label:N", color=alt.Color("color:N", scale=None)
+        rule.mark_text(align="left", baseline="bottom", dx=4, dy=-2, fontSize=11, clip=True, color=p.colors.text).encode(
+            x=alt.value(0), text="label:N"
         ),
     ]
 

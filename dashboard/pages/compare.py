@@ -15,6 +15,7 @@ from dashboard.views import ab
 from dashboard.views.history import checkpoints_of, comparison_table, default_comparison, diff_only, job_summary
 from dashboard.views.query import QueryError, job_ids
 from dashboard.views.spec import job_label, spec_mode
+from dashboard.charts.style import readable
 
 db = data.db_path()
 mem_total = read_host_memory().total
@@ -76,7 +77,7 @@ def draw_chart(jobs: list[dict], summaries: dict[int, dict]) -> None:
         fit="pool" if whole_pool else "data",
         theme=st.context.theme.type,
     )
-    st.altair_chart(chart, width="stretch")
+    st.altair_chart(readable(chart, st.context.theme.type), width="stretch")
     if y_axis == "× checkpoint":
         st.caption(
             "Job's own memory: its growth in VmRSS plus GPU allocated from its first placement on (the process "
@@ -149,8 +150,9 @@ def draw_ab(jobs: list[dict]) -> None:
     except (OSError, ValueError) as e:
         st.error(f"Cannot compare the videos: {echo(str(e))}")
         return
-    st.altair_chart(charts.quality_chart(charts.quality_frame(diff.psnr, diff.ssim), diff.worst,
-                                         theme=st.context.theme.type), width="stretch")
+    theme = st.context.theme.type
+    st.altair_chart(readable(charts.quality_chart(charts.quality_frame(diff.psnr, diff.ssim), diff.worst, theme=theme),
+                             theme), width="stretch")
     identical = sum(1 for v in diff.psnr if v == float("inf"))
     st.caption(f"Worst frame: {diff.worst} (SSIM {diff.ssim[diff.worst]:.4f}). "
                + (f"{identical} of {len(diff.psnr)} frames are identical (infinite PSNR, not drawn). " if identical else "")

@@ -60,14 +60,15 @@ def page_of(matching: int) -> int:
 # Streamlit would draw a page script's bare string. Streamlit draws an empty number cell as "None" whatever the
 # Styler says, so a figure a job does not have is stored as -inf (sorting below every real one) and reads "—".
 NUMBER_FORMATS = {
-    "duration": "{:.1f} s", "peak in use": "{:.2f} GiB", "peak footprint": "{:.2f} GiB", "footprint ×": "{:.2f}×",
-    "min headroom": "{:.2f} GiB",
+    "duration": "{:.1f} s".format, "footprint ×": "{:.2f}×".format,
+    **{size: lambda gib: fmt.gib(gib * fmt.GIB, 2) for size in ("peak in use", "peak footprint", "min headroom")},
 }
 
 
-def shown_number(pattern: str):
-    """A Styler formatter: the figure in `pattern`, or "—" for the -inf that stands for none."""
-    return lambda value: fmt.MISSING if value == float("-inf") else pattern.format(value)
+def shown_number(show):
+    """A Styler formatter: the figure as `show` writes it (sizes by the one size formatter, MiB under 1 GiB),
+    or "—" for the -inf that stands for none."""
+    return lambda value: fmt.MISSING if value == float("-inf") else show(value)
 
 
 def table(shown: list[dict]):

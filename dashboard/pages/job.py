@@ -1,5 +1,6 @@
 """Job: one job live (charts refresh in a fragment), then why it ended, its parameters, metrics, video and downloads."""
 
+import functools
 import json
 import time
 
@@ -16,8 +17,10 @@ from dashboard.views import cards as cv
 from dashboard.views import job_tables as tv
 from dashboard.views import jobs as jv
 from dashboard.views import outcome as oc
+from dashboard.views.downloads import log_offer, log_tail
 from dashboard.views.query import QueryError, job_id as parse_job_id
 from dashboard.views.spec import generate_parameters, job_parameters, spec_checkpoint_name, spec_of
+from dashboard.charts.style import readable
 from jobs.queue import JobStateError, cancel, retry
 from jobs.spec import JobSpecError
 from storage.connections import connect
@@ -251,7 +254,7 @@ def draw_chart(job: dict, samples, events, count: int, x: str, fit: str, total_b
         predicted_peak=oc.predicted_peak(job, events),
         theme=st.context.theme.type or "light",
     )
-    st.altair_chart(chart, width="stretch", key=f"memory_chart_{job['id']}")
+    st.altair_chart(readable(chart, st.context.theme.type), width="stretch", key=f"memory_chart_{job['id']}")
     st.caption(
         f"{count:,} samples" + (f", drawn as {len(samples):,} points (each bucket's min and max kept)" if count > len(samples) else "")
         + (". Above baseline: each series minus its first sample" if fit == "Above baseline" else "")
@@ -351,12 +354,19 @@ def draw_downloads(job_id: int) -> None:
     artifacts = data.artifacts(db, job_id)
     files = [a for a in artifacts if a["name"].endswith((".mp4", ".log"))]
     row = st.container(horizontal=True)
+    notes = []
     for artifact in files:
         path = data.artifact_path(job_id, artifact["name"])
         video = artifact["name"].endswith(".mp4")
+        if video:
+            label, offered = f"Video (MP4, {fmt.gib(artifact['size'], 1)})", path.read_bytes
+        else:  # only its end: Streamlit holds what a download offers in memory (dashboard.views.downloads)
+            label, note = log_offer(artifact["name"], artifact["size"], path)
+            offered = functools.partial(log_tail, path)
+            notes += [note] if note else []
         row.download_button(
-            f"{'Video (MP4' if video else 'Worker log (' + artifact['name']}, {fmt.gib(artifact['size'], 1)})",
-            data=path.read_bytes,
+            label,
+            data=offered,
             file_name=f"drainboard-job{job_id}-{artifact['name']}",
             mime=artifact["media_type"],
             on_click="ignore",
@@ -379,6 +389,8 @@ def draw_downloads(job_id: int) -> None:
         on_click="ignore",
         icon=":material/list:",
     )
+    for note in notes:
+        st.caption(note)
 
 
 def main() -> None:

@@ -9,11 +9,14 @@ dashboard.run_fields, the checks and the Queue button by dashboard.run_checks.
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import streamlit as st
 
+from core.echo import echo
 from dashboard import data, frame, form_state, nav
+from dashboard import format as fmt
 from dashboard import run_checks as checks
 from dashboard import run_fields as fields
 from dashboard.inputs_panel import prune_uploads, queued_inputs
@@ -22,6 +25,8 @@ from dashboard.views.run import DTYPES
 from dashboard.views.spec import job_label
 from jobs.queue import JobStateError, cancel, clear_queue, move_to_front
 from machine.advice import mode_warning
+from models.clips import MAX_CLIP_BYTES
+from models.video_settings import VideoSettingsError, read_video_settings
 from storage.connections import connect
 
 
@@ -88,6 +93,30 @@ def clear_queue_button(db: str, queued: list[int]) -> None:
         st.rerun()
 
 
+def video_drop(config) -> None:
+    """A Drainboard MP4 dropped here fills the form with the settings it carries (models.video_settings)."""
+    with st.expander("Fill the form from a Drainboard video", icon=":material/movie:"):
+        video = st.file_uploader("A Drainboard MP4", type=["mp4"], key="run_video_settings",
+                                 max_upload_size=MAX_CLIP_BYTES // 2**20,
+                                 help="Its prompt, seed, workflow, size, frames, steps, LoRAs and checkpoint fill the form")
+        st.caption(f"MP4, up to {fmt.gib(MAX_CLIP_BYTES)}: the video is read, not kept.")
+        if video is None:
+            return
+        if video.size > MAX_CLIP_BYTES:
+            st.error(f"{echo(video.name)} is {fmt.gib(video.size)}: videos up to {fmt.gib(MAX_CLIP_BYTES)} are read.")
+            return
+        try:
+            settings = read_video_settings(io.BytesIO(video.getvalue()))
+        except VideoSettingsError as e:
+            st.error(f"{echo(video.name)}: {e}", icon=":material/error:")
+            return
+        if settings is None:
+            st.warning(f"{echo(video.name)} carries no Drainboard settings (it was not made by a Drainboard job).")
+            return
+        names = {c.path.name: str(c.path) for c in data.checkpoints(tuple(str(r) for r in config.model_roots))}
+        st.success(form_state.fill_from_video(video.file_id, settings, names), icon=":material/edit:")
+
+
 def main() -> None:
     config = data.config()
     db = data.db_path()
@@ -98,6 +127,7 @@ def main() -> None:
     filled = st.session_state.get(form_state.FROM_KEY)
     if filled is not None:
         st.info(f"Filled from job {filled}: change what you like and queue it as a new job.", icon=":material/edit:")
+    video_drop(config)
     form, side = st.columns([3, 2], gap="large")
     with form:
         choice = fields.checkpoint_field(data.checkpoints(tuple(str(r) for r in config.model_roots)), config.model_roots)
@@ -116,11 +146,12 @@ def main() -> None:
         if kind == "generate":
             raw["generate"] = fields.generate_fields(choice, device, raw.get("sequential_components"))
             raw |= fields.plan_fields()
-        raw["offload"] = fields.offload_fields(device)
+        raw["offload"], offload_slot = fields.offload_fields(device, kind)
         form_state.keep_drawn()
     form_state.mirror_in_url()
     spec, errors = checks.checked(raw, choice)
     form_state.fill_errors(errors)  # under each field, as they change; Queue job names them all while it is off
+    fields.offload_table(offload_slot, spec, device)  # what the job will do: fit-aware for a discrete-GPU generate
     with side:
         found = checks.assessed(spec, db)
         with st.container():  # a fixed slot: the button below keeps its place whatever the forecast draws

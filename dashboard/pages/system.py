@@ -16,6 +16,7 @@ from dashboard.host_charts import memory_history, pool_bar, pressure_history
 from dashboard.views.jobs import describe_supervisor
 from dashboard.views.ray_cluster import ray_cluster_section
 from dashboard.views.run import offload_preview
+from dashboard.charts.style import readable
 from machine.offload import OffloadSettings
 
 # (Comments, not docstrings: Streamlit would draw a page script's bare strings.)
@@ -56,11 +57,11 @@ def live_memory() -> None:
     devices = data.devices()
     st.subheader("Memory pool")
     st.caption(f"This machine's {pool_caption(devices)} ({fmt.gib(host.total)}); a CPU job uses it directly.")
-    st.altair_chart(pool_bar(host), width="stretch")
+    st.altair_chart(readable(pool_bar(host), st.context.theme.type), width="stretch")
     memory_cards(host)
     if is_unified(devices):
         st.info(cuda_free_note(host), icon=":material/info:")
-    st.altair_chart(memory_history(history, host.total), width="stretch")
+    st.altair_chart(readable(memory_history(history, host.total), st.context.theme.type), width="stretch")
     st.subheader("Memory pressure")
     if pressure is None:
         st.caption("This kernel does not report memory pressure (/proc/pressure/memory is missing: no PSI).")
@@ -70,7 +71,8 @@ def live_memory() -> None:
         f" every task at once {pressure.full_avg10:.2f}% (60 s: {pressure.some_avg60:.2f}% / {pressure.full_avg60:.2f}%)."
         " Sustained 'all tasks' stalls mean the box is thrashing, often just before an OOM kill or a freeze."
     )
-    st.altair_chart(pressure_history(history[["time", "some", "full"]].dropna()), width="stretch")
+    st.altair_chart(readable(pressure_history(history[["time", "some", "full"]].dropna()), st.context.theme.type),
+                    width="stretch")
 
 
 def devices_section() -> None:

@@ -8,6 +8,7 @@ never takes the listing down: it is listed as broken, with its message.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from dashboard.views import failure
 from core.errors import DrainboardError
 from core.hub_cache import holding_root, model_label
 from loader.catalog import candidates
-from loader.checkpoint import checkpoint_problems
+from loader.checkpoint import checkpoint_identity, checkpoint_problems
 from loader.roots import ModelRoots
 
 LABEL_PROBLEM = 120
@@ -114,7 +115,24 @@ def _failure(exc: BaseException) -> list[str]:
 
 def describe_checkpoint(path: Path, root: Path, roots: list[Path]) -> CheckpointChoice:
     """Components and sizes from headers, then the loader's validation, every file confined to
-    the model roots as a job's would be; a checkpoint that fails either is listed with every message."""
+    the model roots as a job's would be; a checkpoint that fails either is listed with every message.
+
+    Remembered by the files' identity (`loader.checkpoint.checkpoint_identity`): every widget change reruns
+    the Run page, and a rerun must cost a few `stat`s, not a parse of every header.
+    """
+    identity = checkpoint_identity(path)
+    if identity is None:
+        return _describe(path, root, roots)
+    return _described(path, root, tuple(roots), identity)
+
+
+@functools.lru_cache(maxsize=256)
+def _described(path: Path, root: Path, roots: tuple[Path, ...], identity: tuple) -> CheckpointChoice:
+    """`_describe`, one entry per checkpoint state (`identity` is only the key)."""
+    return _describe(path, root, list(roots))
+
+
+def _describe(path: Path, root: Path, roots: list[Path]) -> CheckpointChoice:
     try:
         index, problems = checkpoint_problems(path, roots)  # the check `jobs submit` runs too
     except Exception as exc:  # one bad folder is a broken entry, never a broken page

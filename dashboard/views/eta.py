@@ -25,7 +25,8 @@ def seconds_text(seconds: float | None) -> str:
 
 def duration_rows(forecast: Mapping[str, Any] | None) -> list[dict[str, str]]:
     """One row per stage for the Run page: predicted seconds and where they come from."""
-    return [{"stage": e.stage, "predicted": seconds_text(e.seconds), "basis": e.basis} for e in stage_etas(forecast)]
+    return [{"stage": words.stage(e.stage), "predicted": seconds_text(e.seconds), "basis": e.basis}
+            for e in stage_etas(forecast)]
 
 
 def duration_summary(forecast: Mapping[str, Any] | None) -> str:

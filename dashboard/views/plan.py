@@ -11,17 +11,19 @@ from models.eta import NO_HISTORY
 
 def plan_markdown(planned: dict[str, Any]) -> str:
     """A recorded plan (`models.plan.Plan.to_dict`) as a Markdown table: a row per candidate, in the order of
-    preference; the chosen row in bold, a row that cannot fit struck through with the stage over its wall."""
+    preference, with its peak per stage, seconds and the stage nearest its wall against it; the chosen row in
+    bold, a row that cannot fit struck through with the stage over its wall."""
     candidates = planned["candidates"]
     stages = list(dict.fromkeys(stage for c in candidates for stage in c["peaks"]))
-    head = ["", "candidate", *stages, "seconds", "verdict"]
+    head = ["", "candidate", *stages, "seconds", "nearest wall", "verdict"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for i, c in enumerate(candidates):
         chosen = i == planned["chosen"]
         cells = [c["label"] + ("" if c["lossless"] else " (lossy)"),
                  *(fmt.gib(c["peaks"].get(stage), 2) for stage in stages),
                  f"{c['seconds']:.1f} s" if c["seconds"] is not None else NO_HISTORY,
-                 "chosen" if chosen else "fits" if c["fits"] else f"does not fit: {c['over']}"]
+                 c["wall"] or fmt.MISSING,
+                 "chosen" if chosen else "fits" if c["fits"] else f"does not fit ({c['over_stage']})"]
         if not c["fits"]:
             cells = [f"~~{cell}~~" for cell in cells]
         elif chosen:

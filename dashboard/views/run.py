@@ -84,9 +84,11 @@ FIRST_VISIT_STEPS = 3
 """Pre-filled steps (2 DiT calls): keeps the CPU demo near a minute; H3's own default is 50."""
 
 
-def offload_preview(settings: OffloadSettings, device: DeviceInfo, flags: tuple[str, ...] = OFFERED_FLAGS) -> pd.DataFrame:
-    """Each offered flag: as requested, as the job will use it, and why it changed."""
-    resolved, decisions = resolve_offload(settings, device)
+def offload_preview(settings: OffloadSettings, device: DeviceInfo, flags: tuple[str, ...] = OFFERED_FLAGS,
+                    decided: tuple[OffloadSettings, list] | None = None) -> pd.DataFrame:
+    """Each offered flag: as requested, as the job will use it, and why it changed. `decided`: the job's own
+    answer (jobs.probe.job_offload: fit-aware for a generate on a discrete GPU); else the plain policy's."""
+    resolved, decisions = decided or resolve_offload(settings, device)
     why = {d.flag: d.reason for d in decisions}
     return pd.DataFrame(
         [
@@ -97,14 +99,17 @@ def offload_preview(settings: OffloadSettings, device: DeviceInfo, flags: tuple[
     )
 
 
-def offload_summary(preview: pd.DataFrame, device: str) -> str:
+def offload_summary(preview: pd.DataFrame, device: DeviceInfo) -> str:
     """One line for the collapsed offload section: what runs where on `device`."""
-    if device == "cpu":
+    if device.kind == "cpu":
         return "Offload: everything runs on the CPU, so offload does not apply"
     changed = preview[preview["requested"] != preview["used"]]
     if changed.empty:
-        return f"Offload on {device}: as you set it below"
-    return (f"Offload on {device}: unified memory, so {len(changed)} of {len(preview)} settings are off "
+        return f"Offload on {device.spec}: as you set it below"
+    if not device.unified_memory:
+        return (f"Offload on {device.spec}: {len(changed)} of {len(preview)} settings follow this job's forecast "
+                "(components stay on the GPU where they fit)")
+    return (f"Offload on {device.spec}: unified memory, so {len(changed)} of {len(preview)} settings are off "
             "(the GPU and CPU share one pool: moving weights to the CPU frees nothing)")
 
 

@@ -4,8 +4,9 @@ With `ray_address` set (`DRAINBOARD_RAY_ADDRESS`), the supervisor hands each cla
 job to `JobSubmissionClient.submit_job`:
 - `submission_id` is `drainboard-<job id>-<supervisor token>` (unique across database
   resets), the job's parameters go in `metadata`;
-- the entrypoint is the same job child, `python -m jobs.child ID`, told to report over
-  `jobs.wire` (tagged JSON lines on stdout) with its spec in the environment;
+- the entrypoint is `python -m jobs.backends.node ID`, which runs the same job child, told to report
+  over `jobs.wire` (records on a pipe of its own, written into the log as tagged lines carrying a
+  secret nonce made here for the job) with its spec in the environment;
 - `entrypoint_num_gpus` is the spec's GPUs on a CUDA device and `entrypoint_memory` the
   memory it asks for (`memory_limit`, else `memory_budget`), so Ray places it on a node
   that has both;
@@ -14,7 +15,9 @@ job to `JobSubmissionClient.submit_job`:
 
 A thread follows the job's log (`tail_job_logs`) into `jobs.backends.follow`, which
 writes samples, events, stage, progress, outcome and the artifacts sent back into the
-same tables and the job's folder; the rest of the log becomes the job's child log.
+same tables and the job's folder; the rest of the log becomes the job's child log. A
+stream that breaks (or ends without the job's `exit` record while Ray says it succeeded)
+fails the job, naming why, rather than counting it done.
 Status comes from `get_job_status`, a cancel is `stop_job`. Artifacts travel over the
 log after they are written (no shared folder is needed); one over `jobs.wire.TRANSFER_LIMIT`
 fails the job, naming it. A cluster that stops answering ends the job `interrupted`
@@ -26,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import shlex
 import sys
 import threading
@@ -38,10 +42,10 @@ import sqlite_utils
 from jobs.backends.follow import Follower
 from jobs.outcome import describe_sample, kill_reason, where
 from jobs.spec import JobSpec
-from jobs.wire import ENV_REPORT, ENV_SPEC
+from jobs.wire import ENV_NONCE, ENV_REPORT, ENV_SPEC
 from storage import jobs_table
 from storage.artifacts import new_artifact_path, record_artifact, remove_unrecorded
-from storage.config import Config
+from storage.config import ENV_RESOLVED, Config
 from storage.queries import get_job, last_sample
 
 POLL_INTERVAL = 0.5
@@ -53,9 +57,9 @@ RETRY_INTERVAL = 5.0
 FOLLOW_GRACE = 15.0
 """Seconds a finished job's log may take to arrive whole before its end is recorded."""
 _NOT_FORWARDED = {"DRAINBOARD_DATA", "DRAINBOARD_CONFIG", "DRAINBOARD_RAY_ADDRESS", "DRAINBOARD_ADDRESS",
-                  "DRAINBOARD_PORT", "DRAINBOARD_MODEL_ROOTS", "DRAINBOARD_MEMORY_FLOOR"}
-"""Settings of this machine a job's node does not take from its environment (the roots and floor are
-passed from the config instead)."""
+                  "DRAINBOARD_PORT", "DRAINBOARD_MODEL_ROOTS", "DRAINBOARD_MEMORY_FLOOR", ENV_RESOLVED}
+"""Settings of this machine a job's node does not take from its environment (the resolved config is
+passed instead)."""
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -69,35 +73,35 @@ def memory_needed(spec: JobSpec) -> int | None:
     return spec.memory_limit or spec.memory_budget
 
 
-def job_environment(job: dict, config: Config, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment variables of the job's runtime_env: the repository importable, the model roots
-    and floor of `config`, the report channel and the spec, and this process's other DRAINBOARD_ settings."""
+def job_environment(job: dict, config: Config, nonce: str, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment variables of the job's runtime_env: the repository importable, `config` as this
+    supervisor resolved it (its model roots and floor; the child reads no config file on the node), the
+    report channel, the job's nonce and spec, and this process's other DRAINBOARD_ settings."""
     environ = os.environ if environ is None else environ
     env = {k: v for k, v in environ.items() if k.startswith("DRAINBOARD_") and k not in _NOT_FORWARDED}
     env.update({
         "PYTHONPATH": str(_REPO_ROOT),
-        "DRAINBOARD_MODEL_ROOTS": os.pathsep.join(str(r) for r in config.model_roots),
-        ENV_REPORT: "stdout",
+        ENV_RESOLVED: config.to_json(),
+        ENV_REPORT: "wire",
+        ENV_NONCE: nonce,
         ENV_SPEC: json.dumps(job["spec"]),
         "PYTHONUNBUFFERED": "1",
     })
-    if config.memory_floor is not None:
-        env["DRAINBOARD_MEMORY_FLOOR"] = config.memory_floor
     return env
 
 
-def submission(job: dict, config: Config, supervisor_id: str, python: str = sys.executable) -> dict:
-    """The keyword arguments of `submit_job` for `job` (a `get_job` row)."""
+def submission(job: dict, config: Config, supervisor_id: str, nonce: str, python: str = sys.executable) -> dict:
+    """The keyword arguments of `submit_job` for `job` (a `get_job` row) whose tagged lines carry `nonce`."""
     spec = JobSpec.from_dict(job["spec"])
     resources = {"entrypoint_num_gpus": spec.gpus if spec.device.startswith("cuda") else 0}
     if memory_needed(spec):
         resources["entrypoint_memory"] = memory_needed(spec)
     return {
-        "entrypoint": f"{shlex.quote(python)} -m jobs.child {job['id']}",
+        "entrypoint": f"{shlex.quote(python)} -m jobs.backends.node {job['id']}",
         "submission_id": submission_id(job["id"], supervisor_id),
         "metadata": {"drainboard_job": str(job["id"]), "drainboard_supervisor": supervisor_id, "kind": spec.kind,
                      "model": spec.model, "spec": json.dumps(job["spec"])},
-        "runtime_env": {"env_vars": job_environment(job, config)},
+        "runtime_env": {"env_vars": job_environment(job, config, nonce)},
         **resources,
     }
 
@@ -158,8 +162,9 @@ class RayJobsBackend:
     def start(self, job: dict) -> None:
         log_path = new_artifact_path(self.config.data_dir, job["id"], "child", ".log")
         log_path.touch()
-        arguments = submission(job, self.config, self.supervisor_id)
-        follower = Follower(self.config.db_path, self.config.data_dir, job["id"], log_path)
+        nonce = secrets.token_hex(16)
+        arguments = submission(job, self.config, self.supervisor_id, nonce)
+        follower = Follower(self.config.db_path, self.config.data_dir, job["id"], log_path, nonce)
         run = _RayRun(job["id"], arguments["submission_id"], log_path, follower)
         try:
             self._client.submit_job(**arguments)
@@ -230,14 +235,15 @@ class RayJobsBackend:
         job = get_job(self.db, run.job_id)
         code = run.follower.exit_code if run.follower.exit_code is not None else driver_code
         last = describe_sample(last_sample(self.db, run.job_id), job["progress_total"])
-        signal_name = _signal_of(code) if run.follower.exit_code is None else None
+        signal_name = _signal_of(code)
+        broken = _broken_stream(run, status == self._status.SUCCEEDED)
         metrics = {}
         if run.follower.guard is not None:
             outcome = "killed"
             error = (f"memory guard: {run.follower.guard['message']} on its Ray node, "
                      f"{where(run.follower.guard_sample, job['progress_total'])}")
             metrics["memory_guard"] = run.follower.guard["data"]
-        elif status == self._status.SUCCEEDED and code == 0:
+        elif status == self._status.SUCCEEDED and run.follower.exit_code == 0 and broken is None:
             outcome, error = "succeeded", None
         elif job["cancel_requested"]:
             outcome, error = "cancelled", f"cancelled while running (Ray stop_job, {status.value})"
@@ -247,6 +253,8 @@ class RayJobsBackend:
             outcome, error = "interrupted", f"host lost: Ray says {message}; {last}"
         elif signal_name is not None:
             outcome, error = "killed", f"{kill_reason(signal_name, limit=None, oom_kills=None)} on its Ray node; {last}"
+        elif broken is not None:
+            outcome, error = "failed", f"{broken}; Ray says the job {status.value}; {last}"
         elif run.follower.exit_code is not None:
             outcome, error = "failed", job["error"] or f"the job process exited with code {code}"
         else:
@@ -290,6 +298,16 @@ class RayJobsBackend:
         self._drain(run, 1.0)
         last = describe_sample(last_sample(self.db, run.job_id), None)
         self._close_job(run, "interrupted", f"interrupted: the supervisor was stopped; {last}")
+
+
+def _broken_stream(run: _RayRun, succeeded: bool) -> str | None:
+    """Why the job's log did not arrive whole, or None: the stream failed, or it ended without the relay's
+    `exit` record though Ray says the job succeeded (the record is the last line the relay writes)."""
+    if run.follow_error is not None:
+        return f"the job's log stream from Ray broke ({type(run.follow_error).__name__}: {run.follow_error})"
+    if succeeded and run.follower.exit_code is None:
+        return "the job's log from Ray ended before its exit record: the stream was cut"
+    return None
 
 
 def _signal_of(code: int | None) -> str | None:

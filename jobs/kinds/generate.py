@@ -65,7 +65,6 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     from jobs.inputs import input_copies
     from loader.dtypes import parse_dtype
     from models.pipeline import PipelineEvent, run_generate
-    from storage.config import load_config
 
     if spec.generate is None:
         raise ValueError("a generate job needs generate parameters")
@@ -92,7 +91,7 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
             offload=settings, decided=decisions, device_info=device, sequential_components=getattr(spec, "sequential_components", None),
             on_event=on_event,
             on_sample=lambda stage, sample: ctx.record(sample, stage=stage), sample_interval=SAMPLE_INTERVAL,
-            probe=ctx.probe, roots=load_config().model_roots,
+            probe=ctx.probe, roots=ctx.config.model_roots,
         )
     except BaseException:
         stages.abort()

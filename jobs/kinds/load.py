@@ -21,7 +21,6 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     name for name and shape for shape, as a generate's load must; `spec.skeleton` loads it generically."""
     from loader.api import load_checkpoint
     from models.components import register_builders
-    from storage.config import load_config
 
     device, _, _ = decide_offload(spec, ctx)
 
@@ -33,7 +32,7 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
 
     if spec.gpus > 1:
         return _run_sharded(spec, ctx)
-    roots = load_config().model_roots
+    roots = ctx.config.model_roots
     if not spec.skeleton:
         register_builders()  # a known class is built as generate builds it, and checked as strictly
     forecast = _record_forecast(spec, ctx, roots, device)

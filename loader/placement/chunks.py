@@ -5,12 +5,14 @@ Pure planning, no I/O: the ring (`ranges.RangeRing`) fills one buffer per chunk.
 
 from __future__ import annotations
 
+from core.echo import NAME_LIMIT, echo, echo_name
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from core.echo import NAME_LIMIT, echo, echo_name
 from ..metadata import TensorMeta
 
 ALIGN = 4096
@@ -75,4 +77,4 @@ def plan_chunks(pieces: Iterable[Piece], chunk_bytes: int) -> Iterator[Chunk]:
 
 def chunk_name(chunk: Chunk) -> str:
     """How errors name a chunk: its file and first tensor."""
-    return f"{chunk.file.name}: tensor {chunk.parts[0][0].meta.name!r}"
+    return f"{echo_name(chunk.file.name)}: tensor {echo(chunk.parts[0][0].meta.name, NAME_LIMIT)}"

@@ -29,7 +29,8 @@ import torch
 
 from ..metadata import TensorMeta
 from ..confined import reopen
-from core.errors import CheckpointError, clip
+from core.echo import NAME_LIMIT, echo, echo_name
+from core.errors import CheckpointError
 from .base import LoadPlan, Placement, PlacementContext, register_placement
 
 
@@ -63,8 +64,8 @@ class DictPlacement(Placement):
         now = os.fstat(fd).st_size
         if now < size:
             raise CheckpointError(
-                f"{meta.file.name}: shrank from {size} to {now} bytes after it was validated, before tensor"
-                f" {clip(repr(meta.name))} was read: the file changed or shrank while it was being read; copy it again"
+                f"{echo_name(meta.file.name)}: shrank from {size} to {now} bytes after it was validated, before tensor"
+                f" {echo(meta.name, NAME_LIMIT)} was read: the file changed or shrank while it was being read; copy it again"
             )
 
     def place(self, plan: LoadPlan, ctx: PlacementContext) -> None:

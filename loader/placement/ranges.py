@@ -24,6 +24,7 @@ and O_DIRECT handling without a GPU.
 
 from __future__ import annotations
 
+from core.echo import NAME_LIMIT, echo, echo_name
 import contextlib
 import errno
 import time
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
+from core.echo import NAME_LIMIT, echo, echo_name
 from ..io.cuda_copy import DriverCopier, copy_streams_for
 from core.errors import PlacementError
 from ..io.pinned import POOL, HostStaging, current_context
@@ -393,7 +395,7 @@ class RangeRing:
                     try:
                         copier.copy(piece.out.data_ptr() + into, base + at, n)
                     except PlacementError as exc:
-                        raise PlacementError(f"{piece.meta.file}: tensor {piece.meta.name!r}: {exc}") from None
+                        raise PlacementError(f"{echo_name(piece.meta.file)}: tensor {echo(piece.meta.name, NAME_LIMIT)}: {exc}") from None
             else:
                 with torch.cuda.stream(stream):
                     for piece, at, into, n, _ in chunk.parts:

@@ -8,6 +8,7 @@ the destination while the next buffers are already being read.
 
 from __future__ import annotations
 
+from core.echo import NAME_LIMIT, echo, echo_name
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from core.echo import NAME_LIMIT, echo, echo_name
 from ..metadata import TensorMeta
 from ..io.reading import submit_parts
 from .files import OpenFiles
@@ -107,7 +109,7 @@ class Staging:
         self._ensure()
         itemsize = meta.torch_dtype.itemsize
         step = max(self._size // itemsize, 1) * itemsize
-        name = f"{meta.file.name}: tensor {meta.name!r}"
+        name = f"{echo_name(meta.file.name)}: tensor {echo(meta.name, NAME_LIMIT)}"
         fd = self._files.fd(meta)
         for lo in range(0, meta.nbytes, step):
             n = min(step, meta.nbytes - lo)

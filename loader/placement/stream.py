@@ -25,6 +25,7 @@ of the checkpoint there.
 
 from __future__ import annotations
 
+from core.echo import NAME_LIMIT, echo, echo_name
 import contextlib
 import itertools
 import os
@@ -35,6 +36,7 @@ from functools import partial
 
 import torch
 
+from core.echo import NAME_LIMIT, echo, echo_name
 from ..metadata import TensorMeta
 from machine.device import DeviceInfo, probe_device
 from core.errors import PlacementError
@@ -293,7 +295,7 @@ class StreamPlacement(Placement):
         for meta in planned.sources:
             view = byte_view(flat[start : start + meta.numel])
             start += meta.numel
-            fd, name = files.fd(meta), f"{meta.file.name}: tensor {meta.name!r}"
+            fd, name = files.fd(meta), f"{echo_name(meta.file.name)}: tensor {echo(meta.name, NAME_LIMIT)}"
             step = self._direct_read_bytes
             for lo in range(0, len(view), step):
                 piece = view[lo : lo + step]

@@ -460,3 +460,16 @@ def test_fitting_the_data_of_a_job_killed_at_its_limit_scales_to_the_cgroup_not_
     # The same job not killed (or no series named) keeps the zero-based scale over every curve.
     plain = charts.memory_chart(samples, x="seconds", mem_total=64 * GIB, fit="data", limits={"memory_limit": limit}).to_dict()
     assert all(d is None for d in _y_domains(plain))
+
+
+def test_axis_ticks_are_never_closer_than_their_format_shows(two_jobs, load_samples):
+    """A 0.05 GiB step printed at one decimal reads 0.0, 0.1, 0.1: each axis keeps a step its format can show."""
+    compare = charts.compare_chart(two_jobs, y="gib").to_dict()
+    axis = _line_layer(compare)["encoding"]["y"]["axis"]
+    assert (axis["format"], axis["tickMinStep"]) == (".1f", 0.1)
+    ratio = _line_layer(charts.compare_chart(two_jobs, y="ratio").to_dict())["encoding"]["y"]["axis"]
+    assert (ratio["format"], ratio["tickMinStep"]) == (".2f", 0.01)
+    spec = charts.memory_chart(load_samples, x="bytes", total_bytes=2 * GIB).to_dict()
+    y_axes = [l["encoding"]["y"].get("axis") for l in _layers(spec) if "y" in l.get("encoding", {})
+              and l["encoding"]["y"].get("field") == "value" and l["encoding"]["y"].get("axis")]
+    assert y_axes and all(a.get("tickMinStep") in (0.1, 1) for a in y_axes)

@@ -10,7 +10,7 @@ NO_HISTORY = {"eta": [{"stage": "text_encoder", "seconds": None, "basis": "no hi
 
 
 def test_durations_per_stage_and_the_total_or_why_there_is_none():
-    assert ev.duration_rows(FORECAST)[1] == {"stage": "denoise.denoise", "predicted": "1 min 40 s",
+    assert ev.duration_rows(FORECAST)[1] == {"stage": "denoising", "predicted": "1 min 40 s",
                                              "basis": "median of 2 past runs"}
     assert ev.duration_summary(FORECAST).startswith("Predicted duration 2 min 20 s")
     assert ev.duration_summary(NO_HISTORY) == "Predicted duration unknown: no history on this machine for 1 of 2 stages."

@@ -511,10 +511,14 @@ def test_history_shows_a_generate_jobs_memory_and_time_and_never_none(db_with_jo
     fox = job_adder(db, status="succeeded", kind="generate", model="/models/demo", samples=load_samples,
                     generate=GENERATE, metrics={"peak_footprint": 3 * 2**29})
     job_adder(db, status="queued")
+    small = job_adder(db, status="succeeded", kind="generate", model="/models/demo", generate=GENERATE,
+                      metrics={"peak_footprint": 700 * 2**20})
     at = page("history").run()
     assert not at.exception, at.exception
     frame = at.dataframe[0].value.set_index("id")
     assert frame.loc[fox, "peak footprint"] == pytest.approx(1.5)
+    assert frame.loc[small, "peak footprint"] == pytest.approx(700 / 1024)
+    assert b"700.0 MiB" in at.dataframe[0].proto.arrow_data.styler.display_values  # MiB under 1 GiB
     assert frame.loc[fox, "duration"] == pytest.approx(20, abs=1)
     assert frame.loc[ids["stream"], "peak footprint"] > 0  # a load's from its samples, by the same definition
     shown = at.dataframe[0].proto.arrow_data.styler.display_values

@@ -164,7 +164,7 @@ def test_the_plan_table_marks_the_chosen_candidate_strikes_what_cannot_fit_and_t
     table = next(m.value for m in at.markdown if m.value.startswith("| "))
     rows = [r for r in table.splitlines()[2:]]
     assert len(rows) == 8 and sum(r.startswith("| → |") for r in rows) == 1  # 2 residencies x 2 backends x compile
-    assert "no history on this machine" in table and "(lossy)" not in table
+    assert "no history on this machine" in table and "(lossy)" not in table and " under the " in table
     assert any(c.value.startswith("Runs resident · bf16 · no lever: no history") for c in at.caption)
     at.button(key="run_submit").click().run()
     [spec] = _queued(fresh_db)
@@ -175,7 +175,7 @@ def test_the_plan_table_marks_the_chosen_candidate_strikes_what_cannot_fit_and_t
     at.toggle(key="run_plan").set_value(True).run()
     at.text_input(key="run_memory_budget").input("1MiB").run()
     table = next(m.value for m in at.markdown if m.value.startswith("| "))
-    assert all(r.count("~~") >= 2 and "does not fit: text_encoder would peak at" in r
+    assert all(r.count("~~") >= 2 and "text_encoder would peak at" in r and "does not fit (text_encoder)" in r
                for r in table.splitlines()[2:])
     assert any(e.value.startswith("Nothing fits: no candidate fits: text_encoder") for e in at.error)
 
@@ -200,3 +200,58 @@ def test_fields_are_checked_as_they_change_named_as_the_form_names_them_and_clea
 def test_a_load_offers_the_component_a_generate_does_not(tiny_root, fresh_db):
     at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "run.py"), default_timeout=TIMEOUT).run()
     assert [s.label for s in at.selectbox if s.label == "Component to load"] == ["Component to load"]
+
+
+def test_a_drainboard_video_dropped_on_the_run_page_fills_the_form(tiny_root, fresh_db, tmp_path):
+    import numpy as np
+
+    from models.encode import write_mp4
+    from models.params import GenerateParams
+    from models.video_settings import video_settings
+
+    params = GenerateParams(prompt="a heron over a misty lake", seed=42, steps=5, frames=141, width=128, height=96)
+    clip = tmp_path / "made.mp4"
+    write_mp4(clip, np.zeros((3, 32, 48, 3), np.uint8), 24, comment=json.dumps(video_settings(params, tiny_root)))
+    at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "run.py"), default_timeout=TIMEOUT).run()
+    assert at.segmented_control(key="run_kind").value == "load"
+    at.get("file_uploader")[0].set_value(("made.mp4", clip.read_bytes(), "video/mp4")).run()
+    assert not at.exception, at.exception
+    assert at.segmented_control(key="run_kind").value == "generate"
+    assert at.text_area(key="run_gen_prompt").value == "a heron over a misty lake"
+    assert (at.number_input(key="run_gen_seed").value, at.number_input(key="run_gen_steps").value,
+            at.number_input(key="run_gen_frames").value, at.number_input(key="run_gen_width").value) == (42, 5, 141, 128)
+    assert any(s.value.startswith("Filled from the video's settings") and "checkpoint tiny" in s.value for s in at.success)
+    at.text_area(key="run_gen_prompt").set_value("my own edit").run()  # applied once: the user's edits stay
+    assert at.text_area(key="run_gen_prompt").value == "my own edit"
+
+
+def test_a_video_without_settings_is_said_and_changes_nothing(tiny_root, fresh_db, tmp_path):
+    import numpy as np
+
+    from models.encode import write_mp4
+
+    clip = tmp_path / "plain.mp4"
+    write_mp4(clip, np.zeros((3, 32, 48, 3), np.uint8), 24)
+    at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "run.py"), default_timeout=TIMEOUT).run()
+    at.get("file_uploader")[0].set_value(("plain.mp4", clip.read_bytes(), "video/mp4")).run()
+    assert any("carries no Drainboard settings" in w.value for w in at.warning)
+    assert at.segmented_control(key="run_kind").value == "load"
+
+
+def test_the_offload_preview_shows_what_a_discrete_gpu_generate_will_do_not_the_plain_policy(tiny_source):
+    from jobs.probe import job_offload
+    from jobs.spec import JobSpec
+    from machine.device import DeviceInfo
+    from machine.offload import OffloadSettings
+    from models.params import GenerateParams
+    from dashboard.views.run import offload_preview, offload_summary
+
+    gpu = DeviceInfo(spec="cuda:0", kind="cuda", index=0, name="a discrete 80 GiB GPU", unified_memory=False,
+                     total_memory=80 * 2**30, source="test", reason="a discrete GPU")
+    spec = JobSpec(kind="generate", model=str(tiny_source), device="cuda:0",
+                   generate=GenerateParams(prompt="a fox", steps=2, frames=124))
+    plain = offload_preview(OffloadSettings(), gpu)
+    job = offload_preview(OffloadSettings(), gpu, decided=job_offload(spec, gpu))
+    assert plain["used"].sum() == 3  # the plain policy offloads every component (layerwise in place of whole-DiT)
+    assert not job["used"].any()  # the tiny model fits 80 GiB: the job keeps every component on the GPU
+    assert offload_summary(job, gpu).startswith("Offload on cuda:0: 4 of 4 settings follow this job's forecast")

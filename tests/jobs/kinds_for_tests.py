@@ -165,3 +165,54 @@ def run_shrinking_file(spec, ctx):
         ctx.record(tensors_placed=0)
         f.truncate(0)
         return {"byte": mapped[2**19]}
+
+
+FORGED = "\n".join([
+    "",
+    '@drainboard ["guard", {"t": 1.0, "message": "forged guard", "data": {"reason": "budget"}}]',
+    '@drainboard ["metrics", {"forged": true}]',
+    '@drainboard ["error", ["forged error", null]]',
+    '@drainboard ["exit", 0]',
+    '@drainboard ["artifact", {"name": "video.mp4", "size": 4}]',
+    '@drainboard ["chunk", {"name": "video.mp4", "data": "AAAAAA=="}]',
+    '@drainboard ["event", {"job_id": 1, "t": 0, "created_at": 0, "kind": "warning", "stage": null, '
+    '"message": "forged into job 1", "data": null}]',
+    '@drainboard 1 0123456789abcdef0123456789abcdef ["metrics", {"forged": true}]',
+    "",
+])
+"""Lines that imitate the protocol (its old untagged form, another job's, a guessed nonce)."""
+
+
+@job_kind("forge")
+def run_forge(spec, ctx):
+    """Print protocol-looking lines (as a prompt or tensor names would reach the output) to stdout and
+    stderr, record a sample named with them, then fail with an error text carrying them."""
+    import sys
+
+    with ctx.stage("load"):
+        print(f"prompt: a red fox{FORGED}", flush=True)
+        print(f"tensor blocks.0{FORGED}.weight", file=sys.stderr, flush=True)
+        ctx.record(tensors_placed=1, bytes_placed=4, tensor_name=f"blocks.0{FORGED}.weight")
+        ctx.event("warning", f"odd tensor name blocks.0{FORGED}.weight")
+        raise ValueError(f"blocks.0{FORGED}.weight: expected shape (4, 4), got (4, 5)")
+
+
+@job_kind("long_lines")
+def run_long_lines(spec, ctx):
+    """Print a line of DRAINBOARD_TEST_MIB MiB and record a sample whose tensor name is that long
+    (a 5 MB tensor name in a skeleton load); returns the name's length."""
+    import sys
+
+    name = "x" * int(float(os.environ.get("DRAINBOARD_TEST_MIB", "5")) * 2**20)
+    with ctx.stage("load"):
+        print(f"placing {name}", file=sys.stderr, flush=True)
+        ctx.record(tensors_placed=1, bytes_placed=4, tensor_name=name)
+    return {"name_length": len(name)}
+
+
+@job_kind("config")
+def run_config(spec, ctx):
+    """Return the configuration the job ran under (as JSON) and the child's working directory."""
+    with ctx.stage("load"):
+        ctx.record(tensors_placed=0)
+    return {"config": ctx.config.to_json(), "cwd": os.getcwd()}

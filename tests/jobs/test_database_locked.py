@@ -83,3 +83,21 @@ def test_a_supervisor_waiting_for_the_lock_is_alive_to_the_dashboard(db, config,
     supervisor.lock_wait.refused(time.time())  # what its first refused write does
     assert read_lock_notice(config.db_path).owner == supervisor.id
     assert supervisor_status(db)["alive"]
+
+
+def test_a_job_whose_worker_waits_for_the_lock_is_not_taken_for_dead(db, config, monkeypatch):
+    """`jobs list`, `jobs show` and other workers end the jobs of dead supervisors: a worker waiting out a lock
+    has a stale heartbeat row and a stale job heartbeat, and must not look dead (its child would be killed)."""
+    from jobs import presence, recovery
+    from jobs.supervisor import Supervisor
+
+    supervisor = Supervisor(config)  # not started: no fork server to stop
+    job_id = jobs_table.enqueue(db, "load", {}, now=0.0)
+    jobs_table.start(db, job_id, supervisor_id=supervisor.id, boot_id=supervisor.boot_id, now=time.time() - 60)
+    monkeypatch.setattr(presence, "STALE_AFTER", 0.0)
+    monkeypatch.setattr(recovery, "STALE_AFTER", 0.0)
+    now = time.time()
+    assert [job["id"] for job, _ in recovery.orphans(db, now, boot=supervisor.boot_id)] == [job_id]
+    supervisor.lock_wait.refused(now)
+    assert recovery.orphans(db, now, boot=supervisor.boot_id) == []
+    supervisor.db.conn.close()

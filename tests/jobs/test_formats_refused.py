@@ -25,8 +25,8 @@ def test_a_gguf_or_a_pickle_given_as_the_dit_is_refused_naming_the_format(db, co
     gguf = config.model_roots[0] / "h3-Q4_K.gguf"
     gguf.write_bytes(b"GGUF" + struct.pack("<I", 3) + bytes(64))
     assert _refusal(db, config, tiny_model, transformer=str(gguf)) == (
-        "generate.transformer: h3-Q4_K.gguf: a GGUF file (version 3): Drainboard loads safetensors only, and has not "
-        "checked that diffusers' GGUF path converts MiniMax H3; use the safetensors file it was made from")
+        "generate.transformer: h3-Q4_K.gguf: a GGUF file (version 3): not offered here; Drainboard's loader reads "
+        "safetensors (diffusers' own GGUF path loads it, outside Drainboard); use the safetensors file it was made from")
     pickle = config.model_roots[0] / "h3.ckpt"
     pickle.write_bytes(b"PK\x03\x04" + bytes(64))
     assert "h3.ckpt: a PyTorch pickle (torch.save's format), which is never unpickled" in \

@@ -69,5 +69,9 @@ def test_a_ref2va_job_runs_from_its_own_copy_of_the_clip(db, config, run_to_end,
     metrics = job["metrics"]
     assert metrics["workflow"] == "ref2va" and "transformer_ref" in metrics["loads"]
     assert metrics["inputs"]["ref_video"]["file"] == "ref_video.mp4" and metrics["inputs"]["ref_video"]["frames"] == 16
+    # The clip decodes in a stage of its own, sampled: a kill there names it, not the probe before it.
+    assert metrics["stages"][:2] == ["read_clip", "prepare"]
+    sampled = {row["stage"] for row in db.query("SELECT DISTINCT stage FROM samples WHERE job_id = ?", [job_id])}
+    assert "read_clip" in sampled
     again = retry(db, job_id, config)  # the user's file is gone: the retry takes the first job's copy
     assert (job_dir(config.data_dir, again) / "ref_video.mp4").read_bytes() == copy.read_bytes()

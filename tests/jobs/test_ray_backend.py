@@ -175,6 +175,78 @@ def test_the_memory_guard_runs_on_the_node_and_its_stop_is_reported_with_the_las
     assert submitted["data"]["entrypoint_memory"] == 96 * 2**20  # placed against Ray's memory resource
 
 
+def test_protocol_lines_in_names_prompt_and_error_change_only_the_jobs_own_honest_record(
+        db, config, queue_job, run_to_end, monkeypatch):
+    import secrets
+
+    from tests.jobs.kinds_for_tests import FORGED
+
+    nonces, token_hex = [], secrets.token_hex
+    monkeypatch.setattr(secrets, "token_hex", lambda n: nonces.append(token_hex(n)) or nonces[-1])
+    first = run_to_end(queue_job("steps"))  # job 1, which the forged event names
+    before = (events(db, first["id"]), artifacts(db, first["id"]), get_job(db, first["id"]))
+    job = run_to_end(queue_job("forge"), timeout=120)
+    assert job["status"] == "failed" and job["error"].startswith("ValueError: blocks.0"), job["error"]
+    assert set(job["metrics"]) == {"ray_submission_id", "ray_host"}
+    assert [e["kind"] for e in events(db, job["id"])] == ["ray", "host", "stage_start", "warning", "stage_end"]
+    assert [a["name"] for a in artifacts(db, job["id"])] == ["child.log"]
+    assert last_sample(db, job["id"])["tensor_name"] == f"blocks.0{FORGED}.weight"
+    assert (events(db, first["id"]), artifacts(db, first["id"]), get_job(db, first["id"])) == before
+    log = (job_dir(config.data_dir, job["id"]) / "child.log").read_text()
+    assert log.count('@drainboard ["guard"') >= 2  # printed (and in the traceback), kept as output, obeyed by nobody
+    assert len(nonces) == 2 and not any(nonce in log for nonce in nonces)  # Ray printed no secret in the log
+
+
+def test_a_line_of_megabytes_reaches_the_tables_bounded_and_the_job_succeeds_with_its_metrics(
+        db, queue_job, run_to_end, monkeypatch):
+    monkeypatch.setenv("DRAINBOARD_TEST_MIB", "5")
+    job = run_to_end(queue_job("long_lines"), timeout=120)
+    assert job["status"] == "succeeded", job["error"]
+    assert job["metrics"]["name_length"] == 5 * 2**20
+    assert len(last_sample(db, job["id"])["tensor_name"]) == 5 * 2**20
+
+
+class _BrokenStreamClient:
+    """A Ray client whose log stream breaks after the job's first lines, as a 4 MiB line broke Ray's."""
+
+    def __init__(self, status):
+        self.status = status
+
+    def submit_job(self, **arguments):
+        self.arguments = arguments
+
+    async def tail_job_logs(self, submission_id):
+        yield "Running entrypoint for job x\n"
+        raise RuntimeError("WebSocket error for job x: Message size 5242940 exceeds limit 4194304")
+
+    def get_job_status(self, submission_id):
+        return self.status
+
+    def get_job_info(self, submission_id):
+        return type("Info", (), {"message": "Job finished successfully.", "error_type": None,
+                                 "driver_exit_code": 0})()
+
+
+def test_a_broken_log_stream_fails_the_job_naming_why_though_ray_says_it_succeeded(db, config, queue_job):
+    require_ray()
+    from ray.job_submission import JobStatus
+
+    from jobs.backends.ray_jobs import RayJobsBackend
+
+    backend = RayJobsBackend(dataclasses.replace(config, ray_address="http://127.0.0.1:1"), db, "host:1:abcd")
+    backend._client = _BrokenStreamClient(JobStatus.SUCCEEDED)
+    job_id = queue_job("steps")
+    backend.start(get_job(db, job_id))
+    deadline = time.time() + 30
+    while backend.watch(time.time()):
+        assert time.time() < deadline
+        time.sleep(0.05)
+    job = get_job(db, job_id)
+    assert job["status"] == "failed", job
+    assert job["error"].startswith("the job's log stream from Ray broke (RuntimeError: WebSocket error for job x: "
+                                   "Message size 5242940 exceeds limit 4194304); Ray says the job SUCCEEDED"), job["error"]
+
+
 def test_the_head_stopped_mid_job_says_host_lost_and_the_queue_survives(
         db, queue_job, tick_until, supervisor, cluster, monkeypatch):
     """Runs last: it takes the module's cluster down and brings it back on the same ports."""

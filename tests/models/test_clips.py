@@ -117,6 +117,9 @@ def test_a_soundtrack_over_the_bound_is_refused_as_declared_and_as_counted(tmp_p
         check_clip(long)
     assert str(caught.value) == (f"{long}: its soundtrack runs 61.0 s; soundtracks up to 60 s are accepted"
                                  " (diffusers conditions on at most the 15 s a video generates)")
+    fast = float_soundtrack_clip(tmp_path / "fast.mov", 0.01, rate=384000, channels=1)
+    with pytest.raises(InputClipError, match=r"fast.mov: its soundtrack is at 384,000 Hz; rates from 1 to 192,000 Hz"):
+        check_clip(fast)
     info = check_clip(float_soundtrack_clip(tmp_path / "short.mov", 2.0, rate=8000, channels=1))
     assert (info.audio_rate, info.audio_channels, info.audio_seconds) == (8000, 1, 2.0)
     # A header that declares no length (or a false one) is held to the bound by counting the decoded samples.

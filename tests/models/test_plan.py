@@ -70,6 +70,10 @@ def test_the_plan_picks_the_fastest_that_fits_by_history(h3_tiny: Path):
     records = _history(h3_tiny, {"": 1e-6, "attention=_native_flash": 5e-7})
     plan = _plan(h3_tiny, records)
     assert all(c.fits for c in plan.candidates)
+    forecast_for = _forecaster(h3_tiny)
+    for c in plan.candidates:  # the plan forecasts once per residency and precision: the same numbers
+        direct = forecast_for(GenerateParams(**{**PARAMS.to_dict(), **c.levers}), c.sequential)
+        assert c.peaks == {s.stage: s.total_bytes for s in direct.stages} and c.not_counted == direct.not_counted
     timed = [c for c in plan.candidates if c.seconds is not None]
     assert len(timed) == 4  # both residencies of two lever sets; compile's have no history: never assumed faster
     chosen = plan.choice
@@ -92,7 +96,8 @@ def test_a_candidate_over_the_wall_is_marked_with_its_stage_and_the_fastest_that
     plan = _plan(h3_tiny, records, available)
     refused = [c for c in plan.candidates if not c.fits]
     assert refused and all(not c.sequential for c in refused)
-    assert refused[0].over_stage == resident.peak_stage and "over the" in refused[0].over
+    assert refused[0].over_stage == resident.peak_stage and "over the" in refused[0].wall
+    assert all(" under the " in c.wall for c in plan.candidates if c.fits)
     assert (plan.choice.sequential, plan.choice.levers["attention"]) == (True, "_native_flash")
     lines = plan_lines(plan.to_dict())
     assert any(line.startswith(" x resident") and "does not fit:" in line for line in lines)

@@ -37,7 +37,8 @@ def test_drainboard_config_names_the_file_to_read(tmp_path):
 
 @pytest.mark.parametrize(
     "content, message",
-    [("colour = 1\n", "unknown keys colour"), ("model_roots = 'x'\n", "model_roots must be a list"),
+    [("colour = 1\n", "unknown keys 'colour'"), ('"a\\u001b[2J\\nb" = 1\n', r"unknown keys 'a\\x1b\[2J\\nb';"),
+     ("model_roots = 'x'\n", "model_roots must be a list"),
      ("port = 'web'\n", "port must be an integer"), ("data_dir = [\n", "not valid TOML")],
 )
 def test_a_bad_config_file_is_refused_naming_the_problem(tmp_path, content, message):

@@ -1,0 +1,41 @@
+"""The Models page in a real browser (Chromium via Playwright, `streamlit run app.py`): the tiny checkpoint listed
+with its layout and fit, a second one picked, and *Open in Run* landing on the Run page with it chosen."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.dashboard.test_browser import ARTIFACTS, browser, dashboard  # noqa: F401  (module fixtures)
+from tests.dashboard.test_browser_run import _chosen, _page_bar, _settled
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def test_the_models_page_lists_the_checkpoints_and_opens_run_with_the_one_picked(dashboard, browser):  # noqa: F811
+    base, data = dashboard
+    shutil.copytree(data / "models" / "tiny", data / "models" / "tiny-copy")
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    try:
+        page.goto(base + "/")
+        page.get_by_text("Run a job").wait_for()
+        _settled(page)
+        _page_bar(page, "Models")
+        page.get_by_text("The fit weighs each checkpoint's weights at bf16").wait_for()
+        _settled(page)
+        main = page.locator("[data-testid=stMain]")
+        expect(main.get_by_text("tiny-copy · diffusers folder · fits")).to_be_visible()
+        expect(main.get_by_text("tiny · diffusers folder · fits", exact=True)).to_be_visible()
+        page.screenshot(path=str(ARTIFACTS / "models-page.png"), full_page=True)
+        page.get_by_role("button", name="Open in Run").last.click()  # name order: demo (the app's own), tiny, tiny-copy
+        page.get_by_text("Run a job").wait_for()
+        _settled(page)
+        assert _chosen(page, "Checkpoint").startswith("tiny-copy")
+        page.get_by_text("Components of tiny-copy").wait_for()
+    finally:
+        page.screenshot(path=str(ARTIFACTS / "models-open-in-run.png"), full_page=True)
+        context.close()
