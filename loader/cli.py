@@ -16,7 +16,7 @@ from typing import Sequence
 from machine.advice import warn_about_mode
 from .api import load_checkpoint
 from .checkpoint import discover_checkpoint
-from core.echo import echo, echo_name
+from core.echo import echo_name
 from core.sizes import format_size
 from core.errors import PlacementError
 from machine import device_cli
@@ -84,7 +84,7 @@ def _models(args: argparse.Namespace) -> int:
         print(f"{echo_name(e.name)}  [{e.layout}]  {format_size(e.bytes)}  {verdict}  {echo_name(e.path)}")
         for c in e.components:
             dtypes = ", ".join(f"{echo_name(k)} {format_size(v)}" for k, v in c.dtypes.items())
-            print(f"  {echo(c.name)}: {format_size(c.bytes)} [{dtypes}]")
+            print(f"  {echo_name(c.name)}: {format_size(c.bytes)} [{dtypes}]")
         for problem in e.problems[:3]:
             print(f"  ! {problem}")
     return 0

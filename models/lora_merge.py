@@ -102,9 +102,10 @@ def _merger(factors: list[Factor], report: LoraMerge) -> Callable[[torch.Tensor]
 def merge_delta(weight: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: float) -> None:
     """`weight += scale * (B @ A)` as diffusers' `fuse_lora` does it on the CPU: factors in the weight's dtype,
     their product in float32, scaled, rounded once to the weight's dtype, added in place."""
-    a = a.to(weight.device, weight.dtype).float()
-    b = b.to(weight.device, weight.dtype).float()
-    weight += ((b @ a) * scale).to(weight.dtype)
+    product = b.to(weight.device, weight.dtype).float() @ a.to(weight.device, weight.dtype).float()
+    if scale != 1.0:  # x * 1.0 is x: one pass over the product saved, the bits unchanged
+        product.mul_(scale)
+    weight += product.to(weight.dtype)
 
 
 def _read(lora: LoraInput, roots: Iterable[str | os.PathLike], shell: nn.Module,

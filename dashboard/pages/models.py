@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from core.echo import echo_name
 from dashboard import data, form_state, nav
 from dashboard import format as fmt
 from dashboard.views.models import models_table
@@ -27,7 +28,7 @@ def main() -> None:
     st.dataframe(models_table(entries), hide_index=True, width="stretch")
     for i, entry in enumerate(entries):
         left, right = st.columns([5, 1], vertical_alignment="center")
-        left.markdown(f"**{entry.name}** · {entry.layout} · {entry.verdict or 'broken'}")
+        left.text(f"{echo_name(entry.name)} · {entry.layout} · {entry.verdict or 'broken'}")
         if right.button("Open in Run", key=f"open_{i}", disabled=bool(entry.problems)):
             form_state.open_checkpoint(str(entry.path))
             nav.goto("run", checkpoint=str(entry.path))

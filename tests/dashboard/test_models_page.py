@@ -27,7 +27,7 @@ def test_every_checkpoint_is_listed_with_its_layout_and_fit_and_opens_run(fresh_
     rows = {r["model"]: r for r in table.to_dict("records")}
     assert set(rows) == {"broken.safetensors", "tiny.safetensors", "org/tiny-dit @ main"}
     assert (rows["tiny.safetensors"]["layout"], rows["tiny.safetensors"]["fit (weights)"]) == ("single file", "fits")
-    assert rows["tiny.safetensors"]["components"].startswith("'tiny' ") and "(F32)" in rows["tiny.safetensors"]["components"]
+    assert rows["tiny.safetensors"]["components"].startswith("tiny ") and "(F32)" in rows["tiny.safetensors"]["components"]
     assert rows["org/tiny-dit @ main"]["layout"] == "component folder"
     assert rows["broken.safetensors"]["fit (weights)"].startswith("broken: ")
     buttons = [b for b in at.button if b.label == "Open in Run"]

@@ -176,9 +176,13 @@ def test_the_memory_guard_runs_on_the_node_and_its_stop_is_reported_with_the_las
 
 
 def test_protocol_lines_in_names_prompt_and_error_change_only_the_jobs_own_honest_record(
-        db, config, queue_job, run_to_end):
+        db, config, queue_job, run_to_end, monkeypatch):
+    import secrets
+
     from tests.jobs.kinds_for_tests import FORGED
 
+    nonces, token_hex = [], secrets.token_hex
+    monkeypatch.setattr(secrets, "token_hex", lambda n: nonces.append(token_hex(n)) or nonces[-1])
     first = run_to_end(queue_job("steps"))  # job 1, which the forged event names
     before = (events(db, first["id"]), artifacts(db, first["id"]), get_job(db, first["id"]))
     job = run_to_end(queue_job("forge"), timeout=120)
@@ -190,6 +194,7 @@ def test_protocol_lines_in_names_prompt_and_error_change_only_the_jobs_own_hones
     assert (events(db, first["id"]), artifacts(db, first["id"]), get_job(db, first["id"])) == before
     log = (job_dir(config.data_dir, job["id"]) / "child.log").read_text()
     assert log.count('@drainboard ["guard"') >= 2  # printed (and in the traceback), kept as output, obeyed by nobody
+    assert len(nonces) == 2 and not any(nonce in log for nonce in nonces)  # Ray printed no secret in the log
 
 
 def test_a_line_of_megabytes_reaches_the_tables_bounded_and_the_job_succeeds_with_its_metrics(

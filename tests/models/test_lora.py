@@ -21,6 +21,9 @@ from models.pipeline import run_generate
 from .lora_files import dit_linears, write_diffsynth_lora, write_musubi_lora, write_peft_lora
 from .test_workflows import BASE, UNIFIED, _rgb, diffusers_digest, keyframe  # noqa: F401  (keyframe: a fixture)
 
+SHORT = replace(BASE, steps=2)
+"""One DiT call: enough for the merged weights to reach the frames, and the seed-contract runs stay short."""
+
 
 def _diffusers_fused_dit(root: Path, files: list[tuple[Path, float]], partition: str = "transformer") -> dict:
     """The DiT state diffusers' own loading gives once each LoRA is loaded as its pipeline does and fused."""
@@ -197,34 +200,34 @@ def _fused(*files: tuple[Path, float], into_ref: bool = False):
 
 @pytest.mark.slow
 def test_seed_contract_one_lora_and_two_stacked(h3_tiny: Path, loras, tmp_path: Path):
-    one = run_generate(h3_tiny, replace(BASE, loras=(LoraInput(str(loras["peft"]), 0.75),)), tmp_path / "a.mp4",
+    one = run_generate(h3_tiny, replace(SHORT, loras=(LoraInput(str(loras["peft"]), 0.75),)), tmp_path / "a.mp4",
                        device_info=UNIFIED, roots=[h3_tiny.parent])
-    assert one.video_sha256 == diffusers_digest(h3_tiny, "t2va", prepare=_fused((loras["peft"], 0.75)))
+    assert one.video_sha256 == diffusers_digest(h3_tiny, "t2va", steps=2, prepare=_fused((loras["peft"], 0.75)))
     assert one.loras[0]["sha256"] and one.loads["transformer"]["lora"]["loras"][0]["scale"] == 0.75
     stacked = (LoraInput(str(loras["peft"]), 0.5), LoraInput(str(loras["second"]), 1.0))
-    two = run_generate(h3_tiny, replace(BASE, loras=stacked), tmp_path / "b.mp4", device_info=UNIFIED,
+    two = run_generate(h3_tiny, replace(SHORT, loras=stacked), tmp_path / "b.mp4", device_info=UNIFIED,
                        roots=[h3_tiny.parent])
-    assert two.video_sha256 == diffusers_digest(h3_tiny, "t2va",
+    assert two.video_sha256 == diffusers_digest(h3_tiny, "t2va", steps=2,
                                                 prepare=_fused((loras["peft"], 0.5), (loras["second"], 1.0)))
     assert two.video_sha256 != one.video_sha256
 
 
 @pytest.mark.slow
 def test_seed_contract_an_alpha_metadata_lora(h3_tiny: Path, loras, tmp_path: Path):
-    result = run_generate(h3_tiny, replace(BASE, loras=(LoraInput(str(loras["alpha"]), 1.0),)), tmp_path / "a.mp4",
+    result = run_generate(h3_tiny, replace(SHORT, loras=(LoraInput(str(loras["alpha"]), 1.0),)), tmp_path / "a.mp4",
                           device_info=UNIFIED, roots=[h3_tiny.parent])
-    assert result.video_sha256 == diffusers_digest(h3_tiny, "t2va", prepare=_fused((loras["alpha"], 1.0)))
+    assert result.video_sha256 == diffusers_digest(h3_tiny, "t2va", steps=2, prepare=_fused((loras["alpha"], 1.0)))
 
 
 @pytest.mark.slow
 def test_seed_contract_a_transformer_ref_lora_under_ref2va(h3_tiny: Path, loras, keyframe: Path, tmp_path: Path):
     from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3ImageReference
 
-    params = replace(BASE, ref_image=str(keyframe), loras=(LoraInput(str(loras["ref"]), 0.75),))
+    params = replace(SHORT, ref_image=str(keyframe), loras=(LoraInput(str(loras["ref"]), 0.75),))
     result = run_generate(h3_tiny, params, tmp_path / "r.mp4", device_info=UNIFIED, roots=[h3_tiny.parent])
     assert result.loras[0]["partition"] == "transformer_ref" and "lora" in result.loads["transformer_ref"]
     assert result.video_sha256 == diffusers_digest(
-        h3_tiny, "ref2va", prepare=_fused((loras["ref"], 0.75), into_ref=True),
+        h3_tiny, "ref2va", steps=2, prepare=_fused((loras["ref"], 0.75), into_ref=True),
         references=[MiniMaxH3ImageReference(image=_rgb(keyframe))])
 
 
@@ -253,9 +256,9 @@ def test_a_diffsynth_lora_merges_as_diffusers_fuses_it(h3_wide_heads: Path):
 @pytest.mark.slow
 def test_seed_contract_a_diffsynth_layout_lora(h3_wide_heads: Path, tmp_path: Path):
     path = write_diffsynth_lora(h3_wide_heads.parent / "lineart2.safetensors", h3_wide_heads, rank=4, seed=7)
-    result = run_generate(h3_wide_heads, replace(BASE, loras=(LoraInput(str(path), 1.0),)), tmp_path / "d.mp4",
+    result = run_generate(h3_wide_heads, replace(SHORT, loras=(LoraInput(str(path), 1.0),)), tmp_path / "d.mp4",
                           device_info=UNIFIED, roots=[h3_wide_heads.parent])
-    assert result.video_sha256 == diffusers_digest(h3_wide_heads, "t2va", prepare=_fused((path, 1.0)))
+    assert result.video_sha256 == diffusers_digest(h3_wide_heads, "t2va", steps=2, prepare=_fused((path, 1.0)))
 
 
 def test_the_forecast_counts_the_factors_held_while_the_dit_loads_and_nothing_after(h3_tiny: Path, loras):

@@ -88,3 +88,22 @@ def test_a_write_ahead_log_deleted_under_the_worker_is_one_line_and_the_worker_s
     reader = open_database(folder / "drainboard.db")
     assert get_job(reader, job_id)["stage"] == "kept"
     reader.conn.close()
+
+
+def test_a_write_refused_for_another_process_lock_is_one_line_and_reads_go_on(data, tmp_path, capsys,
+                                                                              hold_write_lock, monkeypatch):
+    from storage import connections
+
+    folder = data(tmp_path / "data")
+    db = open_database(folder / "drainboard.db")
+    job_id = jobs_table.enqueue(db, "load", {"model": "/models/tiny"}, now=1.0)
+    db.conn.close()
+    monkeypatch.setattr(connections, "BUSY_TIMEOUT_MS", 200)
+    holder = hold_write_lock(folder / "drainboard.db", 3.0)
+    assert main(["list", "--json"]) == 0  # a reader never waits for a writer
+    assert [j["id"] for j in json.loads(capsys.readouterr().out)["jobs"]] == [job_id]
+    assert main(["cancel", str(job_id)]) == 2
+    assert _one_error_line(capsys) == (f"the job database at {folder / 'drainboard.db'} is locked by another "
+                                       f"process (a write or an open transaction held past 0.2 s); try again once "
+                                       f"it ends")
+    holder.kill()
