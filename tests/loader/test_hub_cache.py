@@ -37,7 +37,8 @@ def test_inspect_names_the_snapshot_by_repository_and_ref(snapshot: Path, capsys
     assert main(["inspect", str(snapshot), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["name"] == "org/tiny @ main"
     assert main(["inspect", str(snapshot)]) == 0
-    assert capsys.readouterr().out.startswith(f"org/tiny @ main: {snapshot} (component)")
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("org/tiny @ main: ") and "(component)" in first
 
 
 def test_a_revision_no_ref_names_is_shown_by_its_hash(tiny_checkpoint, tmp_path: Path):
