@@ -104,8 +104,8 @@ def open_checkpoint(path: str) -> None:
 
 def fill_from_video(file_id: str, settings: dict[str, Any], checkpoints: dict[str, str]) -> str:
     """Fill the generate fields (and the checkpoint, when one of that name is found: `checkpoints` maps a folder
-    name to its path) from a dropped Drainboard video's settings (models.video_settings), once per file; the
-    other fields keep their values. Returns what was filled, in one line."""
+    name to its path) from a dropped Drainboard video's settings (models.video_settings), once per file, and draw
+    the page again with them; the other fields keep their values. Returns what was filled, in one line."""
     generate = {k: v for k, v in settings["generate"].items() if k not in INPUT_FILES}
     model = (settings.get("model") or {}).get("name")
     found = checkpoints.get(model) if isinstance(model, str) else None
@@ -118,6 +118,7 @@ def fill_from_video(file_id: str, settings: dict[str, Any], checkpoints: dict[st
         for name in values:
             st.session_state.pop(key(name), None)  # seed() takes the video's value (if still offered)
         st.session_state[VIDEO_KEY] = file_id
+        st.rerun()  # the form above is drawn already: draw it again with these values
     inputs = [settings["generate"][f] for f in INPUT_FILES if settings["generate"].get(f)]
     return (f"Filled from the video's settings (prompt, seed, workflow, size, frames, steps"
             + (f"; checkpoint {model}" if found else f"; its checkpoint {model!r} is not under the model roots"

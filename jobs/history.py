@@ -50,6 +50,13 @@ def process_records(db: sqlite_utils.Database, kind: str, *, limit: int = PROCES
         ready = first_stage_sample(db, job["id"], "load") if device and first else None
         if ready is None or ready["seq"] == first[0]["seq"]:
             continue
-        records.append(ProcessRecord(kind, device, int(ready["vm_rss"]),
-                                     int(first[0]["mem_available"]) - int(ready["mem_available"])))
+        records.append(ProcessRecord(kind, device, int(ready["vm_rss"]), start_up(first[0], ready)))
     return records
+
+
+def start_up(first: dict, ready: dict) -> int:
+    """How far system in use grew between two samples of one job, as far as the job can have grown it: at least
+    the anonymous memory it added, at most all the anonymous memory it holds (every page it shares with the
+    fork server copied). MemAvailable is the machine's: other processes move it too."""
+    grown = int(first["mem_available"]) - int(ready["mem_available"])
+    return min(max(grown, int(ready["rss_anon"]) - int(first["rss_anon"])), int(ready["rss_anon"]))

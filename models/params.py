@@ -199,6 +199,11 @@ class ModelSpec:
         if index.get("_class_name") != PIPELINE_CLASS:
             raise GenerateParamsError({"model": f"{root / INDEX_FILE} has _class_name {echo(index.get('_class_name'), NAME_LIMIT)};"
                                                 f" expected {PIPELINE_CLASS!r}"})
+        missing = [name for name in WEIGHT_COMPONENTS if not os.path.lexists(root / name / "config.json")]
+        if missing:
+            raise GenerateParamsError({"model": f"{root} has no {', '.join(f'{m}/config.json' for m in missing)}: every "
+                                                f"component of MiniMax H3 is built from its folder's config (a "
+                                                f"single-file DiT too: keep the folder's transformer/config.json)"})
         configs = {name: _read_json(root / name / "config.json") for name in WEIGHT_COMPONENTS}
         vae, dit = configs["vae"], configs["transformer"]
         try:

@@ -11,8 +11,9 @@ left two figures (`jobs.history.process_records` reads them from its samples):
 - `ready_bytes`: the process's VmRSS at its first weight (a generate's first
   `load.*` stage, a load's `load` stage): what the job's whole peak stands on;
 - `startup_bytes`: how far system in use grew from the job's start (its first
-  sample) to that moment: the process's share of what the memory guard's budget
-  counts (docs/metrics.md, "A job's memory").
+  sample) to that moment, as far as the job can have grown it (`jobs.history.
+  start_up`): the process's share of what the memory guard's budget counts
+  (docs/metrics.md, "A job's memory").
 
 The estimate is the median of each over the matching records. Where there is
 none it says so (`NO_HISTORY`) rather than inventing a number. Plain records in,

@@ -233,6 +233,9 @@ def draw_cards(job: dict, stats: jv.LiveStats, samples, events, total_bytes: int
 
 
 def draw_chart(job: dict, samples, events, count: int, x: str, fit: str, total_bytes: int | None, capacity: int | None) -> None:
+    if job["status"] == "queued":  # an empty axis would read as a chart of nothing
+        st.caption("No memory samples yet: the chart starts when a worker starts the job.")
+        return
     x_mode = X_LABELS[x]
     if x_mode == "percent" and not total_bytes:
         x_mode = "bytes"
@@ -266,13 +269,15 @@ def draw_chart(job: dict, samples, events, count: int, x: str, fit: str, total_b
 
 
 def draw_progress(job: dict, stats: jv.LiveStats, events) -> None:
+    if job["status"] == "queued":  # nothing has started: where it stands in the queue, not a stage
+        st.subheader("Queued")
+        place = jv.queue_places(data.active_jobs(db)).get(job["id"], "waiting for a worker")
+        st.info(f"{place[:1].upper()}{place[1:]}.", icon=":material/schedule:")
+        return
     where = jv.progress(job)
     st.subheader(words.stage(where.stage) if where.stage not in jv.STARTING_STAGES else "Starting")
     if where.fraction is not None:
         st.progress(where.fraction, text=where.text)
-    elif job["status"] == "queued":
-        place = jv.queue_places(data.active_jobs(db)).get(job["id"], "waiting for a worker")
-        st.info(f"Queued: {place}.", icon=":material/schedule:")
     draw_time_left(job, events, where.fraction)
     if stats.samples == 0 or job.get("stage") in jv.STARTING_STAGES:
         st.info(jv.starting_text(job))

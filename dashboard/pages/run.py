@@ -127,7 +127,6 @@ def main() -> None:
     filled = st.session_state.get(form_state.FROM_KEY)
     if filled is not None:
         st.info(f"Filled from job {filled}: change what you like and queue it as a new job.", icon=":material/edit:")
-    video_drop(config)
     form, side = st.columns([3, 2], gap="large")
     with form:
         choice = fields.checkpoint_field(data.checkpoints(tuple(str(r) for r in config.model_roots)), config.model_roots)
@@ -160,6 +159,7 @@ def main() -> None:
             checks.plan_panel(found)
         checks.queue_button(raw, choice, db, errors)
         checks.ready_panel(choice, device, db)
+        video_drop(config)  # after Queue job: it is not on the way there for a keyboard user
         queue_panel(db)
 
 

@@ -543,3 +543,17 @@ def test_the_run_pages_queue_moves_a_job_to_the_front_and_clears_after_confirmin
     statuses = dict(fresh_db.execute("SELECT id, status FROM jobs").fetchall())
     assert [statuses[i] for i in queued] == ["cancelled", "cancelled", "running"]
     assert statuses[running] == "running"
+
+
+def test_a_queued_jobs_page_says_its_place_not_a_stage_or_an_empty_chart(fresh_db, job_adder):
+    running = job_adder(fresh_db, status="running")
+    first = job_adder(fresh_db, status="queued")
+    second = job_adder(fresh_db, status="queued")
+    at = page("job")
+    at.query_params["job"] = str(second)
+    at.run()
+    assert not at.exception, at.exception
+    assert [s.value for s in at.subheader if s.value in ("Queued", "Starting")] == ["Queued"]
+    assert any(i.value == f"2nd in the queue, behind job {running} (running) and job {first}." for i in at.info)
+    assert not any("Starting the job" in i.value for i in at.info)
+    assert "No memory samples yet" in _text(at) and not at.get("arrow_vega_lite_chart")

@@ -35,7 +35,7 @@ def _generate(model, **fields) -> JobSpec:
 def past_job(db, config, model, *, kind: str = "generate", device: str = HERE, start_up: int = START_UP,
              ready: int = 509 * MIB, status: str = "succeeded") -> int:
     """A finished job of `kind` as a worker leaves it: its spec's forecast names `device`; its first sample and
-    its first weight's sample are `start_up` of system in use apart."""
+    its first weight's sample are `start_up` of system in use apart (and its anonymous memory agrees)."""
     spec = _generate(model) if kind == "generate" else JobSpec("load", str(model), component="transformer")
     spec = JobSpec.from_dict({**spec.to_dict(), "forecast": {"device": device}})
     job_id = db["jobs"].insert({"kind": kind, "status": status, "spec": json.dumps(spec.to_dict()),
@@ -43,11 +43,11 @@ def past_job(db, config, model, *, kind: str = "generate", device: str = HERE, s
     first_stage = "load.text_encoder" if kind == "generate" else "load"
     db["samples"].insert_all([
         {"job_id": job_id, "seq": 0, "rank": 0, "t": 0.1, "stage": "probe", "vm_rss": 216 * MIB,
-         "mem_available": 20 * GIB},
+         "rss_anon": 185 * MIB, "mem_available": 20 * GIB},
         {"job_id": job_id, "seq": 1, "rank": 0, "t": 2.0, "stage": "prepare", "vm_rss": 480 * MIB,
-         "mem_available": 20 * GIB - start_up // 2},
+         "rss_anon": 300 * MIB, "mem_available": 20 * GIB - start_up // 2},
         {"job_id": job_id, "seq": 2, "rank": 0, "t": 3.0, "stage": first_stage, "vm_rss": ready,
-         "mem_available": 20 * GIB - start_up},
+         "rss_anon": start_up + 100 * MIB, "mem_available": 20 * GIB - start_up},
     ])
     return job_id
 
@@ -76,6 +76,17 @@ def test_history_reads_the_start_up_from_a_jobs_first_sample_and_its_first_weigh
     assert sorted(r.startup_bytes for r in process_records(db, "generate")) == [200 * MIB, 300 * MIB]
     assert [(r.kind, r.ready_bytes, r.startup_bytes) for r in process_records(db, "load")] == [
         ("load", 230 * MIB, 20 * MIB)]
+
+
+def test_other_processes_moving_memavailable_are_not_the_jobs_start_up():
+    """The machine's MemAvailable moves with every process on it: a job grew system in use by at least the
+    anonymous memory it added and at most all it holds (its pages shared with the fork server copied)."""
+    from jobs.history import start_up
+
+    first = {"mem_available": 20 * GIB, "rss_anon": 185 * MIB}
+    assert start_up(first, {"mem_available": 20 * GIB - 334 * MIB, "rss_anon": 377 * MIB}) == 334 * MIB
+    assert start_up(first, {"mem_available": 19 * GIB, "rss_anon": 377 * MIB}) == 377 * MIB  # others grew
+    assert start_up(first, {"mem_available": 21 * GIB, "rss_anon": 377 * MIB}) == 192 * MIB  # others shrank
 
 
 def test_without_history_the_process_is_unknown_and_no_wall_counts_it(db, config, tiny_model):

@@ -144,3 +144,16 @@ def test_models_forecast_counts_the_single_file_as_the_dit_and_refuses_another_i
     assert main([*base, "--transformer", str(other)]) == 2
     error = json.loads(capsys.readouterr().out)["error"]
     assert "transformer: bert.safetensors: not a MiniMax H3 DiT in the original layout" in error
+
+
+def test_a_model_folder_without_the_dit_s_config_is_refused_saying_the_single_file_needs_it(h3_tiny, tmp_path,
+                                                                                            reference_files):
+    import shutil
+
+    folder = tmp_path / "no-dit"
+    shutil.copytree(h3_tiny, folder, ignore=shutil.ignore_patterns("transformer"))
+    with pytest.raises(GenerateParamsError) as refused:
+        validate_params(replace(FAST, transformer=str(reference_files["aligned"])), ModelSpec.read(folder))
+    assert str(refused.value) == (f"model: {folder} has no transformer/config.json: every component of MiniMax H3 "
+                                  "is built from its folder's config (a single-file DiT too: keep the folder's "
+                                  "transformer/config.json)")
