@@ -2,11 +2,13 @@
 the same load without it, and against diffusers' own `load_lora_adapter` + `fuse_lora`, side by side in one run.
 
 Each case runs in a fresh subprocess (the same memory baseline each time; the page cache warmed first), the
-cases interleaved `--repeat` times, medians shown. Per case: wall seconds from the first LoRA byte read (or the
-load's start without one) to the DiT fused in place, and the peak resident growth over the process after its
-imports (VmHWM - VmRSS then), as a ratio of the DiT's bytes, with glibc's mmap threshold fixed as a generate run
-fixes it (`machine.host_heap`). PEFT, which a LoRA job imports and a plain one does
-not, is imported before the clock in every case (so the baselines match) and its import timed apart.
+cases interleaved `--repeat` times, medians shown. Per case: wall seconds of the load, to the DiT fused in place
+(for `merged`, preparing the LoRA, its factors read and converted and PEFT's scales learnt, happens before the
+load's first tensor is read and is timed apart as `prep`; for `diffusers`, from its first byte read), and the peak
+resident growth over the process after its imports, preparation included (VmHWM - VmRSS then), as a ratio of the
+DiT's bytes, with glibc's mmap threshold fixed as a generate run fixes it (`machine.host_heap`). PEFT, which a
+LoRA job imports and a plain one does not, is imported before the clock in every case (so the baselines match) and
+its import timed apart.
 
     python bench/bench_lora.py data/models/h3-demo --ranks 64 4 --repeat 3
 
@@ -64,13 +66,14 @@ if case == "diffusers":
     extra = {}
 else:
     adjust, merge = (None, None)
-    if case == "merged":
+    if case == "merged":  # preparing the LoRA, its own stage before the load: timed apart
         adjust, merge = merge_adjustments([LoraInput(lora, 1.0, partition="transformer")], "transformer", config,
                                           [str(sys.argv[5])])
+        t = time.perf_counter()
     dit, report = load_component(root, "transformer", dtype=torch.bfloat16, adjust=adjust, roots=[sys.argv[5]])
     del adjust
     placed = report.bytes_placed
-    extra = {} if merge is None else {"factor_bytes": merge.factor_bytes, "read_seconds": merge.read_seconds,
+    extra = {} if merge is None else {"factor_bytes": merge.factor_bytes, "prep_seconds": merge.read_seconds,
                                       "merge_seconds": merge.merge_seconds}
 seconds = time.perf_counter() - t
 print(json.dumps({"seconds": seconds, "peak_bytes": status("VmHWM") - base, "placed": placed,
@@ -130,18 +133,20 @@ def main() -> int:
                 "factor_bytes": med["merged"]["factor_bytes"],
                 **{f"{c}_seconds": med[c]["seconds"] for c in CASES},
                 **{f"{c}_peak_ratio": med[c]["peak_bytes"] / placed for c in CASES},
-                "merged_read_seconds": med["merged"]["read_seconds"], "merged_merge_seconds": med["merged"]["merge_seconds"],
+                "merged_prep_seconds": med["merged"]["prep_seconds"], "merged_merge_seconds": med["merged"]["merge_seconds"],
                 "peft_import_seconds": med["merged"]["import_seconds"],
             })
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     print(f"{root.name} DiT, bf16, CPU, medians of {args.repeat} interleaved runs each in a fresh process")
-    print(f"{'rank':>5}{'LoRA MiB':>10}{'DiT MiB':>9}{'plain s':>9}{'merged s':>10}{'ratio':>7}{'diffusers s':>13}"
+    print(f"{'rank':>5}{'LoRA MiB':>10}{'DiT MiB':>9}{'plain s':>9}{'merged s':>10}{'ratio':>7}{'prep s':>8}"
+          f"{'diffusers s':>13}"
           f"{'plain peak':>12}{'merged peak':>13}{'ratio':>7}{'diffusers peak':>16}")
     for r in rows:
         print(f"{r['rank']:>5}{r['lora_file_bytes'] / 2**20:>10.1f}{r['dit_bytes'] / 2**20:>9.1f}"
               f"{r['plain_seconds']:>9.2f}{r['merged_seconds']:>10.2f}{r['merged_seconds'] / r['plain_seconds']:>6.2f}x"
+              f"{r['merged_prep_seconds']:>8.2f}"
               f"{r['diffusers_seconds']:>13.2f}{r['plain_peak_ratio']:>11.2f}x{r['merged_peak_ratio']:>12.2f}x"
               f"{r['merged_peak_ratio'] / r['plain_peak_ratio']:>6.2f}x{r['diffusers_peak_ratio']:>15.2f}x")
     print("peft's import, once per LoRA job and outside the clock above: "

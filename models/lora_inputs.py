@@ -210,7 +210,16 @@ def few_step_warning(name: str, stated: int | None, steps: int) -> str | None:
 
 
 MERGE_TRANSIENT_BYTES_PER_ELEMENT = 4 + 2
-"""While one weight is merged: its delta's float32 product, then that rounded to bf16 (`lora_merge.merge_delta`)."""
+"""While one block of a weight is merged: its delta's float32 product, then that rounded to bf16
+(`lora_merge.merge_delta`)."""
+MERGE_BLOCK_ELEMENTS = 1 << 18
+"""Most elements of a weight `lora_merge.merge_delta` merges at once (whole rows; one row where a row is longer), so
+its temporaries are bounded by a block, not by the largest weight."""
+
+
+def merge_transient_bytes(largest_target: int) -> int:
+    """Bytes one merge holds beside the weight and its factors: one block's float32 product and its rounding."""
+    return MERGE_TRANSIENT_BYTES_PER_ELEMENT * min(largest_target, MERGE_BLOCK_ELEMENTS)
 
 
 def lora_load_bytes(root: str | os.PathLike, params) -> dict[str, int]:
@@ -225,7 +234,7 @@ def lora_load_bytes(root: str | os.PathLike, params) -> dict[str, int]:
         partition = facts.lora.partition
         out[partition] = out.get(partition, 0) + facts.factor_bytes
         largest[partition] = max(largest.get(partition, 0), facts.largest_target)
-    return {p: n + MERGE_TRANSIENT_BYTES_PER_ELEMENT * largest[p] for p, n in out.items()}
+    return {p: n + merge_transient_bytes(largest[p]) for p, n in out.items()}
 
 
 def partition_for(workflow: str) -> str:

@@ -35,7 +35,7 @@ import torch.nn as nn
 
 from core.echo import echo_name
 
-from .lora_inputs import LoraError, LoraInput, check_factors, file_sha256
+from .lora_inputs import MERGE_BLOCK_ELEMENTS, LoraError, LoraInput, check_factors, file_sha256
 
 
 @dataclass
@@ -101,11 +101,24 @@ def _merger(factors: list[Factor], report: LoraMerge) -> Callable[[torch.Tensor]
 
 def merge_delta(weight: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: float) -> None:
     """`weight += scale * (B @ A)` as diffusers' `fuse_lora` does it on the CPU: factors in the weight's dtype,
-    their product in float32, scaled, rounded once to the weight's dtype, added in place."""
-    product = b.to(weight.device, weight.dtype).float() @ a.to(weight.device, weight.dtype).float()
-    if scale != 1.0:  # x * 1.0 is x: one pass over the product saved, the bits unchanged
-        product.mul_(scale)
-    weight += product.to(weight.dtype)
+    their product in float32, scaled, rounded once to the weight's dtype, added in place. Merged a block of rows
+    at a time into two reused buffers, so the temporaries are one block (`MERGE_BLOCK_ELEMENTS`), not the whole
+    weight; each row's product is the same dot products, so the bits equal the whole-weight merge."""
+    a32 = a.to(weight.device, weight.dtype).float()
+    b32 = b.to(weight.device, weight.dtype).float()
+    rows, cols = weight.shape
+    step = max(1, MERGE_BLOCK_ELEMENTS // cols)
+    product = torch.empty(min(step, rows), cols, dtype=torch.float32, device=weight.device)
+    rounded = product if weight.dtype == torch.float32 else torch.empty_like(product, dtype=weight.dtype)
+    for start in range(0, rows, step):
+        stop = min(start + step, rows)
+        block, block_rounded = product[: stop - start], rounded[: stop - start]
+        torch.matmul(b32[start:stop], a32, out=block)
+        if scale != 1.0:  # x * 1.0 is x: one pass over the product saved, the bits unchanged
+            block.mul_(scale)
+        if block_rounded is not block:
+            block_rounded.copy_(block)
+        weight[start:stop].add_(block_rounded)
 
 
 def _read(lora: LoraInput, roots: Iterable[str | os.PathLike], shell: nn.Module,

@@ -119,6 +119,62 @@ def test_the_factors_are_held_only_until_their_weight_is_merged(h3_tiny: Path, l
     assert held == sorted(held, reverse=True) and held[-1] == 0 and max(held) < targets  # falls as weights merge
 
 
+class _LiveBytes:
+    """Counts the bytes of tensors created under it that are still alive, and their peak (a counting allocator in
+    Python: each new storage is counted until its last tensor is collected)."""
+
+    def __init__(self):
+        self.live = self.peak = 0
+
+    def __enter__(self):
+        import weakref
+
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                inputs = {t.untyped_storage().data_ptr() for t in torch.utils._pytree.tree_leaves((args, kwargs))
+                          if isinstance(t, torch.Tensor)}
+                for t in torch.utils._pytree.tree_leaves(out):
+                    if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
+                        nbytes = t.untyped_storage().nbytes()
+                        counter.live += nbytes
+                        counter.peak = max(counter.peak, counter.live)
+                        weakref.finalize(t, counter.release, nbytes)
+                return out
+
+        self._mode = Mode()
+        self._mode.__enter__()
+        return self
+
+    def release(self, nbytes: int):
+        self.live -= nbytes
+
+    def __exit__(self, *exc):
+        self._mode.__exit__(*exc)
+
+
+def test_the_merge_holds_one_block_of_temporaries_not_the_whole_weight_and_keeps_its_bits():
+    from models.lora_inputs import MERGE_BLOCK_ELEMENTS, merge_transient_bytes
+    from models.lora_merge import merge_delta
+
+    g = torch.Generator().manual_seed(0)
+    rows, cols, rank = 4 * MERGE_BLOCK_ELEMENTS // 512 + 3, 512, 8  # four blocks and a ragged one
+    weight = torch.randn(rows, cols, generator=g).bfloat16()
+    a, b = torch.randn(rank, cols, generator=g).bfloat16(), torch.randn(rows, rank, generator=g).bfloat16()
+    whole = weight.clone()
+    whole += (b.float() @ a.float()).mul_(0.75).to(torch.bfloat16)  # fuse_lora's arithmetic on the whole weight
+    with _LiveBytes() as counter:
+        merge_delta(weight, a, b, 0.75)
+    factors32 = 4 * (a.numel() + b.numel())
+    assert torch.equal(weight, whole)
+    assert counter.peak <= merge_transient_bytes(weight.numel()) + factors32
+    assert (counter.peak - factors32) / (6 * weight.numel()) < 0.25  # the whole-weight merge holds 6 bytes each
+
+
 def test_a_file_changed_since_it_was_queued_is_refused_before_the_load(h3_tiny: Path, loras, tmp_path: Path):
     config = json.loads((h3_tiny / "transformer" / "config.json").read_text())
     with pytest.raises(LoraError, match="style.safetensors: its content changed since the job was queued"):
@@ -265,7 +321,7 @@ def test_the_forecast_counts_the_factors_held_while_the_dit_loads_and_nothing_af
     from machine.offload import OffloadSettings
     from models.eta import stage_work
     from models.forecast import forecast_generate
-    from models.lora_inputs import MERGE_TRANSIENT_BYTES_PER_ELEMENT
+    from models.lora_inputs import merge_transient_bytes
 
     from .test_forecast import CPU
 
@@ -273,7 +329,7 @@ def test_the_forecast_counts_the_factors_held_while_the_dit_loads_and_nothing_af
     params = replace(BASE, loras=(LoraInput(str(loras["peft"]), 1.0),))
     merged = forecast_generate(h3_tiny, params, device_info=CPU, settings=OffloadSettings())
     facts = inspect_lora(params.loras[0], h3_tiny, "t2va", [h3_tiny.parent], hash_file=False)
-    held = facts.factor_bytes + MERGE_TRANSIENT_BYTES_PER_ELEMENT * facts.largest_target
+    held = facts.factor_bytes + merge_transient_bytes(facts.largest_target)
     assert merged.lora_bytes == {"transformer": held}
     first = next(s for s in merged.stages if s.component == "transformer")
     assert first.lora_bytes == held and [s.lora_bytes for s in merged.stages if s is not first] == [0] * (
