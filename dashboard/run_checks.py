@@ -23,7 +23,7 @@ from dashboard.views.run import DTYPES, field_label
 from dashboard.views.spec import field_errors
 from core.errors import DrainboardError
 from dashboard.views.plan import plan_markdown
-from jobs.admission import JobRefused, admit, assess, plan_job, remedy
+from jobs.admission import JobRefused, admit, assess, plan_job
 from jobs.queue import queue_spec
 from jobs.spec import JobSpec, JobSpecError, build_spec
 from machine.device import DeviceInfo
@@ -145,9 +145,8 @@ def queue_button(raw: dict[str, Any], choice: CheckpointChoice | None, db: str,
             st.session_state[ERRORS_KEY] = {"spec": submitted, "errors": field_errors(e.errors)}
             st.rerun()
         except JobRefused as e:
-            found = e.admission
-            said = str(e) if found is None else \
-                f"needs {fmt.gib(found.need)}: {remedy(found.tightest.wall, found.need, cli=False)}"
+            # *Will it fit?* above says what the job needs, once; this says only that nothing was queued for it.
+            said = str(e) if e.admission is None else "it does not fit (see *Will it fit?*)"
             st.session_state[ERRORS_KEY] = {"spec": submitted, "errors": {"forecast": [said]}}
             st.rerun()
         st.session_state.pop(ERRORS_KEY, None)

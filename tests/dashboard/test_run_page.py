@@ -211,7 +211,8 @@ def test_a_refused_job_says_its_need_once_in_the_pages_words_and_queue_anyway_re
     assert said[0].endswith(", or tick *Queue anyway*.")
     at.button(key="run_submit").click().run()
     assert _queued(fresh_db) == []
-    assert any(e.value.startswith("Nothing was queued: needs ") and "--force" not in e.value for e in at.error)
+    assert any(e.value.startswith("Nothing was queued: it does not fit (see *Will it fit?*)") for e in at.error)
+    assert len([e for e in [*at.error, *at.warning, *at.caption] if "needs " in e.value]) == 1  # still said once
     at.checkbox(key="run_forced").check().run()
     at.button(key="run_submit").click().run()
     [spec] = _queued(fresh_db)

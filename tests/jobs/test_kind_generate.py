@@ -79,7 +79,7 @@ def test_generate_params_the_model_cannot_take_are_refused_before_queueing(confi
 
 
 def test_a_generate_job_on_a_checkpoint_that_is_no_generate_model_is_refused(config):
-    with pytest.raises(JobSpecError, match="model: cannot read .*modular_model_index.json"):
+    with pytest.raises(JobSpecError, match="model: dummy.safetensors: a single file of an unknown model"):
         build_spec({"kind": "generate", "model": str(config.model_roots[0] / "dummy.safetensors"),
                     "generate": {"prompt": "a fox"}}, config)
 

@@ -16,6 +16,7 @@ from machine.device import DeviceInfo
 from models import GenerateParams
 from models.eta import NO_HISTORY
 from models.process_size import ProcessRecord, estimate_process
+from storage import jobs_table
 from storage.queries import get_job, list_jobs
 
 pytestmark = pytest.mark.usefixtures("launched_workers")  # submits here start no real worker
@@ -38,8 +39,10 @@ def past_job(db, config, model, *, kind: str = "generate", device: str = HERE, s
     its first weight's sample are `start_up` of system in use apart (and its anonymous memory agrees)."""
     spec = _generate(model) if kind == "generate" else JobSpec("load", str(model), component="transformer")
     spec = JobSpec.from_dict({**spec.to_dict(), "forecast": {"device": device}})
-    job_id = db["jobs"].insert({"kind": kind, "status": status, "spec": json.dumps(spec.to_dict()),
-                                "created_at": 0.0}).last_pk
+    job_id = jobs_table.enqueue(db, kind, spec.to_dict(), now=0.0)
+    if status != "queued":
+        jobs_table.start(db, job_id, supervisor_id="test", now=0.0)
+        jobs_table.finish(db, job_id, status, now=1.0)
     first_stage = "load.text_encoder" if kind == "generate" else "load"
     db["samples"].insert_all([
         {"job_id": job_id, "seq": 0, "rank": 0, "t": 0.1, "stage": "probe", "vm_rss": 216 * MIB,
