@@ -169,7 +169,7 @@ def _forecast(args: argparse.Namespace) -> int:
         eta = etas[s.stage]
         stages.append({"stage": s.stage, "host_bytes": s.host_bytes, "device_bytes": s.device_bytes,
                        "sum_bytes": s.total_bytes, "seconds": eta.seconds, "seconds_basis": eta.basis})
-    loads = [etas[k].to_dict() for k in etas if k.startswith("load.")]
+    loads = [etas[k].to_dict() for k in etas if k.startswith(("load.", "lora."))]  # a LoRA's prep is load work
     document = {
         "ok": True, "model": str(args.model_dir), "device": info.spec, "device_name": info.name,
         "unified_memory": info.unified_memory, "workflow": forecast.workflow, "quantize": params.quantize,

@@ -289,6 +289,14 @@ def test_a_lora_is_prepared_in_its_own_sampled_stage_before_the_load_and_the_eta
     assert stage_work(forecast)["lora.transformer"] == forecast.lora_bytes["transformer"] > 0
 
 
+def test_the_forecast_command_lists_the_lora_prep_among_the_loads(capsys, h3_tiny: Path, loras):
+    from models.cli import main
+
+    assert main(["forecast", str(h3_tiny), "--prompt", "x", "--lora", str(loras["peft"]), "--json"]) == 0
+    stages = [entry["stage"] for entry in json.loads(capsys.readouterr().out)["loads"]]
+    assert "lora.transformer" in stages and "load.transformer" in stages
+
+
 def test_seed_contract_an_alpha_metadata_lora(h3_tiny: Path, loras, tmp_path: Path):
     result = run_generate(h3_tiny, replace(SHORT, loras=(LoraInput(str(loras["alpha"]), 1.0),)), tmp_path / "a.mp4",
                           device_info=UNIFIED, roots=[h3_tiny.parent])
