@@ -37,6 +37,12 @@ def load_stage(component: str) -> str:
     return f"load.{component}"
 
 
+def lora_stage(component: str) -> str:
+    """The stage before `component`'s load in which its LoRAs are prepared (read, converted, PEFT's scales learnt):
+    work of the LoRA, not of placing tensors, so the load's seconds stay the load's."""
+    return f"lora.{component}"
+
+
 class RunState:
     """One run's device, settings, reporting, and the components' residency."""
 
@@ -126,8 +132,13 @@ class RunState:
     def load(self, name: str) -> None:
         """Fill `name` with the loader in its own stage, apply its placement, hand it to the pipeline."""
         placement = self.placements[name]
+        adjust, merge = None, None
+        if any(lora.partition == name for lora in self.loras):
+            with self.stage_of(lora_stage(name)):
+                adjust, merge = _lora_adjustments(self, name)
         with self.stage_of(load_stage(name)):
-            module, report = _load_weights(self, name, torch.device(placement.load_device))
+            module, report = _load_weights(self, name, torch.device(placement.load_device), adjust, merge)
+            del adjust  # its closures held the factors; each weight's were dropped as it was merged
             if name == "vae" and not self.vae_tiling:
                 module.disable_tiling()
             if name in DIT_COMPONENTS:
@@ -175,7 +186,9 @@ class RunState:
         self.result.residency.append({"block": block, "components": where})
 
 
-def _load_weights(run: RunState, name: str, target: torch.device) -> tuple[nn.Module, dict[str, Any]]:
+def _load_weights(run: RunState, name: str, target: torch.device, adjust=None, merge=None
+                  ) -> tuple[nn.Module, dict[str, Any]]:
+    """Load `name` onto `target`, merging `merge`'s LoRAs through `adjust` (`_lora_adjustments`) as it streams."""
     from .components import load_component
     from .quantize import held_bytes
 
@@ -185,7 +198,6 @@ def _load_weights(run: RunState, name: str, target: torch.device) -> tuple[nn.Mo
 
     quantize = run.quantize if name in DIT_COMPONENTS else None
     single_file, qkv_layout = run.single_files.get(name, (None, "stacked"))
-    adjust, merge = _lora_adjustments(run, name)
     module, report = load_component(run.root, name, mode=run.mode, device=str(target), single_file=single_file,
                                     qkv_layout=qkv_layout,
                                     dtype=run.dtypes.get(name, run.dtype), workflow=run.result.workflow,

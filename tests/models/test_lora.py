@@ -269,6 +269,26 @@ def test_seed_contract_one_lora_and_two_stacked(h3_tiny: Path, loras, tmp_path: 
 
 
 @pytest.mark.slow
+def test_a_lora_is_prepared_in_its_own_sampled_stage_before_the_load_and_the_eta_has_its_work(
+        h3_tiny: Path, loras, tmp_path: Path):
+    from machine.offload import OffloadSettings
+    from models.eta import stage_work
+    from models.forecast import forecast_generate
+
+    params = replace(SHORT, loras=(LoraInput(str(loras["peft"]), 1.0),))
+    sampled = []
+    result = run_generate(h3_tiny, params, tmp_path / "a.mp4", device_info=UNIFIED, roots=[h3_tiny.parent],
+                          on_sample=lambda stage, sample: sampled.append(stage))
+    stages = result.stages
+    assert stages.index("lora.transformer") == stages.index("load.transformer") - 1
+    assert "lora.transformer" in sampled and result.stage_seconds["lora.transformer"] > 0
+    assert result.loads["transformer"]["lora"]["loras"][0]["targets"] > 0  # merged in the load that followed
+    plain = run_generate(h3_tiny, SHORT, tmp_path / "b.mp4", device_info=UNIFIED, roots=[h3_tiny.parent])
+    assert not any(s.startswith("lora.") for s in plain.stages)
+    forecast = forecast_generate(h3_tiny, params, device_info=UNIFIED, settings=OffloadSettings())
+    assert stage_work(forecast)["lora.transformer"] == forecast.lora_bytes["transformer"] > 0
+
+
 def test_seed_contract_an_alpha_metadata_lora(h3_tiny: Path, loras, tmp_path: Path):
     result = run_generate(h3_tiny, replace(SHORT, loras=(LoraInput(str(loras["alpha"]), 1.0),)), tmp_path / "a.mp4",
                           device_info=UNIFIED, roots=[h3_tiny.parent])

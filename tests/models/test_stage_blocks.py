@@ -64,10 +64,10 @@ def test_a_load_that_raises_mid_run_ends_with_no_stage_sampler_left_running(
         h3_tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     load_weights = run_state._load_weights
 
-    def failing(run, name, target):
+    def failing(run, name, target, *merging):
         if name == "transformer":
             raise RuntimeError("the disk went away")
-        return load_weights(run, name, target)
+        return load_weights(run, name, target, *merging)
 
     monkeypatch.setattr(run_state, "_load_weights", failing)
     events = []
