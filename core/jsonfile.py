@@ -18,7 +18,7 @@ class JSONProblem(ValueError):
     """Why a JSON text was refused; the message never quotes the text."""
 
 
-def parse_json(raw: bytes | str, *, strict: bool = False) -> object:
+def parse_json(raw: bytes | str, *, strict: bool = False, bound_depth: bool = True) -> object:
     """Parse `raw`, refusing invalid UTF-8, invalid JSON and nesting deeper than MAX_JSON_DEPTH.
 
     `strict` reads the text as safetensors' own parser (serde_json) does, where
@@ -26,6 +26,9 @@ def parse_json(raw: bytes | str, *, strict: bool = False) -> object:
     the last silently, so two readers could see two different files), and `-0` is
     the float -0.0, not the integer 0 (so a header's offset or dimension of `-0`
     is refused as not an integer).
+
+    Without `bound_depth` the nesting is bounded only by the parser's recursion limit (a RecursionError is
+    still this JSONProblem): for a caller that reads two levels and never recurses, which skips the scan.
     """
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
@@ -46,7 +49,7 @@ def parse_json(raw: bytes | str, *, strict: bool = False) -> object:
         raise JSONProblem(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
     except ValueError:  # Python's int-string limit: a number of thousands of digits
         raise JSONProblem(f"not usable: it holds a number of more than {sys.get_int_max_str_digits()} digits") from None
-    if _depth(value) > MAX_JSON_DEPTH:
+    if bound_depth and _depth(value) > MAX_JSON_DEPTH:
         raise JSONProblem(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     return value
 

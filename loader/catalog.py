@@ -3,9 +3,11 @@
 What `python -m loader models` prints and the dashboard's Models page shows: each checkpoint's layout
 (diffusers folder, hub snapshot, single file, component folder, unknown), each component's bytes and
 dtypes, and whether its weights fit this machine. Found at most two levels under a folder (a cache's
-repositories: each snapshot); each goes through the loader's own discovery and validation, so what the
-listing calls sound is what a job would load. Nothing reads a tensor's data, so the listing stays fast
-with many checkpoints (bench/bench_models_listing.py).
+repositories: each snapshot); each goes through the loader's own discovery, confined to the roots, but
+reads only what the listing shows: index files and each shard's header summed per dtype, with no
+per-tensor description and no validation (`discover_checkpoint(entries=False)`). So the listing stays fast
+with many checkpoints (bench/bench_models_listing.py); what it calls sound may still be refused by the
+full check a submit runs (`checkpoint_problems`), which names every problem.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from core.errors import DrainboardError
+from core.errors import DrainboardError, first_of
 from core.hub_cache import SNAPSHOTS, model_label, repo_id_of, snapshot_of
-from .checkpoint import MODEL_INDEX_FILES, checkpoint_problems
+from .checkpoint import MODEL_INDEX_FILES, discover_checkpoint
 from .roots import ModelRoots
 
 RUN_ELEMENT_BYTES = 2
@@ -50,7 +52,7 @@ class ModelEntry:
     """`diffusers folder`, `hub snapshot`, `single file`, `component folder` or `unknown`."""
     components: tuple[ComponentEntry, ...] = ()
     problems: tuple[str, ...] = ()
-    """The loader's messages when it cannot be loaded."""
+    """Why its headers could not be read (discovery's messages, bounded); not the full check's."""
     verdict: str = ""
     """`fits`, `needs sequential residency` or `does not fit: <component>` (weights only; empty when broken)."""
 
@@ -129,23 +131,32 @@ def describe(path: Path, roots: Iterable[str | os.PathLike], memory: int) -> Mod
     label = model_label(path)
     name = path.name if label == str(path) else label
     try:
-        index, problems = checkpoint_problems(path, list(roots))
-    except (DrainboardError, OSError, RecursionError) as exc:
+        index = discover_checkpoint(path, validate=False, roots=list(roots), entries=False)
+    except DrainboardError as exc:
+        return ModelEntry(path, name, "unknown", problems=tuple(first_of(exc.messages())))
+    except (OSError, RecursionError) as exc:
         return ModelEntry(path, name, "unknown", problems=(str(exc),))
-    if index is None:
-        return ModelEntry(path, name, "unknown", problems=tuple(problems))
     layout = "hub snapshot" if index.layout == "model" and snapshot_of(path) else LAYOUTS[index.layout]
-    components = tuple(
-        ComponentEntry(c.name, c.total_bytes, sum(_run_bytes(t) for t in c.tensors), c.dtype_bytes())
-        for c in index.components.values()
-    )
+    components = tuple(_component_entry(c) for c in index.components.values())
+    problems = first_of(sorted(p for c in index.components.values() for p in c.problems))
     verdict = "" if problems else fit_verdict({c.name: c.run_bytes for c in components}, memory)
     return ModelEntry(path, name, layout, components, tuple(problems), verdict)
 
 
-def _run_bytes(tensor) -> int:
-    floating = tensor.dtype.startswith(("F", "BF")) and not tensor.dtype.startswith("F8")
-    return tensor.numel * RUN_ELEMENT_BYTES if floating else tensor.nbytes
+def _component_entry(component) -> ComponentEntry:
+    """Bytes on disk, bytes held at run time and bytes per dtype, from the shards' per-dtype sums."""
+    totals: dict[str, tuple[int, int]] = {}
+    for shard in component.shards:
+        for dtype, (held, elements) in shard.dtype_totals.items():
+            before = totals.get(dtype, (0, 0))
+            totals[dtype] = (before[0] + held, before[1] + elements)
+    dtypes = {dtype: held for dtype, (held, _) in sorted(totals.items())}
+    run = sum(elements * RUN_ELEMENT_BYTES if _floating(dtype) else held for dtype, (held, elements) in totals.items())
+    return ComponentEntry(component.name, sum(dtypes.values()), run, dtypes)
+
+
+def _floating(dtype: str) -> bool:
+    return dtype.startswith(("F", "BF")) and not dtype.startswith("F8")
 
 
 def find_models(folders: Iterable[str | os.PathLike], memory: int) -> list[ModelEntry]:

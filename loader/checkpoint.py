@@ -72,7 +72,8 @@ def _has_weights(folder: Path, name: str) -> bool:
     return bool(_listing(folder, "*.safetensors", name) or _listing(folder, "*.safetensors.index.json", name))
 
 
-def _discover_component(name: str, folder: Path, roots: ModelRoots, budget: HeaderBudget) -> ComponentMeta:
+def _discover_component(name: str, folder: Path, roots: ModelRoots, budget: HeaderBudget,
+                        entries: bool = True) -> ComponentMeta:
     """Config, index and shard headers of one folder; every file opened confined to `roots`."""
     label = echo_name(name)
     roots.check(folder, f"component {echo(name, NAME_LIMIT)} folder {echo_name(folder)}")
@@ -95,7 +96,7 @@ def _discover_component(name: str, folder: Path, roots: ModelRoots, budget: Head
         if not shard_paths:
             component.problems.append(f"{echo_name(folder)}: no *.safetensors files")
     for path in shard_paths:
-        shard, problems = read_shard_header(path, roots, budget)
+        shard, problems = read_shard_header(path, roots, budget, entries=entries)
         component.problems.extend(problems)
         if shard is not None:
             component.shards.append(shard)
@@ -173,7 +174,8 @@ def _index_entry(name: str, value: object) -> tuple[str, str | None, str | None]
     return subfolder, library, class_name
 
 
-def _discover_model(root: Path, index_path: Path, roots: ModelRoots, budget: HeaderBudget) -> CheckpointIndex:
+def _discover_model(root: Path, index_path: Path, roots: ModelRoots, budget: HeaderBudget,
+                    entries: bool = True) -> CheckpointIndex:
     """A model folder: every entry of its model index, as a weight component or a non-weight folder."""
     problems: list[str] = []
     model_index = _read_json(index_path, roots, index_path.name, problems)
@@ -199,7 +201,7 @@ def _discover_model(root: Path, index_path: Path, roots: ModelRoots, budget: Hea
         if not folder.is_dir():
             index.absent.append(name)
         elif _has_weights(folder, where):
-            component = _discover_component(name, folder, roots, budget)
+            component = _discover_component(name, folder, roots, budget, entries)
             component.library, component.declared_class = library, class_name
             index.components[name] = component
         else:
@@ -211,7 +213,7 @@ def _discover_model(root: Path, index_path: Path, roots: ModelRoots, budget: Hea
 
 
 def discover_checkpoint(
-    path: str | os.PathLike, *, validate: bool = True, roots: RootsArg = None
+    path: str | os.PathLike, *, validate: bool = True, roots: RootsArg = None, entries: bool = True
 ) -> CheckpointIndex:
     """Describe the checkpoint at `path` from headers only.
 
@@ -220,6 +222,8 @@ def discover_checkpoint(
     folder); an escape raises CheckpointError naming the entry whatever
     `validate` says. With `validate` (the default) every problem found by
     reading and by `validate_checkpoint` is raised as one CheckpointError.
+    Without `entries`, each shard's header is only summed per dtype (`read_shard_header(entries=False)`):
+    a listing's description, never validated, never loaded.
     """
     root = Path(path)
     if not root.exists():
@@ -231,7 +235,7 @@ def discover_checkpoint(
         if not root.name.endswith(".safetensors"):
             raise CheckpointError(f"{root}: expected a .safetensors file, a component folder or a model folder")
         component = ComponentMeta(name=root.name.removesuffix(".safetensors"), path=root)
-        shard, problems = read_shard_header(root, confined, budget)
+        shard, problems = read_shard_header(root, confined, budget, entries=entries)
         component.problems.extend(problems)
         if shard is not None:
             component.shards.append(shard)
@@ -240,11 +244,11 @@ def discover_checkpoint(
         _listing(root, "*", str(root))  # an unreadable folder is one line, not a traceback further down
         index_path = next((root / n for n in MODEL_INDEX_FILES if os.path.lexists(root / n)), None)
         if index_path is not None:
-            index = _discover_model(root, index_path, confined, budget)
+            index = _discover_model(root, index_path, confined, budget, entries)
         else:
-            component = _discover_component(root.name, root, confined, budget)
+            component = _discover_component(root.name, root, confined, budget, entries)
             index = CheckpointIndex(root, "component", {root.name: component})
-    if validate:
+    if validate and entries:
         problems = validate_checkpoint(index)
         if problems:
             raise CheckpointError(problems)

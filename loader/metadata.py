@@ -79,6 +79,9 @@ class ShardMeta:
     refused_entries: int = 0
     """Header entries too malformed to describe a tensor (not in `tensors`): with any, whether the
     tensors cover the data area exactly is not judged (their bytes are unaccounted for)."""
+    dtype_totals: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """(bytes, elements) per safetensors dtype, when read as a summary (`read_shard_header(entries=False)`),
+    where `tensors` stays empty."""
 
 
 @dataclass

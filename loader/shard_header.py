@@ -7,6 +7,7 @@ never the bytes read.
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 from dataclasses import dataclass, field
@@ -45,11 +46,15 @@ class HeaderBudget:
 
 
 def read_shard_header(
-    path: Path, roots: ModelRoots | None = None, budget: HeaderBudget | None = None
+    path: Path, roots: ModelRoots | None = None, budget: HeaderBudget | None = None, *, entries: bool = True
 ) -> tuple[ShardMeta | None, list[str]]:
     """Parse one shard's header: (shard, problems). Reads 8 + header-length bytes only, from one
     descriptor opened confined to `roots` (default: the shard's own folder), which is what a load
     reopens and checks (`ShardMeta.checked`).
+
+    Without `entries`, only (bytes, elements) per dtype are summed into `ShardMeta.dtype_totals` (no
+    per-tensor description, no duplicate-key or int64 checks, the JSON's nesting bounded by the
+    parser's own recursion limit): what a listing shows, at a fraction of the cost; never what a load uses.
 
     Messages name the file and what was wrong, never the bytes read (a file
     that is not safetensors must not leak its start as a "length").
@@ -80,7 +85,7 @@ def read_shard_header(
     finally:
         os.close(fd)
     try:
-        header = parse_json(raw, strict=True)
+        header = parse_json(raw, strict=entries, bound_depth=entries)
     except JSONProblem as exc:
         return None, [f"{name}: header is {exc}"]
     if not isinstance(header, dict):
@@ -90,6 +95,16 @@ def read_shard_header(
     problems = _metadata_problems(name, metadata)
     if not problems and metadata:
         shard.metadata = metadata
+    if not entries:
+        shard.refused_entries, reach = _sum_by_dtype(header, shard.dtype_totals)
+        data_size, held = size - shard.data_start, sum(b for b, _ in shard.dtype_totals.values())
+        if shard.refused_entries:
+            problems.append(f"{name}: {shard.refused_entries} header entries do not describe a tensor")
+        elif reach > data_size:
+            problems.append(f"{name}: tensors reach byte {reach} of a {data_size}-byte data area (truncated?)")
+        elif held != data_size:
+            problems.append(f"{name}: tensors hold {held} bytes of a {data_size}-byte data area")
+        return shard, problems
     for tname, entry in header.items():
         meta, problem = _parse_entry(shard, tname, entry)
         if problem:
@@ -98,6 +113,27 @@ def read_shard_header(
         else:
             shard.tensors.append(meta)
     return shard, problems
+
+
+def _sum_by_dtype(header: dict, totals: dict[str, tuple[int, int]]) -> tuple[int, int]:
+    """Add each entry's (bytes, elements) to `totals` by dtype: (how many entries are not
+    `{"dtype": str, "shape": [int...], "data_offsets": [begin, end]}`, the furthest end offset)."""
+    refused = reach = 0
+    for entry in header.values():
+        try:
+            dtype, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
+            if type(dtype) is not str or type(begin) is not int or type(end) is not int or not begin <= end:
+                raise TypeError
+            elements = math.prod(shape)
+            if type(elements) is not int or elements < 0:
+                raise TypeError
+        except (TypeError, KeyError, ValueError):
+            refused += 1
+            continue
+        held, count = totals.get(dtype, (0, 0))
+        totals[dtype] = (held + end - begin, count + elements)
+        reach = end if end > reach else reach
+    return refused, reach
 
 
 _JSON_KINDS = {int: "a number", float: "a number", bool: "a boolean", str: "a string", list: "a list", dict: "an object", type(None): "null"}

@@ -38,3 +38,29 @@ def test_layouts_sizes_and_dtypes_of_what_lies_under_a_folder_and_the_cache(tiny
     assert [m["name"] for m in listed["models"]] == ["bad.safetensors", "org/tiny @ main"]
     assert main(["models", str(folder), "--no-hub-cache"]) == 0
     assert "org/tiny" not in capsys.readouterr().out
+
+
+def test_the_listing_reads_headers_only_and_runs_no_validation(tiny_checkpoint, tmp_path, monkeypatch):
+    """Per-tensor description and validation are what made a listing of 50 checkpoints slow: the listing
+    sums each header per dtype instead. The counters are live: the submit check goes through both."""
+    import loader.checkpoint as checkpoint
+    import loader.shard_header as shard_header
+
+    calls = {"validate": 0, "entries": 0}
+
+    def counted(name, real):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(checkpoint, "validate_checkpoint", counted("validate", checkpoint.validate_checkpoint))
+    monkeypatch.setattr(shard_header, "_parse_entry", counted("entries", shard_header._parse_entry))
+    hub_snapshot(tiny_checkpoint.path, tmp_path / "hub", repo_id="org/tiny")
+    [entry] = find_models([tmp_path / "hub"], memory=2**40)
+    assert calls == {"validate": 0, "entries": 0}
+    index = checkpoint.discover_checkpoint(entry.path, validate=False)
+    assert [c.dtypes for c in entry.components] == [c.dtype_bytes() for c in index.components.values()]
+    assert entry.bytes == sum(c.total_bytes for c in index.components.values())
+    checkpoint.checkpoint_problems(entry.path, [tmp_path / "hub"])
+    assert calls["validate"] == 1 and calls["entries"] > 0
