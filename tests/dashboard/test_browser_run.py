@@ -163,7 +163,7 @@ FOCUS_JS = """() => {
           && style.visibility !== 'hidden' && !!e.offsetParent, top: box.top + window.scrollY};
 }"""
 """What has the keyboard focus: its tag, text, nearest Streamlit element, whether a sighted user sees it."""
-TAB_STOPS = 60
+TAB_STOPS = 90
 """Tab presses allowed before *Queue job*: the nav, the form's fields, the verdict, then the button."""
 
 
