@@ -13,7 +13,7 @@ full check a submit runs (`checkpoint_problems`), which names every problem.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable
 

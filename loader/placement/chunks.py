@@ -12,7 +12,6 @@ from pathlib import Path
 
 import torch
 
-from core.echo import NAME_LIMIT, echo, echo_name
 from ..metadata import TensorMeta
 
 ALIGN = 4096

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 
 import torch
 
-from core.echo import NAME_LIMIT, echo, echo_name
 from ..io.cuda_copy import DriverCopier, copy_streams_for
 from core.errors import PlacementError
 from ..io.pinned import POOL, HostStaging, current_context

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import torch
 
-from core.echo import NAME_LIMIT, echo, echo_name
 from ..metadata import TensorMeta
 from ..io.reading import submit_parts
 from .files import OpenFiles

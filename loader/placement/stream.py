@@ -36,7 +36,6 @@ from functools import partial
 
 import torch
 
-from core.echo import NAME_LIMIT, echo, echo_name
 from ..metadata import TensorMeta
 from machine.device import DeviceInfo, probe_device
 from core.errors import PlacementError
