@@ -19,7 +19,7 @@ from dashboard.views import eta as ev
 from dashboard.views import fit
 from dashboard.views.checkpoints import CheckpointChoice
 from dashboard.views.jobs import describe_supervisor
-from dashboard.views.run import DTYPES, field_label
+from dashboard.views.run import CHECKPOINT_DTYPE, field_label
 from dashboard.views.spec import field_errors
 from core.errors import DrainboardError
 from dashboard.views.plan import plan_markdown
@@ -50,7 +50,7 @@ def fit_panel(choice: CheckpointChoice | None, kind: str, component: str | None,
     notes = []
     if kind == "load" and guess.level == "over":
         peaks = fit.load_peaks(str(choice.path), component=component or None, device=device, roots=[choice.root],
-                               dtype=None if dtype == DTYPES[0] else dtype)
+                               dtype=None if dtype == CHECKPOINT_DTYPE else dtype)
         cheaper = fit.cheaper_mode(mode, peaks, int(found["need"]), guess.wall.allowance) if peaks else None
         if cheaper:
             notes.append(cheaper)

@@ -18,11 +18,12 @@ from dashboard.inputs_panel import stage_plan_section, workflow_section
 from dashboard.views.checkpoints import CheckpointChoice, components_table, outside_roots
 from dashboard.views.run import FIELD_LABELS as LABEL
 from dashboard.views.run import (
-    DEFAULT_COMPONENT, DTYPES, GENERATE_FIELDS, KIND_LABELS, MODE_HELP, OFFERED_FLAGS, POLICY_DEFAULT, QUANTIZE_CHOICES,
-    QUANTIZE_NONE, STEP_CACHE_CHOICES, TRISTATE, VAE_DTYPE_CHOICES, generate_defaults, generate_geometry,
+    DEFAULT_COMPONENT, GENERATE_FIELDS, KIND_LABELS, OFFERED_FLAGS, POLICY_DEFAULT, QUANTIZE_CHOICES,
+    QUANTIZE_NONE, STEP_CACHE_CHOICES, TRISTATE, VAE_DTYPE_CHOICES, dtype_choices, generate_defaults, generate_geometry,
     lora_scale_field, offload_preview, offload_summary, quantize_value,
 )
 from jobs.kinds import kind_names
+from loader.placement import placement_class, placement_classes
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings
 from models.request_args import QKV_LAYOUTS
@@ -32,7 +33,6 @@ from models.quantize_check import cuda_capability, quantization_problem, torchao
 from models.workflows import WORKFLOWS
 
 DEFAULT_PROMPT = "a red fox trotting through fresh snow at dawn, soft light"
-MODES = ("stream", "drain", "retain")
 KNOBS = ("vae_tiling", "vae_dtype", "quantize", "attention", "compile", "step_cache")
 """The generate fields knob_fields draws (and shows the messages of)."""
 
@@ -91,14 +91,15 @@ def job_fields() -> tuple[str, str]:
     names = kind_names()
     kinds = [k for k in KIND_LABELS if k in names] + [k for k in names if k not in KIND_LABELS]
     seed("kind", "load", kinds)
-    seed("mode", "stream", MODES)
+    modes = [cls.name for cls in placement_classes()]
+    seed("mode", "stream", modes)
     keep(["kind", "mode"])  # keep_selection restores these
     kind = st.segmented_control(
         LABEL["kind"], kinds, format_func=lambda k: KIND_LABELS.get(k, k), key=key("kind"), on_change=keep_selection, args=("kind",)
     )
     show_errors("kind")
-    mode = st.segmented_control(LABEL["mode"], MODES, key=key("mode"), on_change=keep_selection, args=("mode",))
-    st.caption(MODE_HELP[mode])
+    mode = st.segmented_control(LABEL["mode"], modes, key=key("mode"), on_change=keep_selection, args=("mode",))
+    st.caption(placement_class(mode).describe())
     show_errors("mode")
     return kind, mode
 
@@ -106,14 +107,15 @@ def job_fields() -> tuple[str, str]:
 def device_fields(devices: list[DeviceInfo]) -> tuple[DeviceInfo, str]:
     by_spec = {d.spec: d for d in devices}
     seed("device", devices[0].spec, list(by_spec))
-    seed("dtype", DTYPES[0], DTYPES)
+    dtypes = dtype_choices()
+    seed("dtype", dtypes[0], dtypes)
     left, right = st.columns(2)
     spec = left.selectbox(
         LABEL["device"], list(by_spec), key=key("device"),
         format_func=lambda s: f"{s} — {by_spec[s].name}" + (" (unified memory)" if by_spec[s].unified_memory and by_spec[s].kind != "cpu" else ""),
     )
     show_errors("device")
-    dtype = right.selectbox(LABEL["dtype"], DTYPES, key=key("dtype"), help="Target dtype; the checkpoint's own keeps bytes unchanged.")
+    dtype = right.selectbox(LABEL["dtype"], dtypes, key=key("dtype"), help="Target dtype; the checkpoint's own keeps bytes unchanged.")
     show_errors("dtype")
     return by_spec[spec], dtype
 

@@ -24,10 +24,9 @@ from jobs.kinds import kind_names
 from jobs.queue import cancel, clear_queue, move_to_front, retry, submit
 from jobs.stage_words import progress_text
 from jobs.errors import JobSpecError
-from machine.advice import warn_about_mode
-from core.command_line import CliParser, dtype_type, run_cli
+from core.command_line import CliParser, DeferredText, dtype_type, run_cli
 from machine.offload_option import add_offload_option
-from core.dtype_names import DTYPE_HELP
+from core.dtype_names import dtype_help
 from core.diskspace import free_bytes, is_disk_full
 from core.errors import DiskFullError
 from core.sizes import MAX_SIZE
@@ -95,6 +94,8 @@ def _with_database(run: Command | None = None, *, read_only: bool = False):
 
 @_with_database
 def _submit(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
+    from loader.placement.advice import warn_about_mode
+
     job_id = submit(db, _raw_spec(args), config)
     warn_about_mode(args.mode, args.device)
     planned = (get_job(db, job_id).get("spec") or {}).get("planned")
@@ -329,12 +330,20 @@ def _add_submit(commands: argparse._SubParsersAction) -> None:
                           help="load, run and free one component at a time (default: the policy's)")
 
 
+def _modes_help() -> str:
+    """The placement modes described, read from their registry only when help is printed (it imports torch)."""
+    from loader.placement import modes_help
+
+    return modes_help()
+
+
 def _add_spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="checkpoint file or folder under a model root")
     parser.add_argument("--component", help="component of a model folder, e.g. transformer (checked at submit)")
-    parser.add_argument("--mode", default="stream", help="placement mode: stream (default), drain or retain")
+    mode = parser.add_argument("--mode", default="stream", help="placement mode (default: stream): %(modes)s")
+    mode.modes = DeferredText(_modes_help)
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default cpu; checked at submit)")
-    parser.add_argument("--dtype", type=dtype_type, help=f"{DTYPE_HELP} (default: the checkpoint's)")
+    parser.add_argument("--dtype", type=dtype_type, help=f"{dtype_help()} (default: the checkpoint's)")
     parser.add_argument("--sample-every", default=1, metavar="N", help="record a memory sample every N tensors (default 1)")
     parser.add_argument("--memory-limit", metavar="SIZE", help="memory cgroup limit for the job, such as 700MB or 4GiB")
     parser.add_argument("--memory-budget", metavar="SIZE",

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from machine.advice import warn_about_mode
+from .placement.advice import warn_about_mode
 from .api import load_checkpoint
 from .checkpoint import discover_checkpoint
 from core.echo import echo_name
@@ -21,8 +21,8 @@ from core.sizes import format_size
 from core.errors import PlacementError
 from machine import device_cli
 from core.command_line import CliParser, dtype_type, run_cli
-from core.dtype_names import DTYPE_HELP
-from .placement import known_placements
+from core.dtype_names import dtype_help
+from .placement import known_placements, modes_help
 from .model_registry import load_builder_plugins
 from .report import TensorPlaced
 
@@ -161,9 +161,10 @@ def _add_load_options(parser: argparse.ArgumentParser) -> None:
     """The options `load` and `forecast` share: what to load, how and where."""
     parser.add_argument("path", help="model folder, component folder or .safetensors file")
     parser.add_argument("--component", help="component of a model folder (default: the only one, or transformer)")
-    parser.add_argument("--mode", default="stream", choices=known_placements(), help="placement mode (default: stream)")
+    parser.add_argument("--mode", default="stream", choices=known_placements(), metavar="MODE",
+                        help=f"placement mode (default: stream): {modes_help()}")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
-    parser.add_argument("--dtype", type=dtype_type, help=f"target dtype: {DTYPE_HELP} (default: the checkpoint's)")
+    parser.add_argument("--dtype", type=dtype_type, help=f"target dtype: {dtype_help()} (default: the checkpoint's)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     _add_root_option(parser)
 
