@@ -145,6 +145,7 @@ def main() -> None:
         if kind == "generate":
             raw["generate"] = fields.generate_fields(choice, device, raw.get("sequential_components"))
             raw |= fields.plan_fields()
+        raw |= fields.kind_option_fields(kind)
         raw["offload"], offload_slot = fields.offload_fields(device, kind)
         form_state.keep_drawn()
     form_state.mirror_in_url()

@@ -25,9 +25,6 @@ OFFERED_FLAGS = ("dit_layerwise_offload", "dit_cpu_offload", "text_encoder_cpu_o
 """The offload flags some code reads; the form offers only these (every control must change
 what runs). The others keep OffloadSettings' defaults in the spec."""
 
-KIND_LABELS = {"load": "load", "generate": "load + generate"}
-"""How the job-kind control names each kind."""
-
 CHECKPOINT_DTYPE = "checkpoint dtype"
 """The dtype control's choice that keeps the checkpoint's own."""
 

@@ -1,15 +1,18 @@
-"""A placement mode and a dtype are each one registration (docs/extending.md): a throwaway one, registered here
-and nowhere else, reaches every command's help, the Run page's form and fit panel, the forecast, the submit check,
-History, Compare and a retry's offer."""
+"""A placement mode, a dtype and a job kind are each one registration (docs/extending.md): a throwaway one,
+registered here and nowhere else, reaches every command's help, the Run page's form and fit panel, the forecast,
+the submit check, History, Compare and a retry's offer."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from jobs.kinds import FormField, JobKind, job_kind
 from loader.placement import Placement, PlacementCost, register_placement
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,3 +134,140 @@ def test_a_registered_dtype_is_in_the_help_the_run_form_and_the_loader(float64, 
     assert not at.exception, at.exception
     queued = [json.loads(row[0]) for row in fresh_db.execute("SELECT spec FROM jobs").fetchall()]
     assert [spec["dtype"] for spec in queued] == ["float64"]
+
+
+HASHES = ("sha256", "blake2b")
+
+
+@dataclass(frozen=True)
+class ChecksumOptions:
+    """The made-up kind's own fields."""
+
+    algorithm: str = "sha256"
+    chunk_mib: int = 4
+
+
+class ChecksumKind(JobKind):
+    """A made-up kind: hash the checkpoint's bytes, a chunk at a time."""
+
+    summary = "hash the checkpoint's bytes"
+    options = ChecksumOptions
+    form_fields = (FormField("algorithm", "Hash", choices=HASHES), FormField("chunk_mib", "Chunk (MiB)"))
+
+    @classmethod
+    def check(cls, raw, spec, config, problems) -> ChecksumOptions:
+        options = super().check(raw, spec, config, problems)
+        if options.algorithm not in HASHES:
+            problems.add("algorithm", f"unknown hash {options.algorithm!r}; known: {', '.join(HASHES)}")
+        return options
+
+    @classmethod
+    def add_arguments(cls, parser) -> None:
+        parser.add_argument("--algorithm", help=f"one of {', '.join(HASHES)}")
+        parser.add_argument("--chunk-mib", metavar="N", help="bytes read at a time, in MiB")
+
+    @classmethod
+    def arguments(cls, args) -> dict:
+        given = {"algorithm": args.algorithm, "chunk_mib": args.chunk_mib}
+        return {k: v for k, v in given.items() if v is not None}
+
+    @classmethod
+    def forecast(cls, spec, device, db):
+        from jobs.admission import KindForecast, StageNeed
+
+        return KindForecast([StageNeed("checksum", spec.options.chunk_mib * 2**20, 0, 0)])
+
+    @staticmethod
+    def run(spec, ctx) -> dict:
+        digest = hashlib.new(spec.options.algorithm)
+        with open(spec.model, "rb") as f:
+            while chunk := f.read(spec.options.chunk_mib * 2**20):
+                digest.update(chunk)
+        return {"digest": digest.hexdigest()}
+
+
+@pytest.fixture
+def checksum(monkeypatch):
+    """The made-up kind registered for one test, the registry as it was afterwards."""
+    import jobs.kinds
+
+    jobs.kinds.load_kinds()
+    monkeypatch.setattr(jobs.kinds, "_KINDS", dict(jobs.kinds._KINDS))
+    return job_kind("checksum")(ChecksumKind)
+
+
+def test_a_registered_kind_brings_its_flags_its_check_and_its_options_to_the_command_line(checksum, fresh_db,
+                                                                                         tiny_checkpoint, capsys):
+    from jobs.cli import build_parser, main
+    from jobs.spec import JobSpec
+
+    assert "--algorithm ALGORITHM" in _help(build_parser, "submit", "checksum")
+    assert "checksum" in _help(build_parser, "submit")
+    code = main(["submit", "checksum", "--model", str(tiny_checkpoint), "--algorithm", "md4", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 2 and out["errors"] == ["algorithm: unknown hash 'md4'; known: sha256, blake2b"]
+    main(["submit", "checksum", "--model", str(tiny_checkpoint), "--algorithm", "blake2b", "--chunk-mib", "2",
+          "--json"])
+    stored = json.loads(fresh_db.execute("SELECT spec FROM jobs").fetchone()[0])
+    assert (stored["algorithm"], stored["chunk_mib"]) == ("blake2b", 2)  # flat beside the common fields
+    spec = JobSpec.from_dict(stored)
+    assert spec.options == ChecksumOptions("blake2b", 2)
+    assert spec.forecast["stages"] == [{"stage": "checksum", "host": 2 * 2**20, "device": 0, "file_backed": 0}]
+    assert spec.job_kind.run(spec, None)["digest"] == hashlib.blake2b(tiny_checkpoint.read_bytes()).hexdigest()
+
+
+def test_a_registered_kinds_forecast_is_what_the_submit_check_refuses_by(checksum, data_dir, tiny_checkpoint):
+    from jobs.admission import JobRefused, admit
+    from jobs.spec import build_spec
+    from storage.config import load_config
+
+    config = load_config()
+    spec = build_spec({"kind": "checksum", "model": str(tiny_checkpoint), "chunk_mib": "64",
+                       "memory_budget": "32MiB"}, config)
+    with pytest.raises(JobRefused, match=r"^refused: needs 64\.0 MiB, over the 32\.0 MiB budget"):
+        admit(spec, config, None, available=2**34, total=2**35)
+
+
+def test_a_registered_kind_is_offered_by_the_run_page_with_its_own_fields(checksum, fresh_db, tiny_checkpoint):
+    at = _run_page().run()
+    assert "checksum" in at.segmented_control(key="run_kind").options
+    at.segmented_control(key="run_kind").set_value("checksum").run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="run_algorithm").options == list(HASHES)
+    at.selectbox(key="run_algorithm").set_value("blake2b").run()
+    at.number_input(key="run_chunk_mib").set_value(8).run()
+    at.button(key="run_submit").click().run()
+    assert not at.exception, at.exception
+    stored = json.loads(fresh_db.execute("SELECT spec FROM jobs").fetchone()[0])
+    assert (stored["kind"], stored["algorithm"], stored["chunk_mib"]) == ("checksum", "blake2b", 8)
+
+
+OLD_LOAD = {"kind": "load", "model": "/models/tiny.safetensors", "component": None, "mode": "drain", "device": "cpu",
+            "dtype": "float16", "offload": {}, "sample_every": 1, "memory_limit": None, "gpus": 1,
+            "memory_budget": None, "memory_floor": None, "drop_page_cache": None, "sequential_components": None,
+            "generate": None, "skeleton": True, "offload_set": [], "forced": False, "forecast": None, "plan": None,
+            "plan_lossy": False, "planned": None, "model_roots": []}
+"""A load job's spec as stored before kinds had options of their own: every kind's fields, the others unset."""
+
+
+def test_a_spec_stored_with_every_kinds_fields_still_reads_back_and_retries(fresh_db, tiny_checkpoint):
+    from jobs.kinds.generate import GenerateOptions
+    from jobs.kinds.load import LoadOptions
+    from jobs.queue import retry
+    from jobs.spec import JobSpec
+    from storage import jobs_table
+    from storage.config import load_config
+
+    load = JobSpec.from_dict({**OLD_LOAD, "model": str(tiny_checkpoint)})
+    assert (load.mode, load.dtype, load.options) == ("drain", "float16", LoadOptions(skeleton=True))
+    old_generate = {**OLD_LOAD, "kind": "generate", "skeleton": False, "sequential_components": False,
+                    "generate": {"prompt": "a fox", "steps": 4}, "plan": "fastest", "planned": {"chosen": None}}
+    generate = JobSpec.from_dict(old_generate)
+    assert generate.options.generate.prompt == "a fox"
+    assert generate.options == GenerateOptions(generate=generate.options.generate, sequential_components=False,
+                                               plan="fastest", planned={"chosen": None})
+    job_id = jobs_table.enqueue(fresh_db, "load", {**OLD_LOAD, "model": str(tiny_checkpoint), "skeleton": False})
+    jobs_table.finish(fresh_db, job_id, "succeeded")
+    again = retry(fresh_db, job_id, load_config())
+    stored = json.loads(fresh_db.execute("SELECT spec FROM jobs WHERE id = ?", [again]).fetchone()[0])
+    assert stored["mode"] == "drain" and "generate" not in stored and stored["skeleton"] is False
