@@ -9,6 +9,7 @@ dtype control, the job spec and the loader's `parse_dtype` all read this registr
 from __future__ import annotations
 
 from core.echo import echo
+from core.plugins import load_plugins
 
 DTYPE_ALIASES: dict[str, str] = {}
 """Every accepted name (lower case) -> the name printed."""
@@ -32,9 +33,15 @@ register_dtype("float16", "fp16", "half")
 register_dtype("float32", "fp32", "float")
 
 
+def dtype_aliases() -> dict[str, str]:
+    """Every accepted name (lower case) -> the name printed, the plugins' included (`core.plugins`)."""
+    load_plugins()
+    return DTYPE_ALIASES
+
+
 def dtype_names() -> tuple[str, ...]:
     """The names printed, torch's (`str(torch.bfloat16)` without `torch.`), in registration order."""
-    return tuple(dict.fromkeys(DTYPE_ALIASES.values()))
+    return tuple(dict.fromkeys(dtype_aliases().values()))
 
 
 def dtype_help() -> str:
@@ -47,7 +54,8 @@ def dtype_help() -> str:
 
 def dtype_name(text: str) -> str:
     """The printed name of any accepted dtype name; ValueError naming the known ones otherwise."""
-    name = DTYPE_ALIASES.get(text.strip().lower()) if isinstance(text, str) else None
+    aliases = dtype_aliases()
+    name = aliases.get(text.strip().lower()) if isinstance(text, str) else None
     if name is None:
-        raise ValueError(f"unknown dtype {echo(text)}; known: {', '.join(DTYPE_ALIASES)}")
+        raise ValueError(f"unknown dtype {echo(text)}; known: {', '.join(aliases)}")
     return name

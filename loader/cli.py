@@ -23,7 +23,7 @@ from machine import device_cli
 from core.command_line import CliParser, dtype_type, run_cli
 from core.dtype_names import dtype_help
 from .placement import known_placements, modes_help
-from .model_registry import load_builder_plugins
+from .model_registry import load_model_builders
 from .report import TensorPlaced
 
 _GiB = 1024**3
@@ -117,7 +117,7 @@ def _load(args: argparse.Namespace) -> int:
         return run_sharded_cli(args)
     progress = _ProgressBar() if sys.stderr.isatty() else None
     if args.builder_plugins:
-        load_builder_plugins()
+        load_model_builders()
     warn_about_mode(args.mode, args.device)
     module, report = load_checkpoint(
         args.path, component=args.component, mode=args.mode, device=args.device, dtype=args.dtype,
@@ -233,9 +233,8 @@ def _add_root_option(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None, *, builder_plugins: bool = False) -> int:
-    """Run the command line; `builder_plugins` (what `python -m loader` passes) first loads the model
-    builder plugins of the `loader_plugins` namespace (`model_registry.load_builder_plugins`), so `load`
-    builds their classes."""
+    """Run the command line; `builder_plugins` (what `python -m loader` passes) first registers the plugins'
+    model classes (`model_registry.load_model_builders`), so `load` builds their classes."""
     parser = build_parser()
     parser.set_defaults(builder_plugins=builder_plugins)
     return run_cli(parser, argv)

@@ -13,7 +13,7 @@ from typing import Mapping
 
 import torch
 
-from core.dtype_names import DTYPE_ALIASES
+from core.dtype_names import dtype_aliases
 from core.errors import PlacementError
 
 SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
@@ -46,10 +46,11 @@ def parse_dtype(value: str | torch.dtype | None) -> torch.dtype | None:
     """A name of the one vocabulary (`core.dtype_names`: `bf16`, `bfloat16`, ...) or a torch dtype; None stays None."""
     if value is None or isinstance(value, torch.dtype):
         return value
+    aliases = dtype_aliases()
     try:
-        return getattr(torch, DTYPE_ALIASES[value.lower()])
+        return getattr(torch, aliases[value.lower()])
     except KeyError:
-        raise PlacementError(f"unknown dtype {value!r}; known: {', '.join(sorted(DTYPE_ALIASES))}") from None
+        raise PlacementError(f"unknown dtype {value!r}; known: {', '.join(sorted(aliases))}") from None
 
 
 @dataclass(frozen=True)

@@ -3,24 +3,24 @@
 A kind is whole in its own module: its options (a dataclass, stored in the spec
 beside the fields every job has), their check at submit, its `jobs submit` flags,
 the fields the Run page draws for it, its forecast for the submit check, and `run`.
-Built-in kinds live in this package and register exactly like plugins do; modules
-named in `DRAINBOARD_KIND_MODULES` (comma-separated) are imported too, so a
-project, or a test, can add kinds that the job child also finds
-(docs/extending.md). Kind modules import heavy libraries (torch) inside their
-methods, so listing the kinds stays cheap for the CLI and the dashboard.
+Built-in kinds live in this package and register exactly like plugins do; a
+plugin's kinds are found as every plugin is (`core.plugins`: the
+`drainboard_plugins` namespace and `DRAINBOARD_PLUGINS`, which a job child
+inherits; docs/extending.md). Kind modules import heavy libraries (torch) inside
+their methods, so listing the kinds stays cheap for the CLI and the dashboard.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import os
 from dataclasses import MISSING, dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from core.echo import echo
+from core.plugins import load_plugins
 from jobs.errors import Problems
-from storage.config import Config, ConfigError
+from storage.config import Config
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -169,19 +169,11 @@ def job_kind(name: str) -> Callable:
 
 
 def load_kinds() -> None:
-    """Import the built-in kinds and those named in DRAINBOARD_KIND_MODULES.
-
-    A module of that setting that cannot be found is a `ConfigError` naming it (one line, exit 2 in a CLI).
-    """
-    extra = [m.strip() for m in os.environ.get("DRAINBOARD_KIND_MODULES", "").split(",") if m.strip()]
+    """Import the built-in kinds and the plugins (`core.plugins.load_plugins`: a module DRAINBOARD_PLUGINS names
+    that cannot be found is a `PluginError` naming it, one line, exit 2 in a CLI)."""
     for module in _BUILTIN_MODULES:
         importlib.import_module(module)
-    for module in extra:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            raise ConfigError(f"DRAINBOARD_KIND_MODULES names {echo(module)}, which cannot be imported: "
-                              f"no module named {echo(e.name)}") from None
+    load_plugins()
 
 
 def kind_names() -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from ..io.host_blocks import PinnedHostArena, user_allocator_settings
 from ..metadata import ComponentMeta, TensorMeta
 from machine.device import DeviceInfo
 from core.errors import PlacementError
+from core.plugins import load_plugins
 from ..naming import Target
 from ..report import LoadMeter
 
@@ -253,16 +254,20 @@ def register_placement(name: str) -> Callable[[type[Placement]], type[Placement]
 
 
 def known_placements() -> list[str]:
+    """Every registered mode's name, the plugins' included (`core.plugins`), sorted."""
+    load_plugins()
     return sorted(_PLACEMENTS)
 
 
 def placement_classes() -> list[type[Placement]]:
     """Every registered mode, cheapest first (by `typical_footprint`, then name): the order pages offer them in."""
+    load_plugins()
     return sorted(_PLACEMENTS.values(), key=lambda cls: (cls.typical_footprint, cls.name))
 
 
 def placement_class(name: str) -> type[Placement]:
     """The class of mode `name` (its facts); an unknown name lists the known ones."""
+    load_plugins()
     try:
         return _PLACEMENTS[name]
     except KeyError:

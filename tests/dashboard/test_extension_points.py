@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -271,3 +274,50 @@ def test_a_spec_stored_with_every_kinds_fields_still_reads_back_and_retries(fres
     again = retry(fresh_db, job_id, load_config())
     stored = json.loads(fresh_db.execute("SELECT spec FROM jobs WHERE id = ?", [again]).fetchone()[0])
     assert stored["mode"] == "drain" and "generate" not in stored and stored["skeleton"] is False
+
+
+PLUGIN_MODULE = '''
+from dataclasses import dataclass
+
+from core.dtype_names import register_dtype
+from jobs.kinds import JobKind, job_kind
+from loader.placement import Placement, register_placement
+
+register_dtype("float64", "fp64")
+
+
+@register_placement("trickle")
+class Trickle(Placement):
+    summary = "copies each tensor through one bounce buffer"
+    typical_footprint = 1.5
+
+
+@dataclass(frozen=True)
+class Options:
+    algorithm: str = "sha256"
+
+
+@job_kind("checksum")
+class Checksum(JobKind):
+    summary = "hash the checkpoint's bytes"
+    options = Options
+
+    @classmethod
+    def add_arguments(cls, parser):
+        parser.add_argument("--algorithm")
+'''
+"""One plugin module adding a mode, a dtype and a kind, as a project would ship it."""
+
+
+def test_a_plugin_module_the_setting_names_reaches_a_fresh_process(tmp_path):
+    (tmp_path / "my_extension.py").write_text(PLUGIN_MODULE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRAINBOARD_")}
+    env.update({"PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]), "DRAINBOARD_PLUGINS": "my_extension",
+                "DRAINBOARD_DATA": str(tmp_path / "data")})
+    done = subprocess.run([sys.executable, "-m", "jobs", "submit", "checksum", "--help"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "--algorithm ALGORITHM" in text
+    assert "trickle: copies each tensor through one bounce buffer; about 1.5×" in text
+    assert "bfloat16, float16, float32 or float64 (bf16, fp16, fp32, fp64 too)" in text

@@ -6,7 +6,7 @@ from jobs.kinds import get_kind, job_kind, kind_names
 
 
 def test_the_built_in_kinds_are_listed_documented_and_found_by_name(monkeypatch):
-    monkeypatch.delenv("DRAINBOARD_KIND_MODULES", raising=False)
+    monkeypatch.delenv("DRAINBOARD_PLUGINS", raising=False)
     assert {"generate", "load"} <= set(kind_names())
     for name in ("generate", "load"):
         run = get_kind(name).run
@@ -16,13 +16,13 @@ def test_the_built_in_kinds_are_listed_documented_and_found_by_name(monkeypatch)
 
 
 def test_a_module_named_in_the_environment_adds_its_kinds(monkeypatch):
-    monkeypatch.setenv("DRAINBOARD_KIND_MODULES", " tests.jobs.kinds_for_tests , ")
+    monkeypatch.setenv("DRAINBOARD_PLUGINS", " tests.jobs.kinds_for_tests , ")
     assert {"steps", "fail", "allocate"} <= set(kind_names())
     assert get_kind("steps").run.__module__ == "tests.jobs.kinds_for_tests"
 
 
 def test_an_unknown_kind_names_the_known_ones_and_a_name_cannot_be_registered_twice(monkeypatch):
-    monkeypatch.setenv("DRAINBOARD_KIND_MODULES", "tests.jobs.kinds_for_tests")
+    monkeypatch.setenv("DRAINBOARD_PLUGINS", "tests.jobs.kinds_for_tests")
     with pytest.raises(KeyError, match=r"unknown job kind 'lod'; known: .*generate, load"):
         get_kind("lod")
 
