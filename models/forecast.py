@@ -85,8 +85,8 @@ profile's VAE at 448x256, 1344x768 and 1792x1024, checked on 576x320 and 896x512
 demo fl2va run's stage) and a reference clip's (on a CPU fitted on 124 frames of the tiny and the demo
 profiles' canvases)."""
 CPU_RETAINED = 0.0
-"""Share of the largest earlier working set a CPU stage still holds. A run fixes glibc's mmap threshold
-(`machine.host_heap`), so freed buffers of 1 MiB and up leave the resident set at once: the fit finds 0
+"""Share of the largest earlier working set a CPU stage still holds. Every entry point fixes glibc's mmap
+threshold (`loader.process`), so freed buffers of 1 MiB and up leave the resident set at once: the fit finds 0
 (it found 0.1 to 1.0 with glibc's sliding threshold, from one machine state to the next)."""
 CPU_RETAINED_WEIGHTS = 0.2
 """Share of the weights that sequential residency released in earlier stages a CPU stage still holds, fitted
