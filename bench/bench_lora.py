@@ -86,7 +86,7 @@ def write_lora(root: Path, out: Path, rank: int) -> Path:
     import torch
     from safetensors.torch import save_file
 
-    from models.components import build_empty
+    from models.classes import build_empty
 
     module = build_empty(json.loads((root / "transformer" / "config.json").read_text()))
     g = torch.Generator().manual_seed(rank)

@@ -306,12 +306,13 @@ def _describe_levers(result: GenerateResult, params: GenerateParams) -> None:
 def _describe_clip(clip, params: GenerateParams, model: ModelSpec) -> dict[str, Any]:
     """{size, frames, fps, audio, note}: the clip as decoded and what diffusers' ref2va setup does to it (resampled
     onto 24 fps, cut to the generated frames, put on the canvas of its own aspect)."""
-    from .clips import H3_FPS, frames_at_24
+    from .clips import frames_at_24
+    from .video_length import FPS
 
     frames, height, width = clip.frames.shape[:3]
     done = []
-    if clip.fps != H3_FPS:
-        done.append(f"resampled from {clip.fps:g} to {H3_FPS} fps")
+    if clip.fps != FPS:
+        done.append(f"resampled from {clip.fps:g} to {FPS} fps")
     if frames_at_24(frames, clip.fps) > params.frames:
         done.append(f"cut to the first {params.frames} frames")
     canvas_h, canvas_w = model.canvas_for(width, height)

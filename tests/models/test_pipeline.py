@@ -282,11 +282,11 @@ def test_unset_geometry_takes_the_checkpoint_s_own_16_by_9_canvas(h3_tiny: Path,
 def test_the_pipeline_constants_are_diffusers_own(h3_tiny: Path):
     from diffusers.modular_pipelines.minimax_h3.modular_pipeline import MiniMaxH3ModularPipeline
 
-    from models import params
+    from models import params, video_length
 
     pipe = MiniMaxH3ModularPipeline()
     assert (pipe.fps, pipe.min_duration, pipe.max_duration, pipe.text_encoder_layer) == (
-        params.FPS, params.MIN_SECONDS, params.MAX_SECONDS, params.TEXT_ENCODER_LAYER)
+        video_length.FPS, video_length.MIN_SECONDS, video_length.MAX_SECONDS, params.TEXT_ENCODER_LAYER)
 
 
 def test_generate_samples_through_the_callers_probe_so_cgroup_usage_is_recorded(h3_tiny: Path, tmp_path: Path):
