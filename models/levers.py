@@ -47,6 +47,9 @@ FP8_COMPUTE = "fp8-compute"
 """The `quantize` value of fp8 compute (dynamic fp8 activations and fp8 weights)."""
 COMPILE_STAGE = "denoise.compile"
 """The stage of a compiled DiT's first call: the compile plus that one step, apart from the other steps."""
+STARTUP_STAGES = (COMPILE_STAGE,)
+"""Stages a lever adds once per run, whatever its steps: their seconds are the lever's start-up cost, which a plan's
+ranking counts (`models.plan`)."""
 LEVER_STAGES = ("denoise.denoise", COMPILE_STAGE, "load.transformer", "load.transformer_ref")
 """Stages whose seconds a lever set changes (the DiT's calls; its load, where it quantizes as placed): the ETA
 learns them per lever set (`models.eta`)."""
