@@ -34,9 +34,10 @@ from machine.walls import StageNeed, WallCheck, Walls, job_needs, tightest, verd
 
 from .eta import NO_HISTORY, StageEta, StageRecord, estimate, stage_work, total_seconds
 from .forecast import GenerateForecast
-from .levers import (ATTENTION_BACKENDS, FP8_COMPUTE, LEVER_FIELDS, STARTUP_STAGES, attention_problem, is_lossless,
-                     lever_option, levers_of)
+from .levers import (ATTENTION_BACKENDS, LEVER_FIELDS, STARTUP_STAGES, attention_problem, is_lossless, lever_option,
+                     levers_of)
 from .params import GenerateParams
+from .quantize_check import FP8_COMPUTE
 
 PREFERENCE = ("the request's own levers before others (no speedup is assumed without history)",
               "resident before sequential (no component loaded twice)",
