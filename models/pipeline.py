@@ -196,7 +196,8 @@ def _prepare(root: Path, params: GenerateParams, device: torch.device, dtype: to
     components = tuple(dict.fromkeys(c for stage in plan for c in stage.reads))
     placements = plan_placements(settings, device, components)
     result.placements = {name: p.to_dict() for name, p in placements.items()}
-    if any(pins_host_copy(p, device.type, settings, quantized=params.quantize is not None) for p in placements.values()):
+    if any(pins_host_copy(p, device.type, settings, quantized=params.quantize is not None or params.gguf_dit)
+           for p in placements.values()):
         # Now, before anything can pin: the switch is made only while torch holds no pinned block (asked for at
         # the DiT's load in a real-size job it was too late; made here it cut that load from 41 to 16 s).
         prefer_host_registration()
