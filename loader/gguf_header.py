@@ -11,6 +11,7 @@ header ends in one line naming the file and what was wrong, never in a huge allo
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 from dataclasses import dataclass
@@ -67,10 +68,7 @@ class GgufTensor:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
 
 @dataclass(frozen=True)
@@ -211,9 +209,7 @@ def _tensor(name: str, alignment: int, data_start: int, tname: str, dims: list[i
     if offset % alignment:
         raise CheckpointError(f"{label} starts at data offset {offset:,}, not a multiple of the alignment {alignment}")
     type_name, block, type_size = QUANT_TYPES.get(kind, (f"type {kind}", 0, 0))
-    numel = 1
-    for d in dims:
-        numel *= d
+    numel = math.prod(dims)
     if block and dims[0] % block:
         raise CheckpointError(f"{label}: {type_name} packs {block} values per block, but its rows hold {dims[0]}")
     nbytes = numel // block * type_size if block else 0
