@@ -105,7 +105,7 @@ larger (the test, and the fit's choice of retained shares)."""
 @dataclass(frozen=True)
 class CudaTerms:
     """What a CUDA run holds outside its tensors' own bytes, measured on one H200 (torch 2.11, cu130) at real
-    size (docs/benchmarks.md, "Forecast on CUDA")."""
+    size (docs/benchmarks.md, "Generate forecast against measured, one H200")."""
 
     context: int = 600 * MiB
     """The CUDA context and torch's loaded kernels, device side; not in torch's reserved figure, so not in
