@@ -37,7 +37,7 @@ def write_sparse_h3(root: Path, profile: str = "h3", components: list[str] | Non
     header written and its data a hole."""
     import models.h3synth as synth
     from models.profiles import get_profile
-    from models.safetensors_stream import header_bytes
+    from loader.safetensors_file import header_bytes
 
     def headers_only(path, shard, chunks, on_bytes=None) -> None:
         head = header_bytes(shard)

@@ -26,6 +26,8 @@ from core.errors import CheckpointError, DrainboardError
 from loader.gguf_header import UNQUANTIZED, GgufHeader, read_gguf_header
 from loader.roots import ModelRoots
 
+from .single_file import diffusers_name, layout_problem
+
 RUNNABLE = ("F32", "F16", "BF16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0", "Q6_K", "Q5_K", "Q4_K", "Q3_K", "Q2_K",
             "IQ4_NL", "IQ4_XS")
 """The GGML types diffusers 0.42's GGUF path can run: F32 and F16 as plain tensors, the rest dequantized
@@ -48,6 +50,8 @@ def gguf_problem(path: Path, config: dict, roots: ModelRoots | None = None) -> s
     """Why the GGUF file at `path` cannot be the DiT of the model `config` describes, in one line, or None:
     from its header alone."""
     name = echo_name(path.name)
+    if not path.is_file():
+        return f"{name}: not a file (a single-file DiT is one .safetensors or .gguf file)"
     try:
         header = read_gguf_header(path, roots)
     except DrainboardError as exc:
@@ -61,8 +65,6 @@ def gguf_problem(path: Path, config: dict, roots: ModelRoots | None = None) -> s
 
 def header_problem(header: GgufHeader, config: dict) -> str | None:
     """A quant type diffusers cannot run, or tensors that are no DiT of the model `config` describes."""
-    from .single_file import layout_problem
-
     return runnable_problem(header) or layout_problem(echo_name(header.path.name), header.tensors, config)
 
 
@@ -79,8 +81,6 @@ def held_bytes(path: Path, keep_fp32: tuple[str, ...], dtype_bytes: int) -> Iter
     """Each tensor's bytes as diffusers' GGUF load holds them: quantized ones packed as on disk, F32 and F16
     at the run's dtype (`dtype_bytes`), and in the class's float32 modules (`keep_fp32`) every one at float32
     (diffusers dequantizes those)."""
-    from .single_file import diffusers_name
-
     for t in read_gguf_header(path).tensors:
         if any(part in keep_fp32 for part in diffusers_name(t.name).split(".")):
             yield t.numel * 4
@@ -90,8 +90,9 @@ def held_bytes(path: Path, keep_fp32: tuple[str, ...], dtype_bytes: int) -> Iter
             yield t.nbytes
 
 
-def load_gguf_dit(root: Path, file: Path, *, device, dtype, qkv_layout: str, roots) -> tuple:
-    """The DiT of the model at `root` with the GGUF file's weights, quantized, on `device`: (module, LoadReport).
+def load_gguf_dit(root: Path, config: dict, file: Path, *, device, dtype, qkv_layout: str, roots) -> tuple:
+    """The DiT of the model at `root` (its `transformer/config.json` is `config`) with the GGUF file's weights,
+    quantized, on `device`: (module, LoadReport).
 
     `roots`: where the file must lie. The file diffusers opens is the one the header was read from: a link in
     a private folder to this process's descriptor of it (`/proc/self/fd`), so a file swapped after the check is
@@ -101,12 +102,10 @@ def load_gguf_dit(root: Path, file: Path, *, device, dtype, qkv_layout: str, roo
 
     from loader import LoadReport
 
-    from .params import ModelSpec
-
     if not gguf_installed():
         raise DrainboardError(f"{echo_name(file.name)}: a GGUF DiT needs the optional gguf package: pip install -r {EXTRA}")
     header = read_gguf_header(Path(file), ModelRoots(roots))
-    problem = header_problem(header, ModelSpec.read(root).configs["transformer"])
+    problem = header_problem(header, config)
     if problem is not None:
         raise CheckpointError(problem)
     start = time.perf_counter()

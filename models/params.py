@@ -32,11 +32,8 @@ from core.errors import DrainboardError
 from .levers import ATTENTION_BACKENDS, step_cache_problem
 from .lora_inputs import MAX_LORAS, PARTITIONS, LoraInput, lora_from_value
 from .request_args import QKV_LAYOUTS, QUANTIZATIONS, VAE_DTYPES
+from .video_length import FPS, MAX_SECONDS, MIN_SECONDS
 
-FPS = 24
-"""MiniMax H3's fixed frame rate (`MiniMaxH3ModularPipeline.fps`)."""
-MIN_SECONDS, MAX_SECONDS = 5.0, 15.0
-"""The durations H3 generates (`MiniMaxH3ModularPipeline.min_duration` / `max_duration`)."""
 TEXT_ENCODER_LAYER = 50
 """The Qwen3-VL hidden state H3 conditions on; the encoder needs more layers than this."""
 INDEX_FILE = "modular_model_index.json"
@@ -373,9 +370,12 @@ def validate_params(params: GenerateParams, model: ModelSpec) -> None:
     problems.update(_lora_problems(params))
     problems.update(_workflow_problems(params, model))
     if params.transformer is not None:
+        from .gguf import gguf_problem
         from .single_file import transformer_problem
 
-        problem = transformer_problem(params.transformer, model.configs["transformer"])
+        config = model.configs["transformer"]
+        problem = (gguf_problem(Path(params.transformer), config) if params.gguf_dit
+                   else transformer_problem(params.transformer, config))
         if problem is not None:
             problems["transformer"] = problem
     if problems:
