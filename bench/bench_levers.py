@@ -31,14 +31,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from loader.process import configure_process  # noqa: E402
+
+configure_process()  # an entry point: the hub offline, the mmap threshold fixed, as a job child
 
 LOSSLESS_GOAL, LOSSY_GOAL = 0.85, 0.5
 """s/step over the exact run's: the best lossless set's goal and the best set's."""
@@ -87,6 +88,7 @@ def run_child(spec: dict) -> dict:
                             steps=spec["steps"], seed=0, **spec["levers"])
     off = OffloadSettings(**{name: False for name in OffloadSettings().to_dict()})
     started = time.monotonic()
+    configure_process(spec["device"])  # the device's settings, before anything pins
     result = run_generate(spec["root"], params, spec["mp4"], device=spec["device"], offload=off,
                           sequential_components=True)
     if spec["device"].startswith("cuda"):

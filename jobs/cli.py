@@ -30,6 +30,7 @@ from core.dtype_names import dtype_help
 from core.diskspace import free_bytes, is_disk_full
 from core.errors import DiskFullError
 from core.sizes import MAX_SIZE
+from loader.process import configure_process
 from storage.config import Config, load_config
 from storage.connections import is_database_full, refusal_error
 from storage.queries import get_job, job_table, list_jobs
@@ -59,6 +60,7 @@ Command = Callable[[argparse.Namespace, Config, sqlite_utils.Database], int]
 
 
 def main(argv: list[str] | None = None) -> int:
+    configure_process()
     return run_cli(build_parser, argv)
 
 

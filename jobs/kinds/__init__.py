@@ -25,10 +25,13 @@ from storage.config import Config
 if TYPE_CHECKING:
     import sqlite_utils
 
-    from jobs.admission import KindForecast
     from jobs.context import JobContext
-    from jobs.spec import JobSpec
     from machine.device import DeviceInfo
+
+JobSpec = Any
+"""A `jobs.spec.JobSpec` (which imports this registry, so it is not imported here: no circle)."""
+KindForecast = Any
+"""A `jobs.admission.KindForecast` (same reason)."""
 
 KindFunction = Callable[..., dict[str, Any]]
 

@@ -1,6 +1,6 @@
 """The `generate` job: MiniMax H3 (t2va, fl2va or ref2va) into an MP4 artifact, recording memory per stage.
 
-Input images are read from the job's own copies (`jobs.inputs`), never from the path the user gave.
+Input images are read from the job's own copies (`jobs.input_copies`), never from the path the user gave.
 """
 
 from __future__ import annotations
@@ -63,12 +63,12 @@ class _Stages:
 
 def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     """Probe the device and resolve the offload policy once (decisions become events), generate
-    `spec.generate` into the job's `video.mp4`, mirror the pipeline's stages (one per block, one per
+    `spec.options.generate` into the job's `video.mp4`, mirror the pipeline's stages (one per block, one per
     component load), denoising steps (as progress), placements, loads and releases into the job,
     sample memory on a timer tagged with the stage, and return the pipeline's result: stage timings
     (`stage_seconds`), per-stage peak footprint (`stage_peaks`), the offload settings and the diffusers
     mechanism each component got (`placements`), and each component's load report (`loads`)."""
-    from jobs.inputs import input_copies
+    from jobs.input_copies import input_copies
     from loader.dtypes import parse_dtype
     from models.pipeline import PipelineEvent, run_generate
 
@@ -202,7 +202,10 @@ class GenerateKind(JobKind):
         except (DrainboardError, ValueError, OSError):
             return spec  # a checkpoint the forecast cannot read: the job itself reports it, naming the file
         if plan.choice is None and not spec.forced:
-            raise JobRefused(f"refused: --plan {spec.options.plan}: {plan.why}; --force queues the request as given")
+            from jobs.admission import remedy
+
+            first = plan.candidates[0] if plan.candidates else None
+            raise JobRefused(plan.why + (f": {remedy(first.wall_name, first.need, cli=True)}" if first else ""))
         return spec
 
     @classmethod
@@ -213,6 +216,7 @@ class GenerateKind(JobKind):
         from jobs.history import stage_records
         from models.eta import device_key, estimate, stage_work
         from models.levers import lever_key
+        from models.plan import stage_needs
 
         forecast = generate_forecast(spec, device)
         work = stage_work(forecast)
@@ -255,30 +259,17 @@ def generate_forecast(spec: JobSpec, info: DeviceInfo):
                              resolved=True)
 
 
-def stage_needs(forecast) -> list:
-    """Each stage's need (`jobs.admission.StageNeed`); a reference clip's decode is a stage of its own before any
-    weight."""
-    from jobs.admission import StageNeed
-
-    needs = [StageNeed(s.stage, s.host_bytes, s.device_bytes, 0) for s in forecast.stages]
-    if forecast.clip_decode_bytes:
-        from models.clips import READ_CLIP
-
-        needs.insert(0, StageNeed(READ_CLIP, forecast.clip_decode_bytes, 0, 0))
-    return needs
-
-
 def plan_job(spec: JobSpec, config: Config, db=None, *, probe=None, available: int | None = None,
              total: int | None = None):
     """`spec`'s `--plan fastest`: every candidate (`models.plan`) forecast against the job's own walls and timed
     from this machine's history. Returns (the spec as the chosen candidate runs it, with the plan recorded in
     `planned`; the Plan). With no candidate that fits, the spec is the request as given."""
-    from jobs.admission import learned_process, tightest, wall_checks
+    from jobs.admission import learned_process, wall_checks
     from jobs.guard import read_meminfo
     from jobs.history import stage_records
     from machine.device import probe_device
     from models.eta import device_key
-    from models.plan import plan_fastest, planned
+    from models.plan import plan_fastest, planned, stage_needs, startup_words
     from models.quantize_check import cuda_capability
 
     info = (probe or probe_device)(spec.device)
@@ -292,17 +283,17 @@ def plan_job(spec: JobSpec, config: Config, db=None, *, probe=None, available: i
         return generate_forecast(replace(spec, options=replace(options, generate=params,
                                                                sequential_components=sequential)), info)
 
-    startup = learned_process("generate", device_key(info.kind, info.name), db).startup_bytes or 0
+    process = learned_process("generate", device_key(info.kind, info.name), db)
 
     def check(forecast):
-        nearest = tightest(wall_checks(spec, config, info, stage_needs(forecast),
-                                       startup + forecast.process_host_bytes, forecast.process_device_bytes,
-                                       available, total))
-        return None if nearest is None else (nearest.stage, nearest.line, nearest.over)
+        return wall_checks(spec, config, info, stage_needs(forecast),
+                           (process.startup_bytes or 0) + forecast.process_host_bytes,
+                           forecast.process_device_bytes, available, total)
 
     plan = plan_fastest(options.generate, device=spec.device, capability=cuda_capability(info.kind, info.index),
                         device_key=device_key(info.kind, info.name), forecast_for=forecast_for, check=check,
-                        records=stage_records(db) if db is not None else [], lossy=options.plan_lossy,
+                        records=stage_records(db) if db is not None else [],
+                        startup=startup_words(process.startup_bytes, process.basis), lossy=options.plan_lossy,
                         sequential=options.sequential_components)
     if plan.choice is None:
         return replace(spec, options=replace(options, planned=plan.to_dict())), plan
@@ -341,7 +332,7 @@ def _check_generate_checkpoint(model: str | None, config: Config, problems: Prob
     if model is None or problems.has("model"):
         return
     from loader.checkpoint import checkpoint_problems
-    from models.formats import generate_checkpoint_problem
+    from models.single_file import generate_checkpoint_problem
 
     index, found = checkpoint_problems(model, config.model_roots)
     if index is not None and not found:

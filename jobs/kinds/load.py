@@ -108,7 +108,8 @@ class LoadKind(JobKind):
     def forecast(cls, spec: JobSpec, device: DeviceInfo, db) -> KindForecast | None:
         """The loader's own forecast of a one-rank load (`loader.forecast_load`): one stage, its mapped pages
         file-backed; none for a sharded load."""
-        from jobs.admission import KindForecast, StageNeed
+        from jobs.admission import KindForecast
+        from machine.walls import StageNeed
         from loader.forecast import forecast_load
 
         if spec.gpus != 1:
