@@ -164,7 +164,19 @@ def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
         loras = [lora for lora in generate.get("loras") or [] if isinstance(lora, dict) and lora.get("file")]
         values["gen_loras"] = [lora["file"] for lora in loras]
         values.update({lora_scale_field(lora["file"]): float(lora.get("scale", 1.0)) for lora in loras})
-    return values
+    return values | kind_form_values(spec)
+
+
+def kind_form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The values of the fields a kind declares for the form (`JobKind.form_fields`), from a stored spec of it; none
+    for a kind no longer registered."""
+    from jobs.kinds import get_kind
+
+    try:
+        declared = get_kind(spec.get("kind", "load")).form_fields
+    except KeyError:
+        return {}
+    return {f.name: spec[f.name] for f in declared if spec.get(f.name) is not None}
 
 
 def lora_scale_field(path: str) -> str:

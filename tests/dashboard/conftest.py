@@ -8,6 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import models.params  # noqa: F401  (before a page runs: AppTest puts dashboard/pages, and its models.py, on sys.path)
+
 GIB = 2**30
 
 

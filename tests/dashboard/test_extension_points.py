@@ -16,6 +16,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from jobs.kinds import FormField, JobKind, job_kind
+from jobs.spec import JobSpec
 from loader.placement import Placement, PlacementCost, register_placement
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -202,7 +203,6 @@ def checksum(monkeypatch):
 def test_a_registered_kind_brings_its_flags_its_check_and_its_options_to_the_command_line(checksum, fresh_db,
                                                                                          tiny_checkpoint, capsys):
     from jobs.cli import build_parser, main
-    from jobs.spec import JobSpec
 
     assert "--algorithm ALGORITHM" in _help(build_parser, "submit", "checksum")
     assert "checksum" in _help(build_parser, "submit")
@@ -241,8 +241,15 @@ def test_a_registered_kind_is_offered_by_the_run_page_with_its_own_fields(checks
     at.number_input(key="run_chunk_mib").set_value(8).run()
     at.button(key="run_submit").click().run()
     assert not at.exception, at.exception
-    stored = json.loads(fresh_db.execute("SELECT spec FROM jobs").fetchone()[0])
+    job_id, spec = fresh_db.execute("SELECT id, spec FROM jobs").fetchone()
+    stored = json.loads(spec)
     assert (stored["kind"], stored["algorithm"], stored["chunk_mib"]) == ("checksum", "blake2b", 8)
+    again = _run_page()
+    again.query_params["from"] = str(job_id)  # edit and re-queue fills the kind's own fields too
+    again.run()
+    assert not again.exception, again.exception
+    assert again.segmented_control(key="run_kind").value == "checksum"
+    assert (again.selectbox(key="run_algorithm").value, again.number_input(key="run_chunk_mib").value) == ("blake2b", 8)
 
 
 OLD_LOAD = {"kind": "load", "model": "/models/tiny.safetensors", "component": None, "mode": "drain", "device": "cpu",
@@ -257,7 +264,6 @@ def test_a_spec_stored_with_every_kinds_fields_still_reads_back_and_retries(fres
     from jobs.kinds.generate import GenerateOptions
     from jobs.kinds.load import LoadOptions
     from jobs.queue import retry
-    from jobs.spec import JobSpec
     from storage import jobs_table
     from storage.config import load_config
 
