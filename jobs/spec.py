@@ -467,7 +467,7 @@ def _generate_params(raw: Mapping[str, Any], problems: _Problems) -> GeneratePar
     if "prompt" not in values:
         problems.add("generate.prompt", "a prompt is required")
         ok = False
-    for name in ("frames", "height", "width", "steps", "seed", "fps"):
+    for name in ("frames", "height", "width", "steps", "seed", "fps", "parallel"):
         if name in values:
             value = values[name]
             try:

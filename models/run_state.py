@@ -66,6 +66,8 @@ class RunState:
         self.resident: dict[str, Residency] = {}
         self.shells: dict[str, nn.Module] = {}
         self.roots: list[Path] | None = None
+        self.group = None
+        """This process's `models.context_parallel.RankGroup` in a parallel run; None: a run of one process."""
         self.loras: tuple = ()
         """The run's LoRAs (`models.lora_inputs.LoraInput`, partition set), merged into their DiT as it loads."""
         self._sampler: PeriodicSampler | None = None
@@ -144,6 +146,10 @@ class RunState:
             if name in DIT_COMPONENTS:
                 for line in apply_levers(module, **self.levers):
                     self.emit("lever", f"{name}: {line}", component=name)
+                if self.group is not None:
+                    from .context_parallel import enable_context_parallel  # it imports the blocks, which import us
+
+                    self.emit("note", f"{name}: {enable_context_parallel(module, self.group)}", component=name)
             self.resident[name] = Residency(placement, module, self.device, self.settings)
             self.pipe.update_components(**{name: module})
             if self.sequential and self.device.type == "cuda":
