@@ -74,11 +74,21 @@ def _generate(args: argparse.Namespace) -> int:
             print(f"[{event.stage}] {event.message}", file=sys.stderr)
 
     offload = OffloadSettings(**args.offload)
-    result = run_generate(
-        args.model_dir, params, args.out, device=args.device, dtype=getattr(torch, args.dtype) if args.dtype else None,
-        mode=args.mode, offload=offload, sequential_components=args.sequential_components, on_event=on_event,
-        roots=lora_roots(args.model_dir, fields),
-    )
+    common = dict(dtype=getattr(torch, args.dtype) if args.dtype else None, mode=args.mode, offload=offload,
+                  sequential_components=args.sequential_components, roots=lora_roots(args.model_dir, fields))
+    if params.parallel > 1:
+        from .parallel import run_parallel_generate
+
+        def on_rank_event(rank: int, event: PipelineEvent) -> None:
+            if rank == 0:
+                on_event(event)
+            elif event.kind in ("load", "release", "note") or (event.kind == "stage_end" and args.verbose):
+                print(f"[rank {rank} {event.stage}] {event.message}", file=sys.stderr)
+
+        result = run_parallel_generate(args.model_dir, params, args.out, device=args.device, on_event=on_rank_event,
+                                       **common)
+    else:
+        result = run_generate(args.model_dir, params, args.out, device=args.device, on_event=on_event, **common)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:

@@ -170,7 +170,7 @@ def split_workflow(blocks, reads: dict[str, tuple[str, ...]], group: RankGroup) 
     for key, block in items:
         name = key.split(":")[0]
         after_loop = name in order and order.index(name) > loop_at
-        if key == f"{DENOISE_LOOP}:start":
+        if name == DENOISE_LOOP and f"{DENOISE_LOOP}:sequence" not in blocks.sub_blocks:
             blocks.sub_blocks[f"{DENOISE_LOOP}:sequence"] = SequenceCheck(group)
         if name in only_rank0 and group.rank > 0:
             if after_loop:
