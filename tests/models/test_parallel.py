@@ -1,8 +1,9 @@
 """`--parallel N`: one generate over N local ranks through diffusers' context parallelism.
 
 On a CPU-only torch diffusers' `enable_parallelism` divides by `torch.accelerator.device_count()` (0) before any
-collective, so the runs here report one accelerator (`fake_accelerator/sitecustomize.py`, in this process and in
-every rank); everything else, gloo collectives and diffusers' Ulysses attention included, runs as it is.
+collective, so the runs here report one accelerator (the `one_accelerator` fixture, tests/conftest.py, in this
+process and in every rank); everything else, gloo collectives and diffusers' Ulysses attention included, runs as
+it is.
 """
 
 from __future__ import annotations
@@ -19,20 +20,11 @@ import torch
 from core.errors import DeviceError
 from models.params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
 
-FAKE_ACCELERATOR = Path(__file__).parent / "fake_accelerator"
 PARALLEL = GenerateParams(prompt="a red fox in the snow", frames=124, height=64, width=64, steps=3, seed=7,
                           audio=False, parallel=2)
 
 
-@pytest.fixture
-def one_accelerator(monkeypatch):
-    """This process and the ranks it starts see one accelerator of type cpu (see the module's docstring)."""
-    monkeypatch.setattr(torch.accelerator, "device_count", lambda: 1)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(FAKE_ACCELERATOR), os.environ.get("PYTHONPATH"))
-                                                     if p))
-
-
-def _children() -> list[int]:
+def children() -> list[int]:
     """Pids of this process's live children (every thread's)."""
     pids = []
     for task in Path(f"/proc/{os.getpid()}/task").iterdir():
@@ -55,7 +47,7 @@ def test_ranks_without_a_device_each_are_refused_in_one_line_before_anything_sta
     assert "not mps" in parallel_problem("mps", 2)
     with pytest.raises(DeviceError, match="needs an accelerator"):
         run_parallel_generate(h3_tiny, PARALLEL, tmp_path / "clip.mp4", device="cpu")
-    assert _children() == [] and not (tmp_path / "clip.mp4").exists()
+    assert children() == [] and not (tmp_path / "clip.mp4").exists()
 
 
 @pytest.mark.parametrize("parallel, compile, message", [
@@ -141,7 +133,7 @@ def test_two_gloo_ranks_make_the_single_process_frames_and_report_every_rank(h3_
     assert not any(rank == 1 and stage.startswith("decode") for rank, stage in samples)
     assert [r["rank"] for r in result.ranks] == [0, 1]
     assert "decode.video" in result.ranks[0]["stage_peaks"] and "decode.video" not in result.ranks[1]["stage_peaks"]
-    assert _children() == []
+    assert children() == []
 
 
 @pytest.mark.slow
@@ -153,7 +145,7 @@ def test_a_rank_killed_mid_denoise_ends_the_run_naming_it_and_its_last_sample_an
 
     def kill_rank_1(rank: int, event) -> None:
         if rank == 1 and event.kind == "step" and not killed:
-            [pid] = [p for p in _children() if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[-2:-1] == [b"1"]]
+            [pid] = [p for p in children() if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[-2:-1] == [b"1"]]
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
 
@@ -164,5 +156,5 @@ def test_a_rank_killed_mid_denoise_ends_the_run_naming_it_and_its_last_sample_an
     message = str(caught.value)
     assert killed and message.startswith("rank 1 of 2 was killed (SIGKILL) (in stage denoise.denoise, step ")
     assert "its last sample: RSS " in message and message.endswith("the other ranks were stopped")
-    assert _children() == [] and not (tmp_path / "clip.mp4").exists()
+    assert children() == [] and not (tmp_path / "clip.mp4").exists()
     assert time.monotonic() - started < 120
