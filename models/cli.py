@@ -20,6 +20,7 @@ from machine.offload_option import add_offload_option
 from core.dtype_names import DTYPE_HELP
 from machine.offload import OffloadSettings
 from loader.placement import known_placements
+from loader.process import configure_process
 
 from .params import GenerateParams
 from .request_args import add_plan_arguments, add_workflow_arguments, lora_roots, workflow_fields
@@ -60,6 +61,7 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    configure_process(args.device)
     fields = workflow_fields(args)
     params = GenerateParams(prompt=args.prompt, frames=args.frames, height=args.height, width=args.width,
                             steps=args.steps, seed=args.seed, audio=not args.no_audio, **fields)
@@ -306,4 +308,5 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    configure_process()
     return run_cli(build_parser(), argv)

@@ -69,19 +69,3 @@ def dit_config_problem(config: dict, where: str) -> str | None:
         return (f"{where}: a DiT that diffusers has no class for ({found}; a pruned layout?); generate needs "
                 f"diffusers' {DIT_CLASS}")
     return None
-
-
-def generate_checkpoint_problem(index) -> str | None:
-    """Why a discovered checkpoint (`loader.CheckpointIndex`) cannot be a generate's model, in one line, or None:
-    a lone file or component folder is no model folder; a model folder's DiT may be packed."""
-    if index.layout != "model":
-        what = "a single file" if index.layout == "file" else "a component folder"
-        tensors = index.component().tensors
-        from .single_file import is_reference_h3
-
-        known = "holding a MiniMax H3 DiT in the original layout" if is_reference_h3(tensors) else "of an unknown model"
-        return (f"{echo_name(index.path.name)}: {what} {known} ({len(tensors)} tensors), not a MiniMax H3 model folder "
-                f"(modular_model_index.json and its components); a single-file DiT goes in --transformer (the Run "
-                f"page's Single-file transformer) with the model folder that supplies the rest")
-    dit = index.components.get("transformer")
-    return None if dit is None else packed_problem(dit.tensors, f"{echo_name(index.path.name)}/transformer")

@@ -154,7 +154,7 @@ def _read(lora: LoraInput, roots: Iterable[str | os.PathLike], shell: nn.Module,
 
 def _meta_shell(config: dict) -> nn.Module:
     """The DiT of `config` on the meta device, where diffusers injects adapters only for their scales."""
-    from .components import build_empty
+    from .classes import build_empty
 
     return build_empty(config)
 

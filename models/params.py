@@ -31,11 +31,8 @@ from core.errors import DrainboardError
 from .levers import ATTENTION_BACKENDS, step_cache_problem
 from .lora_inputs import MAX_LORAS, PARTITIONS, LoraInput, lora_from_value
 from .request_args import QKV_LAYOUTS, QUANTIZATIONS, VAE_DTYPES
+from .video_length import FPS, MAX_SECONDS, MIN_SECONDS
 
-FPS = 24
-"""MiniMax H3's fixed frame rate (`MiniMaxH3ModularPipeline.fps`)."""
-MIN_SECONDS, MAX_SECONDS = 5.0, 15.0
-"""The durations H3 generates (`MiniMaxH3ModularPipeline.min_duration` / `max_duration`)."""
 TEXT_ENCODER_LAYER = 50
 """The Qwen3-VL hidden state H3 conditions on; the encoder needs more layers than this."""
 INDEX_FILE = "modular_model_index.json"

@@ -24,9 +24,9 @@ from typing import Any, Callable, Iterable
 
 from .eta import NO_HISTORY, StageRecord, estimate, stage_work, total_seconds
 from .forecast import GenerateForecast
-from .levers import (ATTENTION_BACKENDS, FP8_COMPUTE, LEVER_FIELDS, attention_problem, is_lossless, lever_option,
-                     levers_of)
+from .levers import ATTENTION_BACKENDS, LEVER_FIELDS, attention_problem, is_lossless, lever_option, levers_of
 from .params import GenerateParams
+from .quantize_check import FP8_COMPUTE
 
 PREFERENCE = ("the request's own levers before others (no speedup is assumed without history)",
               "resident before sequential (no component loaded twice)",

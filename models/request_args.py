@@ -10,7 +10,8 @@ import argparse
 from typing import Any
 
 from .clips import CLIP_FORMATS, MIN_CLIP_FRAMES
-from .levers import ATTENTION_BACKENDS, FP8_COMPUTE, STEP_CACHES
+from .levers import ATTENTION_BACKENDS, STEP_CACHES
+from .quantize_check import FP8_COMPUTE
 from .lora_inputs import LoraInput, parse_lora_arg
 from .workflows import WORKFLOWS
 

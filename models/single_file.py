@@ -31,7 +31,9 @@ from core.errors import DrainboardError
 from loader.metadata import TensorMeta
 from loader.naming import MergeRule, SplitRule
 
+from .formats import file_problem, packed_problem
 from .request_args import QKV_LAYOUTS
+
 PRUNED_TENSOR = "adaln_t_table"
 """The tensor a pruned H3 DiT has in place of `time_embedder` (no diffusers class takes it)."""
 NOT_READ = ("rope.inv_freq",)
@@ -96,6 +98,20 @@ def is_reference_h3(tensors: Sequence[TensorMeta]) -> bool:
             and all(len(s) == 2 and s[0] == 3 * s[1] for s in fused))
 
 
+def generate_checkpoint_problem(index) -> str | None:
+    """Why a discovered checkpoint (`loader.CheckpointIndex`) cannot be a generate's model, in one line, or None:
+    a lone file or component folder is no model folder; a model folder's DiT may be packed."""
+    if index.layout != "model":
+        what = "a single file" if index.layout == "file" else "a component folder"
+        tensors = index.component().tensors
+        known = "holding a MiniMax H3 DiT in the original layout" if is_reference_h3(tensors) else "of an unknown model"
+        return (f"{echo_name(index.path.name)}: {what} {known} ({len(tensors)} tensors), not a MiniMax H3 model folder "
+                f"(modular_model_index.json and its components); a single-file DiT goes in --transformer (the Run "
+                f"page's Single-file transformer) with the model folder that supplies the rest")
+    dit = index.components.get("transformer")
+    return None if dit is None else packed_problem(dit.tensors, f"{echo_name(index.path.name)}/transformer")
+
+
 def pruned_problem(tensors: Sequence[TensorMeta]) -> str | None:
     """The one line that refuses a pruned H3 DiT, or None."""
     table = next((t for t in tensors if t.name == PRUNED_TENSOR), None)
@@ -116,8 +132,6 @@ def transformer_problem(path: str, config: dict) -> str | None:
     """Why the file at `path` cannot be the DiT of a model whose `transformer/config.json` is `config`, in one
     line, or None: from its headers alone (read confined to its own folder)."""
     from loader.checkpoint import discover_checkpoint
-
-    from .formats import file_problem, packed_problem
 
     file = Path(path)
     if not file.is_file():

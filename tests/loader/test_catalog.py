@@ -44,7 +44,7 @@ def test_the_listing_reads_headers_only_and_runs_no_validation(tiny_checkpoint, 
     """Per-tensor description and validation are what made a listing of 50 checkpoints slow: the listing
     sums each header per dtype instead. The counters are live: the submit check goes through both."""
     import loader.checkpoint as checkpoint
-    import loader.shard_header as shard_header
+    import loader.safetensors_file as safetensors_file
 
     calls = {"validate": 0, "entries": 0}
 
@@ -55,7 +55,7 @@ def test_the_listing_reads_headers_only_and_runs_no_validation(tiny_checkpoint, 
         return call
 
     monkeypatch.setattr(checkpoint, "validate_checkpoint", counted("validate", checkpoint.validate_checkpoint))
-    monkeypatch.setattr(shard_header, "_parse_entry", counted("entries", shard_header._parse_entry))
+    monkeypatch.setattr(safetensors_file, "_parse_entry", counted("entries", safetensors_file._parse_entry))
     hub_snapshot(tiny_checkpoint.path, tmp_path / "hub", repo_id="org/tiny")
     [entry] = find_models([tmp_path / "hub"], memory=2**40)
     assert calls == {"validate": 0, "entries": 0}

@@ -11,9 +11,10 @@ import pytest
 from diffusers import MiniMaxH3Transformer3DModel
 from machine.device import DeviceInfo
 from models.cli import main
-from models.levers import (COMPILE_STAGE, FP8_COMPUTE, LEVER_OPTIONS, attention_problem, is_lossless, lever_key,
-                           lever_option, lever_problems)
+from models.levers import (COMPILE_STAGE, LEVER_OPTIONS, attention_problem, is_lossless, lever_key, lever_option,
+                           lever_problems)
 from models.params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
+from models.quantize_check import FP8_COMPUTE
 from models.pipeline import run_generate
 from models.speedups import CACHE_REUSE_COUNTS
 

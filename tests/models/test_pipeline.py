@@ -282,11 +282,11 @@ def test_unset_geometry_takes_the_checkpoint_s_own_16_by_9_canvas(h3_tiny: Path,
 def test_the_pipeline_constants_are_diffusers_own(h3_tiny: Path):
     from diffusers.modular_pipelines.minimax_h3.modular_pipeline import MiniMaxH3ModularPipeline
 
-    from models import params
+    from models import params, video_length
 
     pipe = MiniMaxH3ModularPipeline()
     assert (pipe.fps, pipe.min_duration, pipe.max_duration, pipe.text_encoder_layer) == (
-        params.FPS, params.MIN_SECONDS, params.MAX_SECONDS, params.TEXT_ENCODER_LAYER)
+        video_length.FPS, video_length.MIN_SECONDS, video_length.MAX_SECONDS, params.TEXT_ENCODER_LAYER)
 
 
 def test_generate_samples_through_the_callers_probe_so_cgroup_usage_is_recorded(h3_tiny: Path, tmp_path: Path):
@@ -357,14 +357,14 @@ _HELD_AFTER_READ_CLIP = """
 import json, sys
 import av, torch
 from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3VideoReference  # imported before the measurement
-from machine.host_heap import return_large_frees_to_os
+from loader.process import configure_process
 from machine.memory import MemoryProbe
 from machine.offload import OffloadSettings
 from models.params import GenerateParams, ModelSpec
 from models.pipeline import _read_clip
 from models.results import GenerateResult
 from models.run_state import RunState
-return_large_frees_to_os()  # as run_generate does
+configure_process()  # as every entry point does
 root, clip = sys.argv[1], sys.argv[2]
 params = GenerateParams(prompt="p", frames=124, height=64, width=64, steps=3, workflow="ref2va", ref_video=clip)
 result = GenerateResult("c.mp4", 124, 24, 124 / 24, 64, 64, True)
