@@ -35,7 +35,7 @@ from diffusers import ModularPipelineBlocks
 
 from .params import GenerateParamsError
 from .quantize import DIT_COMPONENTS
-from .stage_blocks import DENOISE_LOOP
+from .workflows import DENOISE_LOOP
 
 _DTYPES = {str(t): t for t in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64,
                                 torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)}

@@ -23,6 +23,7 @@ from machine.host_heap import give_back_free_heap
 from machine.memory import MemoryProbe, MemorySample, PeriodicSampler
 from machine.offload import OffloadSettings
 
+from .context_parallel import enable_context_parallel
 from .quantize import DIT_COMPONENTS
 from .residency import Placement, Residency, observe, pins_host_copy
 from .results import EventSink, GenerateResult, PipelineEvent, SampleSink
@@ -147,8 +148,6 @@ class RunState:
                 for line in apply_levers(module, **self.levers):
                     self.emit("lever", f"{name}: {line}", component=name)
                 if self.group is not None:
-                    from .context_parallel import enable_context_parallel  # it imports the blocks, which import us
-
                     self.emit("note", f"{name}: {enable_context_parallel(module, self.group)}", component=name)
             self.resident[name] = Residency(placement, module, self.device, self.settings)
             self.pipe.update_components(**{name: module})
