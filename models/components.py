@@ -26,6 +26,7 @@ import torch.nn as nn
 from loader import load_checkpoint
 from loader.placement import get_placement
 from loader.dtypes import parse_dtype
+from loader.gguf_header import is_gguf
 from core.echo import NAME_LIMIT, echo
 from core.errors import CheckpointError, PlacementError
 from machine.memory import MemoryProbe
@@ -64,14 +65,16 @@ def prune(module: nn.Module, paths: list[str]) -> None:
 
 
 class NotLoaded(nn.Module):
-    """Stands where a submodule was left unread; calling it says so instead of computing garbage."""
+    """Stands where a submodule was left unread, or a released component was; calling it says so instead of
+    computing garbage."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, why: str = "this workflow does not use it"):
         super().__init__()
         self.path = path
+        self.why = why
 
     def forward(self, *args, **kwargs):
-        raise RuntimeError(f"{self.path} was not loaded: this workflow does not use it")
+        raise RuntimeError(f"{self.path} was not loaded: {self.why}")
 
 
 def _excluder(paths: list[str]) -> Callable[[str], bool]:
@@ -103,13 +106,20 @@ def load_component(
     `quantize` (a DiT only) quantizes each Linear as its tensors are placed (`models.quantize`).
     `pin_host` (a CPU `device`) places the weights in page-locked blocks, for group offload to copy from.
     `single_file` (a DiT only): the weights come from that one file in the reference layout
-    (`models.single_file`, its fused qkv ordered as `qkv_layout` says), built from `root`'s config.
+    (`models.single_file`, its fused qkv ordered as `qkv_layout` says), built from `root`'s config; a `.gguf`
+    file is loaded quantized by diffusers' GGUF path (`models.gguf`), which takes none of the other options.
     `adjust` goes to the loader: in-place changes made as each named weight is placed, before it is quantized
     (how `models.lora_merge` merges LoRAs).
     Raises CheckpointError / PlacementError naming the folder and tensor.
     """
     folder = Path(root) / name
     config = read_config(folder)
+    if single_file is not None and is_gguf(Path(single_file)):
+        from .gguf import load_gguf_dit
+
+        return load_gguf_dit(Path(root), config, Path(single_file), device=device,
+                             dtype=parse_dtype(dtype) or torch.bfloat16, qkv_layout=qkv_layout,
+                             roots=roots if roots is not None else [root, Path(single_file).parent])
     target_dtype = parse_dtype(dtype)
     cls = component_class(class_name_of(config) or "")
     module = build_empty(config, target_dtype)

@@ -321,8 +321,8 @@ def forecast_generate(
     placements = plan_placements(settings, _torch_device(device_info), components)
     sizes = weight_bytes(root, dtype_bytes, workflow=workflow, quantize=params.quantize, vae_dtype=params.vae_dtype,
                          audio=params.audio, transformer=params.transformer)
-    host_sizes = _host_sizes(root, sizes, placements, settings, cuda, params.quantize is None, dtype_bytes,
-                             params.transformer)
+    bf16_dit = params.quantize is None and not params.gguf_dit
+    host_sizes = _host_sizes(root, sizes, placements, settings, cuda, bf16_dit, dtype_bytes, params.transformer)
     images = _image_sizes(params)
     height, width = model.geometry(params, images.get("image") or images.get("last_image"))
     text_tokens = count_prompt_tokens(root, params.prompt)
@@ -714,9 +714,17 @@ def tensor_bytes(folder: Path, keep_fp32: tuple[str, ...], dtype_bytes: int, wor
     """Each tensor's bytes at the run's dtype, in the loader's order (shards by name, tensors by offset): fp32
     where diffusers keeps fp32 (a dotted part of the name in `_keep_in_fp32_modules`), else `dtype_bytes`;
     tensors `workflow` never reads are left out. `roots`: where the shards may lie (default: the folder).
-    `folder` may be a single-file DiT in the reference layout, its names read as diffusers names them."""
+    `folder` may be a single-file DiT in the reference layout, its names read as diffusers names them, or a
+    GGUF one, its quantized tensors counted packed (`models.gguf.held_bytes`)."""
+    from loader.gguf_header import is_gguf
+
     from .single_file import diffusers_name
 
+    if is_gguf(folder):
+        from .gguf import held_bytes
+
+        yield from held_bytes(folder, keep_fp32, dtype_bytes)
+        return
     single = folder.is_file()
     for path in [folder] if single else sorted(folder.glob("*.safetensors")):
         shard, problems = read_shard_header(path, roots)

@@ -48,6 +48,9 @@ UNAVAILABLE_CACHES = {
 (`diffusers.hooks._helpers`) with no H3 entry; registering one would be patching diffusers' internals."""
 COMPILE_STAGE = "denoise.compile"
 """The stage of a compiled DiT's first call: the compile plus that one step, apart from the other steps."""
+STARTUP_STAGES = (COMPILE_STAGE,)
+"""Stages a lever adds once per run, whatever its steps: their seconds are the lever's start-up cost, which a plan's
+ranking counts (`models.plan`)."""
 LEVER_STAGES = ("denoise.denoise", COMPILE_STAGE, "load.transformer", "load.transformer_ref")
 """Stages whose seconds a lever set changes (the DiT's calls; its load, where it quantizes as placed): the ETA
 learns them per lever set (`models.eta`)."""

@@ -54,9 +54,9 @@ def add_workflow_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a safetensors LoRA merged into the DiT as it loads, at SCALE (default 1.0); repeat to"
                              " stack them in order")
     parser.add_argument("--transformer", metavar="FILE",
-                        help="a single-file DiT in the original layout (Comfy-Org's MiniMax H3 files); the model"
-                             " folder (--model) supplies the text encoder, VAEs, tokenizer, schedulers and the DiT's"
-                             " config")
+                        help="a single-file DiT in the original layout (Comfy-Org's MiniMax H3 files), .safetensors,"
+                             " or .gguf kept quantized (requirements-gguf.txt); the model folder (--model) supplies the"
+                             " text encoder, VAEs, tokenizer, schedulers and the DiT's config")
     parser.add_argument("--qkv-layout", choices=QKV_LAYOUTS,
                         help="row order of that file's fused qkv: stacked [q; k; v] (every published file, the"
                              " default) or interleaved per head (a file merged by hand); the file cannot tell")

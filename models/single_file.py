@@ -24,15 +24,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 from core.echo import echo_name
 from core.errors import DrainboardError
-from loader.metadata import TensorMeta
 from loader.naming import MergeRule, SplitRule
 
 from .formats import file_problem, packed_problem
 from .request_args import QKV_LAYOUTS
+
+
+class Shaped(Protocol):
+    """A tensor as a header describes it (a safetensors `TensorMeta`, a `GgufTensor`): its name and shape."""
+
+    name: str
+    shape: tuple[int, ...]
+
 
 PRUNED_TENSOR = "adaln_t_table"
 """The tensor a pruned H3 DiT has in place of `time_embedder` (no diffusers class takes it)."""
@@ -89,7 +96,7 @@ def reference_layout(config: dict, qkv_layout: str = "stacked") -> ReferenceLayo
     return ReferenceLayout(RENAMES, (qkv, halves), (swap,), lambda name: name in NOT_READ)
 
 
-def is_reference_h3(tensors: Sequence[TensorMeta]) -> bool:
+def is_reference_h3(tensors: Sequence[Shaped]) -> bool:
     """Whether these tensors are an H3 DiT in the reference naming: patch and output projections named so,
     and a fused `qkv_proj` of three times as many rows as columns in every block."""
     shapes = {t.name: t.shape for t in tensors}
@@ -112,7 +119,7 @@ def generate_checkpoint_problem(index) -> str | None:
     return None if dit is None else packed_problem(dit.tensors, f"{echo_name(index.path.name)}/transformer")
 
 
-def pruned_problem(tensors: Sequence[TensorMeta]) -> str | None:
+def pruned_problem(tensors: Sequence[Shaped]) -> str | None:
     """The one line that refuses a pruned H3 DiT, or None."""
     table = next((t for t in tensors if t.name == PRUNED_TENSOR), None)
     if table is None:
@@ -130,12 +137,13 @@ def diffusers_name(name: str) -> str:
 
 def transformer_problem(path: str, config: dict) -> str | None:
     """Why the file at `path` cannot be the DiT of a model whose `transformer/config.json` is `config`, in one
-    line, or None: from its headers alone (read confined to its own folder)."""
+    line, or None: from its headers alone (read confined to its own folder). A `.gguf` file is checked by
+    `models.gguf.gguf_problem` instead."""
     from loader.checkpoint import discover_checkpoint
 
     file = Path(path)
     if not file.is_file():
-        return f"{echo_name(file)}: not a file (a single-file DiT is one .safetensors file)"
+        return f"{echo_name(file)}: not a file (a single-file DiT is one .safetensors or .gguf file)"
     problem = file_problem(file)
     if problem is not None:
         return problem
@@ -143,18 +151,23 @@ def transformer_problem(path: str, config: dict) -> str | None:
         tensors = discover_checkpoint(file).component().tensors
     except DrainboardError as exc:
         return exc.messages()[0]
-    problem = packed_problem(tensors, echo_name(file.name)) or (f"{echo_name(file.name)}: {pruned_problem(tensors)}"
-                                                     if pruned_problem(tensors) else None)
-    if problem is not None:
-        return problem
+    return packed_problem(tensors, echo_name(file.name)) or layout_problem(echo_name(file.name), tensors, config)
+
+
+def layout_problem(where: str, tensors: Sequence[Shaped], config: dict) -> str | None:
+    """Why these tensors (a single file's, named `where`) are no DiT of the model `config` describes: pruned,
+    not H3 in the reference naming, or of another size; None when they are."""
+    pruned = pruned_problem(tensors)
+    if pruned is not None:
+        return f"{where}: {pruned}"
     if not is_reference_h3(tensors):
-        names = ", ".join(echo_name(t.name) for t in tensors[:3])
-        return (f"{echo_name(file.name)}: not a MiniMax H3 DiT in the original layout (no video_patch_proj, final_layer.video_out "
+        names = ", ".join(echo_name(t.name) for t in tensors[:3]) or "none"
+        return (f"{where}: not a MiniMax H3 DiT in the original layout (no video_patch_proj, final_layer.video_out "
                 f"and blocks.N.attn.qkv_proj of 3 x width rows; its first tensors: {names})")
     fused = [t for t in tensors if FUSED_QKV.fullmatch(t.name)]
     blocks, width = len(fused), fused[0].shape[1]
     layers, hidden = int(config.get("num_layers", -1)), int(config.get("hidden_size", -1))
     if (blocks, width) != (layers, hidden):
-        return (f"{echo_name(file.name)}: a DiT of {blocks} blocks of width {width}, but the model's transformer/config.json "
+        return (f"{where}: a DiT of {blocks} blocks of width {width}, but the model's transformer/config.json "
                 f"says {layers} blocks of width {hidden}; give --model the folder of the same model size")
     return None
