@@ -137,7 +137,7 @@ def fill_from_video(file_id: str, settings: dict[str, Any], checkpoints: dict[st
 def carry_inputs(job_id: int, spec: dict[str, Any]) -> None:
     """Keep job `job_id`'s own copies of its input files for the form (an uploader cannot be pre-filled), and say
     which are gone."""
-    from jobs.inputs import input_copies
+    from jobs.input_copies import input_copies
     from models.params import INPUT_FILE_FIELDS
     from storage.artifacts import ArtifactError
 

@@ -66,14 +66,16 @@ def prune(module: nn.Module, paths: list[str]) -> None:
 
 
 class NotLoaded(nn.Module):
-    """Stands where a submodule was left unread; calling it says so instead of computing garbage."""
+    """Stands where a submodule was left unread, or a released component was; calling it says so instead of
+    computing garbage."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, why: str = "this workflow does not use it"):
         super().__init__()
         self.path = path
+        self.why = why
 
     def forward(self, *args, **kwargs):
-        raise RuntimeError(f"{self.path} was not loaded: this workflow does not use it")
+        raise RuntimeError(f"{self.path} was not loaded: {self.why}")
 
 
 def _excluder(paths: list[str]) -> Callable[[str], bool]:

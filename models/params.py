@@ -455,10 +455,10 @@ def _lora_problems(params: GenerateParams) -> dict[str, str]:
 
 
 def _workflow_problems(params: GenerateParams, model: ModelSpec) -> dict[str, str]:
-    """The workflow and its input files: each image must pass `models.inputs.check_image`, each clip
+    """The workflow and its input files: each image must pass `models.input_images.check_image`, each clip
     `models.clips.check_clip`."""
     from .clips import InputClipError, check_clip
-    from .inputs import InputImageError, check_image
+    from .input_images import InputImageError, check_image
     from .workflows import WORKFLOW_CLIPS, WORKFLOWS, workflow_inputs
 
     workflow = params.resolved_workflow

@@ -53,7 +53,7 @@ from .classes import component_config
 from .components import AUX_COMPONENTS, load_aux
 from .encode import silence_non_finite, write_mp4
 from .video_settings import video_settings
-from .inputs import open_image
+from .input_images import open_image
 from .levers import LEVER_FIELDS, is_lossless, lever_key, lever_problems
 from .params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
 from .residency import plan_placements
