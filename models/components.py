@@ -114,7 +114,8 @@ def load_component(
     Raises CheckpointError / PlacementError naming the folder and tensor.
     """
     folder = Path(root) / name
-    config = component_config(Path(root), name)
+    # A DiT from a single file may use diffusers' defaults where the folder has no config (submit checked the fit).
+    config = read_config(folder) if single_file is None else component_config(Path(root), name)
     if single_file is not None and is_gguf(Path(single_file)):
         from .gguf import load_gguf_dit
 
