@@ -434,6 +434,8 @@ def _knob_problems(params: GenerateParams) -> dict[str, str]:
         problems["quantize"] = f"{params.quantize!r} given; expected one of {', '.join(QUANTIZATIONS)} or unset"
     if params.gguf_dit and params.quantize is not None:
         problems["quantize"] = "a GGUF DiT is quantized already (its own quant type); leave quantize unset"
+    if params.gguf_dit and params.parallel != 1:
+        problems["parallel"] = "is not combined with a GGUF DiT (not tried together yet)"
     if params.gguf_dit and params.loras:
         problems["loras"] = ("a GGUF DiT's weights stay packed, so no LoRA can be merged into them; use the "
                              "safetensors single file")

@@ -143,6 +143,8 @@ def test_corrupt_or_unrunnable_gguf_files_are_refused_at_submit_in_one_line(h3_t
         "not a MiniMax H3 DiT in the original layout")
     with pytest.raises(GenerateParamsError, match="quantize: a GGUF DiT is quantized already"):
         validate_params(replace(FAST, transformer=str(tmp_path / "good.gguf"), quantize="int8"), ModelSpec.read(h3_tiny))
+    with pytest.raises(GenerateParamsError, match="parallel: is not combined with a GGUF DiT"):
+        validate_params(replace(FAST, transformer=str(tmp_path / "good.gguf"), parallel=2), ModelSpec.read(h3_tiny))
 
 
 def test_without_the_gguf_package_a_gguf_dit_is_refused_naming_the_extra(h3_tiny, tmp_path, monkeypatch):
