@@ -4,9 +4,13 @@ the box once, draw the live frame, route.
     streamlit run app.py        (binds 127.0.0.1 by its .streamlit/config.toml; see dashboard/bind.py)
 """
 
-import streamlit as st
+from loader.process import configure_process
 
-from dashboard import frame, nav
+configure_process()  # before the pages import anything of diffusers' or transformers'
+
+import streamlit as st  # noqa: E402
+
+from dashboard import frame, nav  # noqa: E402
 
 st.set_page_config(page_title="Drainboard", page_icon=":material/water_drop:", layout="wide")
 st.session_state[nav.ROUTER_KEY] = True

@@ -23,7 +23,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from loader.process import configure_process  # noqa: E402
+
+configure_process()  # an entry point: the hub offline, the mmap threshold fixed, as a job child
 
 
 def main() -> int:
@@ -69,6 +71,7 @@ def main() -> int:
             peaks["allocated"] = max(peaks["allocated"], sample.device_allocated)
             peaks["reserved"] = max(peaks["reserved"], sample.device_reserved)
 
+        configure_process(args.device)  # the device's settings, before anything pins
         result = run_generate(args.root, params, Path(tmp) / "clip.mp4", device=args.device, device_info=info,
                               sequential_components=args.sequential, probe=probe, sample_interval=0.005,
                               on_sample=on_sample)

@@ -56,7 +56,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_forecast_cuda import with_reference_dit, write_sparse_h3  # noqa: E402  (bench/ is not a package)
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from loader.process import configure_process  # noqa: E402
+
+configure_process()  # an entry point: the hub offline, the mmap threshold fixed, as a job child
 
 GiB = 2**30
 PROMPT = "a red fox running through fresh snow at dawn"
@@ -232,6 +234,7 @@ def child_ours(args, tracker: Tracker) -> dict:
     params = GenerateParams(prompt=PROMPT, frames=args.frames, height=args.height, width=args.width,
                             steps=args.steps, seed=args.seed, quantize=args.quantize, **inputs)
     start = time.monotonic()
+    configure_process(args.device)  # the device's settings, before anything pins
     result = pipeline.run_generate(
         args.root, params, clip, device=args.device, offload=settings,
         sequential_components=True if args.placement in ("sequential", "offloadseq") else (None if offload else False),

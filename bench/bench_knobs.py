@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -25,7 +24,9 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from loader.process import configure_process  # noqa: E402
+
+configure_process()  # an entry point: the hub offline, the mmap threshold fixed, as a job child
 
 
 def psnr(test, reference) -> float:
@@ -110,6 +111,7 @@ def quant_cases(root: str, device: str, kinds: list[str], height: int | None, wi
     rows, reference = [], None
     with tempfile.TemporaryDirectory() as tmp:
         for kind in [None, *kinds]:
+            configure_process(device)  # the device's settings, before anything pins
             result = run_generate(root, replace(params, quantize=kind), Path(tmp) / f"{kind}.mp4", device=device)
             with av.open(result.out_path) as c:
                 frames = np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)]) / 255.0

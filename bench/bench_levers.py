@@ -12,7 +12,7 @@ A dry run of the harness on a CPU (the tiny profile, seconds per case; compile t
 
 1. Checkpoint: `--root`, or the profile written under `--work` (`h3`: headers with holes, so zero weights,
    `bench/check_forecast_cuda.write_sparse_h3`; `tiny`/`demo`: random weights, `python -m models synth`).
-2. Cases, each in a fresh process, t2va at the checkpoint's default canvas, `--frames` (124), `--steps` (8;
+2. Cases, each in a fresh process, t2va at `--canvas` (default: the checkpoint's), `--frames` (124), `--steps` (8;
    `@cache` cases `--cache-steps`, 20, as a step cache needs steps to reuse), seed 0, sequential residency, every
    offload flag off: `exact`, `exact-repeat` (the tolerance: the same run twice), each attention backend the
    device runs, `compile`, `fp8-compute`, `taylorseer@cache` against `exact@cache`; then `best-lossless` (the
@@ -31,14 +31,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from loader.process import configure_process  # noqa: E402
+
+configure_process()  # an entry point: the hub offline, the mmap threshold fixed, as a job child
 
 LOSSLESS_GOAL, LOSSY_GOAL = 0.85, 0.5
 """s/step over the exact run's: the best lossless set's goal and the best set's."""
@@ -83,9 +84,11 @@ def run_child(spec: dict) -> dict:
     from models.params import GenerateParams
     from models.pipeline import run_generate
 
-    params = GenerateParams(prompt=PROMPT, frames=spec["frames"], steps=spec["steps"], seed=0, **spec["levers"])
+    params = GenerateParams(prompt=PROMPT, frames=spec["frames"], height=spec.get("height"), width=spec.get("width"),
+                            steps=spec["steps"], seed=0, **spec["levers"])
     off = OffloadSettings(**{name: False for name in OffloadSettings().to_dict()})
     started = time.monotonic()
+    configure_process(spec["device"])  # the device's settings, before anything pins
     result = run_generate(spec["root"], params, spec["mp4"], device=spec["device"], offload=off,
                           sequential_components=True)
     if spec["device"].startswith("cuda"):
@@ -128,7 +131,7 @@ def checkpoint(args) -> Path:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from check_forecast_cuda import write_sparse_h3
 
-        write_sparse_h3(root, "h3", ["text_encoder", "transformer", "vae", "audio_vae"])
+        write_sparse_h3(root, "h3")  # every folder the run reads, tokenizer and schedulers too
     else:
         subprocess.run([sys.executable, "-m", "models", "synth", str(root), "--profile", args.profile], check=True,
                        cwd=Path(__file__).resolve().parents[1])
@@ -143,6 +146,7 @@ def main() -> int:
     parser.add_argument("--work", default=".levers", help="checkpoint, MP4s and per-case results")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--frames", type=int, default=124)
+    parser.add_argument("--canvas", help="HEIGHTxWIDTH (default: the checkpoint's default canvas)")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--cache-steps", type=int, default=20)
     parser.add_argument("--cases", default=",".join(CASES))
@@ -177,7 +181,9 @@ def main() -> int:
             print(f"{case}: not started, the --budget of {args.budget:.0f} s is spent (run again with --resume)")
             continue
         steps = args.cache_steps if case.endswith("@cache") else args.steps
-        spec = {"root": str(root), "device": args.device, "frames": args.frames, "steps": steps, "levers": levers,
+        height, width = map(int, args.canvas.split("x")) if args.canvas else (None, None)
+        spec = {"root": str(root), "device": args.device, "frames": args.frames, "height": height, "width": width,
+                "steps": steps, "levers": levers,
                 "mp4": str(work / f"{case}.mp4"), "result": str(work / "results" / f"{case}.json")}
         print(f"{case}: {levers or 'no lever'}, {steps} steps", flush=True)
         child = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], text=True,
@@ -191,7 +197,7 @@ def main() -> int:
     rows = table(results, work)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "levers.json").write_text(json.dumps({"device": args.device, "root": str(root),
-                                                            "frames": args.frames, "steps": args.steps,
+                                                            "frames": args.frames, "canvas": args.canvas, "steps": args.steps,
                                                             "cache_steps": args.cache_steps, "rows": rows}, indent=2))
     return 0
 

@@ -41,7 +41,7 @@ def make_checkpoint(out: Path, size: int, shard_size: int) -> Path:
     deterministic, never zeros, in shards of about `shard_size`, with an index and a config.json."""
     import torch
 
-    from models.safetensors_stream import TensorSpec, plan_shards, write_component
+    from loader.safetensors_file import TensorSpec, plan_shards, write_component
 
     shape = (7168, 5376)
     count = max(1, size // (shape[0] * shape[1] * 2))

@@ -6,7 +6,7 @@ cases interleaved `--repeat` times, medians shown. Per case: wall seconds of the
 (for `merged`, preparing the LoRA, its factors read and converted and PEFT's scales learnt, happens before the
 load's first tensor is read and is timed apart as `prep`; for `diffusers`, from its first byte read), and the peak
 resident growth over the process after its imports, preparation included (VmHWM - VmRSS then), as a ratio of the
-DiT's bytes, with glibc's mmap threshold fixed as a generate run fixes it (`machine.host_heap`). PEFT, which a
+DiT's bytes, with glibc's mmap threshold fixed as every entry point fixes it (`loader.process`). PEFT, which a
 LoRA job imports and a plain one does not, is imported before the clock in every case (so the baselines match) and
 its import timed apart.
 
@@ -50,16 +50,21 @@ def status(field):
         if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
 
+<<<<<<< HEAD
 from machine.host_heap import return_large_frees_to_os
 return_large_frees_to_os()  # as a generate run does first: freed temporaries leave the resident set
 torch.matmul(torch.ones(8, 8), torch.ones(8, 8)).bfloat16().float()  # BLAS paged in, as a DiT's first call does
+=======
+from loader.process import configure_process
+configure_process()  # as a job child does first: freed temporaries leave the resident set
+>>>>>>> main
 case, root, lora = sys.argv[1], sys.argv[2], sys.argv[3]
 config = json.load(open(f"{root}/transformer/config.json"))
 base = status("VmRSS")
 t = time.perf_counter()
 if case == "floor":  # the merge's arithmetic alone: the same merges on weights and factors already in memory
     from models.lora_merge import merge_delta
-    from models.components import build_empty
+    from models.classes import build_empty
     from safetensors.torch import load_file
     factors = load_file(lora)
     pairs = []
@@ -103,7 +108,7 @@ def write_lora(root: Path, out: Path, rank: int) -> Path:
     import torch
     from safetensors.torch import save_file
 
-    from models.components import build_empty
+    from models.classes import build_empty
 
     module = build_empty(json.loads((root / "transformer" / "config.json").read_text()))
     g = torch.Generator().manual_seed(rank)

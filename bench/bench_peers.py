@@ -98,8 +98,7 @@ def make_checkpoint(out: Path, shard_bytes: int = 4 * 2**30, specs_file: Path = 
     """
     import torch
 
-    writer = _writer_module()
-    TensorSpec, plan_shards, write_safetensors = writer.TensorSpec, writer.plan_shards, writer.write_safetensors
+    from loader.safetensors_file import TensorSpec, plan_shards, write_safetensors
 
     data = json.loads(specs_file.read_text())
     clip = (lambda d: min(d, max_dim)) if max_dim else (lambda d: d)
@@ -125,19 +124,6 @@ def make_checkpoint(out: Path, shard_bytes: int = 4 * 2**30, specs_file: Path = 
     (out / f"{stem}.safetensors.index.json").write_text(json.dumps(index))
     (out / "config.json").write_text(json.dumps({"_class_name": "BenchPrunedDiT"}))
     return out
-
-
-def _writer_module():
-    """models/safetensors_stream.py alone: importing the `models` package would pull in the whole pipeline
-    (diffusers, PyAV), which the GPU host does not have."""
-    import importlib.util
-
-    file = Path(__file__).resolve().parents[1] / "models" / "safetensors_stream.py"
-    spec = importlib.util.spec_from_file_location("drainboard_safetensors_stream", file)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
 
 
 def shard_files(path: Path) -> list[Path]:

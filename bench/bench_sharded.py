@@ -57,7 +57,7 @@ H3_ROOT = {
 
 def make_checkpoint(out: Path, size: int, shard_bytes: int = 4 * GiB) -> Path:
     """An H3-shaped bf16 component folder of at least `size` bytes (whole blocks), deterministic, never zeros."""
-    from models.safetensors_stream import TensorSpec, plan_shards, write_component
+    from loader.safetensors_file import TensorSpec, plan_shards, write_component
 
     block_bytes = sum(torch.Size(s).numel() * 2 for s in H3_BLOCK.values())
     blocks = -(-size // block_bytes)

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from loader.process import configure_process  # noqa: E402
+
+configure_process()  # an entry point: the hub offline, the mmap threshold fixed, as a job child
 
 
 def child(root: str, device: str, case: str) -> dict:
@@ -31,10 +32,8 @@ def child(root: str, device: str, case: str) -> dict:
     import torch
     from diffusers.modular_pipelines.minimax_h3.encoders import encode_vae_condition
 
-    from machine.host_heap import return_large_frees_to_os
     from models.components import load_component
 
-    return_large_frees_to_os()
     frames, height, width = (int(x) for x in case.split("x"))
     cuda = device.startswith("cuda")
     vae, _ = load_component(root, "vae", device=device, dtype=torch.bfloat16)

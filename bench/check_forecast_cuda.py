@@ -1,14 +1,16 @@
 """The generate forecast on CUDA against a measured real-size run, stage by stage (not a test).
 
-    python bench/check_forecast_cuda.py [bench/results/generate_h3_h200.json] [--root DIR]
-    python bench/check_forecast_cuda.py bench/results/generate_h3_h200_offload.json   # the offload runs
+    python bench/check_forecast_cuda.py [SUMMARY.json ...] [--root DIR]
+    python bench/check_forecast_cuda.py tests/models/h200_runs/t2va_offload.json   # the offload runs only
 
-The measured file is the summary `bench/bench_h3_generate.py` writes (one H200, the `h3` profile at
-real size; the committed one is from 2026-12-02). The forecast needs only headers and configs, so this
-writes the `h3` profile with every shard's data left as a hole (a sparse file: 135 GB apparent, under
-1 MB on disk, ten seconds) and forecasts each of our measured runs on an H200's DeviceInfo. The measured
-sum is peak VmRSS plus torch's reserved device memory; the CUDA context is outside torch's figure, so the
-forecast's context term is left out of the comparison (it is in the job's predicted peak).
+A measured file is the summary `bench/bench_h3_generate.py` writes (one H200, the `h3` profile at real
+size), or a trimmed copy of one: the default is every file in tests/models/h200_runs/, the stage peaks of
+the runs docs/benchmarks.md reports, kept for this check and its slow test. The forecast needs only
+headers and configs, so this writes the `h3` profile with every shard's data left as a hole (a sparse
+file: 135 GB apparent, under 1 MB on disk, ten seconds) and forecasts each of our measured runs on an
+H200's DeviceInfo. The measured sum is peak VmRSS plus torch's reserved device memory; the CUDA context is
+outside torch's figure, so the forecast's context term is left out of the comparison (it is in the job's
+predicted peak).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def write_sparse_h3(root: Path, profile: str = "h3", components: list[str] | Non
     header written and its data a hole."""
     import models.h3synth as synth
     from models.profiles import get_profile
-    from models.safetensors_stream import header_bytes
+    from loader.safetensors_file import header_bytes
 
     def headers_only(path, shard, chunks, on_bytes=None) -> None:
         head = header_bytes(shard)
@@ -64,6 +66,11 @@ def with_reference_dit(profile):
     if "transformer_ref" in profile.components:
         return profile
     return replace(profile, components=(*profile.components, "transformer_ref"))
+
+
+def committed_runs() -> list[Path]:
+    """The trimmed summaries of the H200 runs docs/benchmarks.md reports (t2va, offload, fl2va, ref2va)."""
+    return sorted((Path(__file__).resolve().parent.parent / "tests" / "models" / "h200_runs").glob("*.json"))
 
 
 def compare(measured: dict, root: Path) -> list[dict]:
@@ -106,25 +113,27 @@ def compare(measured: dict, root: Path) -> list[dict]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("measured", nargs="?", default=str(Path(__file__).parent / "results" / "generate_h3_h200.json"))
+    parser.add_argument("measured", nargs="*", type=Path, default=committed_runs(),
+                        help="summaries of bench_h3_generate.py (default: the committed H200 runs)")
     parser.add_argument("--root", help="an existing (sparse) h3 checkpoint; default: write one in a temporary folder")
     parser.add_argument("--write-sparse", metavar="DIR", help="only write the sparse h3 checkpoint to DIR and stop")
     args = parser.parse_args()
     if args.write_sparse:
         write_sparse_h3(Path(args.write_sparse))
         return 0
-    measured = json.loads(Path(args.measured).read_text())
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.root) if args.root else Path(tmp) / "h3"
         if not args.root:
             write_sparse_h3(root)
-        rows = compare(measured, root)
-    print(f"{'run':<22} {'canvas':<10} {'stage':<16} {'predicted GiB':>13} {'measured GiB':>13} {'ratio':>6}")
+        rows = [{"summary": path.stem, **row} for path in args.measured
+                for row in compare(json.loads(path.read_text()), root)]
+    print(f"{'summary':<13} {'run':<20} {'canvas':<10} {'stage':<16} {'predicted GiB':>13} {'measured GiB':>13} "
+          f"{'ratio':>6}")
     for r in rows:
-        print(f"{r['run']:<22} {r['canvas']:<10} {r['stage']:<16} {r['predicted_gib']:>13.2f} "
+        print(f"{r['summary']:<13} {r['run']:<20} {r['canvas']:<10} {r['stage']:<16} {r['predicted_gib']:>13.2f} "
               f"{r['measured_gib']:>13.2f} {r['ratio']:>6.3f}")
     worst = max(rows, key=lambda r: abs(r["ratio"] - 1))
-    print(f"worst: {worst['run']} {worst['stage']} {worst['ratio']:.3f}; within 10 %: "
+    print(f"worst: {worst['summary']} {worst['run']} {worst['stage']} {worst['ratio']:.3f}; within 10 %: "
           f"{sum(abs(r['ratio'] - 1) <= 0.10 for r in rows)} of {len(rows)}")
     return 0
 

@@ -18,14 +18,15 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from loader.process import configure_process  # noqa: E402
+
+configure_process()  # an entry point: the hub offline, the mmap threshold fixed, as a job child
 
 
 def _merged(items: list[str]) -> list[tuple[str, str, Any, dict[str, int]]]:

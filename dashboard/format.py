@@ -120,8 +120,11 @@ METRIC_LABELS: dict[str, str] = {
     "throughput_gbps": "Throughput",
     "raw_read_gbps": "Raw read rate",
     "read_efficiency": "Read efficiency",
+    "steps_computed": "Transformer passes computed",
+    "steps_reused": "Transformer passes reused (step cache)",
 }
-"""Readable names for the load report's metric names (`loader.report.LoadReport`); others are derived from the name."""
+"""Readable names for metric names the name alone says badly (the load report's, `loader.report.LoadReport`, and a
+generate's step counts); others are derived from the name."""
 
 
 def metric_label(name: str) -> str:

@@ -14,7 +14,7 @@ from dashboard import format as fmt
 from dashboard.form_state import ERRORS_KEY, key
 from dashboard.host import read_host_memory
 from dashboard.charts.style import readable
-from dashboard.host_charts import fit_bar
+from dashboard.charts.host import fit_bar
 from dashboard.views import eta as ev
 from dashboard.views import fit
 from dashboard.views.checkpoints import CheckpointChoice
@@ -86,8 +86,9 @@ def plan_panel(found: dict | None) -> None:
     st.subheader("Plan", anchor=False)
     st.markdown(plan_markdown(planned))
     choice = planned["chosen"]
-    line = f"Runs {planned['candidates'][choice]['label']}: {planned['why']}." if choice is not None else \
-        f"Nothing fits: {planned['why']}."
+    why = planned["why"]
+    line = f"Runs {planned['candidates'][choice]['label']}: {why}." if choice is not None else \
+        f"{why[:1].upper()}{why[1:]}."  # the fit verdict of the first candidate
     (st.caption if choice is not None else st.error)(line)
 
 

@@ -273,9 +273,10 @@ def single_file_fields() -> dict[str, Any]:
     cols = st.columns([3, 1])
     path = cols[0].text_input(
         "Single-file transformer (optional)", key=key("gen_transformer"), placeholder="/models/minimax_h3_dit.safetensors",
-        help="One .safetensors DiT in the original layout (blocks.N.attn.qkv_proj, mlp.fc1, final_layer): its "
-             "weights replace the checkpoint's transformer; the checkpoint supplies the text encoder, VAEs, "
-             "tokenizer, schedulers and the DiT's config. It must lie under a model root.")
+        help="One .safetensors DiT in the original layout (blocks.N.attn.qkv_proj, mlp.fc1, final_layer), or a "
+             ".gguf one kept quantized (needs requirements-gguf.txt): its weights replace the checkpoint's "
+             "transformer; the checkpoint supplies the text encoder, VAEs, tokenizer, schedulers and the DiT's "
+             "config. It must lie under a model root.")
     layout = cols[1].selectbox(
         "Its qkv rows", QKV_LAYOUTS, key=key("gen_qkv_layout"),
         help="stacked [q; k; v] (every published single file) or interleaved per head (a file merged by hand from "

@@ -37,7 +37,8 @@ import sqlite_utils
 from jobs.spec import JobSpec
 from machine.device import DeviceInfo, probe_device
 from core.errors import DrainboardError
-from core.sizes import format_size
+from machine.walls import StageNeed, WallCheck, Walls, job_needs, tightest, verdict
+from machine.walls import wall_checks as machine_wall_checks
 from storage.config import Config
 
 GiB = 2**30
@@ -50,55 +51,6 @@ class JobRefused(DrainboardError):
     def __init__(self, message: str, admission: "Admission | None" = None):
         super().__init__(message)
         self.admission = admission
-
-
-@dataclass(frozen=True)
-class StageNeed:
-    """What one stage of the job is predicted to hold, above the process."""
-
-    stage: str
-    """Stage name (`text_encoder`, `decode.video`, `load.transformer`)."""
-    host: int
-    """Host bytes."""
-    device: int
-    """Device bytes (0 on CPU; on unified memory the same pool as the host)."""
-    file_backed: int
-    """Of `host`, checkpoint pages mapped from files (reclaimable: a cgroup limit does not hold them)."""
-
-
-@dataclass(frozen=True)
-class WallCheck:
-    """One stage's predicted peak against one wall, as the refusal line and the Run page's fit bar say it."""
-
-    stage: str
-    """The stage (`decode.video`)."""
-    wall: str
-    """`budget`, `available` (MemAvailable, less the floor when one is set), `limit` or `device`."""
-    peak: int
-    """What the wall counts of the stage, in bytes."""
-    allowance: int
-    """What the wall allows, in bytes (may be <= 0: already hit)."""
-    label: str
-    """How the line names the wall: `the 64.0 GiB budget`."""
-    floor: int = 0
-    """For `available`: the floor taken off MemAvailable (0 with none)."""
-
-    @property
-    def share(self) -> float:
-        """peak / allowance; inf when the wall is already hit."""
-        return self.peak / self.allowance if self.allowance > 0 else float("inf")
-
-    @property
-    def over(self) -> bool:
-        return self.peak > self.allowance
-
-    @property
-    def line(self) -> str:
-        """`decode.video would peak at 71.2 GiB, over the 64.0 GiB budget` (`under` when it fits)."""
-        return f"{self.stage} would peak at {_gib(self.peak)}, {'over' if self.over else 'under'} {self.label}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "line": self.line}
 
 
 @dataclass(frozen=True)
@@ -195,21 +147,6 @@ MAX_WALL = 2**62
 """A wall no job reaches: what `assess` sets to learn what a budget or limit the user left unset would count."""
 
 
-def job_needs(checks: list[WallCheck], walls: tuple[str, ...] | None = None) -> dict[str, int]:
-    """What the whole job needs of each wall in `checks` (of `walls` only, when given): its largest stage there,
-    the least setting of a budget or limit under which every stage fits."""
-    found: dict[str, int] = {}
-    for c in checks:
-        if walls is None or c.wall in walls:
-            found[c.wall] = max(found.get(c.wall, 0), c.peak)
-    return found
-
-
-def verdict(check: WallCheck, need: int) -> str:
-    """The refusal, once, for the whole job: `refused: needs 690.0 MiB, over the 230.0 MiB budget`."""
-    return f"refused: needs {_gib(need)}, over {check.label}"
-
-
 REMEDIES = {
     "budget": ("set the budget to at least that", "pass --memory-budget {need} or more"),
     "limit": ("set the limit to at least that", "pass --memory-limit {need} or more"),
@@ -238,7 +175,8 @@ def admit(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = None
         except (DrainboardError, ValueError, OSError):
             plan = None  # a checkpoint the forecast cannot read: the job itself reports it, naming the file
         if plan is not None and plan.choice is None and not spec.forced:
-            raise JobRefused(f"refused: --plan {spec.plan}: {plan.why}; --force queues the request as given")
+            first = plan.candidates[0] if plan.candidates else None
+            raise JobRefused(plan.why + (f": {remedy(first.wall_name, first.need, cli=True)}" if first else ""))
     admission = assess(spec, config, db, **kwargs)
     if admission is None:
         return spec
@@ -252,9 +190,10 @@ def _generate_needs(spec: JobSpec, info: DeviceInfo, db):
     from jobs.history import stage_records
     from models.eta import device_key, estimate, stage_work
     from models.levers import lever_key
+    from models.plan import stage_needs
 
     forecast = _generate_forecast(spec, info)
-    needs = _stage_needs(forecast)
+    needs = stage_needs(forecast)
     work = stage_work(forecast)
     records = stage_records(db) if db is not None else []
     eta = [e.to_dict() for e in estimate(work, records, device_key(info.kind, info.name),
@@ -276,16 +215,6 @@ def _generate_forecast(spec: JobSpec, info: DeviceInfo):
                              resolved=True)
 
 
-def _stage_needs(forecast) -> list[StageNeed]:
-    """Each stage's need; a reference clip's decode is a stage of its own before any weight."""
-    needs = [StageNeed(s.stage, s.host_bytes, s.device_bytes, 0) for s in forecast.stages]
-    if forecast.clip_decode_bytes:
-        from models.clips import READ_CLIP
-
-        needs.insert(0, StageNeed(READ_CLIP, forecast.clip_decode_bytes, 0, 0))
-    return needs
-
-
 def plan_job(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = None, *, probe: Probe = probe_device,
              available: int | None = None, total: int | None = None):
     """`spec`'s `--plan fastest`: every candidate (`models.plan`) forecast against the job's own walls and timed
@@ -294,7 +223,7 @@ def plan_job(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = N
     from jobs.guard import read_meminfo
     from jobs.history import stage_records
     from models.eta import device_key
-    from models.plan import plan_fastest, planned
+    from models.plan import plan_fastest, planned, stage_needs, startup_words
     from models.quantize_check import cuda_capability
 
     info = probe(spec.device)
@@ -306,17 +235,17 @@ def plan_job(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = N
     def forecast_for(params, sequential: bool):
         return _generate_forecast(replace(spec, generate=params, sequential_components=sequential), info)
 
-    startup = learned_process("generate", device_key(info.kind, info.name), db).startup_bytes or 0
+    process = learned_process("generate", device_key(info.kind, info.name), db)
 
     def check(forecast):
-        nearest = tightest(wall_checks(spec, config, info, _stage_needs(forecast),
-                                       startup + forecast.process_host_bytes, forecast.process_device_bytes,
-                                       available, total))
-        return None if nearest is None else (nearest.stage, nearest.line, nearest.over)
+        return wall_checks(spec, config, info, stage_needs(forecast),
+                           (process.startup_bytes or 0) + forecast.process_host_bytes,
+                           forecast.process_device_bytes, available, total)
 
     plan = plan_fastest(spec.generate, device=spec.device, capability=cuda_capability(info.kind, info.index),
                         device_key=device_key(info.kind, info.name), forecast_for=forecast_for, check=check,
-                        records=stage_records(db) if db is not None else [], lossy=spec.plan_lossy,
+                        records=stage_records(db) if db is not None else [],
+                        startup=startup_words(process.startup_bytes, process.basis), lossy=spec.plan_lossy,
                         sequential=spec.sequential_components)
     if plan.choice is None:
         return replace(spec, planned=plan.to_dict()), plan
@@ -335,36 +264,14 @@ def _load_needs(spec: JobSpec, info: DeviceInfo) -> list[StageNeed]:
 
 def wall_checks(spec: JobSpec, config: Config, info: DeviceInfo, needs: list[StageNeed], startup: int,
                 process_device: int, available: int, total: int) -> list[WallCheck]:
-    """Every stage against every wall that applies, in run order: each host wall counts the job's `startup` and
-    the stage, as the guard counts growth over the job's start (docs/metrics.md, "A job's memory")."""
+    """Every stage of `spec` against every wall that applies to it (`machine.walls.wall_checks`): its budget and
+    floor (the configured floor when it sets none), its memory limit, MemAvailable and a discrete GPU's memory."""
     from jobs.guard import job_limits
 
-    shared = info.kind == "cpu" or info.unified_memory
     limits = job_limits(spec.memory_budget, spec.memory_floor, config, unified=info.unified_memory, total=total)
-    floor = limits.floor or 0
-    checks = []
-    for need in needs:
-        pooled = need.host + (need.device if shared else 0)
-        if limits.budget is not None:
-            checks.append(WallCheck(need.stage, "budget", startup + pooled, limits.budget,
-                                    f"the {_gib(limits.budget)} budget"))
-        checks.append(WallCheck(need.stage, "available", startup + pooled, available - floor,
-                                f"the {_gib(available)} MemAvailable less the {_gib(floor)} floor" if floor
-                                else f"the {_gib(available)} MemAvailable", floor))
-        if spec.memory_limit is not None:
-            checks.append(WallCheck(need.stage, "limit", startup + need.host - need.file_backed, spec.memory_limit,
-                                    f"the {_gib(spec.memory_limit)} memory limit (anonymous memory; file-backed pages "
-                                    f"are reclaimable)"))
-        if not shared and info.total_memory:
-            checks.append(WallCheck(need.stage, "device", need.device, info.total_memory - process_device,
-                                    f"{info.name}'s {_gib(info.total_memory)} less the {_gib(process_device)} CUDA context"))
-    return checks
-
-
-def tightest(checks: list[WallCheck]) -> WallCheck | None:
-    """The check nearest its wall (the first refused, when any is over)."""
-    over = [c for c in checks if c.over]
-    return over[0] if over else max(checks, key=lambda c: c.share, default=None)
+    walls = Walls(available, limits.floor or 0, limits.budget, spec.memory_limit,
+                  info.kind == "cpu" or info.unified_memory, info.total_memory, info.name)
+    return machine_wall_checks(needs, walls, startup, process_device)
 
 
 def _first_refusal(spec: JobSpec, config: Config, info: DeviceInfo, needs: list[StageNeed], startup: int,
@@ -374,5 +281,3 @@ def _first_refusal(spec: JobSpec, config: Config, info: DeviceInfo, needs: list[
     return None if over is None else verdict(over, job_needs(checks)[over.wall])
 
 
-def _gib(nbytes: int) -> str:
-    return format_size(nbytes)

@@ -27,6 +27,7 @@ from core.command_line import quiet_import_chatter
 from core.diskspace import free_bytes, is_disk_full
 from core.echo import echo_name
 from core.errors import DiskFullError
+from loader.process import configure_process
 from storage.config import Config, resolved_config
 from storage.connections import is_database_full
 
@@ -95,6 +96,7 @@ def _run(job_id: int, reporter: Reporter, data_dir: Path, config: Config) -> int
     if mismatch is not None:
         reporter.error(mismatch, None)
         return EXIT_FAILED
+    configure_process(spec.device)  # the device's settings, before anything of the job's runs
     signal.signal(signal.SIGTERM, _on_sigterm)
     probe = MemoryProbe(spec.device, cgroup_file=os.environ.get(ENV_CGROUP_USAGE) or None)
     sample_fd = os.environ.get(ENV_SAMPLE_FD)
@@ -180,6 +182,7 @@ def main(job_id: int) -> int:
     """Run the job and return the exit code, a full disk included (the database may refuse even the first writes);
     a job stopped by SIGTERM ends this process by that signal once everything is flushed. An installed torchao's
     import-time warnings stay out of the job's log (`core.command_line.IMPORT_CHATTER`)."""
+    configure_process()
     quiet_import_chatter()
     try:
         code = run_job(job_id)

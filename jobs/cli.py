@@ -31,6 +31,7 @@ from core.dtype_names import DTYPE_HELP
 from core.diskspace import free_bytes, is_disk_full
 from core.errors import DiskFullError
 from core.sizes import MAX_SIZE
+from loader.process import configure_process
 from models.request_args import add_plan_arguments, add_workflow_arguments, workflow_fields
 from storage.config import Config, load_config
 from storage.connections import is_database_full, refusal_error
@@ -61,6 +62,7 @@ Command = Callable[[argparse.Namespace, Config, sqlite_utils.Database], int]
 
 
 def main(argv: list[str] | None = None) -> int:
+    configure_process()
     return run_cli(build_parser, argv)
 
 

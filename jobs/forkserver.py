@@ -233,8 +233,10 @@ def main() -> None:
     import importlib
 
     from jobs.setup import die_with_parent
+    from loader.process import configure_process
 
     die_with_parent()  # and each child dies with this server
+    configure_process()  # before the imports; each forked child inherits it
     sock = socket.socket(fileno=int(os.environ.pop(ENV_SOCKET_FD)))
     for module in PRELOAD:
         importlib.import_module(module)

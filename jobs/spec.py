@@ -240,7 +240,7 @@ def _check_checkpoint(model: str | None, config: Config, problems: _Problems, ki
     if found:
         problems.add("model", "; ".join(found))
     elif kind == "generate" and index is not None:
-        from models.formats import generate_checkpoint_problem
+        from models.single_file import generate_checkpoint_problem
 
         problem = generate_checkpoint_problem(index)
         if problem is not None and not any(name == "model" for name, _ in problems.found):

@@ -17,7 +17,7 @@ Accepted layouts:
 Every file opened (index files, configs, shards, component folders) must
 resolve under a model root first (`roots.ModelRoots`), and every JSON is
 parsed with bounds (`jsonfile`). Nothing here reads a tensor byte: shard
-headers are `shard_header`'s, what is found is described by `metadata`'s
+headers are `safetensors_file`'s, what is found is described by `metadata`'s
 dataclasses, `validate.validate_checkpoint` checks it, and
 `discover_checkpoint` raises one CheckpointError listing every problem
 (`checkpoint_problems` returns them instead). `checked_checkpoint` remembers a
@@ -38,7 +38,7 @@ from core.echo import NAME_LIMIT, echo, echo_name
 from core.errors import CheckpointError, DrainboardError, first_of
 from .metadata import AuxFolder, CheckpointIndex, ComponentMeta
 from .roots import ModelRoots, RootEscape, RootsArg
-from .shard_header import HeaderBudget, read_shard_header
+from .safetensors_file import HeaderBudget, read_shard_header
 from .validate import validate_checkpoint
 
 MODEL_INDEX_FILES = ("modular_model_index.json", "model_index.json")

@@ -24,6 +24,7 @@ from core.command_line import CliParser, dtype_type, run_cli
 from core.dtype_names import DTYPE_HELP
 from .placement import known_placements
 from .model_registry import load_builder_plugins
+from .process import configure_process
 from .report import TensorPlaced
 
 _GiB = 1024**3
@@ -115,6 +116,7 @@ def _load(args: argparse.Namespace) -> int:
         from .sharded.launch import run_sharded_cli
 
         return run_sharded_cli(args)
+    configure_process(args.device)
     progress = _ProgressBar() if sys.stderr.isatty() else None
     if args.builder_plugins:
         load_builder_plugins()
@@ -235,6 +237,7 @@ def main(argv: Sequence[str] | None = None, *, builder_plugins: bool = False) ->
     """Run the command line; `builder_plugins` (what `python -m loader` passes) first loads the model
     builder plugins of the `loader_plugins` namespace (`model_registry.load_builder_plugins`), so `load`
     builds their classes."""
+    configure_process()
     parser = build_parser()
     parser.set_defaults(builder_plugins=builder_plugins)
     return run_cli(parser, argv)

@@ -1,15 +1,11 @@
 """MiniMax H3 in Drainboard: components filled by the loader, synthetic checkpoints, the generate pipeline.
 
 The computation is diffusers' (`MiniMaxH3ModularPipeline`) and transformers'
-(Qwen3-VL); this package adapts it. Importing it sets `HF_HUB_OFFLINE=1`:
-diffusers and transformers read every file from local folders and never
-contact a model hub. diffusers and transformers themselves are imported where
-they are used (`models.components`, `models.h3synth`, inside a run).
+(Qwen3-VL); this package adapts it. diffusers and transformers are imported
+where they are used (`models.components`, `models.h3synth`, inside a run).
+Importing it changes no process-wide setting: the entry points make those
+(`loader.process.configure_process`, which keeps the hub offline).
 """
-
-import os
-
-os.environ["HF_HUB_OFFLINE"] = "1"
 
 _EXPORTS = {"GenerateForecast": "forecast", "forecast_generate": "forecast", "GenerateParams": "params",
             "GenerateParamsError": "params", "ModelSpec": "params", "validate_params": "params",

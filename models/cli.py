@@ -15,11 +15,13 @@ from typing import Sequence
 import torch
 
 from core.command_line import CliParser, dtype_type, run_cli, size_type
+from core.errors import DrainboardError
 from core.sizes import format_size
 from machine.offload_option import add_offload_option
 from core.dtype_names import DTYPE_HELP
 from machine.offload import OffloadSettings
 from loader.placement import known_placements
+from loader.process import configure_process
 
 from .params import GenerateParams
 from .request_args import add_plan_arguments, add_workflow_arguments, lora_roots, workflow_fields
@@ -60,6 +62,7 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    configure_process(args.device)
     fields = workflow_fields(args)
     params = GenerateParams(prompt=args.prompt, frames=args.frames, height=args.height, width=args.width,
                             steps=args.steps, seed=args.seed, audio=not args.no_audio, **fields)
@@ -74,9 +77,23 @@ def _generate(args: argparse.Namespace) -> int:
             print(f"[{event.stage}] {event.message}", file=sys.stderr)
 
     offload = OffloadSettings(**args.offload)
+    dtype = getattr(torch, args.dtype) if args.dtype else None
+    sequential = args.sequential_components
+    if args.plan:
+        from machine.device import probe_device
+
+        from .params import ModelSpec, validate_params
+
+        validate_params(params, ModelSpec.read(args.model_dir))
+        records, processes = _read_history(args.history)
+        try:
+            params, sequential, _ = _planned(args, params, probe_device(args.device), offload,
+                                             dtype.itemsize if dtype is not None else 2, records, processes)
+        except ValueError as e:
+            raise PlanInputError(str(e)) from None
     result = run_generate(
-        args.model_dir, params, args.out, device=args.device, dtype=getattr(torch, args.dtype) if args.dtype else None,
-        mode=args.mode, offload=offload, sequential_components=args.sequential_components, on_event=on_event,
+        args.model_dir, params, args.out, device=args.device, dtype=dtype,
+        mode=args.mode, offload=offload, sequential_components=sequential, on_event=on_event,
         roots=lora_roots(args.model_dir, fields),
     )
     if args.json:
@@ -88,16 +105,41 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+class PlanInputError(DrainboardError):
+    """A model folder or history file a forecast or a plan cannot read."""
+
+
+def _read_history(path: str | None) -> tuple[list, list]:
+    """(stage records, process records) of `--history` FILE; ([], []) without one."""
+    from .eta import StageRecord
+    from .process_size import ProcessRecord
+
+    records, processes = [], []
+    if path:
+        try:
+            for r in json.loads(open(path).read()):
+                if "ready_bytes" in r:
+                    processes.append(ProcessRecord(**r))
+                else:
+                    records.append(StageRecord(**r))
+        except (OSError, ValueError, TypeError) as e:
+            raise PlanInputError(f"{path}: expected a JSON list of stage records (stage, seconds, work,"
+                                 f" device, levers) and process records (kind, device, ready_bytes,"
+                                 f" startup_bytes): {e}") from None
+    return records, processes
+
+
 def _planned(args: argparse.Namespace, params: GenerateParams, info, offload: OffloadSettings, dtype_bytes: int,
-             records=()):
+             records=(), processes=()):
     """`--plan`: the request as the chosen candidate runs it, its residency and the plan (printed on stderr); a
-    plan with nothing that fits is one line."""
-    from core.errors import DrainboardError
+    plan with nothing that fits is its fit verdict, in one line. Its walls count the process start-up learned from
+    `processes`, as a job's plan counts it."""
     from machine.memory import sample_memory
 
     from .eta import device_key
     from .forecast import forecast_generate, resolve_for_generate
-    from .plan import machine_check, plan_fastest, plan_lines, planned
+    from .plan import machine_check, plan_fastest, plan_lines, planned, startup_words
+    from .process_size import estimate_process
     from .quantize_check import cuda_capability
 
     def forecast_for(candidate: GenerateParams, sequential: bool):
@@ -106,30 +148,30 @@ def _planned(args: argparse.Namespace, params: GenerateParams, info, offload: Of
         return forecast_generate(args.model_dir, candidate, device_info=info, settings=settings,
                                  dtype_bytes=dtype_bytes, sequential_components=sequential, resolved=True)
 
-    check = machine_check(info.kind, info.unified_memory, info.total_memory, info.name, sample_memory().mem_available)
+    device = device_key(info.kind, info.name)
+    process = estimate_process(processes, "generate", device)
+    check = machine_check(info.kind, info.unified_memory, info.total_memory, info.name, sample_memory().mem_available,
+                          process.startup_bytes or 0)
     plan = plan_fastest(params, device=info.spec, capability=cuda_capability(info.kind, info.index),
-                        device_key=device_key(info.kind, info.name), forecast_for=forecast_for, check=check,
-                        records=records, lossy=args.allow_lossy, sequential=args.sequential_components)
+                        device_key=device, forecast_for=forecast_for, check=check, records=records,
+                        startup=startup_words(process.startup_bytes, process.basis), lossy=args.allow_lossy,
+                        sequential=args.sequential_components)
     for line in plan_lines(plan.to_dict()):
         print(line, file=sys.stderr)
     if plan.choice is None:
-        raise DrainboardError(f"--plan {args.plan}: {plan.why}")
+        raise DrainboardError(plan.why)
     chosen, sequential = planned(params, plan)
     return chosen, sequential, plan
 
 
 def _forecast(args: argparse.Namespace) -> int:
     from machine.device import probe_device
-    from core.errors import DrainboardError
 
-    from .eta import NO_HISTORY, StageRecord, device_key, estimate, stage_work, total_seconds
+    from .eta import NO_HISTORY, device_key, estimate, stage_work, total_seconds
     from .levers import lever_key
     from .forecast import forecast_generate, resolve_for_generate
     from .params import ModelSpec, validate_params
-    from .process_size import ProcessRecord, estimate_process, job_peak
-
-    class ForecastInputError(DrainboardError):
-        """A model folder or history file the forecast cannot read."""
+    from .process_size import estimate_process, job_peak
 
     params = GenerateParams(prompt=args.prompt, frames=args.frames, height=args.height, width=args.width,
                             steps=args.steps, seed=args.seed, audio=not args.no_audio, **workflow_fields(args))
@@ -137,22 +179,11 @@ def _forecast(args: argparse.Namespace) -> int:
     info = probe_device(args.device)
     offload = OffloadSettings(**args.offload)
     dtype_bytes = getattr(torch, args.dtype).itemsize
-    records, processes = [], []
-    if args.history:
-        try:
-            for r in json.loads(open(args.history).read()):
-                if "ready_bytes" in r:
-                    processes.append(ProcessRecord(**r))
-                else:
-                    records.append(StageRecord(**r))
-        except (OSError, ValueError, TypeError) as e:
-            raise ForecastInputError(f"{args.history}: expected a JSON list of stage records (stage, seconds, work,"
-                                     f" device, levers) and process records (kind, device, ready_bytes,"
-                                     f" startup_bytes): {e}") from None
+    records, processes = _read_history(args.history)
     sequential, plan = args.sequential_components, None
     try:
         if args.plan:
-            params, sequential, plan = _planned(args, params, info, offload, dtype_bytes, records)
+            params, sequential, plan = _planned(args, params, info, offload, dtype_bytes, records, processes)
         settings, decisions = resolve_for_generate(
             args.model_dir, params, offload, info, user_set=tuple(args.offload),
             dtype_bytes=dtype_bytes, sequential_components=sequential)
@@ -160,7 +191,7 @@ def _forecast(args: argparse.Namespace) -> int:
                                      dtype_bytes=dtype_bytes, sequential_components=sequential,
                                      resolved=True)
     except ValueError as e:
-        raise ForecastInputError(str(e)) from None
+        raise PlanInputError(str(e)) from None
     device = device_key(info.kind, info.name)
     etas = {e.stage: e for e in estimate(stage_work(forecast), records, device, lever_key(params.to_dict()))}
     process = estimate_process(processes, "generate", device)
@@ -209,6 +240,13 @@ def _forecast(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_history_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--history", metavar="FILE", help="JSON list of past stage records (stage, seconds, work,"
+                                                          " device, and levers: the lever set) for the seconds"
+                                                          " and process records (kind, device, ready_bytes,"
+                                                          " startup_bytes) for the process; without it: no history")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = CliParser(prog="python -m models", description="MiniMax H3 in Drainboard: synthetic checkpoints, generate",
                        epilog=EXAMPLES)
@@ -250,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--no-audio", action="store_true", help="skip decode.audio and leave out the audio track")
     add_workflow_arguments(gen)
     add_plan_arguments(gen)
+    add_history_argument(gen)
     gen.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
     gen.add_argument("--dtype", type=dtype_type, help=f"compute dtype: {DTYPE_HELP} (default: bfloat16, fp32 modules kept)")
     gen.add_argument("--mode", default="stream", choices=known_placements(), help="loader placement mode (default: stream)")
@@ -286,14 +325,12 @@ def build_parser() -> argparse.ArgumentParser:
     fc.add_argument("--sequential-components", action=argparse.BooleanOptionalAction, default=None,
                     help="per-stage residency (default: on for unified memory)")
     fc.add_argument("--verbose", action="store_true", help="accepted as generate takes it")
-    fc.add_argument("--history", metavar="FILE", help="JSON list of past stage records (stage, seconds, work,"
-                                                      " device, and levers: the lever set) for the seconds"
-                                                      " and process records (kind, device, ready_bytes,"
-                                                      " startup_bytes) for the process; without it: no history")
+    add_history_argument(fc)
     fc.add_argument("--json", action="store_true", help="print one JSON object")
     fc.set_defaults(func=_forecast)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    configure_process()
     return run_cli(build_parser(), argv)

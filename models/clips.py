@@ -30,7 +30,8 @@ from typing import Any
 
 from core.errors import DrainboardError
 
-from .inputs import require_input_file
+from .input_images import require_input_file
+from .video_length import FPS, MAX_SECONDS
 
 CLIP_SUFFIX = ".mp4"
 """The suffix a job's copy of a clip gets (MP4 and MOV share the ISO container; PyAV reads either by content)."""
@@ -42,7 +43,7 @@ MAX_CLIP_SECONDS = 60.0
 """Longest clip accepted; diffusers keeps only as many frames as the request generates (at most 15 s)."""
 MAX_SOUNDTRACK_SECONDS = MAX_CLIP_SECONDS
 """Longest soundtrack accepted, as long as the longest clip: diffusers decodes all of it as float32 (twice over while
-it joins the pieces) and then keeps only as much as the request generates (at most `models.params.MAX_SECONDS`)."""
+it joins the pieces) and then keeps only as much as the request generates (at most `MAX_SECONDS`)."""
 MAX_SOUNDTRACK_RATE = 192_000
 """Highest soundtrack rate accepted (studio masters'): with `MAX_SOUNDTRACK_SECONDS`, it bounds what the decode
 holds (92 MB of stereo float32), which a losslessly compressed track of silence at a made-up rate would not."""
@@ -52,8 +53,6 @@ MAX_CLIP_PIXELS = 3840 * 2160
 """Most pixels per frame accepted (4K UHD)."""
 MAX_CLIP_DECODED_BYTES = 2 * 2**30
 """Most decoded RGB bytes accepted: diffusers' `from_file` holds every frame at once before it truncates."""
-H3_FPS = 24
-"""The rate diffusers resamples a reference onto (MiniMax H3's)."""
 MIN_CLIP_FRAMES = 13
 """Frames a clip must run at 24 fps: the conditioner reads it at 2 fps (every 12th frame) and merges the frames it
 reads in pairs (Qwen3-VL's temporal patch), so it needs frames 0 and 12 (diffusers raises otherwise)."""
@@ -93,7 +92,7 @@ class ClipInfo:
 
 def frames_at_24(frames: int, fps: float) -> int:
     """How many frames `frames` at `fps` become on diffusers' 24 fps grid (whole frames dropped or held)."""
-    return frames if fps == H3_FPS else math.floor(frames * H3_FPS / fps + 0.5)
+    return frames if fps == FPS else math.floor(frames * FPS / fps + 0.5)
 
 
 def check_clip(path: str | os.PathLike, sampling_rate: int | None = None) -> ClipInfo:
@@ -120,9 +119,9 @@ def check_clip(path: str | os.PathLike, sampling_rate: int | None = None) -> Cli
             container.seek(0)
             info = replace(info, **_check_audio(path, container, container.streams.audio[0], sampling_rate))
     if info.frames_at_24 < MIN_CLIP_FRAMES:
-        resampled = "" if info.fps == H3_FPS else f" ({info.frames_at_24} at {H3_FPS} fps)"
+        resampled = "" if info.fps == FPS else f" ({info.frames_at_24} at {FPS} fps)"
         raise InputClipError(f"{path}: {info.frames} frames at {info.fps:g} fps{resampled}; a reference clip needs at"
-                             f" least {MIN_CLIP_FRAMES} at {H3_FPS} fps ({MIN_CLIP_FRAMES / H3_FPS:.2f} s)")
+                             f" least {MIN_CLIP_FRAMES} at {FPS} fps ({MIN_CLIP_FRAMES / FPS:.2f} s)")
     return info
 
 
@@ -208,8 +207,6 @@ _FLOAT_SAMPLES = frozenset({"flt", "fltp", "dbl", "dblp"})
 
 
 def _soundtrack_too_long(path: Path, seconds: float, at_least: bool = False) -> str:
-    from .params import MAX_SECONDS  # params imports this module
-
     more = "at least " if at_least else ""
     return (f"{path}: its soundtrack runs {more}{seconds:.1f} s; soundtracks up to {MAX_SOUNDTRACK_SECONDS:g} s are"
             f" accepted (diffusers conditions on at most the {MAX_SECONDS:g} s a video generates)")

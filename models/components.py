@@ -2,20 +2,10 @@
 
 The classes are diffusers' (`MiniMaxH3Transformer3DModel`, `AutoencoderKLMiniMaxH3`,
 `AutoencoderKLMiniMaxH3Audio`) and transformers' (`Qwen3VLForConditionalGeneration`).
-Nothing of the model is re-implemented here; this module only decides how the
-empty module is built and what the loader reads into it:
+Nothing of the model is re-implemented here; the empty module is built by
+`models.classes` (its construction and dtype rule), and this module decides what
+the loader reads into it:
 
-- **Construction.** Parameters are created on the meta device with weight
-  initialisation skipped, while buffers are computed on the CPU exactly as the
-  constructor defines them. Non-persistent buffers (the transformer's
-  `rope.inv_freq`, Qwen3-VL's rotary `inv_freq`) are not in the checkpoint, so
-  this is where their values come from; a module built wholly on meta would
-  carry no value there (and `to_empty` would leave garbage that silently shifts
-  the latents). The default dtype during construction is the requested one, as
-  in diffusers' and transformers' own `from_pretrained`.
-- **Dtype rule (diffusers').** With a requested dtype, a floating tensor stays
-  float32 when any dotted part of its name is in the class's
-  `_keep_in_fp32_modules`; without one, the checkpoint's dtypes are kept.
 - **Reading only what the workflow uses.** MiniMax H3 conditions on
   `hidden_states[50]` of the text encoder and never calls `lm_head`; `t2va`
   never runs the vision tower. Those modules are removed from the empty text
@@ -26,117 +16,26 @@ empty module is built and what the loader reads into it:
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import os
-import re
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 import torch.nn as nn
 
 from loader import load_checkpoint
 from loader.placement import get_placement
-from loader.confined import read_json_checked
 from loader.dtypes import parse_dtype
+from loader.gguf_header import is_gguf
 from core.echo import NAME_LIMIT, echo
 from core.errors import CheckpointError, PlacementError
 from machine.memory import MemoryProbe
 from loader.model_registry import get_model_builder, register_model_builder
 from loader.report import LoadReport, TensorPlaced
 
+from .classes import CLASS_LIBRARIES, build_empty, class_name_of, component_class, fp32_patterns, read_config
 from .profiles import HIDDEN_STATE_LAYER
 from .workflows import WORKFLOWS
-
-CLASS_LIBRARIES: dict[str, str] = {
-    "MiniMaxH3Transformer3DModel": "diffusers",
-    "AutoencoderKLMiniMaxH3": "diffusers",
-    "AutoencoderKLMiniMaxH3Audio": "diffusers",
-    "Qwen3VLForConditionalGeneration": "transformers",
-}
-"""The weight classes of a MiniMax H3 checkpoint and the library defining each. Only `t2va` runs without the
-text encoder's vision tower: `fl2va` and `ref2va` present their images to it."""
-TRANSFORMERS_AUTO_CLASSES: dict[str, str] = {"Qwen3VLForConditionalGeneration": "AutoModelForImageTextToText"}
-"""transformers' auto class whose public `from_config` builds each transformers class (with `dtype=`)."""
-
-
-def class_name_of(config: dict) -> str | None:
-    """The class a component's `config.json` names: diffusers' `_class_name`, or transformers' `architectures[0]`."""
-    name = config.get("_class_name")
-    if name is None and isinstance(config.get("architectures"), list) and config["architectures"]:
-        name = config["architectures"][0]
-    return name if isinstance(name, str) else None
-
-
-def component_class(class_name: str) -> type[nn.Module]:
-    """The diffusers / transformers class called `class_name` (one of `CLASS_LIBRARIES`)."""
-    library = CLASS_LIBRARIES.get(class_name)
-    if library is None:
-        raise PlacementError(
-            f"no MiniMax H3 class {echo(class_name, NAME_LIMIT)}; known: {', '.join(CLASS_LIBRARIES)} (others load as generic skeletons)"
-        )
-    return getattr(importlib.import_module(library), class_name)
-
-
-def keep_fp32_modules(cls: type[nn.Module]) -> tuple[str, ...]:
-    """The module names `cls` keeps in float32 under a requested dtype (diffusers' and transformers' rule).
-
-    The one read of the class attribute `_keep_in_fp32_modules`: neither library offers a public accessor
-    for it, and both `from_pretrained` read it the same way (docs/models.md lists it as an exception).
-    """
-    return tuple(getattr(cls, "_keep_in_fp32_modules", None) or ())
-
-
-def fp32_patterns(cls: type[nn.Module]) -> tuple[str, ...]:
-    """The fp32 rule as regexes: a name stays float32 when one of its dotted parts is in `keep_fp32_modules(cls)`."""
-    return tuple(rf"(?:^|\.){re.escape(part)}(?:\.|$)" for part in keep_fp32_modules(cls))
-
-
-@contextlib.contextmanager
-def _default_dtype(dtype: torch.dtype | None) -> Iterator[None]:
-    previous = torch.get_default_dtype()
-    if dtype is not None and dtype.is_floating_point:
-        torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(previous)
-
-
-def build_empty(config: dict, dtype: torch.dtype | None = None) -> nn.Module:
-    """The component's module with every parameter on meta and every buffer computed on the CPU.
-
-    `dtype` is the default dtype during construction (what `from_pretrained(torch_dtype=...)`
-    builds under); buffers the constructor makes without an explicit dtype take it.
-    """
-    from accelerate import init_empty_weights
-
-    class_name = class_name_of(config)
-    if class_name is None:
-        raise PlacementError("config.json names no class (_class_name or architectures)")
-    cls = component_class(class_name)
-    library = CLASS_LIBRARIES[class_name]
-    # The caller (the loader's registry) may be inside `torch.device("meta")`: buffers must be real.
-    with torch.device("cpu"), init_empty_weights(include_buffers=False):
-        if library == "diffusers":
-            from diffusers.models.modeling_utils import no_init_weights
-
-            with no_init_weights(), _default_dtype(dtype):
-                module = cls.from_config(config)
-        else:
-            from transformers.initialization import no_init_weights
-
-            import transformers
-
-            auto = getattr(transformers, TRANSFORMERS_AUTO_CLASSES[class_name])
-            parsed = cls.config_class.from_dict(config)
-            with no_init_weights():
-                module = auto.from_config(parsed, **({"dtype": dtype} if dtype is not None else {}))
-            if type(module) is not cls:
-                raise PlacementError(f"{auto.__name__}.from_config built {type(module).__name__}, expected {class_name}")
-    return module.eval().requires_grad_(False)
-
 
 def text_encoder_pruning(module: nn.Module, workflow: str) -> list[str]:
     """Module paths of a Qwen3-VL text encoder that `workflow` never runs.
@@ -166,14 +65,16 @@ def prune(module: nn.Module, paths: list[str]) -> None:
 
 
 class NotLoaded(nn.Module):
-    """Stands where a submodule was left unread; calling it says so instead of computing garbage."""
+    """Stands where a submodule was left unread, or a released component was; calling it says so instead of
+    computing garbage."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, why: str = "this workflow does not use it"):
         super().__init__()
         self.path = path
+        self.why = why
 
     def forward(self, *args, **kwargs):
-        raise RuntimeError(f"{self.path} was not loaded: this workflow does not use it")
+        raise RuntimeError(f"{self.path} was not loaded: {self.why}")
 
 
 def _excluder(paths: list[str]) -> Callable[[str], bool]:
@@ -205,13 +106,20 @@ def load_component(
     `quantize` (a DiT only) quantizes each Linear as its tensors are placed (`models.quantize`).
     `pin_host` (a CPU `device`) places the weights in page-locked blocks, for group offload to copy from.
     `single_file` (a DiT only): the weights come from that one file in the reference layout
-    (`models.single_file`, its fused qkv ordered as `qkv_layout` says), built from `root`'s config.
+    (`models.single_file`, its fused qkv ordered as `qkv_layout` says), built from `root`'s config; a `.gguf`
+    file is loaded quantized by diffusers' GGUF path (`models.gguf`), which takes none of the other options.
     `adjust` goes to the loader: in-place changes made as each named weight is placed, before it is quantized
     (how `models.lora_merge` merges LoRAs).
     Raises CheckpointError / PlacementError naming the folder and tensor.
     """
     folder = Path(root) / name
-    config = _read_config(folder)
+    config = read_config(folder)
+    if single_file is not None and is_gguf(Path(single_file)):
+        from .gguf import load_gguf_dit
+
+        return load_gguf_dit(Path(root), config, Path(single_file), device=device,
+                             dtype=parse_dtype(dtype) or torch.bfloat16, qkv_layout=qkv_layout,
+                             roots=roots if roots is not None else [root, Path(single_file).parent])
     target_dtype = parse_dtype(dtype)
     cls = component_class(class_name_of(config) or "")
     module = build_empty(config, target_dtype)
@@ -298,7 +206,7 @@ def load_aux(root: str | os.PathLike, name: str):
             return text_aux.load_processor(folder)
         from diffusers import MiniMaxH3Scheduler
 
-        config = _read_config(folder, "scheduler_config.json")
+        config = read_config(folder, "scheduler_config.json")
         if config.get("_class_name") != "MiniMaxH3Scheduler":
             raise CheckpointError(
                 f"{folder / 'scheduler_config.json'}: _class_name is {echo(config.get('_class_name'), NAME_LIMIT)}, expected 'MiniMaxH3Scheduler'"
@@ -306,16 +214,6 @@ def load_aux(root: str | os.PathLike, name: str):
         return MiniMaxH3Scheduler.from_config(config)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"{folder}: cannot build the {name}: {exc}") from exc
-
-
-def _read_config(folder: Path, file: str = "config.json") -> dict:
-    path = folder / file
-    if not os.path.lexists(path):
-        raise CheckpointError(f"{path}: no such file (expected the component's {file})")
-    data = read_json_checked(path)  # bounded, regular files only: a FIFO config never hangs a job
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
-    return data
 
 
 def register_builders() -> None:

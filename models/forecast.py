@@ -38,13 +38,15 @@ from typing import Any, Iterator, Mapping
 
 from loader import packed_bytes
 from loader.roots import ModelRoots
-from loader.shard_header import read_shard_header
+from loader.safetensors_file import read_shard_header
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings, resolve_offload
 
-from .levers import FP8_COMPUTE, LEVER_FIELDS
-from .params import FPS, TEXT_ENCODER_LAYER, GenerateParams, ModelSpec
+from .levers import LEVER_FIELDS
+from .params import TEXT_ENCODER_LAYER, GenerateParams, ModelSpec
+from .quantize_check import FP8_COMPUTE
 from .residency import MODEL_OFFLOAD, ON_DEVICE, pins_host_copy, plan_placements
+from .video_length import FPS
 from .workflows import check_workflow, stage_plan, workflow_components
 
 AUDIO_CHANNELS, AUDIO_LATENTS_PER_SECOND = 2, 40
@@ -85,8 +87,8 @@ profile's VAE at 448x256, 1344x768 and 1792x1024, checked on 576x320 and 896x512
 demo fl2va run's stage) and a reference clip's (on a CPU fitted on 124 frames of the tiny and the demo
 profiles' canvases)."""
 CPU_RETAINED = 0.0
-"""Share of the largest earlier working set a CPU stage still holds. A run fixes glibc's mmap threshold
-(`machine.host_heap`), so freed buffers of 1 MiB and up leave the resident set at once: the fit finds 0
+"""Share of the largest earlier working set a CPU stage still holds. Every entry point fixes glibc's mmap
+threshold (`loader.process`), so freed buffers of 1 MiB and up leave the resident set at once: the fit finds 0
 (it found 0.1 to 1.0 with glibc's sliding threshold, from one machine state to the next)."""
 CPU_RETAINED_WEIGHTS = 0.2
 """Share of the weights that sequential residency released in earlier stages a CPU stage still holds, fitted
@@ -105,7 +107,7 @@ larger (the test, and the fit's choice of retained shares)."""
 @dataclass(frozen=True)
 class CudaTerms:
     """What a CUDA run holds outside its tensors' own bytes, measured on one H200 (torch 2.11, cu130) at real
-    size (docs/benchmarks.md, "Forecast on CUDA")."""
+    size (docs/benchmarks.md, "Generate forecast against measured, one H200")."""
 
     context: int = 600 * MiB
     """The CUDA context and torch's loaded kernels, device side; not in torch's reserved figure, so not in
@@ -321,8 +323,8 @@ def forecast_generate(
     placements = plan_placements(settings, _torch_device(device_info), components)
     sizes = weight_bytes(root, dtype_bytes, workflow=workflow, quantize=params.quantize, vae_dtype=params.vae_dtype,
                          audio=params.audio, transformer=params.transformer)
-    host_sizes = _host_sizes(root, sizes, placements, settings, cuda, params.quantize is None, dtype_bytes,
-                             params.transformer)
+    bf16_dit = params.quantize is None and not params.gguf_dit
+    host_sizes = _host_sizes(root, sizes, placements, settings, cuda, bf16_dit, dtype_bytes, params.transformer)
     images = _image_sizes(params)
     height, width = model.geometry(params, images.get("image") or images.get("last_image"))
     text_tokens = count_prompt_tokens(root, params.prompt)
@@ -680,7 +682,7 @@ def _keep_fp32(root: Path, name: str) -> tuple[str, ...]:
     """The component class's float32 modules (diffusers' dtype rule), from the index's class name."""
     import importlib
 
-    from .components import keep_fp32_modules
+    from .classes import keep_fp32_modules
 
     library, class_name = json.loads((root / "modular_model_index.json").read_text())[name][:2]
     return keep_fp32_modules(getattr(importlib.import_module(library), class_name))
@@ -714,9 +716,17 @@ def tensor_bytes(folder: Path, keep_fp32: tuple[str, ...], dtype_bytes: int, wor
     """Each tensor's bytes at the run's dtype, in the loader's order (shards by name, tensors by offset): fp32
     where diffusers keeps fp32 (a dotted part of the name in `_keep_in_fp32_modules`), else `dtype_bytes`;
     tensors `workflow` never reads are left out. `roots`: where the shards may lie (default: the folder).
-    `folder` may be a single-file DiT in the reference layout, its names read as diffusers names them."""
+    `folder` may be a single-file DiT in the reference layout, its names read as diffusers names them, or a
+    GGUF one, its quantized tensors counted packed (`models.gguf.held_bytes`)."""
+    from loader.gguf_header import is_gguf
+
     from .single_file import diffusers_name
 
+    if is_gguf(folder):
+        from .gguf import held_bytes
+
+        yield from held_bytes(folder, keep_fp32, dtype_bytes)
+        return
     single = folder.is_file()
     for path in [folder] if single else sorted(folder.glob("*.safetensors")):
         shard, problems = read_shard_header(path, roots)

@@ -18,6 +18,7 @@ shard files at once, so a real-size DiT never needs to be in memory.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -33,10 +34,10 @@ from safetensors import safe_open
 
 from core.diskspace import free_bytes, is_disk_full, require_space
 from core.errors import DiskFullError
+from loader.safetensors_file import TensorSpec, header_bytes, plan_shards, write_safetensors
 
-from .components import build_empty, fp32_patterns
+from .classes import build_empty, fp32_patterns
 from .profiles import Profile, ProfileError
-from .safetensors_stream import TensorSpec, header_bytes, plan_shards, random_chunks, write_safetensors
 
 PIPELINE_CLASS = "MiniMaxH3ModularPipeline"
 """`_class_name` of the root's `modular_model_index.json`."""
@@ -69,6 +70,35 @@ SHARD_WRITERS = 4
 
 _AUX_BYTES = 4 * 2**20
 """Room asked for the configs, tokenizer and processor files on top of the tensors."""
+
+CHUNK_ELEMENTS = 1 << 24
+"""Elements generated per chunk of a large random tensor (64 MiB in fp32)."""
+
+
+def chunk_generator(seed: int, name: str, chunk: int) -> torch.Generator:
+    """The generator of one chunk of one tensor: the bytes depend on (seed, name, chunk) only, not on threads."""
+    digest = hashlib.sha256(f"{seed}:{name}:{chunk}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
+
+
+def random_chunks(pool: ThreadPoolExecutor, spec: TensorSpec, seed: int, bound: float,
+                  ahead: int) -> Iterator[torch.Tensor]:
+    """Uniform values in [-bound, bound] as chunks in `spec.dtype`, generated `ahead` chunks ahead on `pool`
+    (one more than its workers keeps every worker busy)."""
+    starts = list(range(0, spec.numel, CHUNK_ELEMENTS))
+
+    def make(i: int) -> torch.Tensor:
+        n = min(CHUNK_ELEMENTS, spec.numel - starts[i])
+        return torch.empty(n).uniform_(-bound, bound, generator=chunk_generator(seed, spec.name, i)).to(spec.dtype)
+
+    futures = [pool.submit(make, i) for i in range(min(ahead, len(starts)))]
+    for i in range(len(starts)):
+        chunk = futures[i].result()
+        futures[i] = None
+        if i + ahead < len(starts):
+            futures.append(pool.submit(make, i + ahead))
+        yield chunk
+
 
 
 @dataclass

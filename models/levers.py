@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from importlib.util import find_spec
 from typing import Any
 
+from . import quantize_check
+from .quantize_check import FP8_COMPUTE
+
 ATTENTION_BACKENDS = ("native", "_native_cudnn", "_native_flash", "_native_efficient", "sage")
 """diffusers' `AttentionBackendName` values offered: torch SDPA (any kernel, then cuDNN's, flash's, memory-efficient's)
 and SageAttention (its optional package)."""
@@ -43,10 +46,11 @@ UNAVAILABLE_CACHES = {
 }
 """Caches H3 cannot take: their hooks look blocks up in `TransformerBlockRegistry`, a private registry
 (`diffusers.hooks._helpers`) with no H3 entry; registering one would be patching diffusers' internals."""
-FP8_COMPUTE = "fp8-compute"
-"""The `quantize` value of fp8 compute (dynamic fp8 activations and fp8 weights)."""
 COMPILE_STAGE = "denoise.compile"
 """The stage of a compiled DiT's first call: the compile plus that one step, apart from the other steps."""
+STARTUP_STAGES = (COMPILE_STAGE,)
+"""Stages a lever adds once per run, whatever its steps: their seconds are the lever's start-up cost, which a plan's
+ranking counts (`models.plan`)."""
 LEVER_STAGES = ("denoise.denoise", COMPILE_STAGE, "load.transformer", "load.transformer_ref")
 """Stages whose seconds a lever set changes (the DiT's calls; its load, where it quantizes as placed): the ETA
 learns them per lever set (`models.eta`)."""
@@ -155,13 +159,12 @@ def lever_problems(values: dict[str, Any], device: str, capability: tuple[int, i
     """Field -> why `device` (CUDA `capability`) cannot run the levers in `values` (GenerateParams fields); the names
     themselves and the caches H3 cannot take are `validate_params`' to refuse. fp8 compute's and the weight-only
     quantizations' checks are `models.quantize_check`'s."""
-    from .quantize_check import quantization_problem, torchao_installed
-
     problems = {}
     attention = attention_problem(values.get("attention") or "native", device, capability)
     if attention is not None:
         problems["attention"] = attention
-    quantize = quantization_problem(values.get("quantize"), device, capability, torchao_installed())
+    quantize = quantize_check.quantization_problem(values.get("quantize"), device, capability,
+                                                   quantize_check.torchao_installed())
     if quantize is not None:
         problems["quantize"] = quantize
     return problems

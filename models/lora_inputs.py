@@ -176,7 +176,7 @@ def find_lora_files(roots: Iterable[str | os.PathLike]) -> list[FoundLora]:
     """The `.safetensors` files under `roots` whose header holds LoRA factors, by path. Component folders of a
     checkpoint (a `config.json` beside the shards) are not searched; links are not followed."""
     from loader.roots import ModelRoots
-    from loader.shard_header import read_shard_header
+    from loader.safetensors_file import read_shard_header
 
     found, read = [], 0
     for root in roots:
@@ -269,7 +269,7 @@ def inspect_lora(lora: LoraInput, model_root: str | os.PathLike, workflow: str, 
     `hash_file`), or LoraError naming the file and what was found."""
     from loader.confined import open_checked
     from loader.roots import ModelRoots
-    from loader.shard_header import read_shard_header
+    from loader.safetensors_file import read_shard_header
 
     path = Path(lora.file)
     shown = echo_name(path)
@@ -399,12 +399,12 @@ def _route(converted: dict, workflow: str, shown: str) -> str:
 
 def _dit_shapes(root: Path, partition: str) -> dict[str, tuple[int, ...]]:
     """Parameter name -> shape of the partition's DiT, built on meta from its config (no weight read)."""
-    from .components import build_empty, _read_config
+    from .classes import build_empty, read_config
 
     folder = root / partition
     if not folder.is_dir():
         raise LoraError(f"the model at {echo_name(root)} has no {partition} to merge a LoRA into")
-    module = build_empty(_read_config(folder))
+    module = build_empty(read_config(folder))
     return {n: tuple(p.shape) for n, p in module.named_parameters()}
 
 

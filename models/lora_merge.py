@@ -135,7 +135,7 @@ def merge_adjustments(loras: Iterable[LoraInput], partition: str, config: dict, 
                       ) -> tuple[dict[str, Callable[[torch.Tensor], None]], LoraMerge]:
     """The loader's `adjust` mapping that merges `loras` into the `partition` DiT of `config` as its weights
     are placed, and the record of it. LoraError / CheckpointError name the file."""
-    from .components import build_empty
+    from .classes import build_empty
 
     report = LoraMerge()
     start = time.perf_counter()
@@ -208,7 +208,7 @@ def _open(lora: LoraInput, roots: list, adapter: str) -> tuple[_LoraFile, dict[s
     `roots` and checked against the hash the job recorded. Reads the whole file once (the hash) and keeps none of it."""
     from loader.confined import open_checked
     from loader.roots import ModelRoots
-    from loader.shard_header import read_shard_header
+    from loader.safetensors_file import read_shard_header
 
     shown = echo_name(lora.file)
     fd, checked = open_checked(Path(lora.file), ModelRoots(roots), f"LoRA {shown}")

@@ -25,17 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from loader.confined import read_json_checked
+from loader.gguf_header import is_gguf
 from core.echo import NAME_LIMIT, echo
 from core.errors import DrainboardError
 
 from .levers import ATTENTION_BACKENDS, step_cache_problem
 from .lora_inputs import MAX_LORAS, PARTITIONS, LoraInput, lora_from_value
 from .request_args import QKV_LAYOUTS, QUANTIZATIONS, VAE_DTYPES
+from .video_length import FPS, MAX_SECONDS, MIN_SECONDS
 
-FPS = 24
-"""MiniMax H3's fixed frame rate (`MiniMaxH3ModularPipeline.fps`)."""
-MIN_SECONDS, MAX_SECONDS = 5.0, 15.0
-"""The durations H3 generates (`MiniMaxH3ModularPipeline.min_duration` / `max_duration`)."""
 TEXT_ENCODER_LAYER = 50
 """The Qwen3-VL hidden state H3 conditions on; the encoder needs more layers than this."""
 INDEX_FILE = "modular_model_index.json"
@@ -117,7 +115,8 @@ class GenerateParams:
     """Quantization of the DiT, one of QUANTIZATIONS (frames then differ from bf16's); None keeps bf16."""
     transformer: str | None = None
     """A single-file DiT in the reference layout (Comfy-Org's H3 files, `models.single_file`) that supplies the
-    transformer's weights; the model folder supplies the rest, its `transformer/config.json` the DiT's class."""
+    transformer's weights; the model folder supplies the rest, its `transformer/config.json` the DiT's class.
+    A `.gguf` file is loaded quantized by diffusers' GGUF path (`models.gguf`)."""
     qkv_layout: str = "stacked"
     """How `transformer`'s fused qkv orders its rows: `stacked` (every published file) or `interleaved`."""
     attention: str = "native"
@@ -147,6 +146,11 @@ class GenerateParams:
     def duration(self) -> float:
         """Seconds of video."""
         return self.frames / self.fps
+
+    @property
+    def gguf_dit(self) -> bool:
+        """Whether `transformer` is a GGUF file: a DiT diffusers loads quantized (`models.gguf`)."""
+        return self.transformer is not None and is_gguf(Path(self.transformer))
 
     @property
     def resolved_workflow(self) -> str:
@@ -366,9 +370,12 @@ def validate_params(params: GenerateParams, model: ModelSpec) -> None:
     problems.update(_lora_problems(params))
     problems.update(_workflow_problems(params, model))
     if params.transformer is not None:
+        from .gguf import gguf_problem
         from .single_file import transformer_problem
 
-        problem = transformer_problem(params.transformer, model.configs["transformer"])
+        config = model.configs["transformer"]
+        problem = (gguf_problem(Path(params.transformer), config) if params.gguf_dit
+                   else transformer_problem(params.transformer, config))
         if problem is not None:
             problems["transformer"] = problem
     if problems:
@@ -383,6 +390,11 @@ def _knob_problems(params: GenerateParams) -> dict[str, str]:
         problems["vae_dtype"] = f"{params.vae_dtype!r} given; expected one of {', '.join(VAE_DTYPES)}"
     if params.quantize is not None and params.quantize not in QUANTIZATIONS:
         problems["quantize"] = f"{params.quantize!r} given; expected one of {', '.join(QUANTIZATIONS)} or unset"
+    if params.gguf_dit and params.quantize is not None:
+        problems["quantize"] = "a GGUF DiT is quantized already (its own quant type); leave quantize unset"
+    if params.gguf_dit and params.loras:
+        problems["loras"] = ("a GGUF DiT's weights stay packed, so no LoRA can be merged into them; use the "
+                             "safetensors single file")
     if params.qkv_layout not in QKV_LAYOUTS:
         problems["qkv_layout"] = f"{params.qkv_layout!r} given; expected one of {', '.join(QKV_LAYOUTS)}"
     elif params.qkv_layout != "stacked" and params.transformer is None:
@@ -409,10 +421,10 @@ def _lora_problems(params: GenerateParams) -> dict[str, str]:
 
 
 def _workflow_problems(params: GenerateParams, model: ModelSpec) -> dict[str, str]:
-    """The workflow and its input files: each image must pass `models.inputs.check_image`, each clip
+    """The workflow and its input files: each image must pass `models.input_images.check_image`, each clip
     `models.clips.check_clip`."""
     from .clips import InputClipError, check_clip
-    from .inputs import InputImageError, check_image
+    from .input_images import InputImageError, check_image
     from .workflows import WORKFLOW_CLIPS, WORKFLOWS, workflow_inputs
 
     workflow = params.resolved_workflow

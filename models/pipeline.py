@@ -44,19 +44,18 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from loader import prefer_host_registration
 from machine.device import DeviceInfo, probe_device
-from machine.host_heap import give_back_free_heap, return_large_frees_to_os
+from machine.host_heap import give_back_free_heap
 from machine.memory import MemoryProbe
 from machine.offload import OffloadDecision, OffloadSettings, resolve_offload
 
 from .components import AUX_COMPONENTS, load_aux
 from .encode import silence_non_finite, write_mp4
 from .video_settings import video_settings
-from .inputs import open_image
+from .input_images import open_image
 from .levers import LEVER_FIELDS, is_lossless, lever_key, lever_problems
 from .params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
-from .residency import pins_host_copy, plan_placements
+from .residency import plan_placements
 from .results import EventSink, GenerateResult, PipelineEvent, SampleSink
 from .speedups import CACHE_REUSE_COUNTS
 from .run_state import ENCODE, PREPARE, RunState
@@ -119,7 +118,6 @@ def run_generate(
     GenerateParamsError for parameters the model cannot take, before any
     weight is read. The MP4 carries the parameters (models.video_settings), with `video_extra` beside them.
     """
-    return_large_frees_to_os()
     root = Path(model_dir)
     info = device_info or probe_device(device)
     torch_device = torch.device(device)
@@ -196,10 +194,6 @@ def _prepare(root: Path, params: GenerateParams, device: torch.device, dtype: to
     components = tuple(dict.fromkeys(c for stage in plan for c in stage.reads))
     placements = plan_placements(settings, device, components)
     result.placements = {name: p.to_dict() for name, p in placements.items()}
-    if any(pins_host_copy(p, device.type, settings, quantized=params.quantize is not None) for p in placements.values()):
-        # Now, before anything can pin: the switch is made only while torch holds no pinned block (asked for at
-        # the DiT's load in a real-size job it was too late; made here it cut that load from 41 to 16 s).
-        prefer_host_registration()
     pipe = _pipeline_class()(blocks=blocks, pretrained_model_name_or_path=str(root))
     pipe.run_device = device
     run = RunState(root, pipe, device, dtype, mode, settings, placements, sequential, on_event, on_sample, interval,
@@ -312,12 +306,13 @@ def _describe_levers(result: GenerateResult, params: GenerateParams) -> None:
 def _describe_clip(clip, params: GenerateParams, model: ModelSpec) -> dict[str, Any]:
     """{size, frames, fps, audio, note}: the clip as decoded and what diffusers' ref2va setup does to it (resampled
     onto 24 fps, cut to the generated frames, put on the canvas of its own aspect)."""
-    from .clips import H3_FPS, frames_at_24
+    from .clips import frames_at_24
+    from .video_length import FPS
 
     frames, height, width = clip.frames.shape[:3]
     done = []
-    if clip.fps != H3_FPS:
-        done.append(f"resampled from {clip.fps:g} to {H3_FPS} fps")
+    if clip.fps != FPS:
+        done.append(f"resampled from {clip.fps:g} to {FPS} fps")
     if frames_at_24(frames, clip.fps) > params.frames:
         done.append(f"cut to the first {params.frames} frames")
     canvas_h, canvas_w = model.canvas_for(width, height)

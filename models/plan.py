@@ -8,36 +8,48 @@ weights and fp8 compute the device runs, SageAttention where it is installed,
 and the TaylorSeer step cache. What the request itself names is always a
 candidate. Candidates are listed in the order of preference (`PREFERENCE`).
 
+Each candidate is checked against the same walls, in the same words, as
+`jobs submit` (`machine.walls`): its stages on top of the job's process
+start-up (learned from this machine's jobs; unknown without history, and the
+table says which). Its seconds include each lever's start-up, the stages a
+lever adds once per run whatever the steps (`models.levers.STARTUP_STAGES`:
+compile's first call), timed from history as the forecast's work has them; the
+table says how much of each candidate's seconds that is.
+
 The choice: among candidates that fit, the fewest predicted seconds where every
 stage has history on this machine for that lever set; when no fitting candidate
 has it, the first that fits in the order of preference, and the plan says so. No
 lever's speedup is assumed without history (nor from another lever set's): the
 order of preference keeps to the request, so without history the plan changes
-only what it must to fit.
+only what it must to fit. When none fits, the refusal is the first candidate's
+fit verdict (`machine.walls.verdict`).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Iterable
 
-from .eta import NO_HISTORY, StageRecord, estimate, stage_work, total_seconds
+from machine.walls import StageNeed, WallCheck, Walls, job_needs, tightest, verdict, wall_checks
+
+from .eta import NO_HISTORY, StageEta, StageRecord, estimate, stage_work, total_seconds
 from .forecast import GenerateForecast
-from .levers import (ATTENTION_BACKENDS, FP8_COMPUTE, LEVER_FIELDS, attention_problem, is_lossless, lever_option,
+from .levers import (ATTENTION_BACKENDS, LEVER_FIELDS, STARTUP_STAGES, attention_problem, is_lossless, lever_option,
                      levers_of)
 from .params import GenerateParams
+from .quantize_check import FP8_COMPUTE
 
 PREFERENCE = ("the request's own levers before others (no speedup is assumed without history)",
               "resident before sequential (no component loaded twice)",
               "bf16 weights before fp8 compute, fp8 and int8")
 """The order candidates are listed and, without history, chosen in."""
+SECONDS_NOTE = "seconds include each lever's start-up (compile's first call, its own stage)"
+"""What a plan's seconds count, said above its table."""
 PRECISIONS = (None, FP8_COMPUTE, "fp8", "int8")
 """Weight precisions in the order of preference (None: bf16)."""
 
-WallCheck = Callable[[GenerateForecast], "tuple[str, str, bool] | None"]
-"""A forecast -> (stage, line, over) of the stage nearest its wall (the first over one, when any is), or None
-where no wall applies."""
+WallChecks = Callable[[GenerateForecast], "list[WallCheck]"]
+"""A forecast -> every stage against every wall of the run (`machine.walls.wall_checks`)."""
 
 
 @dataclass(frozen=True)
@@ -57,8 +69,17 @@ class Candidate:
     wall: str | None
     """The stage nearest its wall against it, in one line (`... would peak at 1.2 GiB, under the 64.0 GiB budget`):
     the one that does not fit, when one does not."""
+    refusal: str | None
+    """The fit verdict when it does not fit (`refused: needs 1.2 GiB, over the 1.0 GiB MemAvailable`), else None."""
+    wall_name: str | None
+    """The wall nearest it (`budget`, `available`, `limit`, `device`; `machine.walls.WallCheck.wall`)."""
+    need: int | None
+    """What the whole run needs of that wall: its largest stage there."""
     seconds: float | None
-    """Predicted seconds from this machine's history; None without history for every stage."""
+    """Predicted seconds from this machine's history, each lever's start-up included; None without history for
+    every stage."""
+    startup_seconds: float | None
+    """Of `seconds`, the levers' start-up (`STARTUP_STAGES`: compile's first call); 0.0 when it has none."""
     not_counted: list[str]
     """Lever memory the forecast cannot know (`GenerateForecast.not_counted`)."""
 
@@ -90,6 +111,8 @@ class Plan:
     """One line: how it was chosen, or what does not fit."""
     lossy: bool
     """Whether lossy levers were allowed."""
+    startup: str
+    """How the walls counted the job's process start-up, in words (`startup_words`)."""
 
     @property
     def choice(self) -> Candidate | None:
@@ -97,7 +120,7 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         return {"candidates": [c.to_dict() for c in self.candidates], "chosen": self.chosen, "why": self.why,
-                "lossy": self.lossy, "preference": list(PREFERENCE)}
+                "lossy": self.lossy, "startup": self.startup, "preference": list(PREFERENCE)}
 
 
 def candidate_settings(params: GenerateParams, device: str, capability: tuple[int, int] | None, *, lossy: bool,
@@ -130,10 +153,11 @@ def candidate_settings(params: GenerateParams, device: str, capability: tuple[in
 
 
 def plan_fastest(params: GenerateParams, *, device: str, capability: tuple[int, int] | None, device_key: str,
-                 forecast_for: Callable[[GenerateParams, bool], GenerateForecast], check: WallCheck,
-                 records: Iterable[StageRecord], lossy: bool = False, sequential: bool | None = None) -> Plan:
+                 forecast_for: Callable[[GenerateParams, bool], GenerateForecast], check: WallChecks,
+                 records: Iterable[StageRecord], startup: str, lossy: bool = False,
+                 sequential: bool | None = None) -> Plan:
     """Forecast and time every candidate (`forecast_for(params, sequential)`, `check` against the walls, `records`
-    of `device_key`) and choose the fastest that fits."""
+    of `device_key`) and choose the fastest that fits; `startup` says how `check` counts the process start-up."""
     from .levers import lever_key
 
     from .forecast import lever_memory_unknown
@@ -149,13 +173,44 @@ def plan_fastest(params: GenerateParams, *, device: str, capability: tuple[int, 
         if key not in forecasts:
             forecasts[key] = forecast_for(candidate, seq)
         forecast = replace(forecasts[key], levers=dict(values), not_counted=lever_memory_unknown(candidate))
-        nearest = check(forecast)
-        stage, line, over = nearest if nearest else (None, None, False)
-        seconds = total_seconds(estimate(stage_work(forecast), records, device_key, lever_key(values)))
-        candidates.append(Candidate(seq, values, is_lossless(values), {s.stage: s.total_bytes for s in forecast.stages},
-                                    stage if over else None, line, seconds, list(forecast.not_counted)))
+        checks = check(forecast)
+        nearest = tightest(checks)
+        need = job_needs(checks)[nearest.wall] if nearest is not None else None
+        over = nearest is not None and nearest.over
+        etas = estimate(stage_work(forecast), records, device_key, lever_key(values))
+        candidates.append(Candidate(
+            seq, values, is_lossless(values), {s.stage: s.total_bytes for s in forecast.stages},
+            nearest.stage if over else None, nearest.line if nearest else None,
+            verdict(nearest, need) if over else None, nearest.wall if nearest else None, need,
+            total_seconds(etas), startup_seconds(etas), list(forecast.not_counted)))
     chosen, why = choose(candidates)
-    return Plan(candidates, chosen, why, lossy)
+    return Plan(candidates, chosen, why, lossy, startup)
+
+
+def startup_seconds(etas: Iterable[StageEta]) -> float | None:
+    """The seconds of the levers' start-up stages among `etas` (0.0 with none; None when one has no history)."""
+    found = [e.seconds for e in etas if e.stage in STARTUP_STAGES]
+    return None if any(v is None for v in found) else float(sum(found))
+
+
+def stage_needs(forecast: GenerateForecast) -> list[StageNeed]:
+    """What each stage of a generate holds above its process (the walls' `needs`); a reference clip's decode is a
+    stage of its own before any weight."""
+    needs = [StageNeed(s.stage, s.host_bytes, s.device_bytes, 0) for s in forecast.stages]
+    if forecast.clip_decode_bytes:
+        from .clips import READ_CLIP
+
+        needs.insert(0, StageNeed(READ_CLIP, forecast.clip_decode_bytes, 0, 0))
+    return needs
+
+
+def startup_words(startup_bytes: int | None, basis: str) -> str:
+    """How a plan's walls count the job's process start-up: learned, or unknown without history."""
+    from core.sizes import format_size
+
+    if startup_bytes is None:
+        return f"the process start-up is not counted: {basis}"
+    return f"each counts the process start-up, {format_size(startup_bytes)} ({basis})"
 
 
 def choose(candidates: list[Candidate]) -> tuple[int | None, str]:
@@ -163,8 +218,10 @@ def choose(candidates: list[Candidate]) -> tuple[int | None, str]:
     why, in one line."""
     fitting = [i for i, c in enumerate(candidates) if c.fits]
     if not fitting:
-        first = candidates[0] if candidates else None
-        return None, ("no candidate fits: " + first.wall) if first else "no candidate runs on this device"
+        if not candidates:
+            return None, "no candidate runs on this device"
+        return None, (f"{candidates[0].refusal} (none of the {len(candidates)} candidates of --plan fastest fits;"
+                      f" the first in the order of preference: {candidates[0].label})")
     timed = [i for i in fitting if candidates[i].seconds is not None]
     if timed:
         best = min(timed, key=lambda i: candidates[i].seconds)
@@ -184,45 +241,40 @@ def planned(params: GenerateParams, plan: Plan) -> tuple[GenerateParams, bool]:
     return replace(params, **choice.levers), choice.sequential
 
 
-def machine_check(kind: str, unified: bool, total_memory: int | None, name: str, available: int) -> WallCheck:
+def machine_check(kind: str, unified: bool, total_memory: int | None, name: str, available: int,
+                  startup: int = 0) -> WallChecks:
     """The walls of a run outside the queue (`models generate` / `forecast --plan`): MemAvailable now for what the
-    host holds (host and device on a CPU or unified memory), the GPU's memory for a discrete GPU's side. A job's
-    walls add its budget, floor and limit (`jobs.admission.plan_job`)."""
-    from core.sizes import format_size
-
+    host holds (host and device on a CPU or unified memory), the GPU's memory for a discrete GPU's side, each host
+    wall counting the process's `startup` (learned; 0 when unknown). A job's walls add its budget, floor and limit
+    (`jobs.admission.plan_job`)."""
     shared = kind == "cpu" or unified
+    walls = Walls(available, shared=shared, device_total=None if shared else total_memory, device_name=name)
 
-    def check(forecast: GenerateForecast) -> tuple[str, str, bool] | None:
-        nearest = None
-        for s in forecast.stages:
-            host = forecast.process_host_bytes + s.host_bytes + (s.device_bytes if shared else 0)
-            walls = [(host, available, f"the {format_size(available)} MemAvailable")]
-            if not shared and total_memory:
-                room = total_memory - forecast.process_device_bytes
-                walls.append((s.device_bytes, room, f"{name}'s {format_size(room)}"))
-            for peak, allowance, label in walls:
-                line = (f"{s.stage} would peak at {format_size(peak)}, {'over' if peak > allowance else 'under'} "
-                        f"{label}")
-                if peak > allowance:
-                    return s.stage, line, True
-                share = peak / allowance if allowance > 0 else math.inf
-                if nearest is None or share > nearest[0]:
-                    nearest = (share, s.stage, line)
-        return None if nearest is None else (nearest[1], nearest[2], False)
+    def check(forecast: GenerateForecast) -> list[WallCheck]:
+        return wall_checks(stage_needs(forecast), walls, startup + forecast.process_host_bytes,
+                           forecast.process_device_bytes)
     return check
 
 
+def seconds_words(candidate: dict[str, Any]) -> str:
+    """A recorded candidate's seconds for a table: `41.0 s (30.2 s start-up)`, `12.3 s`, or "no history"."""
+    if candidate["seconds"] is None:
+        return NO_HISTORY
+    startup = candidate.get("startup_seconds")
+    return f"{candidate['seconds']:.1f} s" + (f" ({startup:.1f} s start-up)" if startup else "")
+
+
 def plan_lines(plan: dict[str, Any]) -> list[str]:
-    """A recorded plan (`Plan.to_dict`) for a terminal: one line per candidate (`*` chosen, `x` does not fit, with
-    the stage), then the choice and why."""
+    """A recorded plan (`Plan.to_dict`) for a terminal: what the seconds and walls count, one line per candidate
+    (`*` chosen, `x` does not fit, with the stage), then the choice and why."""
     from core.sizes import format_size
 
-    lines = [f"plan: {len(plan['candidates'])} candidates ({'lossy allowed' if plan['lossy'] else 'lossless only'})"]
+    lines = [f"plan: {len(plan['candidates'])} candidates ({'lossy allowed' if plan['lossy'] else 'lossless only'});"
+             f" {SECONDS_NOTE}; walls: {plan.get('startup') or 'the process start-up is not counted'}"]
     for i, c in enumerate(plan["candidates"]):
         mark = "*" if i == plan["chosen"] else ("x" if not c["fits"] else " ")
         peak = max(c["peaks"].items(), key=lambda kv: kv[1], default=("-", 0))
-        eta = f"{c['seconds']:.1f} s" if c["seconds"] is not None else NO_HISTORY
         fit = f"does not fit: {c['wall']}" if not c["fits"] else f"peak {format_size(peak[1])} at {peak[0]}"
-        lines.append(f" {mark} {c['label']}: {fit}; {eta}")
+        lines.append(f" {mark} {c['label']}: {fit}; {seconds_words(c)}")
     lines.append(f"why: {plan['why']}")
     return lines

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from importlib.util import find_spec
 
-from .levers import FP8_COMPUTE
-
+FP8_COMPUTE = "fp8-compute"
+"""The `quantize` value of fp8 compute (dynamic fp8 activations and fp8 weights), a speed lever (`models.levers`)."""
 FP8_CAPABILITY = (8, 9)
 """The least CUDA compute capability torchao's fp8 kernels run on (weight-only and fp8 compute)."""
 FP8_KINDS = ("fp8", FP8_COMPUTE)
-"""The quantizations that need fp8 kernels: weight-only fp8, and fp8 compute (`models.levers.FP8_COMPUTE`)."""
+"""The quantizations that need fp8 kernels: weight-only fp8, and fp8 compute (`FP8_COMPUTE`)."""
 INSTALL_HINT = "pip install -r requirements-quant.txt"
 """How torchao is installed (a wheel with no dependencies: it never pulls a CUDA torch)."""
 

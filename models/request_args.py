@@ -10,7 +10,8 @@ import argparse
 from typing import Any
 
 from .clips import CLIP_FORMATS, MIN_CLIP_FRAMES
-from .levers import ATTENTION_BACKENDS, FP8_COMPUTE, STEP_CACHES
+from .levers import ATTENTION_BACKENDS, STEP_CACHES
+from .quantize_check import FP8_COMPUTE
 from .lora_inputs import LoraInput, parse_lora_arg
 from .workflows import WORKFLOWS
 
@@ -50,9 +51,9 @@ def add_workflow_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a safetensors LoRA merged into the DiT as it loads, at SCALE (default 1.0); repeat to"
                              " stack them in order")
     parser.add_argument("--transformer", metavar="FILE",
-                        help="a single-file DiT in the original layout (Comfy-Org's MiniMax H3 files); the model"
-                             " folder (--model) supplies the text encoder, VAEs, tokenizer, schedulers and the DiT's"
-                             " config")
+                        help="a single-file DiT in the original layout (Comfy-Org's MiniMax H3 files), .safetensors,"
+                             " or .gguf kept quantized (requirements-gguf.txt); the model folder (--model) supplies the"
+                             " text encoder, VAEs, tokenizer, schedulers and the DiT's config")
     parser.add_argument("--qkv-layout", choices=QKV_LAYOUTS,
                         help="row order of that file's fused qkv: stacked [q; k; v] (every published file, the"
                              " default) or interleaved per head (a file merged by hand); the file cannot tell")

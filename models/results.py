@@ -58,6 +58,12 @@ class GenerateResult:
     """Peak footprint per stage in bytes: max of VmRSS + CUDA allocated over the stage's samples."""
     steps: int = 0
     """DiT calls made (num_inference_steps - 1)."""
+    steps_computed: int = 0
+    """Of `steps`, the calls that computed every module: all of them without a step cache."""
+    steps_reused: int = 0
+    """Of `steps`, the calls on which the step cache predicted its modules' outputs from earlier calls instead of
+    computing them (TaylorSeer: each block's attention). diffusers' hooks keep no count: our denoise block counts
+    the calls and applies the cache's schedule (`models.speedups.step_reused`)."""
     workflow: str = "t2va"
     """The diffusers workflow run."""
     num_inference_steps: int = 0

@@ -23,6 +23,7 @@ from machine.host_heap import give_back_free_heap
 from machine.memory import MemoryProbe, MemorySample, PeriodicSampler
 from machine.offload import OffloadSettings
 
+from .components import NotLoaded
 from .quantize import DIT_COMPONENTS
 from .residency import Placement, Residency, observe, pins_host_copy
 from .results import EventSink, GenerateResult, PipelineEvent, SampleSink
@@ -172,7 +173,8 @@ class RunState:
             return
         nbytes = sum(p.nbytes for p in residency.module.parameters())
         del self.resident[name], residency
-        self.pipe.register_components(**{name: self.shells.get(name)})
+        stand_in = self.shells[name] if name in self.shells else NotLoaded(name, "released after its last block")
+        self.pipe.update_components(**{name: stand_in})
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()

@@ -24,14 +24,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 from core.echo import echo_name
 from core.errors import DrainboardError
-from loader.metadata import TensorMeta
 from loader.naming import MergeRule, SplitRule
 
+from .formats import file_problem, packed_problem
 from .request_args import QKV_LAYOUTS
+
+
+class Shaped(Protocol):
+    """A tensor as a header describes it (a safetensors `TensorMeta`, a `GgufTensor`): its name and shape."""
+
+    name: str
+    shape: tuple[int, ...]
+
+
 PRUNED_TENSOR = "adaln_t_table"
 """The tensor a pruned H3 DiT has in place of `time_embedder` (no diffusers class takes it)."""
 NOT_READ = ("rope.inv_freq",)
@@ -87,7 +96,7 @@ def reference_layout(config: dict, qkv_layout: str = "stacked") -> ReferenceLayo
     return ReferenceLayout(RENAMES, (qkv, halves), (swap,), lambda name: name in NOT_READ)
 
 
-def is_reference_h3(tensors: Sequence[TensorMeta]) -> bool:
+def is_reference_h3(tensors: Sequence[Shaped]) -> bool:
     """Whether these tensors are an H3 DiT in the reference naming: patch and output projections named so,
     and a fused `qkv_proj` of three times as many rows as columns in every block."""
     shapes = {t.name: t.shape for t in tensors}
@@ -96,7 +105,21 @@ def is_reference_h3(tensors: Sequence[TensorMeta]) -> bool:
             and all(len(s) == 2 and s[0] == 3 * s[1] for s in fused))
 
 
-def pruned_problem(tensors: Sequence[TensorMeta]) -> str | None:
+def generate_checkpoint_problem(index) -> str | None:
+    """Why a discovered checkpoint (`loader.CheckpointIndex`) cannot be a generate's model, in one line, or None:
+    a lone file or component folder is no model folder; a model folder's DiT may be packed."""
+    if index.layout != "model":
+        what = "a single file" if index.layout == "file" else "a component folder"
+        tensors = index.component().tensors
+        known = "holding a MiniMax H3 DiT in the original layout" if is_reference_h3(tensors) else "of an unknown model"
+        return (f"{echo_name(index.path.name)}: {what} {known} ({len(tensors)} tensors), not a MiniMax H3 model folder "
+                f"(modular_model_index.json and its components); a single-file DiT goes in --transformer (the Run "
+                f"page's Single-file transformer) with the model folder that supplies the rest")
+    dit = index.components.get("transformer")
+    return None if dit is None else packed_problem(dit.tensors, f"{echo_name(index.path.name)}/transformer")
+
+
+def pruned_problem(tensors: Sequence[Shaped]) -> str | None:
     """The one line that refuses a pruned H3 DiT, or None."""
     table = next((t for t in tensors if t.name == PRUNED_TENSOR), None)
     if table is None:
@@ -114,14 +137,13 @@ def diffusers_name(name: str) -> str:
 
 def transformer_problem(path: str, config: dict) -> str | None:
     """Why the file at `path` cannot be the DiT of a model whose `transformer/config.json` is `config`, in one
-    line, or None: from its headers alone (read confined to its own folder)."""
+    line, or None: from its headers alone (read confined to its own folder). A `.gguf` file is checked by
+    `models.gguf.gguf_problem` instead."""
     from loader.checkpoint import discover_checkpoint
-
-    from .formats import file_problem, packed_problem
 
     file = Path(path)
     if not file.is_file():
-        return f"{echo_name(file)}: not a file (a single-file DiT is one .safetensors file)"
+        return f"{echo_name(file)}: not a file (a single-file DiT is one .safetensors or .gguf file)"
     problem = file_problem(file)
     if problem is not None:
         return problem
@@ -129,18 +151,23 @@ def transformer_problem(path: str, config: dict) -> str | None:
         tensors = discover_checkpoint(file).component().tensors
     except DrainboardError as exc:
         return exc.messages()[0]
-    problem = packed_problem(tensors, echo_name(file.name)) or (f"{echo_name(file.name)}: {pruned_problem(tensors)}"
-                                                     if pruned_problem(tensors) else None)
-    if problem is not None:
-        return problem
+    return packed_problem(tensors, echo_name(file.name)) or layout_problem(echo_name(file.name), tensors, config)
+
+
+def layout_problem(where: str, tensors: Sequence[Shaped], config: dict) -> str | None:
+    """Why these tensors (a single file's, named `where`) are no DiT of the model `config` describes: pruned,
+    not H3 in the reference naming, or of another size; None when they are."""
+    pruned = pruned_problem(tensors)
+    if pruned is not None:
+        return f"{where}: {pruned}"
     if not is_reference_h3(tensors):
-        names = ", ".join(echo_name(t.name) for t in tensors[:3])
-        return (f"{echo_name(file.name)}: not a MiniMax H3 DiT in the original layout (no video_patch_proj, final_layer.video_out "
+        names = ", ".join(echo_name(t.name) for t in tensors[:3]) or "none"
+        return (f"{where}: not a MiniMax H3 DiT in the original layout (no video_patch_proj, final_layer.video_out "
                 f"and blocks.N.attn.qkv_proj of 3 x width rows; its first tensors: {names})")
     fused = [t for t in tensors if FUSED_QKV.fullmatch(t.name)]
     blocks, width = len(fused), fused[0].shape[1]
     layers, hidden = int(config.get("num_layers", -1)), int(config.get("hidden_size", -1))
     if (blocks, width) != (layers, hidden):
-        return (f"{echo_name(file.name)}: a DiT of {blocks} blocks of width {width}, but the model's transformer/config.json "
+        return (f"{where}: a DiT of {blocks} blocks of width {width}, but the model's transformer/config.json "
                 f"says {layers} blocks of width {hidden}; give --model the folder of the same model size")
     return None

@@ -5,7 +5,10 @@ Order: the attention backend (`set_attention_backend`), then the step cache
 compiled blocks are the ones that run with the other two in place. fp8 compute
 is a quantization, applied as the loader places each Linear (`models.quantize`).
 A cache's hooks count steps only inside `cache_context`, which our denoise block
-opens around each DiT call (`models.stage_blocks.DenoiserCall`).
+opens around each DiT call (`models.stage_blocks.DenoiserCall`). diffusers' hooks
+keep no count of the calls they computed and the calls they predicted (their
+state is private), so that block counts the DiT calls and `step_reused` says
+which of them the cache's schedule predicts.
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ import torch.nn as nn
 
 from .levers import UNAVAILABLE_CACHES
 
-CACHE_REUSE_COUNTS = ("diffusers' TaylorSeer hook does not expose how many calls it computed and how many it "
-                      "predicted, so the run does not record them")
-"""Said in a cached run's notes: the split of computed and reused steps is the hooks' to tell, and they do not."""
+CACHE_REUSE_COUNTS = ("step cache: the DiT calls computed and reused are counted at Drainboard's denoise block from "
+                      "the cache's schedule (diffusers' hooks keep no count)")
+"""Said in a cached run's notes: how `steps_computed` and `steps_reused` were found."""
 
 
 def cache_config(name: str) -> Any:
@@ -30,6 +33,21 @@ def cache_config(name: str) -> Any:
 
         return TaylorSeerCacheConfig()
     raise ValueError(f"unknown step cache {name!r}")
+
+
+def step_reused(name: str, call: int) -> bool:
+    """Whether step cache `name` predicts its modules' outputs on the DiT's call `call` (0-based, counted inside one
+    cache context) instead of computing them.
+
+    The schedule TaylorSeer's hook applies to each call (diffusers 0.42), read from its public config: computed
+    before `disable_cache_before_step`, on every `cache_interval`-th call after it and from
+    `disable_cache_after_step` on; predicted otherwise. tests/models/test_levers.py holds it to the attention
+    calls that ran."""
+    config = cache_config(name)
+    warmup = call < config.disable_cache_before_step
+    refresh = (call - config.disable_cache_before_step - 1) % config.cache_interval == 0
+    cooldown = config.disable_cache_after_step is not None and call >= config.disable_cache_after_step
+    return not (warmup or refresh or cooldown)
 
 
 def apply_levers(module: nn.Module, attention: str, step_cache: str | None, compile: bool) -> list[str]:

@@ -10,8 +10,9 @@ state, so the workflow's inputs and outputs stay diffusers'.
 
 When a run has a step cache or compiles its DiT, `DenoiserCall` takes the
 place of the loop's denoiser block and calls it: inside the DiT's
-`cache_context` (the cache hooks count steps only there), and, for a compiled
-DiT, its first call in a stage of its own (`models.levers.COMPILE_STAGE`).
+`cache_context` (the cache hooks count steps only there), counting the calls
+the cache reuses (`GenerateResult.steps_reused`), and, for a compiled DiT, its
+first call in a stage of its own (`models.levers.COMPILE_STAGE`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from contextlib import nullcontext
 from diffusers import ModularPipelineBlocks
 
 from .levers import COMPILE_STAGE
+from .speedups import step_reused
 from .run_state import RunState
 from .workflows import PlannedStage
 
@@ -88,6 +90,7 @@ class ReportStep(ModularPipelineBlocks):
     def __call__(self, components, block_state, i: int, t):
         step, total = i + 1, len(block_state.timesteps)
         self.run.result.steps = step
+        self.run.result.steps_computed = step - self.run.result.steps_reused
         self.run.emit("step", f"step {step}/{total}", step=step, steps=total, timestep=float(t))
         return components, block_state
 
@@ -120,13 +123,15 @@ class DenoiserCall(ModularPipelineBlocks):
 
     def __call__(self, components, block_state, i: int, t):
         transformer = getattr(components, self.inner.transformer_name)
-        cached = self.run.levers["step_cache"] is not None
+        cache = self.run.levers["step_cache"]
         with transformer.cache_context("cond", step_index=i, num_inference_steps=len(block_state.timesteps),
-                                       timestep=t) if cached else nullcontext():
-            if i == 0 and self.run.levers["compile"]:
-                with self.run.interlude(COMPILE_STAGE):
-                    return self.inner(components, block_state, i=i, t=t)
-            return self.inner(components, block_state, i=i, t=t)
+                                       timestep=t) if cache is not None else nullcontext():
+            with self.run.interlude(COMPILE_STAGE) if i == 0 and self.run.levers["compile"] else nullcontext():
+                found = self.inner(components, block_state, i=i, t=t)
+        # One DiT call per step, each inside the cache's one context: the hooks count calls as `i` does.
+        if cache is not None and step_reused(cache, i):
+            self.run.result.steps_reused += 1
+        return found
 
 
 def staged_workflow(blocks, plan: list[PlannedStage], run: RunState) -> None:

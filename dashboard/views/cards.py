@@ -196,4 +196,22 @@ def _generate_cards(job: dict, stats: LiveStats, *, capacity: int | None, events
         ),
         _headroom_card(stats, capacity),
         _peak_rss_card(stats),
+        *_step_cache_card(metrics),
     ]
+
+
+def _step_cache_card(metrics: dict) -> list[Card]:
+    """A finished cached run's transformer passes computed and reused (none for a run without a step cache, or
+    from before they were counted)."""
+    cache = (metrics.get("levers") or {}).get("step_cache")
+    if cache is None or "steps_reused" not in metrics:
+        return []
+    return [Card(
+        "Step cache",
+        f"{metrics['steps_computed']} computed",
+        delta=f"{metrics['steps_reused']} reused",
+        delta_color="off",
+        help=f"{cache}: transformer passes that ran every block, and passes whose cached modules (TaylorSeer: each "
+             "block's attention) were predicted from earlier passes; counted at Drainboard's denoise block from the "
+             "cache's schedule, since diffusers' hooks keep no count",
+    )]

@@ -148,6 +148,8 @@ COMPARE_METRICS = {
         ("peak_footprint", "peak footprint"),
         ("job_seconds", "job time"),
         ("pass_seconds", "time per pass"),
+        ("steps_computed", "passes computed"),
+        ("steps_reused", "passes reused"),
     ),
 }
 """Figures the Compare table shows per job kind (each with a ratio column against the reference job); a table of

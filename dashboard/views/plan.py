@@ -1,12 +1,13 @@
 """The Run page's Plan table: every candidate `--plan fastest` considered, its forecast peak per stage, its
-seconds or "no history", the chosen one marked and those that cannot fit struck through with their stage."""
+seconds (each lever's start-up included and said) or "no history", the chosen one marked and those that cannot
+fit struck through with their stage."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from dashboard import format as fmt
-from models.eta import NO_HISTORY
+from models.plan import seconds_words
 
 
 def plan_markdown(planned: dict[str, Any]) -> str:
@@ -21,7 +22,7 @@ def plan_markdown(planned: dict[str, Any]) -> str:
         chosen = i == planned["chosen"]
         cells = [c["label"] + ("" if c["lossless"] else " (lossy)"),
                  *(fmt.gib(c["peaks"].get(stage), 2) for stage in stages),
-                 f"{c['seconds']:.1f} s" if c["seconds"] is not None else NO_HISTORY,
+                 seconds_words(c),
                  c["wall"] or fmt.MISSING,
                  "chosen" if chosen else "fits" if c["fits"] else f"does not fit ({c['over_stage']})"]
         if not c["fits"]:

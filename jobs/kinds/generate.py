@@ -1,6 +1,6 @@
 """The `generate` job: MiniMax H3 (t2va, fl2va or ref2va) into an MP4 artifact, recording memory per stage.
 
-Input images are read from the job's own copies (`jobs.inputs`), never from the path the user gave.
+Input images are read from the job's own copies (`jobs.input_copies`), never from the path the user gave.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     mechanism each component got (`placements`), and each component's load report (`loads`)."""
     from dataclasses import replace
 
-    from jobs.inputs import input_copies
+    from jobs.input_copies import input_copies
     from loader.dtypes import parse_dtype
     from models.pipeline import PipelineEvent, run_generate
 

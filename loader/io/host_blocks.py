@@ -105,7 +105,7 @@ class PinnedHostArena:
     def __init__(self, total: int, pinned: Callable[[int], torch.Tensor] | None = None,
                  block_bytes: int = BLOCK_BYTES):
         self._packer = BlockPacker(total, block_bytes)
-        self._pinned = pinned or fast_pinned
+        self._pinned = pinned or torch_pinned
         self._blocks: list[torch.Tensor] = []
         self.pinned_bytes = 0
         """Bytes of the pinned blocks allocated."""
@@ -139,22 +139,14 @@ _register_mode: bool | None = None
 """Whether torch's pinned allocator was switched to host registration in this process (None: not tried)."""
 
 
-def fast_pinned(size: int) -> torch.Tensor:
-    """`size` bytes from torch's pinned allocator, switched to host registration where it can be
-    (`prefer_host_registration`)."""
-    prefer_host_registration()
-    return torch_pinned(size)
-
-
 def prefer_host_registration() -> bool:
     """Switch torch's pinned allocator, once per process, to page memory in on several threads and register it
     (`pinned_use_cuda_host_register`) rather than cudaHostAlloc, which pins one page at a time: 8 GiB in 0.89
     s against 4.83 s on one H200 (docs/benchmarks.md, Pinning host memory). Whether it is switched.
 
     torch frees a block by the setting in force when it frees it, so the switch is made only while torch's
-    pinned allocator holds no block at all (call it before anything runs: made when a real-size generate is
-    prepared it cut the pinned DiT's load from 41 to 16 s; asked for at the DiT's load it was not made,
-    some pinned memory existing by then) and is never undone once made; where the user set pinned
+    pinned allocator holds no block at all (a process's entry point makes it, `loader.process`: asked for at
+    the DiT's load it was not made, some pinned memory existing by then) and is never undone once made; where the user set pinned
     options (PYTORCH_CUDA_ALLOC_CONF) they stand. A first small block proves registration works here; where
     it is refused (a GB10 refuses host registration) the switch is undone and cudaHostAlloc serves.
     """

@@ -28,6 +28,7 @@ from ..api import load_checkpoint
 from core.errors import DrainboardError
 from machine.memory import MemoryProbe
 from ..naming import MergeRules, RenameRules
+from ..process import configure_process
 from ..report import TensorPlaced
 from .placement import ShardedPlacement
 from .report import RankReport, ShardedReport
@@ -131,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    configure_process(args.device)
     start = time.perf_counter()
     device = rank_device(args.device)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", device_id=device if device.type == "cuda" else None)

@@ -33,6 +33,21 @@ def test_generate_cards_show_steps_with_seconds_per_step_and_the_peak_stage(load
     assert "conditioning 1.00 GiB · denoise.denoise 512.0 MiB" in cards["Peak footprint"].help
 
 
+def test_a_cached_generate_job_shows_its_passes_computed_and_reused(load_samples):
+    metrics = {"stage_seconds": {"denoise.denoise": 4.0}, "steps": 7, "steps_computed": 4, "steps_reused": 3}
+    job = {"kind": "generate", "status": "succeeded", "progress_done": 7, "progress_total": 7,
+           "metrics": metrics | {"levers": {"step_cache": "taylorseer"}}}
+    stats = jv.live_stats(load_samples, 24 * GIB)
+    cards = {c.label: c for c in cv.metric_cards(job, stats, total_bytes=GIB, capacity=24 * GIB)}
+    assert (cards["Step cache"].value, cards["Step cache"].delta) == ("4 computed", "3 reused")
+    assert cards["Step cache"].help.startswith("taylorseer: ") and "diffusers' hooks keep no count" in \
+        cards["Step cache"].help
+    plain = job | {"metrics": metrics | {"levers": {"step_cache": None}}}
+    assert "Step cache" not in {c.label for c in cv.metric_cards(plain, stats, total_bytes=GIB, capacity=24 * GIB)}
+    assert tv.metrics_table(job["metrics"]).set_index("metric").loc[
+        ["Transformer passes computed", "Transformer passes reused (step cache)"], "value"].tolist() == ["4", "3"]
+
+
 def test_a_running_generate_job_measures_steps_from_when_denoising_started(load_samples):
     job = {"kind": "generate", "status": "running", "stage": "denoising", "progress_done": 2, "progress_total": 10, "metrics": None}
     events = pd.DataFrame({"t": [0.5, 9.9], "kind": ["stage_start", "stage_start"], "stage": ["conditioning", "denoise.denoise"]})

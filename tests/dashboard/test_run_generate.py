@@ -177,7 +177,8 @@ def test_the_plan_table_marks_the_chosen_candidate_strikes_what_cannot_fit_and_t
     table = next(m.value for m in at.markdown if m.value.startswith("| "))
     assert all(r.count("~~") >= 2 and "text_encoder would peak at" in r and "does not fit (text_encoder)" in r
                for r in table.splitlines()[2:])
-    assert any(e.value.startswith("Nothing fits: no candidate fits: text_encoder") for e in at.error)
+    assert any(e.value.startswith("Refused: needs ") and "over the 1.0 MiB budget (none of the 8 candidates" in e.value
+               for e in at.error)
 
 
 def test_fields_are_checked_as_they_change_named_as_the_form_names_them_and_cleared_once_fixed(tiny_root, fresh_db):

@@ -156,3 +156,18 @@ def test_compare_gives_generate_jobs_their_memory_and_time_not_a_row_of_dashes()
                                  "time per pass", "time per pass vs ref"]]) == [
         "1.50 GiB", "0.50×", "1 min 00 s", "1.50×", "6.00 s", "1.50×"]
     assert "footprint" not in table.columns and "load time" not in table.columns  # a load's figures, not a generate's
+
+
+def test_compare_gives_a_cached_job_its_passes_computed_and_reused_beside_the_exact_run():
+    from dashboard.views.history import comparison_table
+
+    jobs = []
+    for job_id, computed, reused in ((7, 19, 0), (8, 9, 10)):
+        job = _generate_job() | {"id": job_id, "status": "succeeded", "started_at": 100.0, "finished_at": 140.0}
+        job["metrics"] = {"steps": 19, "steps_computed": computed, "steps_reused": reused}
+        jobs.append(job)
+    old = _generate_job() | {"id": 9, "status": "succeeded", "metrics": {"steps": 19}}  # from before they were counted
+    table = comparison_table([*jobs, old], {}, 7).set_index("job")
+    assert list(table.loc["#8", ["passes computed", "passes computed vs ref", "passes reused"]]) == ["9", "0.47×", "10"]
+    assert list(table.loc["#7 (ref)", ["passes computed", "passes reused"]]) == ["19", "0"]
+    assert list(table.loc["#9", ["passes computed", "passes reused"]]) == ["—", "—"]

@@ -4,6 +4,7 @@ nothing queued; --force queues it and the job records it; the walls agree with t
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -110,5 +111,12 @@ def test_plan_fastest_at_submit_records_the_plan_runs_its_choice_and_refuses_whe
     assert spec["sequential_components"] is chosen["sequential"] and "no history" in plan["why"]
     code = main(_submit(tiny_model, "--plan", "fastest", "--memory-budget", "10MiB", "--json"))
     out = json.loads(capsys.readouterr().out)
-    assert code == 2 and out["error"].startswith("refused: --plan fastest: no candidate fits: text_encoder would peak")
+    main(_submit(tiny_model, "--memory-budget", "10MiB", "--json"))
+    plain = json.loads(capsys.readouterr().out)["error"]
+    # The plain refusal's one-line verdict and remedy, the plan said between them (for its first candidate).
+    verdict = r"refused: needs [\d.]+ MiB, over the 10\.0 MiB budget"
+    remedy = r"pass --memory-budget \d+MiB or more, or --force"
+    assert re.fullmatch(f"{verdict}: {remedy}", plain)
+    assert code == 2 and re.fullmatch(f"{verdict} \\(none of the 8 candidates of --plan fastest fits; the first in the"
+                                      f" order of preference: resident · bf16 · no lever\\): {remedy}", out["error"])
     assert len(list_jobs(db)) == 1

@@ -22,7 +22,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from loader import shard_header
+from loader import safetensors_file
 from loader.api import load_checkpoint
 from loader.checkpoint import discover_checkpoint
 from loader.cli import main
@@ -183,7 +183,7 @@ def test_the_index_check_is_linear_in_its_entries(tmp_path):
 def test_one_header_budget_covers_a_whole_checkpoint(tmp_path, monkeypatch):
     folder = _write(tmp_path / "c", _two_shards())
     sizes = [int.from_bytes(p.read_bytes()[:8], "little") for p in sorted(folder.glob("*.safetensors"))]
-    monkeypatch.setattr(shard_header, "MAX_CHECKPOINT_HEADER_BYTES", sizes[0] + sizes[1] - 1)
+    monkeypatch.setattr(safetensors_file, "MAX_CHECKPOINT_HEADER_BYTES", sizes[0] + sizes[1] - 1)
     with pytest.raises(CheckpointError, match="model-00002-of-00002.safetensors: its header would pass the"):
         discover_checkpoint(folder)
 

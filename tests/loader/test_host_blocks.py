@@ -182,8 +182,9 @@ def fake_pinning(monkeypatch):
 
 def test_pinning_switches_once_to_threaded_host_registration_while_torch_holds_no_pinned_block(fake_pinning):
     fake = fake_pinning()
-    host_blocks.fast_pinned(1024)
-    host_blocks.fast_pinned(2048)
+    assert host_blocks.prefer_host_registration() and host_blocks.prefer_host_registration()
+    host_blocks.torch_pinned(1024)
+    host_blocks.torch_pinned(2048)
     assert len(fake.settings) == 1
     threads = int(fake.settings[0].rsplit(":", 1)[1])
     assert threads & (threads - 1) == 0 and 1 <= threads <= 16  # torch takes a power of two
@@ -193,18 +194,20 @@ def test_pinning_switches_once_to_threaded_host_registration_while_torch_holds_n
 def test_pinning_stays_on_cudahostalloc_where_torch_already_holds_a_block_or_the_user_set_pinned_options(
         fake_pinning, monkeypatch):
     fake = fake_pinning(held=1)  # freeing that block as a registered one would fail
-    host_blocks.fast_pinned(1024)
+    assert host_blocks.prefer_host_registration() is False
+    host_blocks.torch_pinned(1024)
     assert fake.settings == [] and fake.blocks == [(1024, False)]
     fake = fake_pinning()
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "pinned_num_register_threads:4")
-    host_blocks.fast_pinned(1024)
+    assert host_blocks.prefer_host_registration() is False
+    host_blocks.torch_pinned(1024)
     assert fake.settings == [] and fake.blocks == [(1024, False)]
 
 
 def test_where_host_registration_is_refused_the_switch_is_undone_and_cudahostalloc_serves(fake_pinning):
     fake = fake_pinning(refuse_registration=True)
     assert host_blocks.prefer_host_registration() is False
-    first = host_blocks.fast_pinned(1024)
+    first = host_blocks.torch_pinned(1024)
     assert first.numel() == 1024
     assert fake.settings[-1] == "pinned_use_cuda_host_register:False" and len(fake.settings) == 2
     assert fake.blocks == [(1024, False)]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from models.safetensors_stream import write_tensors
+from loader.safetensors_file import write_tensors
 
 pytestmark = pytest.mark.slow  # three loads, each in a fresh process that imports torch
 REPO = Path(__file__).resolve().parents[2]

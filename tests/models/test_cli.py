@@ -105,4 +105,30 @@ def test_forecast_plan_fastest_prints_the_plan_and_forecasts_its_choice(capsys, 
     chosen = plan["candidates"][plan["chosen"]]
     assert code == 0 and len(plan["candidates"]) == 8 and all(c["lossless"] for c in plan["candidates"])
     assert body["sequential_components"] is chosen["sequential"] and body["levers"] == chosen["levers"]
-    assert captured.err.splitlines()[0] == "plan: 8 candidates (lossless only)"
+    assert captured.err.splitlines()[0] == ("plan: 8 candidates (lossless only); seconds include each lever's start-up"
+                                            " (compile's first call, its own stage); walls: the process start-up is"
+                                            " not counted: no history on this machine")
+
+
+def test_generate_and_forecast_plan_count_the_learned_process_start_up_and_refuse_in_the_verdict_s_words(
+        capsys, h3_tiny: Path, tmp_path: Path):
+    from core.sizes import format_size
+    from machine.device import probe_device
+    from models.eta import device_key
+
+    cpu = probe_device("cpu")
+    history = tmp_path / "history.json"  # one past job whose process grew by 1 PiB before its first weight
+    history.write_text(json.dumps([{"kind": "generate", "device": device_key(cpu.kind, cpu.name),
+                                    "ready_bytes": 2**30, "startup_bytes": 2**50}]))
+    request = [str(h3_tiny), "--prompt", "a red fox", "--height", "64", "--width", "64", "--steps", "4",
+               "--plan", "fastest", "--history", str(history), "--json"]
+    for command in (["generate", *request[:1], "--out", str(tmp_path / "c.mp4"), *request[1:]], ["forecast", *request]):
+        code = main(command)
+        captured = capsys.readouterr()
+        body = json.loads(captured.out)
+        assert code == 2 and body["error"].startswith("refused: needs 104857") and \
+            "MemAvailable (none of the 8 candidates of --plan fastest fits; the first in the order of preference:" \
+            in body["error"]
+        assert captured.err.splitlines()[0].endswith(
+            f"walls: each counts the process start-up, {format_size(2**50)} (median of 1 past job)")
+    assert not (tmp_path / "c.mp4").exists()

@@ -12,13 +12,8 @@ import torch
 
 from loader import known_placements, load_checkpoint
 from core.errors import CheckpointError
-from models.components import (
-    build_empty,
-    fp32_patterns,
-    load_aux,
-    load_component,
-    text_encoder_pruning,
-)
+from models.classes import build_empty, fp32_patterns
+from models.components import load_aux, load_component, text_encoder_pruning
 from models.profiles import HIDDEN_STATE_LAYER, get_profile
 
 MODES = known_placements()

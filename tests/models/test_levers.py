@@ -11,9 +11,10 @@ import pytest
 from diffusers import MiniMaxH3Transformer3DModel
 from machine.device import DeviceInfo
 from models.cli import main
-from models.levers import (COMPILE_STAGE, FP8_COMPUTE, LEVER_OPTIONS, attention_problem, is_lossless, lever_key,
-                           lever_option, lever_problems)
+from models.levers import (COMPILE_STAGE, LEVER_OPTIONS, attention_problem, is_lossless, lever_key, lever_option,
+                           lever_problems)
 from models.params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
+from models.quantize_check import FP8_COMPUTE
 from models.pipeline import run_generate
 from models.speedups import CACHE_REUSE_COUNTS
 
@@ -90,9 +91,18 @@ def test_taylorseer_changes_the_frames_records_its_lever_set_and_holds_the_buffe
     from models.forecast import forecast_generate
 
     exact = run_generate(h3_tiny, SMALL, tmp_path / "exact.mp4", device_info=UNIFIED)
-    events, dits = [], []
-    apply = run_state.apply_levers
-    monkeypatch.setattr(run_state, "apply_levers", lambda module, **kw: (dits.append(module), apply(module, **kw))[1])
+    events, dits, computed = [], [], []
+    original = run_state.apply_levers
+
+    def apply(module, **kw):
+        dits.append(module)
+        applied = original(module, **kw)
+        # What ran, seen through torch's own hooks: each block's attention runs its projections only when the cache
+        # computes it (the cache's hook replaces the attention's forward when it predicts).
+        for block in module.transformer_blocks:
+            block.attn.to_q.register_forward_hook(lambda *_: computed.append(1))
+        return applied
+    monkeypatch.setattr(run_state, "apply_levers", apply)
     params = GenerateParams(**{**SMALL.to_dict(), "step_cache": "taylorseer"})
     cached = run_generate(h3_tiny, params, tmp_path / "cached.mp4", device_info=UNIFIED, on_event=events.append)
     # What the hooks hold once the loop is done (their state, read here only to check the forecast's count).
@@ -102,7 +112,12 @@ def test_taylorseer_changes_the_frames_records_its_lever_set_and_holds_the_buffe
                for factors in state.taylor_factors.values() for factor in factors.values())
     forecast = forecast_generate(h3_tiny, params, device_info=UNIFIED, settings=OffloadSettings())
     assert held == forecast.lever_bytes["step_cache"] > 0
-    # 5 DiT calls: TaylorSeer computes the first three and predicts the rest, so the frames move.
+    # 5 DiT calls: TaylorSeer computes the first three, predicts the fourth and computes the fifth (its refresh), so
+    # the frames move; the counts recorded are the calls the attention ran on.
+    blocks = len(dits[0].transformer_blocks)
+    assert len(computed) == blocks * cached.steps_computed
+    assert (cached.steps, cached.steps_computed, cached.steps_reused) == (5, 4, 1)
+    assert (exact.steps, exact.steps_computed, exact.steps_reused) == (5, 5, 0)
     assert cached.video_sha256 != exact.video_sha256
     assert cached.levers == {"attention": "native", "compile": False, "quantize": None, "step_cache": "taylorseer",
                              "key": "step_cache=taylorseer", "lossless": False}

@@ -126,7 +126,7 @@ def test_the_factors_are_read_from_the_file_as_their_targets_come_up(h3_tiny: Pa
     when its last is merged, so what is held at once is one group, not the file."""
     import os
 
-    from loader.shard_header import read_shard_header
+    from loader.safetensors_file import read_shard_header
     from models.lora_inputs import converted_on_meta, factor_groups
 
     sent = []

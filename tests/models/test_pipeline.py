@@ -282,11 +282,11 @@ def test_unset_geometry_takes_the_checkpoint_s_own_16_by_9_canvas(h3_tiny: Path,
 def test_the_pipeline_constants_are_diffusers_own(h3_tiny: Path):
     from diffusers.modular_pipelines.minimax_h3.modular_pipeline import MiniMaxH3ModularPipeline
 
-    from models import params
+    from models import params, video_length
 
     pipe = MiniMaxH3ModularPipeline()
     assert (pipe.fps, pipe.min_duration, pipe.max_duration, pipe.text_encoder_layer) == (
-        params.FPS, params.MIN_SECONDS, params.MAX_SECONDS, params.TEXT_ENCODER_LAYER)
+        video_length.FPS, video_length.MIN_SECONDS, video_length.MAX_SECONDS, params.TEXT_ENCODER_LAYER)
 
 
 def test_generate_samples_through_the_callers_probe_so_cgroup_usage_is_recorded(h3_tiny: Path, tmp_path: Path):
@@ -357,14 +357,14 @@ _HELD_AFTER_READ_CLIP = """
 import json, sys
 import av, torch
 from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3VideoReference  # imported before the measurement
-from machine.host_heap import return_large_frees_to_os
+from loader.process import configure_process
 from machine.memory import MemoryProbe
 from machine.offload import OffloadSettings
 from models.params import GenerateParams, ModelSpec
 from models.pipeline import _read_clip
 from models.results import GenerateResult
 from models.run_state import RunState
-return_large_frees_to_os()  # as run_generate does
+configure_process()  # as every entry point does
 root, clip = sys.argv[1], sys.argv[2]
 params = GenerateParams(prompt="p", frames=124, height=64, width=64, steps=3, workflow="ref2va", ref_video=clip)
 result = GenerateResult("c.mp4", 124, 24, 124 / 24, 64, 64, True)
@@ -395,3 +395,27 @@ def test_the_clip_s_frame_list_is_given_back_once_diffusers_has_stacked_it(h3_ti
     measured = json.loads(run.stdout.strip().splitlines()[-1])
     # 76.8 MB of frames: measured 1.3x held with the trim (PyAV's own buffers besides), 2.3x without
     assert measured["held"] < 1.6 * measured["frames"], measured
+
+
+def test_a_released_component_goes_through_update_components_as_a_stand_in_that_says_so():
+    """Sequential residency hands diffusers a meta shell (the blocks read its config) or, for a component without
+    one, a stand-in that names the release when called, through the same public call as every other component."""
+    import types
+
+    import torch.nn as nn
+
+    from models.components import NotLoaded
+    from models.run_state import RunState
+
+    handed: dict[str, nn.Module] = {}
+    pipe = types.SimpleNamespace(update_components=lambda **components: handed.update(components))
+    run = RunState(Path("."), pipe, torch.device("cpu"), torch.bfloat16, "stream", NO_OFFLOAD, {}, True, None, None,
+                   0.1, None, None)
+    shell = nn.Linear(2, 2, device="meta")
+    run.shells = {"vae": shell}
+    for name in ("text_encoder", "vae"):
+        run.resident[name] = types.SimpleNamespace(module=nn.Linear(2, 2))
+        run.done_with(name)
+    assert handed["vae"] is shell and isinstance(handed["text_encoder"], NotLoaded) and run.resident == {}
+    with pytest.raises(RuntimeError, match="text_encoder was not loaded: released after its last block"):
+        handed["text_encoder"]()

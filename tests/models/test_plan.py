@@ -9,11 +9,14 @@ import pytest
 
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings
-from models.eta import StageRecord, stage_work
+from models.eta import NO_HISTORY, StageRecord, stage_work
 from models.forecast import forecast_generate
 from models.levers import lever_key
 from models.params import GenerateParams
-from models.plan import PRECISIONS, candidate_settings, machine_check, plan_fastest, plan_lines, planned
+from models.levers import COMPILE_STAGE
+from models.plan import (PRECISIONS, candidate_settings, machine_check, plan_fastest, plan_lines, planned,
+                         startup_words)
+from machine.walls import verdict
 
 CPU = DeviceInfo(spec="cpu", kind="cpu", index=None, name="test CPU", unified_memory=False, total_memory=None,
                  source="test", reason="tests")
@@ -40,9 +43,10 @@ def _history(root: Path, rates: dict[str, float]) -> list[StageRecord]:
     return records
 
 
-def _plan(root: Path, records, available: int = 2**40, **kwargs):
+def _plan(root: Path, records, available: int = 2**40, startup: int | None = None, **kwargs):
     return plan_fastest(PARAMS, device="cpu", capability=None, device_key=KEY, forecast_for=_forecaster(root),
-                        check=machine_check("cpu", False, None, "test CPU", available), records=records, **kwargs)
+                        check=machine_check("cpu", False, None, "test CPU", available, startup or 0), records=records,
+                        startup=startup_words(startup, "median of 1 past job" if startup else NO_HISTORY), **kwargs)
 
 
 def test_lossless_candidates_on_a_cpu_are_the_backends_it_runs_compile_off_and_on_and_both_residencies():
@@ -111,10 +115,18 @@ def test_without_history_the_order_of_preference_decides_keeping_to_the_request_
     assert "no speedup is assumed without history" in plan.why
 
 
-def test_when_nothing_fits_nothing_is_chosen_and_the_line_names_the_stage(h3_tiny: Path):
+def test_when_nothing_fits_nothing_is_chosen_and_the_refusal_is_the_submit_verdict_of_the_first(h3_tiny: Path):
     plan = _plan(h3_tiny, [], available=2**20)
-    assert plan.choice is None and plan.why.startswith("no candidate fits: ") and "MemAvailable" in plan.why
-    with pytest.raises(ValueError, match="no candidate fits"):
+    first = plan.candidates[0]
+    checks = machine_check("cpu", False, None, "test CPU", 2**20)(_forecaster(h3_tiny)(PARAMS, False))
+    over = next(c for c in checks if c.over)
+    # The one wording of a refusal (`machine.walls.verdict`, what `jobs submit` says), for the first candidate.
+    assert first.refusal == verdict(over, max(c.peak for c in checks if c.wall == over.wall))
+    assert plan.choice is None and plan.why == (
+        f"{first.refusal} (none of the 8 candidates of --plan fastest fits; the first in the order of preference:"
+        " resident · bf16 · no lever)")
+    assert plan.why.startswith("refused: needs ") and ", over the 1.0 MiB MemAvailable (" in plan.why
+    with pytest.raises(ValueError, match="^refused: needs "):
         planned(PARAMS, plan)
 
 
@@ -125,3 +137,33 @@ def test_history_of_one_lever_set_never_times_another(h3_tiny: Path):
     work = stage_work(_forecaster(h3_tiny)(PARAMS, False))
     etas = {e.stage: e.seconds for e in estimate(work, records, KEY, lever_key({}))}
     assert etas["denoise.denoise"] is None and etas["text_encoder"] is not None
+
+
+def test_a_lever_s_start_up_is_in_its_seconds_and_said_and_ranks_it(h3_tiny: Path):
+    records = _history(h3_tiny, {"": 1e-6, "compile": 5e-7})
+    steady = [r for r in records if r.stage != COMPILE_STAGE]
+    cheap = _plan(h3_tiny, steady + [StageRecord(COMPILE_STAGE, 1.0, 1.0, KEY, "compile")])
+    # Compile halves the steps' rate: with a 1 s first call it is the fastest, and that second is in its seconds.
+    assert cheap.choice.levers["compile"] and cheap.choice.startup_seconds == 1.0
+    plain = next(c for c in cheap.candidates if c.levers == cheap.candidates[0].levers and not c.sequential)
+    assert plain.startup_seconds == 0.0 and plain.seconds > cheap.choice.seconds
+    saved = plain.seconds - (cheap.choice.seconds - 1.0)
+    dear = _plan(h3_tiny, steady + [StageRecord(COMPILE_STAGE, saved + 5.0, 1.0, KEY, "compile")])
+    # A first call dearer than what compile saves over the steps: ranked by the whole, compile loses.
+    assert not dear.choice.levers["compile"]
+    compiled = next(c for c in dear.candidates if c.levers["compile"] and not c.sequential)
+    assert compiled.seconds > dear.choice.seconds and compiled.startup_seconds == pytest.approx(saved + 5.0)
+    lines = plan_lines(dear.to_dict())
+    assert "seconds include each lever's start-up (compile's first call, its own stage)" in lines[0]
+    assert any("regional compile" in line and f" ({saved + 5.0:.1f} s start-up)" in line for line in lines)
+
+
+def test_the_walls_count_the_learned_process_start_up_and_the_table_says_so(h3_tiny: Path):
+    forecast = _forecaster(h3_tiny)(PARAMS, False)
+    available = forecast.process_host_bytes + forecast.predicted_peak_bytes + 2**20
+    assert all(c.fits for c in _plan(h3_tiny, [], available).candidates if not c.sequential)
+    plan = _plan(h3_tiny, [], available, startup=2**21)  # the same walls, with a learned 2 MiB start-up
+    assert not any(c.fits for c in plan.candidates if not c.sequential)
+    assert "walls: each counts the process start-up, 2.0 MiB (median of 1 past job)" in plan_lines(plan.to_dict())[0]
+    assert "walls: the process start-up is not counted: no history on this machine" in \
+        plan_lines(_plan(h3_tiny, [], available).to_dict())[0]

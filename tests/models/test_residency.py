@@ -26,29 +26,3 @@ def test_only_a_group_offloaded_unquantized_component_on_cuda_with_pinning_on_is
     settings = OffloadSettings(pin_cpu_memory=pin)
     assert pins_host_copy(_placement(mechanism), device, settings, quantized=quantized) is expected
 
-
-class _Built(Exception):
-    """Raised where `_prepare` would build diffusers' pipeline: everything before it has run."""
-
-
-@pytest.mark.parametrize(("pin", "expected"), [(True, 1), (False, 0)])
-def test_a_generate_that_will_pin_the_dit_switches_host_registration_before_building_anything(
-        monkeypatch, pin: bool, expected: int):
-    """The switch is only safe while torch holds no pinned block, so it comes at prepare, before any load."""
-    import types
-
-    import torch
-
-    import models.pipeline as pipeline
-    from models.params import GenerateParams
-
-    calls = []
-    monkeypatch.setattr(pipeline, "prefer_host_registration", lambda: calls.append(1) or True)
-    monkeypatch.setattr(pipeline, "_pipeline_class", lambda: (_ for _ in ()).throw(_Built()))
-    settings = OffloadSettings(dit_layerwise_offload=True, dit_cpu_offload=False, pin_cpu_memory=pin)
-    result = types.SimpleNamespace(workflow="t2va", placements={})
-    with pytest.raises(_Built):
-        pipeline._prepare(None, GenerateParams(prompt="p"), torch.device("cuda"), torch.bfloat16, "stream", settings,
-                          [], True, None, None, 0.1, result, None)
-    assert result.placements["transformer"]["mechanism"] == GROUP_OFFLOAD
-    assert len(calls) == expected
