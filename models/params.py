@@ -58,6 +58,10 @@ DEFAULT_STEPS = 50
 
 
 
+MAX_PARALLEL = 8
+"""The most local ranks `parallel` takes: the GPUs of one host."""
+
+
 class GenerateParamsError(DrainboardError):
     """One or more generate parameters cannot be used with this model."""
 
@@ -128,6 +132,9 @@ class GenerateParams:
     step computed."""
     loras: tuple[LoraInput, ...] = ()
     """LoRAs merged into the workflow's DiT as it loads, stacked in this order (`models.lora_inputs`)."""
+    parallel: int = 1
+    """Local ranks one generate runs on (one GPU each): the DiT replicated, its sequence split by diffusers' context
+    parallelism (Ulysses); the text encoder and VAEs on rank 0 only (`models.parallel`)."""
 
     def __post_init__(self) -> None:
         # A stored spec gives its LoRAs back as mappings, the CLI and pages as LoraInput or `FILE[:SCALE]`.
@@ -367,6 +374,7 @@ def validate_params(params: GenerateParams, model: ModelSpec) -> None:
         problems["model"] = (f"{model.root}/text_encoder has {model.text_encoder_layers} decoder layers; H3 reads"
                              f" hidden_states[{TEXT_ENCODER_LAYER}] and needs more than {TEXT_ENCODER_LAYER}")
     problems.update(_knob_problems(params))
+    problems.update(_parallel_problems(params, model))
     problems.update(_lora_problems(params))
     problems.update(_workflow_problems(params, model))
     if params.transformer is not None:
@@ -407,6 +415,24 @@ def _knob_problems(params: GenerateParams) -> dict[str, str]:
     if cache is not None:
         problems["step_cache"] = cache
     return problems
+
+
+def _parallel_problems(params: GenerateParams, model: ModelSpec) -> dict[str, str]:
+    """`parallel`: a whole number of ranks that splits the DiT's heads evenly (Ulysses hands each rank whole heads),
+    and none of the levers not tried with it."""
+    n = params.parallel
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_PARALLEL:
+        return {"parallel": f"must be a whole number of ranks in 1..{MAX_PARALLEL}, got {n!r}"}
+    if n == 1:
+        return {}
+    heads = int(model.configs.get("transformer", {}).get("num_attention_heads", 56))
+    if heads % n:
+        return {"parallel": f"{n} ranks cannot split the DiT's {heads} attention heads evenly (Ulysses gives each"
+                            f" rank whole heads); use a divisor of {heads}"}
+    untried = [f"--{name.replace('_', '-')}" for name in ("compile", "step_cache") if getattr(params, name)]
+    if untried:
+        return {"parallel": f"is not combined with {' or '.join(untried)} (not tried together yet)"}
+    return {}
 
 
 def _lora_problems(params: GenerateParams) -> dict[str, str]:
