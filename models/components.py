@@ -33,7 +33,8 @@ from machine.memory import MemoryProbe
 from loader.model_registry import get_model_builder, register_model_builder
 from loader.report import LoadReport, TensorPlaced
 
-from .classes import CLASS_LIBRARIES, build_empty, class_name_of, component_class, fp32_patterns, read_config
+from .classes import (CLASS_LIBRARIES, build_empty, class_name_of, component_class, component_config, fp32_patterns,
+                      read_config)
 from .profiles import HIDDEN_STATE_LAYER
 from .workflows import WORKFLOWS
 
@@ -113,7 +114,8 @@ def load_component(
     Raises CheckpointError / PlacementError naming the folder and tensor.
     """
     folder = Path(root) / name
-    config = read_config(folder)
+    # A DiT from a single file may use diffusers' defaults where the folder has no config (submit checked the fit).
+    config = read_config(folder) if single_file is None else component_config(Path(root), name)
     if single_file is not None and is_gguf(Path(single_file)):
         from .gguf import load_gguf_dit
 

@@ -49,6 +49,7 @@ from machine.host_heap import give_back_free_heap
 from machine.memory import MemoryProbe
 from machine.offload import OffloadDecision, OffloadSettings, resolve_offload
 
+from .classes import component_config
 from .components import AUX_COMPONENTS, load_aux
 from .context_parallel import RankGroup, rank_reads, split_workflow
 from .encode import silence_non_finite, write_mp4
@@ -348,7 +349,7 @@ def _shell(root: Path, name: str) -> nn.Module:
 
     cls = getattr(diffusers, _index_class(root, name))
     with init_empty_weights():
-        return cls.from_config(cls.load_config(str(root / name)))
+        return cls.from_config(component_config(root, name))
 
 
 def _index_class(root: Path, name: str) -> str:
