@@ -247,6 +247,8 @@ class GenerateForecast:
     lora_bytes: dict[str, int] = field(default_factory=dict)
     """Partition -> what its LoRAs hold while it loads (`models.lora_inputs.lora_load_bytes`); a merged LoRA holds
     nothing once loaded."""
+    lora_work: dict[str, int] = field(default_factory=dict)
+    """Partition -> bytes of LoRA factors its load reads, converts and merges (what the ETA scales by)."""
     levers: dict[str, Any] = field(default_factory=dict)
     """The speed levers forecast (`attention`, `compile`, `quantize`, `step_cache`)."""
     lever_bytes: dict[str, int] = field(default_factory=dict)
@@ -283,7 +285,7 @@ class GenerateForecast:
             "process_device_bytes": self.process_device_bytes, "stages": [s.to_dict() for s in self.stages],
             "clip_decode_bytes": self.clip_decode_bytes,
             "predicted_peak_bytes": self.predicted_peak_bytes, "peak_stage": self.peak_stage,
-            "lora_bytes": dict(self.lora_bytes),
+            "lora_bytes": dict(self.lora_bytes), "lora_work": dict(self.lora_work),
             "levers": dict(self.levers), "lever_bytes": dict(self.lever_bytes), "not_counted": list(self.not_counted),
             "ranks": [r.to_dict() for r in self.ranks],
         }
@@ -350,7 +352,7 @@ def forecast_generate(
     pixels = drivers["decode.video"]  # the clip's pixels, as _drivers counts them
     from .lora_inputs import lora_load_bytes
 
-    lora_bytes = lora_load_bytes(root, params) if params.loras else {}
+    lora_bytes, lora_work = lora_load_bytes(root, params) if params.loras else ({}, {})
     loaded: set[str] = set()
     layers = max(int(model.configs["transformer"]["num_layers"]), 1)
     # An fp32 video VAE's tensors are twice bf16's: its stages' per-unit bytes scale with the element (an
@@ -415,7 +417,8 @@ def forecast_generate(
     return GenerateForecast(
         height, width, params.frames, model.steps(params), text_tokens, tokens, sequential, sizes,
         {c: p.mechanism for c, p in placements.items()}, process_host + (clip.decoded_bytes if clip else 0),
-        CUDA_TERMS.context if cuda else 0, stages, workflow, clip.decode_bytes if clip else 0, lora_bytes, levers,
+        CUDA_TERMS.context if cuda else 0, stages, workflow, clip.decode_bytes if clip else 0, lora_bytes, lora_work,
+        levers,
         {"step_cache": cache} if cache else {}, lever_memory_unknown(params), ranks)
 
 

@@ -49,6 +49,7 @@ from machine.host_heap import give_back_free_heap
 from machine.memory import MemoryProbe
 from machine.offload import OffloadDecision, OffloadSettings, resolve_offload
 
+from .classes import component_config
 from .components import AUX_COMPONENTS, load_aux
 from .context_parallel import RankGroup, rank_reads, split_workflow
 from .encode import silence_non_finite, write_mp4
@@ -150,6 +151,7 @@ def run_generate(
         run = _prepare(root, params, torch_device, dtype, mode, settings, decisions, sequential, on_event,
                        on_sample, sample_interval, result, probe, inputs=images, group=group)
         run.roots = None if roots is None else [Path(r) for r in roots]
+        run.device_info = info
         run.loras = tuple(loras)
         if not sequential:
             for name in run.components:
@@ -348,7 +350,7 @@ def _shell(root: Path, name: str) -> nn.Module:
 
     cls = getattr(diffusers, _index_class(root, name))
     with init_empty_weights():
-        return cls.from_config(cls.load_config(str(root / name)))
+        return cls.from_config(component_config(root, name))
 
 
 def _index_class(root: Path, name: str) -> str:

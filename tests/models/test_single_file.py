@@ -146,14 +146,65 @@ def test_models_forecast_counts_the_single_file_as_the_dit_and_refuses_another_i
     assert "transformer: bert.safetensors: not a MiniMax H3 DiT in the original layout" in error
 
 
-def test_a_model_folder_without_the_dit_s_config_is_refused_saying_the_single_file_needs_it(h3_tiny, tmp_path,
-                                                                                            reference_files):
+def _without_dit(h3_tiny: Path, folder: Path) -> Path:
+    """The tiny model folder with no `transformer/` at all: a Comfy-style user's text encoder, VAEs and the rest."""
     import shutil
 
-    folder = tmp_path / "no-dit"
     shutil.copytree(h3_tiny, folder, ignore=shutil.ignore_patterns("transformer"))
+    return folder
+
+
+def test_without_the_dit_s_config_a_file_the_default_config_does_not_fit_is_refused_naming_the_file_and_the_fix(
+        h3_tiny, tmp_path, reference_files):
+    folder = _without_dit(h3_tiny, tmp_path / "no-dit")
+    fix = f"put the DiT's config.json (the release's, or the one the file was made from) in {folder}/transformer/"
     with pytest.raises(GenerateParamsError) as refused:
         validate_params(replace(FAST, transformer=str(reference_files["aligned"])), ModelSpec.read(folder))
-    assert str(refused.value) == (f"model: {folder} has no transformer/config.json: every component of MiniMax H3 "
-                                  "is built from its folder's config (a single-file DiT too: keep the folder's "
-                                  "transformer/config.json)")
+    assert str(refused.value) == (
+        f"transformer: h3-aligned.safetensors: {folder} has no transformer/config.json, and diffusers' default "
+        "MiniMaxH3Transformer3DModel config (the released H3: 50 blocks of width 5376) does not fit this file "
+        f"(proj_in.weight is (32, 96) in the file, (5376, 96) in that DiT); {fix}")
+    with pytest.raises(GenerateParamsError) as refused:
+        validate_params(FAST, ModelSpec.read(folder))
+    assert str(refused.value) == f"model: {folder} has no transformer/config.json; {fix}"
+
+
+def test_without_the_dit_s_config_a_real_size_file_fits_diffusers_default_config_and_is_counted_at_its_size(
+        h3_tiny, tmp_path):
+    """diffusers' default config is the released H3's DiT: a single file of that size (a sparse file: headers
+    only, the data a hole) passes the submit check against it, every tensor's shape compared."""
+    from models.classes import build_empty, default_dit_config
+    from models.forecast import weight_bytes
+    from tests.models.reference_layout import write_header_only
+
+    folder = _without_dit(h3_tiny, tmp_path / "no-dit")
+    shapes = {n: tuple(t.shape) for n, t in build_empty(default_dit_config()).state_dict().items()
+              if n != "rope.inv_freq"}
+    file = write_header_only(shapes, tmp_path / "h3-dit.safetensors")
+    model = ModelSpec.read(folder)
+    assert model.dit_defaults and model.configs["transformer"]["num_layers"] == 50
+    validate_params(replace(FAST, transformer=str(file)), model)
+    assert weight_bytes(folder, transformer=str(file))["transformer"] >= 33_122_992_896 * 2  # bf16, fp32 modules at 4
+    shapes.pop("proj_out.bias")
+    short = write_header_only(shapes, tmp_path / "short.safetensors")
+    with pytest.raises(GenerateParamsError, match=r"does not fit this file \(it lacks proj_out.bias and 0 more\)"):
+        validate_params(replace(FAST, transformer=str(short)), model)
+
+
+@pytest.mark.slow
+def test_without_the_dit_s_config_a_fitting_file_generates_with_the_default_config(h3_tiny, tmp_path,
+                                                                                   reference_files, monkeypatch):
+    """At real size diffusers' defaults are the only config that fits; here the default is the tiny profile's
+    config (the one substitution), so the whole run goes through the defaults path: the frames are those of
+    the folder's own DiT."""
+    import json
+
+    import models.classes
+
+    tiny = json.loads((h3_tiny / "transformer" / "config.json").read_text())
+    monkeypatch.setattr(models.classes, "default_dit_config", lambda: tiny)
+    folder = _without_dit(h3_tiny, tmp_path / "no-dit")
+    single = run_generate(folder, replace(FAST, transformer=str(reference_files["misaligned"])), tmp_path / "s.mp4",
+                          device_info=UNIFIED, roots=[folder, reference_files["misaligned"].parent])
+    own = run_generate(h3_tiny, FAST, tmp_path / "f.mp4", device_info=UNIFIED)
+    assert single.video_sha256 == own.video_sha256
