@@ -50,14 +50,9 @@ def status(field):
         if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
 
-<<<<<<< HEAD
-from machine.host_heap import return_large_frees_to_os
-return_large_frees_to_os()  # as a generate run does first: freed temporaries leave the resident set
-torch.matmul(torch.ones(8, 8), torch.ones(8, 8)).bfloat16().float()  # BLAS paged in, as a DiT's first call does
-=======
 from loader.process import configure_process
 configure_process()  # as a job child does first: freed temporaries leave the resident set
->>>>>>> main
+torch.matmul(torch.ones(8, 8), torch.ones(8, 8)).bfloat16().float()  # BLAS paged in, as a DiT's first call does
 case, root, lora = sys.argv[1], sys.argv[2], sys.argv[3]
 config = json.load(open(f"{root}/transformer/config.json"))
 base = status("VmRSS")
