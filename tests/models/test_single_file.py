@@ -218,8 +218,6 @@ def test_the_gpu_ring_s_o_direct_reads_of_a_misaligned_file_land_every_byte_of_t
     tests/loader/test_stream_ring.py checks the ring): the single file's planned sources (renamed, each qkv
     part and FF half its own byte range, every one at an odd file offset) read with O_DIRECT through aligned
     chunks, landing the bytes of the diffusers-layout folder. The CUDA copy itself is not run here."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from safetensors.torch import load_file
 
     from loader.checkpoint import discover_checkpoint
@@ -227,8 +225,8 @@ def test_the_gpu_ring_s_o_direct_reads_of_a_misaligned_file_land_every_byte_of_t
     from loader.placement import LoadPlan, PlannedTarget
     from loader.placement.chunks import Piece
     from loader.placement.files import OpenFiles
-    from loader.placement.ranges import RangeRing
     from models.single_file import reference_layout
+    from tests.loader.ring_runs import run_ring
 
     file = reference_files["misaligned"]
     config = json.loads((h3_tiny / "transformer" / "config.json").read_text())
@@ -248,18 +246,10 @@ def test_the_gpu_ring_s_o_direct_reads_of_a_misaligned_file_land_every_byte_of_t
         for source in planned.target.sources:
             pieces.append(Piece(source, flat[start:start + source.nbytes], lambda s=source: files.done(s)))
             start += source.nbytes
-    with ThreadPoolExecutor(3) as pool:
-        ring = RangeRing(torch.device("cpu"), pool, files, buffers=3, chunk_bytes=16 << 10, read_bytes=4 << 10,
-                         pin=False, reader=reader, readers=3)
-        try:
-            ring.run(pieces)
-            ring.finish()
-        finally:
-            ring.release()
-            files.close_all()
-    if ring.stats.direct_chunks == 0:
+    stats = run_ring(files, pieces, chunk=16 << 10, read=4 << 10, reader=reader)
+    if stats.direct_chunks == 0:
         pytest.skip("this file system refuses O_DIRECT")
-    assert ring.stats.direct_chunks == ring.stats.chunks > 1 and fallbacks == []
+    assert stats.direct_chunks == stats.chunks > 1 and fallbacks == []
     folder = {}
     for shard in sorted((h3_tiny / "transformer").glob("*.safetensors")):
         folder.update(load_file(str(shard)))
