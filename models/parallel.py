@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from core.errors import DeviceError, DrainboardError
+from loader.process import configure_process
 from loader.sharded.launch import NCCL_ENV, RankLineFollower
 from machine.memory import MemorySample
 from machine.offload import OffloadDecision, OffloadSettings
@@ -252,6 +253,7 @@ def rank_main(folder: Path, rank: int) -> int:
     device = torch.device("cuda", rank) if request["device"] == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    configure_process(str(device))  # a rank is a process's start: its settings before anything runs
     group = RankGroup(rank, world, device)
     lines = _Lines(folder / f"rank-{rank}.jsonl")
     try:
