@@ -29,6 +29,7 @@ from loader.placement.chunks import ALIGN, Piece, plan_chunks
 from loader.placement.ranges import RangeRing
 from loader.placement.ring_sizing import RING_CHUNK_BYTES, STAGING_SHARE, ring_geometry
 from loader.placement.stream import drop_by_default
+from tests.loader.ring_runs import run_ring
 
 _MiB = 1 << 20
 GiB = 1 << 30
@@ -84,16 +85,7 @@ def _ring_load(
         meta = p.sources[0]
         outs[p.name] = torch.full((meta.nbytes,), 0xAB, dtype=torch.uint8)
         pieces.append(Piece(meta, outs[p.name], lambda m=meta: (done.append(m.name), files.done(m))))
-    with ThreadPoolExecutor(threads) as pool:
-        ring = RangeRing(torch.device("cpu"), pool, files, buffers=3, chunk_bytes=chunk, read_bytes=read, pin=False, reader=reader,
-                         readers=threads)
-        try:
-            ring.run(pieces)
-            ring.finish()
-        finally:
-            ring.release()
-            files.close_all()
-    return outs, done, ring.stats
+    return outs, done, run_ring(files, pieces, chunk=chunk, read=read, threads=threads, reader=reader)
 
 
 def _cold(path: Path) -> bool:
