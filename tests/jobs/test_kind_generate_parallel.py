@@ -65,3 +65,26 @@ def test_a_sequence_the_ranks_cannot_split_evenly_is_refused_at_submit_with_its_
     fits = build_spec({**spec, "generate": {**spec["generate"], "prompt": "a red fox in the snow"}}, config)
     assert fits.generate.parallel == 2 and processes(fits) == 3
     assert processes(build_spec({**spec, "generate": {"prompt": "a red fox"}}, config)) == 1
+
+
+def test_under_ray_a_parallel_generate_asks_for_a_gpu_per_rank_on_one_node():
+    from jobs.backends.ray_jobs import submission
+    from jobs.spec import JobSpec
+
+    def asked(device: str, parallel: int) -> dict:
+        spec = JobSpec(kind="generate", model="/models/h3", device=device,
+                       generate={"prompt": "a fox", "parallel": parallel}).to_dict()
+        found = submission({"id": 7, "spec": spec}, _config(), "host:1:abc", "nonce")
+        return {k: v for k, v in found.items() if k.startswith("entrypoint_") and k != "entrypoint"}
+
+    assert asked("cuda", 2) == {"entrypoint_num_gpus": 2}
+    assert asked("cuda", 1) == {"entrypoint_num_gpus": 1}
+    assert asked("cpu", 2) == {"entrypoint_num_gpus": 0, "entrypoint_num_cpus": 2}
+
+
+def _config():
+    from pathlib import Path
+
+    from storage.config import Config
+
+    return Config(data_dir=Path("/tmp/drainboard-test-data"), model_roots=[Path("/models")])
