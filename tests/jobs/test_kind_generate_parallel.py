@@ -88,3 +88,51 @@ def _config():
     from storage.config import Config
 
     return Config(data_dir=Path("/tmp/drainboard-test-data"), model_roots=[Path("/models")])
+
+
+def _descendants(pid: int) -> list[int]:
+    """Live processes below `pid` (every thread's children, recursively)."""
+    from pathlib import Path
+
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children = [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+        for child in children:
+            found += [child, *_descendants(child)]
+    return found
+
+
+def _ranks_below(pid: int) -> dict[int, int]:
+    """Rank -> pid of the parallel generate ranks running below `pid`."""
+    from pathlib import Path
+
+    ranks = {}
+    for child in _descendants(pid):
+        try:
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"models.parallel" in argv:
+            ranks[int(argv[-2])] = child
+    return ranks
+
+
+@pytest.mark.slow
+def test_a_rank_killed_mid_denoise_fails_the_job_naming_it_and_leaves_no_rank_running(
+        one_accelerator, db, queue_job, tick_until, run_to_end, tiny_model):
+    import os
+    import signal
+
+    job_id = queue_job("generate", model=str(tiny_model), generate={
+        "prompt": "a red fox in the snow", "frames": 124, "height": 64, "width": 64, "steps": 40, "audio": False,
+        "parallel": 2})
+    tick_until(lambda: any(s["stage"] == "denoise.denoise" for s in samples_since(db, job_id, rank=1)), timeout=300)
+    os.kill(_ranks_below(os.getpid())[1], signal.SIGKILL)
+    job = run_to_end(job_id, timeout=120)
+    assert job["status"] == "failed"
+    assert job["error"].startswith("ParallelRunError: rank 1 of 2 was killed (SIGKILL) (in stage denoise.denoise")
+    assert "its last sample: RSS " in job["error"] and job["error"].endswith("the other ranks were stopped")
+    assert _ranks_below(os.getpid()) == {}
