@@ -7,6 +7,10 @@ from jobs.spec import JobSpecError, build_spec
 from storage.artifacts import job_dir
 from storage.queries import artifacts, events, samples_since
 
+TWO_RANKS = {"prompt": "a red fox in the snow", "frames": 124, "height": 64, "width": 64, "steps": 3, "audio": False,
+             "parallel": 2}
+"""A tiny clip on 2 ranks whose packed sequence (574 rows) divides by 2."""
+
 
 def test_more_ranks_than_the_device_can_place_are_refused_before_queueing(config, tiny_model):
     spec = {"kind": "generate", "model": str(tiny_model), "device": "cpu",
@@ -22,9 +26,7 @@ def test_more_ranks_than_the_device_can_place_are_refused_before_queueing(config
 @pytest.mark.slow
 def test_a_parallel_generate_job_records_every_rank_and_rank_0_writes_the_mp4(
         one_accelerator, db, config, queue_job, run_to_end, tiny_model):
-    job_id = queue_job("generate", model=str(tiny_model), generate={
-        "prompt": "a red fox in the snow", "frames": 124, "height": 64, "width": 64, "steps": 3, "audio": False,
-        "parallel": 2})
+    job_id = queue_job("generate", model=str(tiny_model), generate=TWO_RANKS)
     job = run_to_end(job_id, timeout=300)
     assert job["status"] == "succeeded", job["error"]
     [video] = [a for a in artifacts(db, job_id) if a["media_type"] == "video/mp4"]
@@ -126,9 +128,7 @@ def test_a_rank_killed_mid_denoise_fails_the_job_naming_it_and_leaves_no_rank_ru
     import os
     import signal
 
-    job_id = queue_job("generate", model=str(tiny_model), generate={
-        "prompt": "a red fox in the snow", "frames": 124, "height": 64, "width": 64, "steps": 40, "audio": False,
-        "parallel": 2})
+    job_id = queue_job("generate", model=str(tiny_model), generate={**TWO_RANKS, "steps": 40})
     tick_until(lambda: any(s["stage"] == "denoise.denoise" for s in samples_since(db, job_id, rank=1)), timeout=300)
     os.kill(_ranks_below(os.getpid())[1], signal.SIGKILL)
     job = run_to_end(job_id, timeout=120)
