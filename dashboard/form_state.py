@@ -102,6 +102,14 @@ def open_checkpoint(path: str) -> None:
     st.session_state.pop(key("checkpoint"), None)
 
 
+def open_transformer(path: str) -> None:
+    """Make `path`, a GGUF DiT, the Run form's single-file transformer of a generate (the Models page's *Open in
+    Run*): the checkpoint and the form's other values stay."""
+    durable().update({"kind": "generate", "gen_transformer": path})
+    for name in ("kind", "gen_transformer"):
+        st.session_state.pop(key(name), None)
+
+
 def fill_from_video(file_id: str, settings: dict[str, Any], checkpoints: dict[str, str]) -> str:
     """Fill the generate fields (and the checkpoint, when one of that name is found: `checkpoints` maps a folder
     name to its path) from a dropped Drainboard video's settings (models.video_settings), once per file, and draw
@@ -129,7 +137,7 @@ def fill_from_video(file_id: str, settings: dict[str, Any], checkpoints: dict[st
 def carry_inputs(job_id: int, spec: dict[str, Any]) -> None:
     """Keep job `job_id`'s own copies of its input files for the form (an uploader cannot be pre-filled), and say
     which are gone."""
-    from jobs.inputs import input_copies
+    from jobs.input_copies import input_copies
     from models.params import INPUT_FILE_FIELDS
     from storage.artifacts import ArtifactError
 

@@ -126,7 +126,7 @@ def _live() -> None:
     from dashboard import format as fmt
     from dashboard.host import pool_caption, read_host_memory
     from dashboard.charts.style import readable
-    from dashboard.host_charts import pool_bar
+    from dashboard.charts.host import pool_bar
     from dashboard.views.jobs import queue_chip
 
     with suppress(OSError):  # a worker the dashboard started stays while a page is open (jobs.supervisor)

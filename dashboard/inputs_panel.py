@@ -27,7 +27,7 @@ from dashboard import format as fmt
 from dashboard import words
 from dashboard.views.run import FIELD_LABELS
 from models.clips import CLIP_FORMATS, MAX_CLIP_BYTES, MAX_CLIP_SECONDS
-from models.inputs import MAX_IMAGE_BYTES, InputImageError, check_image
+from models.input_images import MAX_IMAGE_BYTES, InputImageError, check_image
 from models.params import INPUT_FILE_FIELDS
 from models.quantize import DIT_COMPONENTS
 from models.workflows import WORKFLOW_CLIPS, WORKFLOW_INPUTS, WORKFLOWS, stage_plan

@@ -14,7 +14,7 @@ from dashboard import format as fmt
 from dashboard.form_state import ERRORS_KEY, key
 from dashboard.host import read_host_memory
 from dashboard.charts.style import readable
-from dashboard.host_charts import fit_bar
+from dashboard.charts.host import fit_bar
 from dashboard.views import eta as ev
 from dashboard.views import fit
 from dashboard.views.checkpoints import CheckpointChoice

@@ -25,6 +25,7 @@ from dashboard.views.run import (
 from jobs.kinds import kind_names
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings
+from models.params import MAX_PARALLEL
 from models.request_args import QKV_LAYOUTS
 from models.levers import (ATTENTION_BACKENDS, LOSSY_NOTE, LeverOption, is_lossless, lever_option, lever_problems,
                            step_cache_problem)
@@ -217,6 +218,11 @@ def generate_fields(choice, device: DeviceInfo, sequential: bool | None) -> dict
     cols = st.columns(4)
     cols[0].number_input(LABEL["generate.seed"], min_value=0, key=key("gen_seed"))
     cols[1].toggle(LABEL["generate.audio"], key=key("gen_audio"))
+    cols[2].number_input(LABEL["generate.parallel"], min_value=1, max_value=MAX_PARALLEL, step=1,
+                         key=key("gen_parallel"),
+                         help="Run this one clip on N GPUs of this machine (`--parallel N`): the transformer on each, "
+                              "its sequence split by diffusers' context parallelism; the text encoder and VAEs on the "
+                              "first. N must divide the transformer's attention heads.")
     show_errors(*[f"generate.{name}" for name in GENERATE_FIELDS if name not in ("prompt", *KNOBS)], "generate")
     fields = {name: st.session_state[key(f"gen_{name}")] for name in GENERATE_FIELDS}
     seed("gen_workflow", WORKFLOWS[0], WORKFLOWS)
@@ -273,9 +279,10 @@ def single_file_fields() -> dict[str, Any]:
     cols = st.columns([3, 1])
     path = cols[0].text_input(
         "Single-file transformer (optional)", key=key("gen_transformer"), placeholder="/models/minimax_h3_dit.safetensors",
-        help="One .safetensors DiT in the original layout (blocks.N.attn.qkv_proj, mlp.fc1, final_layer): its "
-             "weights replace the checkpoint's transformer; the checkpoint supplies the text encoder, VAEs, "
-             "tokenizer, schedulers and the DiT's config. It must lie under a model root.")
+        help="One .safetensors DiT in the original layout (blocks.N.attn.qkv_proj, mlp.fc1, final_layer), or a "
+             ".gguf one kept quantized (needs requirements-gguf.txt): its weights replace the checkpoint's "
+             "transformer; the checkpoint supplies the text encoder, VAEs, tokenizer, schedulers and the DiT's "
+             "config. It must lie under a model root.")
     layout = cols[1].selectbox(
         "Its qkv rows", QKV_LAYOUTS, key=key("gen_qkv_layout"),
         help="stacked [q; k; v] (every published single file) or interleaved per head (a file merged by hand from "

@@ -42,11 +42,11 @@ def submit(db: sqlite_utils.Database, raw: Mapping[str, Any], config: Config) ->
 
 def queue_spec(db: sqlite_utils.Database, spec: JobSpec, data_dir: str | Path, *, retry_of: int | None = None) -> int:
     """Queue a validated spec; a generate job's input files (images, a clip) are copied into its folder in the same
-    transaction (`jobs.inputs`), so no worker claims it before they are there. Returns the job id."""
+    transaction (`jobs.input_copies`), so no worker claims it before they are there. Returns the job id."""
     files = spec.generate.input_files() if spec.generate is not None else {}
     if not files:
         return enqueue(db, spec, retry_of=retry_of)
-    from jobs.inputs import copy_inputs
+    from jobs.input_copies import copy_inputs
 
     with transaction(db) as conn:
         job_id = enqueue(conn, spec, retry_of=retry_of)
@@ -101,7 +101,7 @@ def retry(db: sqlite_utils.Database, job_id: int, config: Config, *, changes: Ma
     if job["status"] not in FINAL_STATUSES:
         raise JobStateError(f"job {job_id} is still {job['status']}; cancel it before retrying")
     from jobs.admission import admit
-    from jobs.inputs import reuse_inputs
+    from jobs.input_copies import reuse_inputs
     from jobs.spec import build_spec
 
     stored = dict(job["spec"])

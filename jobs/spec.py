@@ -215,8 +215,8 @@ def _skeleton(value: Any, values: Mapping[str, Any], problems: _Problems) -> boo
 
 def _check_levers(values: Mapping[str, Any], problems: _Problems) -> None:
     """A lever the job's device cannot run (a CUDA-only attention backend on a CPU, fp8 compute or an fp8 / int8
-    DiT without torchao or below its compute capability) is refused here, as the Run page warns, not when the
-    child loads the transformer."""
+    DiT without torchao or below its compute capability, more ranks than GPUs) is refused here, as the Run page
+    warns, not when the child loads the transformer."""
     params = values["generate"]
     if params is None or values["device"] is None:
         return
@@ -228,6 +228,12 @@ def _check_levers(values: Mapping[str, Any], problems: _Problems) -> None:
     capability = cuda_capability(*parse_device_spec(values["device"]))
     for name, problem in lever_problems(params.to_dict(), values["device"], capability).items():
         problems.add(f"generate.{name}", problem)
+    if isinstance(params.parallel, int) and params.parallel > 1:
+        from models.parallel import parallel_problem
+
+        problem = parallel_problem(values["device"], params.parallel)
+        if problem is not None:
+            problems.add("generate.parallel", problem)
 
 
 def _check_checkpoint(model: str | None, config: Config, problems: _Problems, kind: str) -> None:
@@ -467,7 +473,7 @@ def _generate_params(raw: Mapping[str, Any], problems: _Problems) -> GeneratePar
     if "prompt" not in values:
         problems.add("generate.prompt", "a prompt is required")
         ok = False
-    for name in ("frames", "height", "width", "steps", "seed", "fps"):
+    for name in ("frames", "height", "width", "steps", "seed", "fps", "parallel"):
         if name in values:
             value = values[name]
             try:

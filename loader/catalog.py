@@ -1,8 +1,8 @@
 """Every checkpoint under some folders and the Hugging Face cache, described from headers alone.
 
 What `python -m loader models` prints and the dashboard's Models page shows: each checkpoint's layout
-(diffusers folder, hub snapshot, single file, component folder, unknown), each component's bytes and
-dtypes, and whether its weights fit this machine. Found at most two levels under a folder (a cache's
+(diffusers folder, hub snapshot, single file, GGUF file, component folder, unknown), each component's
+bytes and dtypes (a GGUF file's quant types, from its header), and whether its weights fit this machine. Found at most two levels under a folder (a cache's
 repositories: each snapshot); each goes through the loader's own discovery, confined to the roots, but
 reads only what the listing shows: index files and each shard's header summed per dtype, with no
 per-tensor description and no validation (`discover_checkpoint(entries=False)`). So the listing stays fast
@@ -20,11 +20,14 @@ from typing import Iterable
 from core.errors import DrainboardError, first_of
 from core.hub_cache import SNAPSHOTS, model_label, repo_id_of, snapshot_of
 from .checkpoint import MODEL_INDEX_FILES, discover_checkpoint
+from .gguf_header import UNQUANTIZED, is_gguf, read_gguf_header
 from .roots import ModelRoots
 
 RUN_ELEMENT_BYTES = 2
 """A generate holds floating weights at bfloat16: the verdict counts them so."""
 LAYOUTS = {"model": "diffusers folder", "component": "component folder", "file": "single file"}
+GGUF_LAYOUT = "GGUF file"
+"""A lone `.gguf` file: a quantized DiT, its bytes and quant types from its header (`gguf_header`)."""
 """The loader's layout names as a user reads them (a diffusers folder in the cache is a `hub snapshot`)."""
 
 
@@ -38,7 +41,7 @@ class ComponentEntry:
     run_bytes: int
     """Held at run time: floating tensors at bfloat16, the rest as stored."""
     dtypes: dict[str, int]
-    """Bytes per safetensors dtype."""
+    """Bytes per safetensors dtype (per GGML quant type for a GGUF file: `Q8_0`, `F32`)."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class ModelEntry:
     name: str
     """`MiniMaxAI/MiniMax-H3 @ main` for a hub snapshot, else the folder's or file's name."""
     layout: str
-    """`diffusers folder`, `hub snapshot`, `single file`, `component folder` or `unknown`."""
+    """`diffusers folder`, `hub snapshot`, `single file`, `GGUF file`, `component folder` or `unknown`."""
     components: tuple[ComponentEntry, ...] = ()
     problems: tuple[str, ...] = ()
     """Why its headers could not be read (discovery's messages, bounded); not the full check's."""
@@ -107,16 +110,17 @@ def _children(folder: Path) -> list[Path]:
         return []
 
 
-def candidates(root: Path, roots: ModelRoots) -> list[Path]:
-    """Model folders, component folders and lone `.safetensors` files at most two levels under `root`, and
-    each snapshot of a cache repository there, that resolve under `roots`."""
+def candidates(root: Path, roots: ModelRoots, *, gguf: bool = False) -> list[Path]:
+    """Model folders, component folders and lone `.safetensors` files (and `.gguf` ones with `gguf`: a GGUF DiT is
+    no checkpoint a load job takes) at most two levels under `root`, and each snapshot of a cache repository
+    there, that resolve under `roots`."""
     found: list[Path] = []
     for entry in _children(root):
         if not roots.contains(entry):
             continue
         if repo_id_of(entry.name) is not None and entry.is_dir():
             found.extend(s for s in _children(entry / SNAPSHOTS) if s.is_dir() and _looks_like_checkpoint(s))
-        elif entry.is_file() and entry.name.endswith(".safetensors"):
+        elif entry.is_file() and (entry.name.endswith(".safetensors") or (gguf and is_gguf(entry))):
             found.append(entry)
         elif entry.is_dir() and _looks_like_checkpoint(entry):
             found.append(entry)
@@ -130,6 +134,8 @@ def describe(path: Path, roots: Iterable[str | os.PathLike], memory: int) -> Mod
     """One checkpoint from its headers, confined to `roots`; a broken one is listed with the loader's messages."""
     label = model_label(path)
     name = path.name if label == str(path) else label
+    if is_gguf(path):
+        return _gguf_entry(path, name, roots, memory)
     try:
         index = discover_checkpoint(path, validate=False, roots=list(roots), entries=False)
     except DrainboardError as exc:
@@ -141,6 +147,19 @@ def describe(path: Path, roots: Iterable[str | os.PathLike], memory: int) -> Mod
     problems = first_of(sorted(p for c in index.components.values() for p in c.problems))
     verdict = "" if problems else fit_verdict({c.name: c.run_bytes for c in components}, memory)
     return ModelEntry(path, name, layout, components, tuple(problems), verdict)
+
+
+def _gguf_entry(path: Path, name: str, roots: Iterable[str | os.PathLike], memory: int) -> ModelEntry:
+    """A GGUF file as one `transformer` component: bytes per quant type; held quantized as stored, its plain
+    F32 and F16 tensors at bfloat16."""
+    try:
+        header = read_gguf_header(path, ModelRoots(roots))
+    except DrainboardError as exc:
+        return ModelEntry(path, name, GGUF_LAYOUT, problems=tuple(first_of(exc.messages())))
+    run = sum(t.numel * RUN_ELEMENT_BYTES if t.quant_type in UNQUANTIZED else t.nbytes for t in header.tensors)
+    types = header.bytes_by_type()
+    component = ComponentEntry("transformer", sum(types.values()), run, types)
+    return ModelEntry(path, name, GGUF_LAYOUT, (component,), verdict=fit_verdict({"transformer": run}, memory))
 
 
 def _component_entry(component) -> ComponentEntry:
@@ -162,4 +181,5 @@ def _floating(dtype: str) -> bool:
 def find_models(folders: Iterable[str | os.PathLike], memory: int) -> list[ModelEntry]:
     """Every checkpoint under `folders` (each one a root), in folder order then name order."""
     roots = ModelRoots(folders)
-    return [describe(path, roots.folders, memory) for root in roots.folders for path in candidates(root, roots)]
+    return [describe(path, roots.folders, memory) for root in roots.folders
+            for path in candidates(root, roots, gguf=True)]

@@ -30,7 +30,7 @@ from typing import Any
 
 from core.errors import DrainboardError
 
-from .inputs import require_input_file
+from .input_images import require_input_file
 from .video_length import FPS, MAX_SECONDS
 
 CLIP_SUFFIX = ".mp4"

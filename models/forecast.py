@@ -230,6 +230,8 @@ class GenerateForecast:
     lora_bytes: dict[str, int] = field(default_factory=dict)
     """Partition -> what its LoRAs hold while it loads (`models.lora_inputs.lora_load_bytes`); a merged LoRA holds
     nothing once loaded."""
+    lora_work: dict[str, int] = field(default_factory=dict)
+    """Partition -> bytes of LoRA factors its load reads, converts and merges (what the ETA scales by)."""
     levers: dict[str, Any] = field(default_factory=dict)
     """The speed levers forecast (`attention`, `compile`, `quantize`, `step_cache`)."""
     lever_bytes: dict[str, int] = field(default_factory=dict)
@@ -263,7 +265,7 @@ class GenerateForecast:
             "process_device_bytes": self.process_device_bytes, "stages": [s.to_dict() for s in self.stages],
             "clip_decode_bytes": self.clip_decode_bytes,
             "predicted_peak_bytes": self.predicted_peak_bytes, "peak_stage": self.peak_stage,
-            "lora_bytes": dict(self.lora_bytes),
+            "lora_bytes": dict(self.lora_bytes), "lora_work": dict(self.lora_work),
             "levers": dict(self.levers), "lever_bytes": dict(self.lever_bytes), "not_counted": list(self.not_counted),
         }
 
@@ -321,8 +323,8 @@ def forecast_generate(
     placements = plan_placements(settings, _torch_device(device_info), components)
     sizes = weight_bytes(root, dtype_bytes, workflow=workflow, quantize=params.quantize, vae_dtype=params.vae_dtype,
                          audio=params.audio, transformer=params.transformer)
-    host_sizes = _host_sizes(root, sizes, placements, settings, cuda, params.quantize is None, dtype_bytes,
-                             params.transformer)
+    bf16_dit = params.quantize is None and not params.gguf_dit
+    host_sizes = _host_sizes(root, sizes, placements, settings, cuda, bf16_dit, dtype_bytes, params.transformer)
     images = _image_sizes(params)
     height, width = model.geometry(params, images.get("image") or images.get("last_image"))
     text_tokens = count_prompt_tokens(root, params.prompt)
@@ -333,7 +335,7 @@ def forecast_generate(
     pixels = drivers["decode.video"]  # the clip's pixels, as _drivers counts them
     from .lora_inputs import lora_load_bytes
 
-    lora_bytes = lora_load_bytes(root, params) if params.loras else {}
+    lora_bytes, lora_work = lora_load_bytes(root, params) if params.loras else ({}, {})
     loaded: set[str] = set()
     layers = max(int(model.configs["transformer"]["num_layers"]), 1)
     # An fp32 video VAE's tensors are twice bf16's: its stages' per-unit bytes scale with the element (an
@@ -393,7 +395,7 @@ def forecast_generate(
         {c: p.mechanism for c, p in placements.items()},
         (CUDA_TERMS.blas_init_host + (CUDA_TERMS.image_path_host if images else 0) if cuda else 0)
         + (clip.decoded_bytes if clip else 0),
-        CUDA_TERMS.context if cuda else 0, stages, workflow, clip.decode_bytes if clip else 0, lora_bytes, levers,
+        CUDA_TERMS.context if cuda else 0, stages, workflow, clip.decode_bytes if clip else 0, lora_bytes, lora_work, levers,
         {"step_cache": cache} if cache else {}, lever_memory_unknown(params))
 
 
@@ -714,9 +716,17 @@ def tensor_bytes(folder: Path, keep_fp32: tuple[str, ...], dtype_bytes: int, wor
     """Each tensor's bytes at the run's dtype, in the loader's order (shards by name, tensors by offset): fp32
     where diffusers keeps fp32 (a dotted part of the name in `_keep_in_fp32_modules`), else `dtype_bytes`;
     tensors `workflow` never reads are left out. `roots`: where the shards may lie (default: the folder).
-    `folder` may be a single-file DiT in the reference layout, its names read as diffusers names them."""
+    `folder` may be a single-file DiT in the reference layout, its names read as diffusers names them, or a
+    GGUF one, its quantized tensors counted packed (`models.gguf.held_bytes`)."""
+    from loader.gguf_header import is_gguf
+
     from .single_file import diffusers_name
 
+    if is_gguf(folder):
+        from .gguf import held_bytes
+
+        yield from held_bytes(folder, keep_fp32, dtype_bytes)
+        return
     single = folder.is_file()
     for path in [folder] if single else sorted(folder.glob("*.safetensors")):
         shard, problems = read_shard_header(path, roots)

@@ -1,7 +1,8 @@
 """What a checkpoint is, when it is not something MiniMax H3's generate can run: one line naming what was found.
 
-Community formats reach users as readily as the release: GGUF files, packed or quantized weights (NVFP4,
-int8 "ConvRot"), pruned DiTs whose layout only remote code understands, single files of other models.
+Community formats reach users as readily as the release: GGUF files under another suffix, packed or
+quantized weights (NVFP4, int8 "ConvRot"), pruned DiTs whose layout only remote code understands, single
+files of other models.
 Each is refused when the job is submitted, from its first bytes, its headers and its configs, never
 found out deep in a job or run as a generic skeleton. Nothing here reads a tensor's data.
 """
@@ -27,7 +28,8 @@ DIT_CLASS = "MiniMaxH3Transformer3DModel"
 
 
 def file_problem(path: Path) -> str | None:
-    """A file that is no safetensors file, named by what its first bytes say (GGUF, a pickle); None otherwise."""
+    """A file that is no safetensors file, named by what its first bytes say (GGUF under another suffix, a
+    pickle); None otherwise. A `.gguf` file goes to `models.gguf` before this."""
     try:
         with open(path, "rb") as f:
             head = f.read(8)
@@ -35,9 +37,8 @@ def file_problem(path: Path) -> str | None:
         return f"{echo_name(path.name)}: cannot be read: {exc.strerror}"
     if head.startswith(GGUF_MAGIC):
         version = int.from_bytes(head[4:8], "little")
-        return (f"{echo_name(path.name)}: a GGUF file (version {version}): not offered here; Drainboard's loader reads "
-                f"safetensors (diffusers' own GGUF path loads it, outside Drainboard); use the safetensors file it "
-                f"was made from")
+        return (f"{echo_name(path.name)}: a GGUF file (version {version}) named as safetensors; a GGUF DiT is read "
+                f"by diffusers' GGUF path, which its .gguf suffix selects: rename it {echo_name(path.stem)}.gguf")
     if head.startswith(PICKLE_STARTS):
         return (f"{echo_name(path.name)}: a PyTorch pickle (torch.save's format), which is never unpickled here; use a "
                 f"safetensors copy")

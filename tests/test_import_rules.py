@@ -59,6 +59,19 @@ def import_graph(files: dict[str, Path]) -> dict[str, set[str]]:
     return graph
 
 
+def importers_of(library: str, files: dict[str, Path]) -> list[str]:
+    """The modules that import `library` (or any of its submodules) anywhere in their file."""
+    found = []
+    for module, path in files.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            if any(n == library or n.startswith(library + ".") for n in names):
+                found.append(module)
+                break
+    return sorted(found)
+
+
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     """The import circles: strongly connected groups of more than one module (Tarjan's algorithm)."""
     index: dict[str, int] = {}
@@ -116,6 +129,14 @@ def test_every_import_goes_down_the_lines_of_the_architecture(graph):
 def test_outside_the_loader_nothing_imports_loader_io(graph):
     assert sorted(f"{m} -> {t}" for m, t in ((m, t) for m in graph for t in graph[m])
                   if t.startswith("loader.io") and not m.startswith("loader")) == []
+
+
+def test_only_the_pages_import_streamlit():
+    """`app.py` and `dashboard/` only, and there neither the views (plain functions of rows) nor the chart
+    builders (pure functions of frames): a test or another page can call those without a Streamlit runtime."""
+    users = importers_of("streamlit", source_files())
+    assert [m for m in users if m != "app" and not m.startswith("dashboard.")] == []
+    assert [m for m in users if m.startswith(("dashboard.views", "dashboard.charts"))] == []
 
 
 def test_the_checks_find_a_circle_through_a_lazy_import_and_an_upward_import(tmp_path):

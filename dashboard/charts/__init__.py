@@ -9,9 +9,8 @@ empty chart.
 - `style`: fixed series colours (Okabe-Ito; red only for the wall or a kill) and theme palettes;
 - `memory`: the Job page's memory chart, one small function per layer;
 - `compare`: the Compare page's small multiples;
-- `quality`: Compare's A/B, PSNR and SSIM per frame.
-
-The machine's own bars and history (pool, fit forecast, PSI) are `dashboard.host_charts`.
+- `quality`: Compare's A/B, PSNR and SSIM per frame;
+- `host`: the machine's own bars and history (pool, fit forecast, PSI).
 """
 
 from dashboard.charts.compare import JOB_DASHES, MAX_COMPARED, MODE_DASHES, compare_chart, job_dashes

@@ -1,6 +1,7 @@
 """Models: every checkpoint under the model roots and the Hugging Face cache (diffusers folder, hub snapshot,
-single file, unknown), each component's size and dtypes, whether its weights fit this machine, and a button
-that opens Run with it. Headers only."""
+single file, GGUF file, unknown), each component's size and dtypes (a GGUF file's quant types), whether its
+weights fit this machine, and a button that opens Run with it (a GGUF file as a generate's transformer).
+Headers only."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from core.echo import echo_name
 from dashboard import data, form_state, nav
 from dashboard import format as fmt
 from dashboard.views.models import models_table
+from loader.catalog import GGUF_LAYOUT
 
 
 def main() -> None:
@@ -30,6 +32,9 @@ def main() -> None:
         left, right = st.columns([5, 1], vertical_alignment="center")
         left.text(f"{echo_name(entry.name)} · {entry.layout} · {entry.verdict or 'broken'}")
         if right.button("Open in Run", key=f"open_{i}", disabled=bool(entry.problems)):
+            if entry.layout == GGUF_LAYOUT:  # a DiT only: the generate's transformer, beside a model folder
+                form_state.open_transformer(str(entry.path))
+                nav.goto("run", kind="generate")
             form_state.open_checkpoint(str(entry.path))
             nav.goto("run", checkpoint=str(entry.path))
 

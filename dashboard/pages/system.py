@@ -12,9 +12,9 @@ import streamlit as st
 from dashboard import data
 from dashboard import format as fmt
 from dashboard.host import HostMemory, Pressure, cuda_free_note, is_unified, memory_kind, pool_caption, read_host_memory, read_pressure
-from dashboard.host_charts import memory_history, pool_bar, pressure_history
+from dashboard.charts.host import memory_history, pool_bar, pressure_history
 from dashboard.views.jobs import describe_supervisor
-from dashboard.views.ray_cluster import ray_cluster_section
+from dashboard.views.ray_cluster import ray_cluster_view
 from dashboard.views.run import offload_preview
 from dashboard.charts.style import readable
 from machine.offload import OffloadSettings
@@ -146,13 +146,26 @@ def storage_section(db: str) -> None:
     st.caption("Model roots: " + ", ".join(f"`{r}`" for r in config.model_roots) + f" · data folder `{config.data_dir}`")
 
 
+def ray_cluster_section() -> None:
+    """The Ray section: nothing without a Ray address, one warning when the cluster does not answer."""
+    view = ray_cluster_view(data.config())
+    if view is None:
+        return
+    st.subheader("Ray cluster")
+    st.caption(view.caption)
+    if view.problem is not None:
+        st.warning(view.problem, icon=":material/cloud_off:")
+        return
+    st.dataframe(view.nodes, hide_index=True, width="stretch")
+
+
 def main() -> None:
     db = data.db_path()
     st.title("System")
     live_memory()
     devices_section()
     worker_section(db)
-    ray_cluster_section(data.config())
+    ray_cluster_section()
     storage_section(db)
 
 

@@ -1,6 +1,6 @@
 """The `generate` job: MiniMax H3 (t2va, fl2va or ref2va) into an MP4 artifact, recording memory per stage.
 
-Input images are read from the job's own copies (`jobs.inputs`), never from the path the user gave.
+Input images are read from the job's own copies (`jobs.input_copies`), never from the path the user gave.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from jobs.probe import decide_offload
 if TYPE_CHECKING:
     from jobs.spec import JobSpec  # annotations only: listing kinds stays torch-free
 
+RANK_STAGE = "rank_stage"
+"""The event a rank other than 0 records when one of its stages ends (rank 0's stages are the job's)."""
 SAMPLE_INTERVAL = 0.1
 """Seconds between timer samples during generate stages."""
 
@@ -62,7 +64,7 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     mechanism each component got (`placements`), and each component's load report (`loads`)."""
     from dataclasses import replace
 
-    from jobs.inputs import input_copies
+    from jobs.input_copies import input_copies
     from loader.dtypes import parse_dtype
     from models.pipeline import PipelineEvent, run_generate
 
@@ -83,16 +85,30 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
         elif event.kind in _EVENT_KINDS:
             ctx.event(_EVENT_KINDS[event.kind], event.message, data=event.data)
 
+    def on_rank_event(rank: int, event: PipelineEvent) -> None:
+        """Rank 0 drives the job's stages and progress; the other ranks' events are recorded tagged by rank."""
+        if rank == 0:
+            on_event(event)
+        elif event.kind in _EVENT_KINDS or event.kind == "stage_end":
+            kind = _EVENT_KINDS.get(event.kind, RANK_STAGE)
+            ctx.event(kind, f"rank {rank}: {event.message}", data={**event.data, "rank": rank, "stage": event.stage})
+
     out_path = ctx.artifact_path("video", ".mp4")
+    common = dict(dtype=parse_dtype(spec.dtype), mode=spec.mode, offload=settings, decided=decisions,
+                  sequential_components=getattr(spec, "sequential_components", None), sample_interval=SAMPLE_INTERVAL,
+                  roots=ctx.config.model_roots)
     try:
         # The settings are already resolved for `device`: the pipeline takes them and their decisions as they are.
-        result = run_generate(
-            spec.model, params, out_path, device=spec.device, dtype=parse_dtype(spec.dtype), mode=spec.mode,
-            offload=settings, decided=decisions, device_info=device, sequential_components=getattr(spec, "sequential_components", None),
-            on_event=on_event,
-            on_sample=lambda stage, sample: ctx.record(sample, stage=stage), sample_interval=SAMPLE_INTERVAL,
-            probe=ctx.probe, roots=ctx.config.model_roots,
-        )
+        if params.parallel > 1:
+            from models.parallel import run_parallel_generate
+
+            result = run_parallel_generate(
+                spec.model, params, out_path, device=spec.device, on_event=on_rank_event,
+                on_sample=lambda rank, stage, sample: ctx.record(sample, stage=stage, rank=rank), **common)
+        else:
+            result = run_generate(
+                spec.model, params, out_path, device=spec.device, device_info=device, on_event=on_event,
+                on_sample=lambda stage, sample: ctx.record(sample, stage=stage), probe=ctx.probe, **common)
     except BaseException:
         stages.abort()
         raise

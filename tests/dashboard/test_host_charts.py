@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from dashboard import host_charts as hc
+from dashboard.charts import host as hc
 from dashboard.host import HostMemory
 
 GIB = 2**30

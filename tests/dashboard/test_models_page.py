@@ -46,3 +46,21 @@ def test_the_run_page_opens_on_the_checkpoint_the_models_page_links(fresh_db, ti
     at.run()
     assert not at.exception, at.exception
     assert at.selectbox(key="run_checkpoint").value == str(snapshot)
+
+
+def test_a_gguf_file_is_listed_with_its_quant_types_and_opens_run_as_a_generate_s_transformer(fresh_db, data_dir):
+    from dashboard import form_state
+    from tests.loader.gguf_files import gguf_bytes
+
+    dit = data_dir / "models" / "dit-Q8_0.gguf"
+    dit.write_bytes(gguf_bytes([("blocks.0.attn.qkv_proj.weight", (96, 32), "Q8_0"),
+                                ("blocks.0.norm.weight", (32,), "F32")]))
+    at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "models.py"), default_timeout=60).run()
+    assert not at.exception, at.exception
+    rows = {r["model"]: r for r in at.dataframe[0].value.to_dict("records")}
+    assert rows["dit-Q8_0.gguf"]["layout"] == "GGUF file"
+    assert rows["dit-Q8_0.gguf"]["components"].endswith("(Q8_0, F32)")
+    buttons = [b for b in at.button if b.label == "Open in Run"]
+    buttons[list(rows).index("dit-Q8_0.gguf")].click().run()
+    assert at.session_state[nav.NAVIGATED_KEY] == ("run", {"kind": "generate"})
+    assert at.session_state[form_state.FORM_KEY]["gen_transformer"] == str(dit)

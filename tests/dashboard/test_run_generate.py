@@ -258,3 +258,24 @@ def test_the_offload_preview_shows_what_a_discrete_gpu_generate_will_do_not_the_
     assert plain["used"].sum() == 3  # the plain policy offloads every component (layerwise in place of whole-DiT)
     assert not job["used"].any()  # the tiny model fits 80 GiB: the job keeps every component on the GPU
     assert offload_summary(job, gpu).startswith("Offload on cuda:0: 4 of 4 settings follow this job's forecast")
+
+
+def test_gpus_for_one_clip_are_refused_as_submit_refuses_them_queued_and_come_back_on_edit(
+        tiny_root, fresh_db, monkeypatch):
+    import torch
+
+    at = generate_page()
+    assert at.number_input(key="run_gen_parallel").value == 1
+    at.number_input(key="run_gen_parallel").set_value(2).run()
+    assert any("needs an accelerator" in e.value for e in at.error)  # a CPU-only torch: diffusers cannot place ranks
+    monkeypatch.setattr(torch.accelerator, "device_count", lambda: 1)  # as tests/fake_accelerator does
+    at.run()
+    assert not any("needs an accelerator" in e.value for e in at.error)
+    at.button(key="run_submit").click().run()
+    [spec] = _queued(fresh_db)
+    assert spec["generate"]["parallel"] == 2
+
+    again = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "run.py"), default_timeout=TIMEOUT)
+    again.query_params["from"] = "1"
+    again.run()
+    assert again.number_input(key="run_gen_parallel").value == 2

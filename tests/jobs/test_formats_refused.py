@@ -21,12 +21,17 @@ def _refusal(db, config, model, **generate) -> str:
     return str(refused.value)
 
 
-def test_a_gguf_or_a_pickle_given_as_the_dit_is_refused_naming_the_format(db, config, tiny_model):
+def test_a_corrupt_gguf_a_misnamed_one_or_a_pickle_given_as_the_dit_is_refused_naming_the_format(db, config,
+                                                                                                 tiny_model):
     gguf = config.model_roots[0] / "h3-Q4_K.gguf"
-    gguf.write_bytes(b"GGUF" + struct.pack("<I", 3) + bytes(64))
+    gguf.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + struct.pack("<Q", 40) + b"blocks.0")
     assert _refusal(db, config, tiny_model, transformer=str(gguf)) == (
-        "generate.transformer: h3-Q4_K.gguf: a GGUF file (version 3): not offered here; Drainboard's loader reads "
-        "safetensors (diffusers' own GGUF path loads it, outside Drainboard); use the safetensors file it was made from")
+        "generate.transformer: h3-Q4_K.gguf: truncated GGUF header: the file ends at byte 40 inside tensor info 0")
+    misnamed = config.model_roots[0] / "h3-Q8_0.safetensors"
+    misnamed.write_bytes(b"GGUF" + struct.pack("<I", 3) + bytes(64))
+    assert _refusal(db, config, tiny_model, transformer=str(misnamed)) == (
+        "generate.transformer: h3-Q8_0.safetensors: a GGUF file (version 3) named as safetensors; a GGUF DiT is "
+        "read by diffusers' GGUF path, which its .gguf suffix selects: rename it h3-Q8_0.gguf")
     pickle = config.model_roots[0] / "h3.ckpt"
     pickle.write_bytes(b"PK\x03\x04" + bytes(64))
     assert "h3.ckpt: a PyTorch pickle (torch.save's format), which is never unpickled" in \

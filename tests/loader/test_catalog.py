@@ -64,3 +64,19 @@ def test_the_listing_reads_headers_only_and_runs_no_validation(tiny_checkpoint, 
     assert entry.bytes == sum(c.total_bytes for c in index.components.values())
     checkpoint.checkpoint_problems(entry.path, [tmp_path / "hub"])
     assert calls["validate"] == 1 and calls["entries"] > 0
+
+
+def test_a_gguf_file_is_listed_with_its_quant_types_from_its_header_and_a_broken_one_says_why(tmp_path):
+    from tests.loader.gguf_files import gguf_bytes
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    tensors = [("blocks.0.attn.qkv_proj.weight", (96, 32), "Q8_0"), ("blocks.0.norm1.weight", (32,), "F32")]
+    (folder / "dit-Q8_0.gguf").write_bytes(gguf_bytes(tensors))
+    (folder / "cut-Q8_0.gguf").write_bytes(gguf_bytes(tensors)[:40])
+    entries = {e.name: e for e in find_models([folder], memory=2**40)}
+    assert [(e.layout, e.verdict) for e in entries.values()] == [("GGUF file", ""), ("GGUF file", "fits")]
+    assert entries["cut-Q8_0.gguf"].problems[0].startswith("cut-Q8_0.gguf: truncated GGUF header")
+    [component] = entries["dit-Q8_0.gguf"].components
+    assert (component.name, component.dtypes) == ("transformer", {"Q8_0": 96 * 34, "F32": 128})
+    assert component.run_bytes == 96 * 34 + 32 * 2  # kept packed; the plain F32 tensor at bf16

@@ -395,3 +395,27 @@ def test_the_clip_s_frame_list_is_given_back_once_diffusers_has_stacked_it(h3_ti
     measured = json.loads(run.stdout.strip().splitlines()[-1])
     # 76.8 MB of frames: measured 1.3x held with the trim (PyAV's own buffers besides), 2.3x without
     assert measured["held"] < 1.6 * measured["frames"], measured
+
+
+def test_a_released_component_goes_through_update_components_as_a_stand_in_that_says_so():
+    """Sequential residency hands diffusers a meta shell (the blocks read its config) or, for a component without
+    one, a stand-in that names the release when called, through the same public call as every other component."""
+    import types
+
+    import torch.nn as nn
+
+    from models.components import NotLoaded
+    from models.run_state import RunState
+
+    handed: dict[str, nn.Module] = {}
+    pipe = types.SimpleNamespace(update_components=lambda **components: handed.update(components))
+    run = RunState(Path("."), pipe, torch.device("cpu"), torch.bfloat16, "stream", NO_OFFLOAD, {}, True, None, None,
+                   0.1, None, None)
+    shell = nn.Linear(2, 2, device="meta")
+    run.shells = {"vae": shell}
+    for name in ("text_encoder", "vae"):
+        run.resident[name] = types.SimpleNamespace(module=nn.Linear(2, 2))
+        run.done_with(name)
+    assert handed["vae"] is shell and isinstance(handed["text_encoder"], NotLoaded) and run.resident == {}
+    with pytest.raises(RuntimeError, match="text_encoder was not loaded: released after its last block"):
+        handed["text_encoder"]()

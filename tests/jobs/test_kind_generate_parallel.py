@@ -1,0 +1,49 @@
+"""A generate job with `parallel`: its ranks' samples and events under their rank, rank 0's stages as the job's."""
+
+import av
+import pytest
+
+from jobs.spec import JobSpecError, build_spec
+from storage.artifacts import job_dir
+from storage.queries import artifacts, events, samples_since
+
+
+def test_more_ranks_than_the_device_can_place_are_refused_before_queueing(config, tiny_model):
+    spec = {"kind": "generate", "model": str(tiny_model), "device": "cpu",
+            "generate": {"prompt": "a red fox", "parallel": 2}}
+    with pytest.raises(JobSpecError) as caught:
+        build_spec(spec, config)
+    assert caught.value.field == "generate.parallel" and "needs an accelerator" in str(caught.value)
+    with pytest.raises(JobSpecError) as caught:
+        build_spec({**spec, "generate": {"prompt": "a red fox", "parallel": "two"}}, config)
+    assert caught.value.field == "generate.parallel" and "must be an integer" in str(caught.value)
+
+
+@pytest.mark.slow
+def test_a_parallel_generate_job_records_every_rank_and_rank_0_writes_the_mp4(
+        one_accelerator, db, config, queue_job, run_to_end, tiny_model):
+    job_id = queue_job("generate", model=str(tiny_model), generate={
+        "prompt": "a red fox in the snow", "frames": 124, "height": 64, "width": 64, "steps": 3, "audio": False,
+        "parallel": 2})
+    job = run_to_end(job_id, timeout=300)
+    assert job["status"] == "succeeded", job["error"]
+    [video] = [a for a in artifacts(db, job_id) if a["media_type"] == "video/mp4"]
+    with av.open(str(job_dir(config.data_dir, job_id) / video["name"])) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 124
+
+    rows = events(db, job_id)
+    started = [e["stage"] for e in rows if e["kind"] == "stage_start"]
+    assert started[:3] == ["probe", "prepare", "load.text_encoder"] and "decode.video" in started
+    assert sorted(e["message"].split(" on ")[0] for e in rows if e["kind"] == "load") == [
+        "loaded text_encoder", "loaded transformer", "loaded vae", "rank 1: loaded transformer"]
+    rank_stages = {e["data"]["stage"] for e in rows if e["kind"] == "rank_stage"}
+    assert {"text_encoder", "load.transformer", "denoise.denoise"} <= rank_stages
+    assert not any(s.startswith(("decode", "load.vae", "load.text_encoder")) for s in rank_stages)
+    assert all(e["data"]["rank"] == 1 for e in rows if e["kind"] == "rank_stage")
+    assert (job["progress_done"], job["progress_total"]) == (2, 2)
+
+    rank1 = {s["stage"] for s in samples_since(db, job_id, rank=1)}
+    assert "denoise.denoise" in rank1 and not any(s.startswith("decode") for s in rank1 if s)
+    assert "decode.video" in {s["stage"] for s in samples_since(db, job_id, rank=0)}
+    metrics = job["metrics"]
+    assert [r["rank"] for r in metrics["ranks"]] == [0, 1] and metrics["ranks"][1]["peak"] > 0
