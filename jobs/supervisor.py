@@ -52,7 +52,7 @@ from jobs.outcome import describe_sample
 from jobs.presence import HOST, REPO_ROOT, STALE_AFTER, worker_env
 from jobs.queue import claim
 from jobs.samples import ENV_SAMPLE_FD, SampleRelay, open_sample_pipe
-from jobs.setup import prepare_child
+from jobs.child_start import prepare_child
 from jobs.spec import JobSpec
 from core.diskspace import free_bytes, is_disk_full
 from core.errors import DrainboardError

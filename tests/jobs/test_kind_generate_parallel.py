@@ -47,3 +47,21 @@ def test_a_parallel_generate_job_records_every_rank_and_rank_0_writes_the_mp4(
     assert "decode.video" in {s["stage"] for s in samples_since(db, job_id, rank=0)}
     metrics = job["metrics"]
     assert [r["rank"] for r in metrics["ranks"]] == [0, 1] and metrics["ranks"][1]["peak"] > 0
+
+
+def test_a_sequence_the_ranks_cannot_split_evenly_is_refused_at_submit_with_its_rows(one_accelerator, config,
+                                                                                       tiny_model):
+    """The rows are the forecast's (`models.forecast.packed_rows`); a run of "a red fox" on 2 gloo ranks, the check
+    skipped, stopped at diffusers' split with the same 569 (7 text, 148 video, 414 audio)."""
+    from jobs.admission import processes
+
+    spec = {"kind": "generate", "model": str(tiny_model), "device": "cpu",
+            "generate": {"prompt": "a red fox", "frames": 124, "height": 64, "width": 64, "audio": False,
+                         "parallel": 2}}
+    with pytest.raises(JobSpecError) as caught:
+        build_spec(spec, config)
+    assert caught.value.field == "generate.parallel"
+    assert "the packed sequence has 569 rows, which 2 ranks cannot split evenly" in str(caught.value)
+    fits = build_spec({**spec, "generate": {**spec["generate"], "prompt": "a red fox in the snow"}}, config)
+    assert fits.generate.parallel == 2 and processes(fits) == 3
+    assert processes(build_spec({**spec, "generate": {"prompt": "a red fox"}}, config)) == 1
