@@ -47,6 +47,7 @@ from jobs.wire import ENV_NONCE, ENV_REPORT, ENV_SPEC
 from storage import jobs_table
 from storage.artifacts import new_artifact_path, record_artifact, remove_unrecorded
 from storage.config import ENV_RESOLVED, Config
+from storage.events_table import add_event
 from storage.queries import get_job, last_sample
 
 POLL_INTERVAL = 0.5
@@ -289,8 +290,7 @@ class RayJobsBackend:
         jobs_table.finish(self.db, run.job_id, status, error=error, metrics=metrics, **fields)
 
     def _event(self, job_id: int, kind: str, message: str, data: dict) -> None:
-        self.db["events"].insert({"job_id": job_id, "t": 0.0, "created_at": time.time(), "kind": kind,
-                                  "stage": None, "message": message, "data": json.dumps(data)})
+        add_event(self.db, job_id, kind, message, data=data)
 
     def stop(self) -> None:
         run = self._run
