@@ -131,7 +131,7 @@ def checkpoint(args) -> Path:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from check_forecast_cuda import write_sparse_h3
 
-        write_sparse_h3(root, "h3", ["text_encoder", "transformer", "vae", "audio_vae"])
+        write_sparse_h3(root, "h3")  # every folder the run reads, tokenizer and schedulers too
     else:
         subprocess.run([sys.executable, "-m", "models", "synth", str(root), "--profile", args.profile], check=True,
                        cwd=Path(__file__).resolve().parents[1])

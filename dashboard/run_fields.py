@@ -26,6 +26,7 @@ from jobs.kinds import FormField, get_kind, kind_names
 from loader.placement import placement_class, placement_classes
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings
+from models.params import MAX_PARALLEL
 from models.request_args import QKV_LAYOUTS
 from models.levers import (ATTENTION_BACKENDS, LOSSY_NOTE, LeverOption, is_lossless, lever_option, lever_problems,
                            step_cache_problem)
@@ -252,6 +253,11 @@ def generate_fields(choice, device: DeviceInfo, sequential: bool | None) -> dict
     cols = st.columns(4)
     cols[0].number_input(LABEL["generate.seed"], min_value=0, key=key("gen_seed"))
     cols[1].toggle(LABEL["generate.audio"], key=key("gen_audio"))
+    cols[2].number_input(LABEL["generate.parallel"], min_value=1, max_value=MAX_PARALLEL, step=1,
+                         key=key("gen_parallel"),
+                         help="Run this one clip on N GPUs of this machine (`--parallel N`): the transformer on each, "
+                              "its sequence split by diffusers' context parallelism; the text encoder and VAEs on the "
+                              "first. N must divide the transformer's attention heads.")
     show_errors(*[f"generate.{name}" for name in GENERATE_FIELDS if name not in ("prompt", *KNOBS)], "generate")
     fields = {name: st.session_state[key(f"gen_{name}")] for name in GENERATE_FIELDS}
     seed("gen_workflow", WORKFLOWS[0], WORKFLOWS)

@@ -131,7 +131,9 @@ def assess(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = Non
     needs, extra_host, process_device = forecast.stages, forecast.process_host, forecast.process_device
     device = device_key(info.kind, info.name)
     process = learned_process(spec.kind, device, db)
-    counted = (process.startup_bytes or 0) + extra_host  # without history, what the forecast adds still counts
+    # Without history, what the forecast adds still counts; a parallel generate is its child and N ranks, each a
+    # process that starts as the child does.
+    counted = (process.startup_bytes or 0) * processes(spec) + extra_host
     startup = counted if process.known else None
     if available is None or total is None:
         reading = read_meminfo()
@@ -192,6 +194,13 @@ def admit(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = None
         raise JobRefused(f"{admission.refusal}: {remedy(admission.tightest.wall, admission.need, cli=True)}",
                          admission)
     return replace(spec, forecast=admission.to_dict())
+
+
+def processes(spec: JobSpec) -> int:
+    """The processes a job runs: its child, and its ranks too when it runs several (`JobKind.ranks`: a parallel
+    generate's)."""
+    ranks = spec.job_kind.ranks(spec)
+    return 1 + ranks if ranks > 1 else 1
 
 
 def wall_checks(spec: JobSpec, config: Config, info: DeviceInfo, needs: list[StageNeed], startup: int,

@@ -71,7 +71,7 @@ class JobSpec:
     a worker reading other roots refuses the job in words (`roots_mismatch`) instead of failing it deep in
     a load. Empty in specs stored before it was recorded."""
     options: Any = None
-    """The kind's own fields (its `JobKind.options` dataclass: `LoadOptions`, `GenerateOptions`); its defaults
+    """The kind's own fields (its `JobKind.options` dataclass: `LoadJobOptions`, `GenerateJobOptions`); its defaults
     when not given."""
 
     def __post_init__(self) -> None:

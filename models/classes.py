@@ -122,6 +122,30 @@ def build_empty(config: dict, dtype: torch.dtype | None = None) -> nn.Module:
     return module.eval().requires_grad_(False)
 
 
+DIT_CLASS = "MiniMaxH3Transformer3DModel"
+DIT_DEFAULTS = "diffusers' default MiniMaxH3Transformer3DModel config (the released H3: 50 blocks of width 5376)"
+"""How the DiT's config is named where a model folder lacks `transformer/config.json` and it is used instead."""
+
+
+def default_dit_config() -> dict:
+    """The config diffusers' MiniMax H3 DiT class builds with when given none: its constructor's defaults (the
+    released model's shapes; `python -m models synth --profile h3` writes them)."""
+    import inspect
+
+    cls = component_class(DIT_CLASS)
+    defaults = {name: p.default for name, p in inspect.signature(cls.__init__).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    return {"_class_name": DIT_CLASS, **defaults}
+
+
+def component_config(root: Path, name: str) -> dict:
+    """Component `name`'s `config.json` under the model folder `root`; for a DiT whose folder lacks it,
+    `default_dit_config()` (submit lets that happen only for a single-file DiT whose every tensor fits it)."""
+    if name == "transformer" and not os.path.lexists(root / name / "config.json"):
+        return default_dit_config()
+    return read_config(root / name)
+
+
 def read_config(folder: Path, file: str = "config.json") -> dict:
     """`folder`/`file` as a JSON object, read bounded (a FIFO config never hangs a job); CheckpointError naming
     the file otherwise."""

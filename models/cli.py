@@ -91,11 +91,21 @@ def _generate(args: argparse.Namespace) -> int:
                                              dtype.itemsize if dtype is not None else 2, records, processes)
         except ValueError as e:
             raise PlanInputError(str(e)) from None
-    result = run_generate(
-        args.model_dir, params, args.out, device=args.device, dtype=dtype,
-        mode=args.mode, offload=offload, sequential_components=sequential, on_event=on_event,
-        roots=lora_roots(args.model_dir, fields),
-    )
+    common = dict(dtype=dtype, mode=args.mode, offload=offload, sequential_components=sequential,
+                  roots=lora_roots(args.model_dir, fields))
+    if params.parallel > 1:
+        from .parallel import run_parallel_generate
+
+        def on_rank_event(rank: int, event: PipelineEvent) -> None:
+            if rank == 0:
+                on_event(event)
+            elif event.kind in ("load", "release", "note") or (event.kind == "stage_end" and args.verbose):
+                print(f"[rank {rank} {event.stage}] {event.message}", file=sys.stderr)
+
+        result = run_parallel_generate(args.model_dir, params, args.out, device=args.device, on_event=on_rank_event,
+                                       **common)
+    else:
+        result = run_generate(args.model_dir, params, args.out, device=args.device, on_event=on_event, **common)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:

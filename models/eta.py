@@ -71,12 +71,14 @@ def stage_work(forecast: GenerateForecast) -> dict[str, float]:
         "decode.video": forecast.frames * forecast.height * forecast.width,
         "decode.audio": next((s.driver for s in forecast.stages if s.stage == "decode.audio"), 0.0),
     }
-    # A load's work is the bytes it places; its LoRAs add the bytes they hold (read, converted and merged). A merged
-    # LoRA changes no DiT call, so the denoise work needs no LoRA term; its steps are in its work already.
-    work = {f"load.{s.component}": float(sizes[s.component] + forecast.lora_bytes.get(s.component, 0))
+    # A load's work is the bytes it places; its LoRAs add their factors' bytes (read, converted and merged as the
+    # weights come up). A merged LoRA changes no DiT call, so the denoise work needs no LoRA term; its steps are in
+    # its work already.
+    work = {f"load.{s.component}": float(sizes[s.component] + forecast.lora_work.get(s.component, 0))
             for s in forecast.stages}
-    # Preparing a component's LoRAs (`models.run_state.lora_stage`) scales by the bytes they hold.
-    work.update({f"lora.{c}": float(n) for c, n in forecast.lora_bytes.items() if n})
+    # Preparing a component's LoRAs (`models.run_state.lora_stage`: hashing each file, converting its header) scales
+    # by the same bytes.
+    work.update({f"lora.{c}": float(n) for c, n in forecast.lora_work.items() if n})
     # A stage without a unit of its own here (fl2va's / ref2va's vae_encoder) scales by its forecast driver.
     work.update({s.stage: float(units.get(s.stage, s.driver)) * sizes[s.component] for s in forecast.stages})
     if compiled:

@@ -4,9 +4,9 @@ The GGUFs users download are derived from Comfy-Org's single files, so they carr
 (`models.single_file`). diffusers loads them through its public API, `from_single_file` with a
 `GGUFQuantizationConfig`: it converts the names, splits the fused qkv and swaps the gated halves on the
 packed blocks, and runs each Linear on its quantized weight (dequantized per call, at `compute_dtype`).
-Drainboard hands that call the file and the model folder's `transformer/config.json`, and does the rest:
-refusing a file it cannot run at submit (from the header, `loader.gguf_header`), counting the DiT's real
-bytes in the forecast, reading the very file that was checked, and never contacting a hub.
+Drainboard hands that call the file and the DiT's config (the model folder's `transformer/config.json`), and
+does the rest: refusing a file it cannot run at submit (from the header, `loader.gguf_header`), counting the
+DiT's real bytes in the forecast, reading the very file that was checked, and never contacting a hub.
 
 This path is diffusers' loader, not Drainboard's: the file's tensors are read into host memory whole (about
 the quantized size), then the module moves to the device. It needs the optional `gguf` package
@@ -15,6 +15,7 @@ the quantized size), then the module moves to the device. It needs the optional 
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
@@ -96,7 +97,8 @@ def load_gguf_dit(root: Path, config: dict, file: Path, *, device, dtype, qkv_la
 
     `roots`: where the file must lie. The file diffusers opens is the one the header was read from: a link in
     a private folder to this process's descriptor of it (`/proc/self/fd`), so a file swapped after the check is
-    never read. `dtype` is the compute dtype of the quantized Linears and the dtype of the plain tensors."""
+    never read; beside it, `config` as the `config.json` diffusers builds from (the folder's, or diffusers'
+    defaults where the folder has none: `models.classes.component_config`). `dtype` is the compute dtype of the quantized Linears and the dtype of the plain tensors."""
     import torch
     from diffusers import GGUFQuantizationConfig, MiniMaxH3Transformer3DModel
 
@@ -114,8 +116,9 @@ def load_gguf_dit(root: Path, config: dict, file: Path, *, device, dtype, qkv_la
         with tempfile.TemporaryDirectory(prefix="drainboard-gguf-") as folder:
             link = Path(folder) / "transformer.gguf"  # diffusers picks its GGUF reader by the suffix
             os.symlink(f"/proc/self/fd/{fd}", link)
+            (Path(folder) / "config.json").write_text(json.dumps(config))  # the config submit checked the file with
             module = MiniMaxH3Transformer3DModel.from_single_file(
-                str(link), config=str(root), subfolder="transformer", local_files_only=True, torch_dtype=dtype,
+                str(link), config=folder, local_files_only=True, torch_dtype=dtype,
                 quantization_config=GGUFQuantizationConfig(compute_dtype=dtype), qkv_layout=qkv_layout)
     finally:
         os.close(fd)

@@ -134,13 +134,15 @@ class LoraFacts:
     file_bytes: int
     """Size of the file."""
     factor_bytes: int
-    """Bytes of the converted factors (what the merge holds while the partition loads)."""
+    """Bytes of the converted factors (read, converted and merged a group at a time while the partition loads)."""
     targets: int
     """Linear weights the file changes."""
     ranks: tuple[int, ...]
     """The distinct ranks of its factors."""
-    largest_target: int
-    """Elements of the largest weight it changes (its merge's float32 product is that size)."""
+    held_bytes: int
+    """The most its merge holds at once (`group_held_bytes` of its largest group)."""
+    merge_bytes: int
+    """What merging its largest target holds beside the group (`merge_held_bytes`)."""
     metadata: dict[str, str]
     """The header's `__metadata__`."""
 
@@ -195,7 +197,7 @@ def find_lora_files(roots: Iterable[str | os.PathLike]) -> list[FoundLora]:
                     continue
                 if shard is None or problems or not any(m in t.name for t in shard.tensors for m in FACTOR_MARKERS):
                     continue
-                facts = LoraFacts(LoraInput(str(path)), shard.size, 0, 0, (), 0, dict(shard.metadata))
+                facts = LoraFacts(LoraInput(str(path)), shard.size, 0, 0, (), 0, 0, dict(shard.metadata))
                 found.append(FoundLora(str(path), shard.size, facts.stated_steps))
     return found
 
@@ -212,29 +214,48 @@ def few_step_warning(name: str, stated: int | None, steps: int) -> str | None:
 MERGE_TRANSIENT_BYTES_PER_ELEMENT = 4 + 2
 """While one block of a weight is merged: its delta's float32 product, then that rounded to bf16
 (`lora_merge.merge_delta`)."""
-MERGE_BLOCK_ELEMENTS = 1 << 18
-"""Most elements of a weight `lora_merge.merge_delta` merges at once (whole rows; one row where a row is longer), so
-its temporaries are bounded by a block, not by the largest weight."""
+MERGE_SLICES = 16
+"""`lora_merge.merge_delta` merges a weight in this many blocks of rows (fewer for a weight of fewer rows), so its
+temporaries are 6 bytes for a sixteenth of the elements of the weight being merged (0.19x its bf16 bytes), never 6
+bytes for each of them."""
 
 
-def merge_transient_bytes(largest_target: int) -> int:
-    """Bytes one merge holds beside the weight and its factors: one block's float32 product and its rounding."""
-    return MERGE_TRANSIENT_BYTES_PER_ELEMENT * min(largest_target, MERGE_BLOCK_ELEMENTS)
+def merge_rows(rows: int) -> int:
+    """Rows of a weight merged at once: `rows / MERGE_SLICES`, rounded up."""
+    return max(1, -(-rows // MERGE_SLICES))
 
 
-def lora_load_bytes(root: str | os.PathLike, params) -> dict[str, int]:
-    """Partition -> bytes a run of `params` holds beyond the weights while that partition loads: the converted
-    factors of its LoRAs (held from the load's start, dropped as each weight is merged) and one merge's
-    temporaries. Headers only; the files were checked under the model roots at submit."""
-    out: dict[str, int] = {}
-    largest: dict[str, int] = {}
+def merge_held_bytes(shape: tuple[int, int], rank: int) -> int:
+    """Bytes merging one `shape` weight at `rank` holds beside the weight and the group: A in float32, and for one
+    block of rows B's rows in float32, their product and its rounding."""
+    rows, cols = shape
+    block = merge_rows(rows)
+    return 4 * rank * (cols + block) + MERGE_TRANSIENT_BYTES_PER_ELEMENT * block * cols
+
+
+def group_held_bytes(stored: int, converted: int) -> int:
+    """Bytes reading one group holds at most: its tensors as stored, twice (the in-memory file diffusers reads and
+    the tensors it reads them into), and their conversion (which shares the read tensors where the layout needs no
+    change, and is counted apart as an upper bound)."""
+    return 2 * stored + converted
+
+
+def lora_load_bytes(root: str | os.PathLike, params) -> tuple[dict[str, int], dict[str, int]]:
+    """Per partition: (bytes a run of `params` holds beyond the weights while it loads, bytes of LoRA factors its
+    load reads, converts and merges). What is held is one group of each of its LoRAs (a weight's groups of stacked
+    LoRAs are read together) and one merge's factors and temporaries; the work is every factor. Headers only; the
+    files were checked under the model roots at submit."""
+    groups: dict[str, int] = {}
+    merging: dict[str, int] = {}
+    work: dict[str, int] = {}
     for lora in params.loras:
         facts = inspect_lora(lora, root, params.resolved_workflow, [Path(lora.file).resolve().parent],
                              hash_file=False)
         partition = facts.lora.partition
-        out[partition] = out.get(partition, 0) + facts.factor_bytes
-        largest[partition] = max(largest.get(partition, 0), facts.largest_target)
-    return {p: n + merge_transient_bytes(largest[p]) for p, n in out.items()}
+        groups[partition] = groups.get(partition, 0) + facts.held_bytes
+        merging[partition] = max(merging.get(partition, 0), facts.merge_bytes)
+        work[partition] = work.get(partition, 0) + facts.factor_bytes
+    return {p: n + merging[p] for p, n in groups.items()}, work
 
 
 def partition_for(workflow: str) -> str:
@@ -274,21 +295,28 @@ def inspect_lora(lora: LoraInput, model_root: str | os.PathLike, workflow: str, 
                         f" found {len(names)} tensors, e.g. {', '.join(echo(n, NAME_LIMIT) for n in names[:3]) or 'none'}")
     if any("dora_scale" in n or "lora_magnitude_vector" in n for n in names):
         raise LoraError(f"LoRA {shown}: a DoRA (magnitude vectors); only plain LoRAs are merged")
-    converted = _converted_on_meta(shard, shown)
+    groups = converted_on_meta(shard, shown)
+    converted = {k: v for group in groups.values() for k, v in group.items()}
     partition = _route(converted, workflow, shown)
     factors = {k.split(".", 1)[1]: v for k, v in converted.items()}
     dit = _dit_shapes(Path(model_root), partition)
     targets, ranks = check_factors(factors, dit, shown, partition)
+    stored = {m: sum(t.nbytes for t in tensors) for m, tensors in factor_groups(shard.tensors).items()}
     return LoraFacts(
         lora=LoraInput(str(checked.real), lora.scale, digest, partition), file_bytes=checked.size,
-        factor_bytes=sum(v.numel() * v.element_size() for v in factors.values()), targets=len(targets),
-        ranks=tuple(sorted(set(ranks))), largest_target=max(math.prod(dit[t]) for t in targets),
+        factor_bytes=_nbytes(factors), targets=len(targets), ranks=tuple(sorted(set(ranks))),
+        held_bytes=max(group_held_bytes(stored[m], _nbytes(group)) for m, group in groups.items()),
+        merge_bytes=max(merge_held_bytes(dit[t], r) for t, r in zip(targets, ranks)),
         metadata=dict(shard.metadata),
     )
 
 
+def _nbytes(tensors: dict) -> int:
+    return sum(v.numel() * v.element_size() for v in tensors.values())
+
+
 def file_sha256(fd: int, *, remember: bool = False) -> str:
-    """SHA-256 of the whole file behind `fd`, read in 16 MiB pieces. `remember`: reuse this process's hash of the
+    """SHA-256 of the whole file behind `fd`, read in `HASH_CHUNK` pieces. `remember`: reuse this process's hash of the
     same file (device, inode, size and mtime unchanged), so the Run page, which checks the spec on every rerun,
     reads a gigabyte LoRA once; the merge in the job's child always reads it afresh."""
     st = os.fstat(fd)
@@ -296,7 +324,7 @@ def file_sha256(fd: int, *, remember: bool = False) -> str:
     if remember and identity in _HASHES:
         return _HASHES[identity]
     digest, offset = hashlib.sha256(), 0
-    while chunk := os.pread(fd, 1 << 24, offset):
+    while chunk := os.pread(fd, HASH_CHUNK, offset):
         digest.update(chunk)
         offset += len(chunk)
     if remember:
@@ -304,34 +332,54 @@ def file_sha256(fd: int, *, remember: bool = False) -> str:
     return digest.hexdigest()
 
 
+HASH_CHUNK = 1 << 20
+"""Bytes read at once to hash a LoRA: small beside any DiT (a 16 MiB piece once cost a demo DiT's load 0.3x its
+bytes at its peak), large enough that hashing runs at the disk's speed."""
 _HASHES: dict[tuple[int, int, int, int], str] = {}
 """(st_dev, st_ino, st_size, st_mtime_ns) -> sha256, for `file_sha256(remember=True)`."""
 
 
-def _converted_on_meta(shard, shown: str) -> dict:
-    """diffusers' conversion of the file's names and shapes: factors on meta, `.alpha` scalars read."""
+def factor_groups(tensors: Iterable) -> dict[str, list]:
+    """A file's tensors (anything with a `.name`) grouped by the module they belong to: the name before its
+    `.lora_*` suffix, or before `.alpha`. diffusers converts each group on its own (every layout it reads converts
+    module by module: a fused QKV's group becomes three targets, its `.alpha` folds into its own factors), so a merge
+    reads one group of the file at a time."""
+    groups: dict[str, list] = {}
+    for tensor in tensors:
+        name = tensor.name
+        module = name.split(".lora_", 1)[0] if ".lora_" in name else name.removesuffix(".alpha")
+        groups.setdefault(module, []).append(tensor)
+    return groups
+
+
+def converted_on_meta(shard, shown: str) -> dict[str, dict]:
+    """Group (`factor_groups`) -> diffusers' conversion of that group's names and shapes: factors on meta, `.alpha`
+    scalars read. Converted group by group, as the merge converts them."""
     import torch
     from diffusers.loaders.lora_pipeline import MiniMaxH3LoraLoaderMixin
 
     from loader.confined import read_at_most, reopen
 
-    state = {}
     fd = reopen(shard.path, shard.checked)
+    out = {}
     try:
-        for meta in shard.tensors:
-            if meta.numel == 1 and meta.name.endswith(".alpha"):
-                raw = read_at_most(fd, meta.nbytes, meta.offset)
-                state[meta.name] = torch.frombuffer(bytearray(raw), dtype=meta.torch_dtype).reshape(meta.shape)
-            else:
-                state[meta.name] = torch.empty(meta.shape, dtype=meta.torch_dtype, device="meta")
+        for module, tensors in factor_groups(shard.tensors).items():
+            state = {}
+            for meta in tensors:
+                if meta.numel == 1 and meta.name.endswith(".alpha"):
+                    raw = read_at_most(fd, meta.nbytes, meta.offset)
+                    state[meta.name] = torch.frombuffer(bytearray(raw), dtype=meta.torch_dtype).reshape(meta.shape)
+                else:
+                    state[meta.name] = torch.empty(meta.shape, dtype=meta.torch_dtype, device="meta")
+            try:
+                out[module] = MiniMaxH3LoraLoaderMixin.lora_state_dict(state)
+            except (ValueError, KeyError, RuntimeError, IndexError) as exc:
+                raise LoraError(f"LoRA {shown}: not a MiniMax H3 LoRA layout diffusers reads: {echo_name(exc)}") from None
     except (KeyError, ValueError, RuntimeError) as exc:
         raise LoraError(f"LoRA {shown}: a tensor cannot be read: {echo_name(exc)}") from None
     finally:
         os.close(fd)
-    try:
-        return MiniMaxH3LoraLoaderMixin.lora_state_dict(state)
-    except (ValueError, KeyError, RuntimeError, IndexError) as exc:
-        raise LoraError(f"LoRA {shown}: not a MiniMax H3 LoRA layout diffusers reads: {echo_name(exc)}") from None
+    return out
 
 
 def _route(converted: dict, workflow: str, shown: str) -> str:

@@ -26,7 +26,7 @@ from typing import Any
 
 from loader.confined import read_json_checked
 from loader.gguf_header import is_gguf
-from core.echo import NAME_LIMIT, echo
+from core.echo import NAME_LIMIT, echo, echo_name
 from core.errors import DrainboardError
 
 from .levers import ATTENTION_BACKENDS, step_cache_problem
@@ -56,6 +56,10 @@ INPUT_FILE_FIELDS = ("image", "last_image", "ref_image", "ref_video")
 DEFAULT_STEPS = 50
 """H3's `num_inference_steps` where the scheduler config names none (a distilled checkpoint's does)."""
 
+
+
+MAX_PARALLEL = 8
+"""The most local ranks `parallel` takes: the GPUs of one host."""
 
 
 class GenerateParamsError(DrainboardError):
@@ -128,6 +132,9 @@ class GenerateParams:
     step computed."""
     loras: tuple[LoraInput, ...] = ()
     """LoRAs merged into the workflow's DiT as it loads, stacked in this order (`models.lora_inputs`)."""
+    parallel: int = 1
+    """Local ranks one generate runs on (one GPU each): the DiT replicated, its sequence split by diffusers' context
+    parallelism (Ulysses); the text encoder and VAEs on rank 0 only (`models.parallel`)."""
 
     def __post_init__(self) -> None:
         # A stored spec gives its LoRAs back as mappings, the CLI and pages as LoraInput or `FILE[:SCALE]`.
@@ -194,6 +201,9 @@ class ModelSpec:
     """The scheduler config's `shift` (None: the scheduler class default)."""
     index: dict[str, Any] = field(default_factory=dict)
     """`modular_model_index.json` (canvas and reference configs)."""
+    dit_defaults: bool = False
+    """The folder has no `transformer/config.json`: `configs["transformer"]` is diffusers' default config
+    (`models.classes.default_dit_config`), which only a single-file DiT that fits it may use."""
 
     @classmethod
     def read(cls, model_dir: str | os.PathLike) -> "ModelSpec":
@@ -203,12 +213,18 @@ class ModelSpec:
         if index.get("_class_name") != PIPELINE_CLASS:
             raise GenerateParamsError({"model": f"{root / INDEX_FILE} has _class_name {echo(index.get('_class_name'), NAME_LIMIT)};"
                                                 f" expected {PIPELINE_CLASS!r}"})
-        missing = [name for name in WEIGHT_COMPONENTS if not os.path.lexists(root / name / "config.json")]
+        dit_defaults = not os.path.lexists(root / "transformer" / "config.json")
+        missing = [name for name in WEIGHT_COMPONENTS
+                   if name != "transformer" and not os.path.lexists(root / name / "config.json")]
         if missing:
             raise GenerateParamsError({"model": f"{root} has no {', '.join(f'{m}/config.json' for m in missing)}: every "
-                                                f"component of MiniMax H3 is built from its folder's config (a "
-                                                f"single-file DiT too: keep the folder's transformer/config.json)"})
-        configs = {name: _read_json(root / name / "config.json") for name in WEIGHT_COMPONENTS}
+                                                f"component of MiniMax H3 is built from its folder's config"})
+        configs = {name: _read_json(root / name / "config.json") for name in WEIGHT_COMPONENTS
+                   if not (name == "transformer" and dit_defaults)}
+        if dit_defaults:  # only a single-file DiT that fits them may run so (validate_params)
+            from .classes import default_dit_config
+
+            configs["transformer"] = default_dit_config()
         vae, dit = configs["vae"], configs["transformer"]
         try:
             spatial = math.prod(vae["spatial_downsample_factors"])
@@ -224,7 +240,7 @@ class ModelSpec:
             root=str(root), canvas_multiple=multiple, spatial_compression=spatial, frames_per_chunk=clip_length,
             latents_per_chunk=math.ceil(clip_length / temporal),
             canvas=_default_canvas(multiple, index),
-            text_encoder_layers=layers, sampling_rate=rate, configs=configs, index=index,
+            text_encoder_layers=layers, sampling_rate=rate, configs=configs, index=index, dit_defaults=dit_defaults,
             **_scheduler_facts(root),
         )
 
@@ -357,7 +373,11 @@ def validate_params(params: GenerateParams, model: ModelSpec) -> None:
         problems["steps"] = f"{steps} is outside 2..1000 (N steps make N - 1 DiT calls)"
     if not 0 <= params.seed < 2**63:
         problems["seed"] = f"{params.seed} is outside 0..2**63-1"
-    if params.transformer is None:
+    if model.dit_defaults:
+        problem = _defaults_problem(params, model)
+        if problem is not None:
+            problems["transformer" if params.transformer else "model"] = problem
+    elif params.transformer is None:
         from .formats import dit_config_problem
 
         layout = dit_config_problem(model.configs["transformer"], f"{model.root}/transformer/config.json")
@@ -367,9 +387,10 @@ def validate_params(params: GenerateParams, model: ModelSpec) -> None:
         problems["model"] = (f"{model.root}/text_encoder has {model.text_encoder_layers} decoder layers; H3 reads"
                              f" hidden_states[{TEXT_ENCODER_LAYER}] and needs more than {TEXT_ENCODER_LAYER}")
     problems.update(_knob_problems(params))
+    problems.update(_parallel_problems(params, model))
     problems.update(_lora_problems(params))
     problems.update(_workflow_problems(params, model))
-    if params.transformer is not None:
+    if params.transformer is not None and "transformer" not in problems:
         from .gguf import gguf_problem
         from .single_file import transformer_problem
 
@@ -382,6 +403,27 @@ def validate_params(params: GenerateParams, model: ModelSpec) -> None:
         raise GenerateParamsError(problems)
 
 
+def _defaults_problem(params: GenerateParams, model: ModelSpec) -> str | None:
+    """A folder without `transformer/config.json` runs only a single-file DiT whose every tensor fits diffusers'
+    default config (`DIT_DEFAULTS`); anything else is refused naming the missing file and the fix."""
+    from .classes import DIT_DEFAULTS
+    from .single_file import config_fit_problem, header_tensors
+
+    fix = f"put the DiT's config.json (the release's, or the one the file was made from) in {model.root}/transformer/"
+    if params.transformer is None:
+        return f"{model.root} has no transformer/config.json; {fix}"
+    file = Path(params.transformer)
+    try:
+        tensors = header_tensors(file)
+    except (DrainboardError, OSError):
+        return None  # the file's own check names what is wrong with it
+    misfit = config_fit_problem(tensors, model.configs["transformer"])
+    if misfit is None:
+        return None
+    return (f"{echo_name(file.name)}: {model.root} has no transformer/config.json, and {DIT_DEFAULTS} does "
+            f"not fit this file ({misfit}); {fix}")
+
+
 def _knob_problems(params: GenerateParams) -> dict[str, str]:
     problems = {}
     if not isinstance(params.vae_tiling, bool):
@@ -392,6 +434,8 @@ def _knob_problems(params: GenerateParams) -> dict[str, str]:
         problems["quantize"] = f"{params.quantize!r} given; expected one of {', '.join(QUANTIZATIONS)} or unset"
     if params.gguf_dit and params.quantize is not None:
         problems["quantize"] = "a GGUF DiT is quantized already (its own quant type); leave quantize unset"
+    if params.gguf_dit and params.parallel != 1:
+        problems["parallel"] = "is not combined with a GGUF DiT (not tried together yet)"
     if params.gguf_dit and params.loras:
         problems["loras"] = ("a GGUF DiT's weights stay packed, so no LoRA can be merged into them; use the "
                              "safetensors single file")
@@ -407,6 +451,33 @@ def _knob_problems(params: GenerateParams) -> dict[str, str]:
     if cache is not None:
         problems["step_cache"] = cache
     return problems
+
+
+def _parallel_problems(params: GenerateParams, model: ModelSpec) -> dict[str, str]:
+    """`parallel`: a whole number of ranks that splits the DiT's heads evenly (Ulysses hands each rank whole heads),
+    and none of the levers not tried with it."""
+    n = params.parallel
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_PARALLEL:
+        return {"parallel": f"must be a whole number of ranks in 1..{MAX_PARALLEL}, got {n!r}"}
+    if n == 1:
+        return {}
+    heads = int(model.configs.get("transformer", {}).get("num_attention_heads", 56))
+    if heads % n:
+        return {"parallel": f"{n} ranks cannot split the DiT's {heads} attention heads evenly (Ulysses gives each"
+                            f" rank whole heads); use a divisor of {heads}"}
+    untried = [f"--{name.replace('_', '-')}" for name in ("compile", "step_cache") if getattr(params, name)]
+    if untried:
+        return {"parallel": f"is not combined with {' or '.join(untried)} (not tried together yet)"}
+    return {}
+
+
+def split_problem(rows: int, world: int, parts: str = "") -> str | None:
+    """Why `rows` packed rows (made of `parts`, in words) cannot split evenly over `world` ranks; None when they can."""
+    if rows % world == 0:
+        return None
+    return (f"the packed sequence has {rows} rows{parts}, which {world} ranks cannot split evenly (diffusers' context"
+            f" parallelism shards equal parts); {world - rows % world} rows more or {rows % world} fewer would: change"
+            " the prompt or the frame count")
 
 
 def _lora_problems(params: GenerateParams) -> dict[str, str]:

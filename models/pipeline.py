@@ -49,7 +49,9 @@ from machine.host_heap import give_back_free_heap
 from machine.memory import MemoryProbe
 from machine.offload import OffloadDecision, OffloadSettings, resolve_offload
 
+from .classes import component_config
 from .components import AUX_COMPONENTS, load_aux
+from .context_parallel import RankGroup, rank_reads, split_workflow
 from .encode import silence_non_finite, write_mp4
 from .video_settings import video_settings
 from .input_images import open_image
@@ -104,6 +106,7 @@ def run_generate(
     probe: MemoryProbe | None = None,
     roots: list[str | os.PathLike] | None = None,
     video_extra: Mapping[str, Any] | None = None,
+    group: RankGroup | None = None,
 ) -> GenerateResult:
     """Generate one clip (`params.resolved_workflow`) from the H3 model at `model_dir` into the MP4 `out_path`.
 
@@ -117,6 +120,8 @@ def run_generate(
     `params.transformer`, a single-file DiT, when one is given). Raises
     GenerateParamsError for parameters the model cannot take, before any
     weight is read. The MP4 carries the parameters (models.video_settings), with `video_extra` beside them.
+    `group`: this process is one rank of a parallel run (`models.parallel`): only rank 0 loads the text encoder
+    and VAEs and writes the MP4; the others return after the denoising loop.
     """
     root = Path(model_dir)
     info = device_info or probe_device(device)
@@ -144,17 +149,21 @@ def run_generate(
     run = None
     try:
         run = _prepare(root, params, torch_device, dtype, mode, settings, decisions, sequential, on_event,
-                       on_sample, sample_interval, result, probe, inputs=images)
+                       on_sample, sample_interval, result, probe, inputs=images, group=group)
         run.roots = None if roots is None else [Path(r) for r in roots]
+        run.device_info = info
         run.loras = tuple(loras)
         if not sequential:
             for name in run.components:
-                run.load(name)
+                if group is None or group.loads(name):
+                    run.load(name)
         generator = torch.Generator("cpu").manual_seed(params.seed)
         state = run.pipe(prompt=params.prompt, num_frames=params.frames, height=height, width=width,
                          num_inference_steps=steps, generator=generator, output_type="np", **_workflow_inputs(images))
         for name in list(run.resident):
             run.done_with(name)
+        if group is not None and group.rank > 0:
+            return result  # rank 0 decodes and writes the MP4
         video = np.asarray(state.get("videos"))[0]
         result.video_sha256 = hashlib.sha256(np.ascontiguousarray(video, dtype=np.float32).tobytes()).hexdigest()
         frames = (video * 255.0).round().clip(0, 255).astype(np.uint8)
@@ -183,15 +192,18 @@ def run_generate(
 def _prepare(root: Path, params: GenerateParams, device: torch.device, dtype: torch.dtype, mode: str,
              settings: OffloadSettings, decisions: list[OffloadDecision], sequential: bool, on_event, on_sample,
              interval: float, result: GenerateResult, probe: MemoryProbe,
-             inputs: dict[str, Any] | None = None) -> RunState:
+             inputs: dict[str, Any] | None = None, group: RankGroup | None = None) -> RunState:
     """Build the workflow's blocks (each a stage, the loop reporting its steps), the pipeline over them,
     its aux components and shells. A reference clip is decoded into `inputs` (the run's input media by field)
-    first, in a stage of its own (`_read_clip`), so `prepare` starts with it held as every later stage does."""
+    first, in a stage of its own (`_read_clip`), so `prepare` starts with it held as every later stage does.
+    A rank of a parallel run plans only the weights it loads (`models.context_parallel`); every component keeps
+    its shell, whose facts the blocks read."""
     from .stage_blocks import staged_workflow
 
     blocks = workflow_blocks(result.workflow, params.audio)
-    plan = plan_from_reads(block_reads(blocks), sequential)
-    components = tuple(dict.fromkeys(c for stage in plan for c in stage.reads))
+    reads = block_reads(blocks)
+    components = tuple(dict.fromkeys(c for stage in plan_from_reads(reads, sequential) for c in stage.reads))
+    plan = plan_from_reads(rank_reads(reads, group), sequential)
     placements = plan_placements(settings, device, components)
     result.placements = {name: p.to_dict() for name, p in placements.items()}
     pipe = _pipeline_class()(blocks=blocks, pretrained_model_name_or_path=str(root))
@@ -203,7 +215,10 @@ def _prepare(root: Path, params: GenerateParams, device: torch.device, dtype: to
         run.single_files["transformer"] = (params.transformer, params.qkv_layout)
     run.levers = {"attention": params.attention, "step_cache": params.step_cache, "compile": params.compile}
     run.dtypes = {"vae": torch.float32} if params.vae_dtype == "fp32" else {}
+    run.group = group
     staged_workflow(blocks, plan, run)
+    if group is not None:
+        split_workflow(blocks, reads, group)
     if params.ref_video is not None and inputs is not None:
         inputs["ref_video"] = _read_clip(run, params, ModelSpec.read(root))
     with run.stage_of(PREPARE):
@@ -335,7 +350,7 @@ def _shell(root: Path, name: str) -> nn.Module:
 
     cls = getattr(diffusers, _index_class(root, name))
     with init_empty_weights():
-        return cls.from_config(cls.load_config(str(root / name)))
+        return cls.from_config(component_config(root, name))
 
 
 def _index_class(root: Path, name: str) -> str:

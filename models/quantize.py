@@ -25,7 +25,7 @@ import torch.nn as nn
 from core.errors import PlacementError
 from loader.report import TensorPlaced
 
-from .classes import build_empty, class_name_of, component_class, fp32_patterns, read_config
+from .classes import build_empty, class_name_of, component_class, component_config, fp32_patterns
 from .quantize_check import FP8_COMPUTE, FP8_KINDS, INSTALL_HINT, cuda_capability, quantization_problem
 
 SCALE_BYTES = {"int8": 5, "fp8": 4, FP8_COMPUTE: 4}
@@ -101,7 +101,7 @@ class LinearQuantizer:
 def quantized_bytes(root: str | os.PathLike, component: str, kind: str | None, dtype_bytes: int = 2) -> int:
     """Bytes the DiT `component` at `root` holds under `kind` (None: unquantized at `dtype_bytes` per element;
     fp32-kept modules at 4), from its config alone: what the forecast needs for a quantized run."""
-    config = read_config(Path(root) / component)
+    config = component_config(Path(root), component)
     module = build_empty(config)
     fp32 = fp32_patterns(component_class(class_name_of(config) or ""))
     linears = quantizable(module, fp32) if kind is not None else {}

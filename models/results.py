@@ -95,6 +95,9 @@ class GenerateResult:
     """Per block: where each weight component lived at the block's end (devices, hooks, or released)."""
     loads: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Component -> the loader's LoadReport as a dict."""
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    """A parallel run's ranks (`models.parallel`), each {rank, stage_seconds, stage_peaks, peak}; the fields above
+    are rank 0's. Empty for a run of one process."""
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -98,11 +98,12 @@ def reference_layout(config: dict, qkv_layout: str = "stacked") -> ReferenceLayo
 
 def is_reference_h3(tensors: Sequence[Shaped]) -> bool:
     """Whether these tensors are an H3 DiT in the reference naming: patch and output projections named so,
-    and a fused `qkv_proj` of three times as many rows as columns in every block."""
+    and a fused `qkv_proj` of rows a multiple of three (q, k, v of heads x head dim rows each: 3 x 7168 rows
+    of width 5376 in the released DiT) in every block."""
     shapes = {t.name: t.shape for t in tensors}
     fused = [shape for name, shape in shapes.items() if FUSED_QKV.fullmatch(name)]
     return ("video_patch_proj.weight" in shapes and "final_layer.video_out.weight" in shapes and bool(fused)
-            and all(len(s) == 2 and s[0] == 3 * s[1] for s in fused))
+            and all(len(s) == 2 and s[0] > 0 and s[0] % 3 == 0 for s in fused))
 
 
 def generate_checkpoint_problem(index) -> str | None:
@@ -163,7 +164,7 @@ def layout_problem(where: str, tensors: Sequence[Shaped], config: dict) -> str |
     if not is_reference_h3(tensors):
         names = ", ".join(echo_name(t.name) for t in tensors[:3]) or "none"
         return (f"{where}: not a MiniMax H3 DiT in the original layout (no video_patch_proj, final_layer.video_out "
-                f"and blocks.N.attn.qkv_proj of 3 x width rows; its first tensors: {names})")
+                f"and blocks.N.attn.qkv_proj of 3 x n rows; its first tensors: {names})")
     fused = [t for t in tensors if FUSED_QKV.fullmatch(t.name)]
     blocks, width = len(fused), fused[0].shape[1]
     layers, hidden = int(config.get("num_layers", -1)), int(config.get("hidden_size", -1))
@@ -171,3 +172,36 @@ def layout_problem(where: str, tensors: Sequence[Shaped], config: dict) -> str |
         return (f"{where}: a DiT of {blocks} blocks of width {width}, but the model's transformer/config.json "
                 f"says {layers} blocks of width {hidden}; give --model the folder of the same model size")
     return None
+
+
+def header_tensors(file: Path) -> Sequence[Shaped]:
+    """A single-file DiT's tensors as its header describes them (a `.gguf` one's by `loader.gguf_header`)."""
+    from loader.checkpoint import discover_checkpoint
+    from loader.gguf_header import is_gguf, read_gguf_header
+
+    return read_gguf_header(file).tensors if is_gguf(file) else discover_checkpoint(file).component().tensors
+
+
+def config_fit_problem(tensors: Sequence[Shaped], config: dict) -> str | None:
+    """The first way these reference-layout tensors differ from the DiT `config` builds (built on meta, no
+    weight): a shape, a tensor the class lacks or one the file lacks; None when every tensor fits."""
+    from .classes import build_empty
+
+    expected = {n: tuple(t.shape) for n, t in build_empty(config).state_dict().items() if n not in NOT_READ}
+    found: dict[str, tuple[int, ...]] = {}
+    for t in tensors:
+        if t.name in NOT_READ:
+            continue
+        name = diffusers_name(t.name)
+        if name.endswith(".attn.qkv_proj.weight"):
+            stem = name.removesuffix("qkv_proj.weight")
+            found |= {f"{stem}to_{x}.weight": (t.shape[0] // 3, *t.shape[1:]) for x in "qkv"}
+        else:
+            found[name] = tuple(t.shape)
+    for name, shape in found.items():
+        if name not in expected:
+            return f"it has {echo_name(name)}, which that DiT has not"
+        if shape != expected[name]:
+            return f"{echo_name(name)} is {shape} in the file, {expected[name]} in that DiT"
+    missing = [n for n in expected if n not in found]
+    return f"it lacks {echo_name(missing[0])} and {len(missing) - 1} more" if missing else None

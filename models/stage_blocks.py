@@ -24,10 +24,8 @@ from diffusers import ModularPipelineBlocks
 from .levers import COMPILE_STAGE
 from .speedups import step_reused
 from .run_state import RunState
-from .workflows import PlannedStage
+from .workflows import DENOISE_LOOP, PlannedStage
 
-DENOISE_LOOP = "denoise.denoise"
-"""The workflow's denoising loop (each workflow's, by diffusers' name)."""
 REPORT_STEP = "report_step"
 """The name of our block inside the loop."""
 DENOISER = "denoiser"

@@ -26,6 +26,8 @@ WORKFLOWS = ("t2va", "fl2va", "ref2va")
 """diffusers' MiniMax H3 workflows."""
 WEIGHT_COMPONENTS = ("text_encoder", "transformer", "transformer_ref", "vae", "audio_vae")
 """Every component with weights a MiniMax H3 root may hold."""
+DENOISE_LOOP = "denoise.denoise"
+"""The workflow's denoising loop (each workflow's, by diffusers' name)."""
 AUDIO_BLOCK = "decode.audio"
 """The block that decodes the soundtrack, left out when audio is off."""
 WORKFLOW_INPUTS = {"t2va": (), "fl2va": ("image", "last_image"), "ref2va": ("ref_image",)}

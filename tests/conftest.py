@@ -134,3 +134,15 @@ def hold_write_lock() -> Iterator[Callable[..., subprocess.Popen]]:
     for process in started:
         process.kill()
         process.wait()
+
+
+@pytest.fixture
+def one_accelerator(monkeypatch):
+    """This process and every Python process it starts see one accelerator of type cpu: diffusers 0.42.1's
+    `enable_parallelism` divides by `torch.accelerator.device_count()`, 0 on a CPU-only torch, before any collective
+    (tests/fake_accelerator/sitecustomize.py says why). Only that count changes."""
+    import os
+
+    monkeypatch.setattr(torch.accelerator, "device_count", lambda: 1)
+    fake = str(Path(__file__).parent / "fake_accelerator")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (fake, os.environ.get("PYTHONPATH")) if p))

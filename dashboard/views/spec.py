@@ -123,7 +123,15 @@ def generate_parameters(job: dict) -> dict[str, str]:
         "speed levers": lever_words(params),
         "plan": plan_words(spec_of(job)),
         "LoRAs": lora_words(params.get("loras") or []),
+        "GPUs": parallel_words(params.get("parallel", 1)),
     }
+
+
+def parallel_words(ranks: int) -> str:
+    """How many ranks one clip ran on (`--parallel`)."""
+    if ranks == 1:
+        return "1 (one process)"
+    return f"{ranks} ranks, one GPU each (diffusers' context parallelism; text encoder and VAEs on rank 0)"
 
 
 def plan_words(spec: dict) -> str:

@@ -139,6 +139,11 @@ class JobKind:
         return resolve_offload(spec.offload, device)
 
     @classmethod
+    def ranks(cls, spec: JobSpec) -> int:
+        """The processes that run the job's work beside its child (a parallel generate's ranks); 1 for one."""
+        return 1
+
+    @classmethod
     def input_files(cls, spec: JobSpec) -> dict[str, str]:
         """Files the job reads that are copied into its folder when it is queued (field -> path)."""
         return {}

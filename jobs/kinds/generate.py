@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from jobs.spec import JobSpec  # annotations only: listing kinds stays torch-free
     from machine.device import DeviceInfo
 
+RANK_STAGE = "rank_stage"
+"""The event a rank other than 0 records when one of its stages ends (rank 0's stages are the job's)."""
 SAMPLE_INTERVAL = 0.1
 """Seconds between timer samples during generate stages."""
 
@@ -72,7 +74,7 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     from loader.dtypes import parse_dtype
     from models.pipeline import PipelineEvent, run_generate
 
-    options: GenerateOptions = spec.options
+    options: GenerateJobOptions = spec.options
     if options.generate is None:
         raise ValueError("a generate job needs generate parameters")
     params = replace(options.generate, **input_copies(ctx.data_dir, ctx.job_id, list(options.generate.input_files())))
@@ -90,16 +92,30 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
         elif event.kind in _EVENT_KINDS:
             ctx.event(_EVENT_KINDS[event.kind], event.message, data=event.data)
 
+    def on_rank_event(rank: int, event: PipelineEvent) -> None:
+        """Rank 0 drives the job's stages and progress; the other ranks' events are recorded tagged by rank."""
+        if rank == 0:
+            on_event(event)
+        elif event.kind in _EVENT_KINDS or event.kind == "stage_end":
+            kind = _EVENT_KINDS.get(event.kind, RANK_STAGE)
+            ctx.event(kind, f"rank {rank}: {event.message}", data={**event.data, "rank": rank, "stage": event.stage})
+
     out_path = ctx.artifact_path("video", ".mp4")
+    common = dict(dtype=parse_dtype(spec.dtype), mode=spec.mode, offload=settings, decided=decisions,
+                  sequential_components=options.sequential_components, sample_interval=SAMPLE_INTERVAL,
+                  roots=ctx.config.model_roots)
     try:
         # The settings are already resolved for `device`: the pipeline takes them and their decisions as they are.
-        result = run_generate(
-            spec.model, params, out_path, device=spec.device, dtype=parse_dtype(spec.dtype), mode=spec.mode,
-            offload=settings, decided=decisions, device_info=device, sequential_components=options.sequential_components,
-            on_event=on_event,
-            on_sample=lambda stage, sample: ctx.record(sample, stage=stage), sample_interval=SAMPLE_INTERVAL,
-            probe=ctx.probe, roots=ctx.config.model_roots,
-        )
+        if params.parallel > 1:
+            from models.parallel import run_parallel_generate
+
+            result = run_parallel_generate(
+                spec.model, params, out_path, device=spec.device, on_event=on_rank_event,
+                on_sample=lambda rank, stage, sample: ctx.record(sample, stage=stage, rank=rank), **common)
+        else:
+            result = run_generate(
+                spec.model, params, out_path, device=spec.device, device_info=device, on_event=on_event,
+                on_sample=lambda stage, sample: ctx.record(sample, stage=stage), probe=ctx.probe, **common)
     except BaseException:
         stages.abort()
         raise
@@ -112,7 +128,7 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class GenerateOptions:
+class GenerateJobOptions:
     """A generate job's own fields."""
 
     generate: GenerateParams | None = None
@@ -134,12 +150,12 @@ class GenerateKind(JobKind):
     summary = "generate a clip with MiniMax H3 (t2va, fl2va or ref2va)"
     label = "load + generate"
     example = 'python -m jobs submit generate --model data/models/demo --prompt "a fox" --steps 4'
-    options = GenerateOptions
+    options = GenerateJobOptions
     reads_checkpoint = True
     run = staticmethod(run_generate_job)
 
     @classmethod
-    def read(cls, stored: Mapping[str, Any]) -> GenerateOptions:
+    def read(cls, stored: Mapping[str, Any]) -> GenerateJobOptions:
         options = super().read(stored)
         if isinstance(options.generate, Mapping):
             options = replace(options, generate=GenerateParams(**options.generate))
@@ -147,7 +163,7 @@ class GenerateKind(JobKind):
 
     @classmethod
     def check(cls, raw: Mapping[str, Any], spec: Mapping[str, Any], config: Config,
-              problems: Problems) -> GenerateOptions:
+              problems: Problems) -> GenerateJobOptions:
         """The clip's parameters (types here, ranges by the model's own rules; a single-file DiT and each LoRA
         resolved under the model roots), the plan, the levers the device can run, and a checkpoint a generate can
         run (an H3 model folder whose DiT is not packed)."""
@@ -156,9 +172,9 @@ class GenerateKind(JobKind):
         for name, value in (("sequential_components", sequential), ("plan_lossy", lossy)):
             if value is not None and not isinstance(value, bool):
                 problems.add(name, f"must be true, false or unset (the policy default), got {echo(value)}")
-        options = GenerateOptions(generate=params, sequential_components=sequential if isinstance(sequential, bool)
+        options = GenerateJobOptions(generate=params, sequential_components=sequential if isinstance(sequential, bool)
                                   else None, plan=_plan(raw.get("plan"), problems), plan_lossy=lossy is True)
-        _check_levers(params, spec["device"], problems)
+        _check_levers(params, spec["device"], spec["model"], problems)
         _check_generate_checkpoint(spec["model"], config, problems)
         return options
 
@@ -240,6 +256,11 @@ class GenerateKind(JobKind):
                                     sequential_components=spec.options.sequential_components)
 
     @classmethod
+    def ranks(cls, spec: JobSpec) -> int:
+        """`--parallel N`: N ranks, each a process that starts as the child does."""
+        return spec.options.generate.parallel if spec.options.generate is not None else 1
+
+    @classmethod
     def input_files(cls, spec: JobSpec) -> dict[str, str]:
         return spec.options.generate.input_files() if spec.options.generate is not None else {}
 
@@ -249,7 +270,7 @@ def generate_forecast(spec: JobSpec, info: DeviceInfo):
     from loader.dtypes import parse_dtype
     from models.forecast import forecast_generate, resolve_for_generate
 
-    options: GenerateOptions = spec.options
+    options: GenerateJobOptions = spec.options
     dtype = parse_dtype(spec.dtype) if spec.dtype else None
     dtype_bytes = dtype.itemsize if dtype is not None else 2
     settings, _ = resolve_for_generate(spec.model, options.generate, spec.offload, info, user_set=spec.offload_set,
@@ -264,7 +285,7 @@ def plan_job(spec: JobSpec, config: Config, db=None, *, probe=None, available: i
     """`spec`'s `--plan fastest`: every candidate (`models.plan`) forecast against the job's own walls and timed
     from this machine's history. Returns (the spec as the chosen candidate runs it, with the plan recorded in
     `planned`; the Plan). With no candidate that fits, the spec is the request as given."""
-    from jobs.admission import learned_process, wall_checks
+    from jobs.admission import learned_process, processes, wall_checks
     from jobs.guard import read_meminfo
     from jobs.history import stage_records
     from machine.device import probe_device
@@ -273,7 +294,7 @@ def plan_job(spec: JobSpec, config: Config, db=None, *, probe=None, available: i
     from models.quantize_check import cuda_capability
 
     info = (probe or probe_device)(spec.device)
-    options: GenerateOptions = spec.options
+    options: GenerateJobOptions = spec.options
     if available is None or total is None:
         reading = read_meminfo()
         available = reading.available if available is None else available
@@ -287,7 +308,7 @@ def plan_job(spec: JobSpec, config: Config, db=None, *, probe=None, available: i
 
     def check(forecast):
         return wall_checks(spec, config, info, stage_needs(forecast),
-                           (process.startup_bytes or 0) + forecast.process_host_bytes,
+                           (process.startup_bytes or 0) * processes(spec) + forecast.process_host_bytes,
                            forecast.process_device_bytes, available, total)
 
     plan = plan_fastest(options.generate, device=spec.device, capability=cuda_capability(info.kind, info.index),
@@ -311,10 +332,10 @@ def _plan(value: Any, problems: Problems) -> str | None:
     return value
 
 
-def _check_levers(params: GenerateParams | None, device: str | None, problems: Problems) -> None:
+def _check_levers(params: GenerateParams | None, device: str | None, model: str | None, problems: Problems) -> None:
     """A lever the job's device cannot run (a CUDA-only attention backend on a CPU, fp8 compute or an fp8 / int8
-    DiT without torchao or below its compute capability) is refused here, as the Run page warns, not when the
-    child loads the transformer."""
+    DiT without torchao or below its compute capability, more ranks than GPUs) is refused here, as the Run page
+    warns, not when the child loads the transformer."""
     if params is None or device is None or problems.has("device", "gpus"):
         return  # the device itself is refused already (its probe failed): that is the line to show
     from machine.device import parse_device_spec
@@ -324,6 +345,25 @@ def _check_levers(params: GenerateParams | None, device: str | None, problems: P
     capability = cuda_capability(*parse_device_spec(device))
     for name, problem in lever_problems(params.to_dict(), device, capability).items():
         problems.add(f"generate.{name}", problem)
+    if isinstance(params.parallel, int) and params.parallel > 1:
+        from models.parallel import parallel_problem
+
+        problem = parallel_problem(device, params.parallel) or _split_problem(model, params)
+        if problem is not None:
+            problems.add("generate.parallel", problem)
+
+
+def _split_problem(model: str | None, params: GenerateParams) -> str | None:
+    """Whether the packed sequence divides by the ranks (diffusers' context parallelism splits it evenly); a model
+    the forecast cannot read is left to the checkpoint's own checks to name."""
+    from core.errors import DrainboardError
+    from models.forecast import packed_rows
+    from models.params import split_problem
+
+    try:
+        return None if model is None else split_problem(packed_rows(model, params), params.parallel)
+    except (DrainboardError, OSError, ValueError, KeyError):
+        return None
 
 
 def _check_generate_checkpoint(model: str | None, config: Config, problems: Problems) -> None:
@@ -399,7 +439,7 @@ def _generate_params(raw: Mapping[str, Any], problems: Problems) -> GeneratePara
     if "prompt" not in values:
         problems.add("generate.prompt", "a prompt is required")
         ok = False
-    for name in ("frames", "height", "width", "steps", "seed", "fps"):
+    for name in ("frames", "height", "width", "steps", "seed", "fps", "parallel"):
         if name in values:
             value = values[name]
             try:

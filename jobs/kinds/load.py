@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class LoadOptions:
-    """A load job's own fields."""
+class LoadJobOptions:
+    """A load job's own fields (the loader's own options are `loader.options.LoadOptions`)."""
 
     skeleton: bool = False
     """Build the module from the checkpoint's own names and shapes, not its config's registered class (a
@@ -36,10 +36,11 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     class is registered (the models package's builders) is built as that class and must match it
     name for name and shape for shape, as a generate's load must; `skeleton` loads it generically."""
     from loader.api import load_checkpoint
+    from loader.options import LoadOptions
     from models.components import register_builders
 
     device, _, _ = decide_offload(spec, ctx)
-    options: LoadOptions = spec.options
+    options: LoadJobOptions = spec.options
 
     def on_tensor(placed) -> None:
         done = placed.index  # 1-based
@@ -57,9 +58,10 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
         # Nothing placed yet: the process at its first weight, what this machine's next jobs learn their start-up from.
         ctx.record(tensors_placed=0, bytes_placed=0)
         _, report = load_checkpoint(
-            spec.model, component=spec.component, mode=spec.mode, device=spec.device, dtype=spec.dtype,
-            roots=roots, on_tensor=on_tensor, probe=ctx.probe, drop_page_cache=options.drop_page_cache,
-            skeleton=options.skeleton,
+            spec.model,
+            LoadOptions(component=spec.component, mode=spec.mode, device=spec.device, device_info=device, dtype=spec.dtype,
+                        roots=roots, drop_page_cache=options.drop_page_cache, skeleton=options.skeleton),
+            on_tensor=on_tensor, probe=ctx.probe,
         )
     return {**report.to_dict(), "forecast": forecast}
 
@@ -70,11 +72,11 @@ class LoadKind(JobKind):
 
     summary = "load a checkpoint and record memory per tensor"
     example = "python -m jobs submit load --model data/models/demo --mode drain --wait"
-    options = LoadOptions
+    options = LoadJobOptions
     reads_checkpoint = True
 
     @classmethod
-    def check(cls, raw: Mapping[str, Any], spec: Mapping[str, Any], config: Config, problems: Problems) -> LoadOptions:
+    def check(cls, raw: Mapping[str, Any], spec: Mapping[str, Any], config: Config, problems: Problems) -> LoadJobOptions:
         """`skeleton` for a one-rank load; `drop_page_cache` for a one-rank `stream` load, the only one that drops
         pages it read (anywhere else it would change nothing, so it is refused rather than ignored)."""
         skeleton, drop = raw.get("skeleton", False), raw.get("drop_page_cache")
@@ -91,7 +93,7 @@ class LoadKind(JobKind):
             problems.add("drop_page_cache", f"only the stream mode drops the page cache, not {spec['mode']!r}")
         elif drop is not None and gpus > 1:
             problems.add("drop_page_cache", f"sharded loads ({gpus} GPUs) do not apply it")
-        return LoadOptions(skeleton=skeleton, drop_page_cache=drop)
+        return LoadJobOptions(skeleton=skeleton, drop_page_cache=drop)
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:

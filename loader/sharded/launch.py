@@ -34,13 +34,14 @@ NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "N
 """NVLink multicast stays off (the device docs require it); set unless the caller set them."""
 
 
-class _RankSampleFollower:
-    """Reads new complete lines of every `rank-R.samples.jsonl` in a folder and replays them."""
+class RankLineFollower:
+    """Reads the new complete JSON lines of one file per rank (written by the ranks as they go) and hands each
+    to `on_line(rank, object)`; a file not written yet is skipped."""
 
-    def __init__(self, folder: Path, nproc: int, on_tensor: RankTensorCallback):
-        self._paths = [folder / f"rank-{r}.samples.jsonl" for r in range(nproc)]
-        self._offsets = [0] * nproc
-        self._on_tensor = on_tensor
+    def __init__(self, paths: list[Path], on_line: Callable[[int, dict], None]):
+        self._paths = paths
+        self._offsets = [0] * len(paths)
+        self._on_line = on_line
 
     def poll(self) -> None:
         for rank, path in enumerate(self._paths):
@@ -52,10 +53,16 @@ class _RankSampleFollower:
             complete = chunk[: chunk.rfind(b"\n") + 1]
             self._offsets[rank] += len(complete)
             for line in complete.splitlines():
-                d = json.loads(line)
-                event = TensorPlaced(d["index"], d["total"], d["name"], d["nbytes"], d["bytes_placed"],
-                                     MemorySample(**d["sample"]))
-                self._on_tensor(rank, event)
+                self._on_line(rank, json.loads(line))
+
+
+def _sample_follower(folder: Path, nproc: int, on_tensor: RankTensorCallback) -> RankLineFollower:
+    """Replays every `rank-R.samples.jsonl` in `folder` as (rank, TensorPlaced)."""
+    def replay(rank: int, d: dict) -> None:
+        on_tensor(rank, TensorPlaced(d["index"], d["total"], d["name"], d["nbytes"], d["bytes_placed"],
+                                     MemorySample(**d["sample"])))
+
+    return RankLineFollower([folder / f"rank-{r}.samples.jsonl" for r in range(nproc)], replay)
 
 
 def launch_sharded(
@@ -102,7 +109,7 @@ def launch_sharded(
         package_root = str(Path(__file__).resolve().parents[2])  # the folder holding `loader/`
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         proc = subprocess.Popen(cmd, stdout=2, env=env)
-        follower = _RankSampleFollower(out, nproc, on_tensor) if on_tensor is not None else None
+        follower = _sample_follower(out, nproc, on_tensor) if on_tensor is not None else None
         try:
             while proc.poll() is None:
                 if follower is not None:

@@ -261,19 +261,19 @@ OLD_LOAD = {"kind": "load", "model": "/models/tiny.safetensors", "component": No
 
 
 def test_a_spec_stored_with_every_kinds_fields_still_reads_back_and_retries(fresh_db, tiny_checkpoint):
-    from jobs.kinds.generate import GenerateOptions
-    from jobs.kinds.load import LoadOptions
+    from jobs.kinds.generate import GenerateJobOptions
+    from jobs.kinds.load import LoadJobOptions
     from jobs.queue import retry
     from storage import jobs_table
     from storage.config import load_config
 
     load = JobSpec.from_dict({**OLD_LOAD, "model": str(tiny_checkpoint)})
-    assert (load.mode, load.dtype, load.options) == ("drain", "float16", LoadOptions(skeleton=True))
+    assert (load.mode, load.dtype, load.options) == ("drain", "float16", LoadJobOptions(skeleton=True))
     old_generate = {**OLD_LOAD, "kind": "generate", "skeleton": False, "sequential_components": False,
                     "generate": {"prompt": "a fox", "steps": 4}, "plan": "fastest", "planned": {"chosen": None}}
     generate = JobSpec.from_dict(old_generate)
     assert generate.options.generate.prompt == "a fox"
-    assert generate.options == GenerateOptions(generate=generate.options.generate, sequential_components=False,
+    assert generate.options == GenerateJobOptions(generate=generate.options.generate, sequential_components=False,
                                                plan="fastest", planned={"chosen": None})
     job_id = jobs_table.enqueue(fresh_db, "load", {**OLD_LOAD, "model": str(tiny_checkpoint), "skeleton": False})
     jobs_table.finish(fresh_db, job_id, "succeeded")

@@ -166,6 +166,8 @@ def test_the_plan_table_marks_the_chosen_candidate_strikes_what_cannot_fit_and_t
     assert len(rows) == 8 and sum(r.startswith("| → |") for r in rows) == 1  # 2 residencies x 2 backends x compile
     assert "no history on this machine" in table and "(lossy)" not in table and " under the " in table
     assert any(c.value.startswith("Runs resident · bf16 · no lever: no history") for c in at.caption)
+    assert any(c.value == "Seconds include each lever's start-up (compile's first call, its own stage); walls: the "
+               "process start-up is not counted: no history on this machine." for c in at.caption)
     at.button(key="run_submit").click().run()
     [spec] = _queued(fresh_db)
     assert spec["plan"] == "fastest" and spec["planned"]["chosen"] == 0
@@ -244,16 +246,37 @@ def test_the_offload_preview_shows_what_a_discrete_gpu_generate_will_do_not_the_
     from jobs.spec import JobSpec
     from machine.device import DeviceInfo
     from machine.offload import OffloadSettings
-    from jobs.kinds.generate import GenerateOptions
+    from jobs.kinds.generate import GenerateJobOptions
     from models.params import GenerateParams
     from dashboard.views.run import offload_preview, offload_summary
 
     gpu = DeviceInfo(spec="cuda:0", kind="cuda", index=0, name="a discrete 80 GiB GPU", unified_memory=False,
                      total_memory=80 * 2**30, source="test", reason="a discrete GPU")
     spec = JobSpec(kind="generate", model=str(tiny_source), device="cuda:0",
-                   options=GenerateOptions(generate=GenerateParams(prompt="a fox", steps=2, frames=124)))
+                   options=GenerateJobOptions(generate=GenerateParams(prompt="a fox", steps=2, frames=124)))
     plain = offload_preview(OffloadSettings(), gpu)
     job = offload_preview(OffloadSettings(), gpu, decided=job_offload(spec, gpu))
     assert plain["used"].sum() == 3  # the plain policy offloads every component (layerwise in place of whole-DiT)
     assert not job["used"].any()  # the tiny model fits 80 GiB: the job keeps every component on the GPU
     assert offload_summary(job, gpu).startswith("Offload on cuda:0: 4 of 4 settings follow this job's forecast")
+
+
+def test_gpus_for_one_clip_are_refused_as_submit_refuses_them_queued_and_come_back_on_edit(
+        tiny_root, fresh_db, monkeypatch):
+    import torch
+
+    at = generate_page()
+    assert at.number_input(key="run_gen_parallel").value == 1
+    at.number_input(key="run_gen_parallel").set_value(2).run()
+    assert any("needs an accelerator" in e.value for e in at.error)  # a CPU-only torch: diffusers cannot place ranks
+    monkeypatch.setattr(torch.accelerator, "device_count", lambda: 1)  # as tests/fake_accelerator does
+    at.run()
+    assert not any("needs an accelerator" in e.value for e in at.error)
+    at.button(key="run_submit").click().run()
+    [spec] = _queued(fresh_db)
+    assert spec["generate"]["parallel"] == 2
+
+    again = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "run.py"), default_timeout=TIMEOUT)
+    again.query_params["from"] = "1"
+    again.run()
+    assert again.number_input(key="run_gen_parallel").value == 2

@@ -112,6 +112,9 @@ def test_a_generate_jobs_workflow_inputs_and_knobs_are_among_its_parameters():
     job["spec"] |= {"plan": "fastest", "planned": {"chosen": 0, "why": "no history", "candidates": [
         {"label": "resident · bf16 · regional compile"}]}}
     assert job_parameters(job)["plan"] == "fastest: resident · bf16 · regional compile (no history)"
+    assert old["GPUs"] == "1 (one process)"
+    job["spec"]["generate"]["parallel"] = 2
+    assert job_parameters(job)["GPUs"].startswith("2 ranks, one GPU each (diffusers' context parallelism")
 
 
 def test_history_puts_each_input_images_thumbnail_in_its_own_column():

@@ -105,3 +105,26 @@ def write_gguf(tensors: dict[str, torch.Tensor], path: Path, quant: str = "Q8_0"
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def write_header_only(shapes: dict[str, tuple[int, ...]], path: Path) -> Path:
+    """A bf16 single file in the reference layout with tensors of these diffusers-layout `shapes` (fused qkv of
+    three times the rows), its data area a hole: a sparse file of the full size, so a real-size DiT's headers
+    can be checked on a small disk."""
+    header, offset = {}, 0
+    for name, shape in shapes.items():
+        if ".attn.to_k." in name or ".attn.to_v." in name:
+            continue
+        if name.endswith(".attn.to_q.weight"):
+            name, shape = name.replace("to_q.weight", "qkv_proj.weight"), (3 * shape[0], *shape[1:])
+        size = 2
+        for d in shape:
+            size *= d
+        header[_reference_name(name)] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        f.truncate(8 + len(text) + offset)
+    return path

@@ -29,27 +29,42 @@ UNSEEN_DEMO = GenerateParams(prompt=UNSEEN.prompt, frames=158, height=192, width
 
 _MEASURE = """
 import json, sys
+from models.lora_inputs import lora_from_value
 from models.pipeline import run_generate
 from models.params import GenerateParams
-p = GenerateParams(**json.loads(sys.argv[2]))
-r = run_generate(sys.argv[1], p, sys.argv[3], device="cpu", sample_interval=0.005)
+fields = json.loads(sys.argv[2])
+fields["loras"] = tuple(lora_from_value(v) for v in fields.get("loras", ()))
+p = GenerateParams(**fields)
+r = run_generate(sys.argv[1], p, sys.argv[3], device="cpu", sample_interval=0.005, roots=[sys.argv[4]])
 print(json.dumps(r.stage_peaks))
 """
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("profile, params", [("h3_tiny", UNSEEN), ("h3_demo", UNSEEN_DEMO)], ids=["tiny", "demo"])
+@pytest.mark.parametrize("profile, params, lora_rank", [("h3_tiny", UNSEEN, 0), ("h3_demo", UNSEEN_DEMO, 0),
+                                                        ("h3_tiny", UNSEEN, 16)], ids=["tiny", "demo", "tiny-lora"])
 def test_the_forecast_is_within_10_percent_per_stage_of_a_measured_run_on_an_unseen_geometry(
-        profile: str, params: GenerateParams, request: pytest.FixtureRequest, tmp_path: Path):
+        profile: str, params: GenerateParams, lora_rank: int, request: pytest.FixtureRequest, tmp_path: Path):
+    from dataclasses import replace
+
+    from models.lora_inputs import LoraInput
+
+    from .lora_files import write_peft_lora
+
     root = request.getfixturevalue(profile)
     fields = {"prompt": params.prompt, "frames": params.frames, "height": params.height, "width": params.width,
               "steps": params.steps}
+    if lora_rank:  # a LoRA on every Linear, merged as the DiT loads (the forecast holds one group and one merge)
+        lora = write_peft_lora(root.parent / f"forecast-rank{lora_rank}.safetensors", root, rank=lora_rank)
+        fields["loras"] = [str(lora)]
+        params = replace(params, loras=(LoraInput(str(lora)),))
     # Two fresh processes, each stage's lower peak kept: on a busy box the allocator's timing only ever adds
     # to a stage's peak (one run under a parallel test suite measured decode.video 20 % above a quiet one).
     runs = []
     for _ in range(2):
         run = subprocess.run([sys.executable, "-c", _MEASURE, str(root), json.dumps(fields),
-                              str(tmp_path / "c.mp4")], capture_output=True, text=True, check=True, timeout=300)
+                              str(tmp_path / "c.mp4"), str(root.parent)], capture_output=True, text=True, check=True,
+                             timeout=300)
         peaks = json.loads(run.stdout.strip().splitlines()[-1])
         runs.append({stage: peak - peaks["prepare"] for stage, peak in peaks.items()})
     forecast = forecast_generate(root, params, device_info=CPU, settings=OffloadSettings())
@@ -363,7 +378,7 @@ def test_a_reference_clip_s_soundtrack_is_forecast_from_its_streams_as_declared(
     duration; the decode's moment of holding it twice is its own stage's peak, admitted like any stage."""
     from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3VideoReference
 
-    from jobs.kinds.generate import GenerateKind, GenerateOptions
+    from jobs.kinds.generate import GenerateKind, GenerateJobOptions
     from jobs.spec import JobSpec
     from models.clips import READ_CLIP
     from models.forecast import reference_clip
@@ -382,6 +397,6 @@ def test_a_reference_clip_s_soundtrack_is_forecast_from_its_streams_as_declared(
                                          device_info=CPU, settings=OffloadSettings()) for clip in (path, short))
     assert forecast.process_host_bytes - brief.process_host_bytes == 49 * 48000 * 2 * 4
     assert forecast.clip_decode_bytes == forecast.to_dict()["clip_decode_bytes"] == decoded.audio.nbytes
-    needs = GenerateKind.forecast(JobSpec("generate", str(h3_tiny), options=GenerateOptions(generate=params)), CPU,
+    needs = GenerateKind.forecast(JobSpec("generate", str(h3_tiny), options=GenerateJobOptions(generate=params)), CPU,
                                   None).stages
     assert (needs[0].stage, needs[0].host) == (READ_CLIP, decoded.audio.nbytes)

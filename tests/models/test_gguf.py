@@ -143,6 +143,8 @@ def test_corrupt_or_unrunnable_gguf_files_are_refused_at_submit_in_one_line(h3_t
         "not a MiniMax H3 DiT in the original layout")
     with pytest.raises(GenerateParamsError, match="quantize: a GGUF DiT is quantized already"):
         validate_params(replace(FAST, transformer=str(tmp_path / "good.gguf"), quantize="int8"), ModelSpec.read(h3_tiny))
+    with pytest.raises(GenerateParamsError, match="parallel: is not combined with a GGUF DiT"):
+        validate_params(replace(FAST, transformer=str(tmp_path / "good.gguf"), parallel=2), ModelSpec.read(h3_tiny))
 
 
 def test_without_the_gguf_package_a_gguf_dit_is_refused_naming_the_extra(h3_tiny, tmp_path, monkeypatch):
@@ -162,3 +164,24 @@ def test_the_runnable_quant_types_are_diffusers_own():
 
     plain = [gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16]  # loaded as plain tensors
     assert sorted(RUNNABLE) == sorted(t.name for t in [*plain, *SUPPORTED_GGUF_QUANT_TYPES])
+
+
+def test_a_folder_without_the_dit_s_config_hands_diffusers_the_default_config(h3_tiny, q8_file, tmp_path,
+                                                                               monkeypatch):
+    """diffusers builds the GGUF DiT from the config submit checked the file against: here the default config
+    (swapped for the tiny profile's, as the safetensors defaults test does), the folder having none."""
+    import json
+    import shutil
+
+    import models.classes
+    from models.components import load_component
+
+    tiny = json.loads((h3_tiny / "transformer" / "config.json").read_text())
+    monkeypatch.setattr(models.classes, "default_dit_config", lambda: tiny)
+    folder = tmp_path / "no-dit"
+    shutil.copytree(h3_tiny, folder, ignore=shutil.ignore_patterns("transformer"))
+    validate_params(replace(FAST, transformer=str(q8_file)), ModelSpec.read(folder))
+    module, _ = load_component(folder, "transformer", dtype=torch.bfloat16, single_file=q8_file,
+                               roots=[folder, q8_file.parent])
+    theirs = _diffusers_dit(h3_tiny, q8_file, torch.bfloat16).state_dict()
+    assert [k for k, v in module.state_dict().items() if not torch.equal(v, theirs[k])] == []

@@ -119,6 +119,37 @@ def test_the_factors_are_held_only_until_their_weight_is_merged(h3_tiny: Path, l
     assert held == sorted(held, reverse=True) and held[-1] == 0 and max(held) < targets  # falls as weights merge
 
 
+@pytest.mark.parametrize("layout", ["peft", "musubi"])
+def test_the_factors_are_read_from_the_file_as_their_targets_come_up(h3_tiny: Path, loras, layout: str,
+                                                                     monkeypatch):
+    """No factor byte is read before the load; each group is read when its first weight is placed and dropped
+    when its last is merged, so what is held at once is one group, not the file."""
+    import os
+
+    from loader.safetensors_file import read_shard_header
+    from models.lora_inputs import converted_on_meta, factor_groups
+
+    sent = []
+    real_sendfile = os.sendfile
+    monkeypatch.setattr(os, "sendfile", lambda out, src, offset, count: sent.append(count) or real_sendfile(
+        out, src, offset, count))
+    config = json.loads((h3_tiny / "transformer" / "config.json").read_text())
+    adjust, merge = merge_adjustments([LoraInput(str(loras[layout]), 1.0, partition="transformer")], "transformer",
+                                      config, [h3_tiny.parent])
+    assert sent == []  # the hash read the file; no factor was kept from it
+    read_by_tensor = []
+    load_component(h3_tiny, "transformer", dtype=torch.bfloat16, adjust=adjust, roots=[h3_tiny.parent],
+                   on_tensor=lambda placed: read_by_tensor.append(sum(sent)))
+    shard, _ = read_shard_header(loras[layout])
+    groups = factor_groups(shard.tensors)
+    stored = sum(t.nbytes for t in shard.tensors)
+    assert read_by_tensor[-1] == stored and read_by_tensor[0] < stored and len(groups) >= 2
+    assert read_by_tensor == sorted(read_by_tensor) and len(set(read_by_tensor)) >= len(groups)  # group by group
+    converted = converted_on_meta(shard, "x").values()
+    largest = max(sum(v.numel() * v.element_size() for v in group.values()) for group in converted)
+    assert 0 < merge.held_peak_bytes <= largest < merge.factor_bytes  # one group at a time (musubi: a QKV's three)
+
+
 class _LiveBytes:
     """Counts the bytes of tensors created under it that are still alive, and their peak (a counting allocator in
     Python: each new storage is counted until its last tensor is collected)."""
@@ -158,21 +189,20 @@ class _LiveBytes:
 
 
 def test_the_merge_holds_one_block_of_temporaries_not_the_whole_weight_and_keeps_its_bits():
-    from models.lora_inputs import MERGE_BLOCK_ELEMENTS, merge_transient_bytes
+    from models.lora_inputs import MERGE_SLICES, merge_held_bytes
     from models.lora_merge import merge_delta
 
     g = torch.Generator().manual_seed(0)
-    rows, cols, rank = 4 * MERGE_BLOCK_ELEMENTS // 512 + 3, 512, 8  # four blocks and a ragged one
+    rows, cols, rank = 4 * MERGE_SLICES + 3, 512, 8  # ragged last block
     weight = torch.randn(rows, cols, generator=g).bfloat16()
     a, b = torch.randn(rank, cols, generator=g).bfloat16(), torch.randn(rows, rank, generator=g).bfloat16()
     whole = weight.clone()
     whole += (b.float() @ a.float()).mul_(0.75).to(torch.bfloat16)  # fuse_lora's arithmetic on the whole weight
     with _LiveBytes() as counter:
         merge_delta(weight, a, b, 0.75)
-    factors32 = 4 * (a.numel() + b.numel())
     assert torch.equal(weight, whole)
-    assert counter.peak <= merge_transient_bytes(weight.numel()) + factors32
-    assert (counter.peak - factors32) / (6 * weight.numel()) < 0.25  # the whole-weight merge holds 6 bytes each
+    assert counter.peak <= merge_held_bytes((rows, cols), rank)
+    assert counter.peak < 0.5 * 6 * weight.numel()  # the whole-weight merge holds 6 bytes for each element
 
 
 def test_a_file_changed_since_it_was_queued_is_refused_before_the_load(h3_tiny: Path, loras, tmp_path: Path):
@@ -286,7 +316,7 @@ def test_a_lora_is_prepared_in_its_own_sampled_stage_before_the_load_and_the_eta
     plain = run_generate(h3_tiny, SHORT, tmp_path / "b.mp4", device_info=UNIFIED, roots=[h3_tiny.parent])
     assert not any(s.startswith("lora.") for s in plain.stages)
     forecast = forecast_generate(h3_tiny, params, device_info=UNIFIED, settings=OffloadSettings())
-    assert stage_work(forecast)["lora.transformer"] == forecast.lora_bytes["transformer"] > 0
+    assert stage_work(forecast)["lora.transformer"] == forecast.lora_work["transformer"] > 0
 
 
 def test_the_forecast_command_lists_the_lora_prep_among_the_loads(capsys, h3_tiny: Path, loras):
@@ -349,15 +379,13 @@ def test_the_forecast_counts_the_factors_held_while_the_dit_loads_and_nothing_af
     from machine.offload import OffloadSettings
     from models.eta import stage_work
     from models.forecast import forecast_generate
-    from models.lora_inputs import merge_transient_bytes
-
     from .test_forecast import CPU
 
     plain = forecast_generate(h3_tiny, BASE, device_info=CPU, settings=OffloadSettings())
     params = replace(BASE, loras=(LoraInput(str(loras["peft"]), 1.0),))
     merged = forecast_generate(h3_tiny, params, device_info=CPU, settings=OffloadSettings())
     facts = inspect_lora(params.loras[0], h3_tiny, "t2va", [h3_tiny.parent], hash_file=False)
-    held = facts.factor_bytes + merge_transient_bytes(facts.largest_target)
+    held = facts.held_bytes + facts.merge_bytes
     assert merged.lora_bytes == {"transformer": held}
     first = next(s for s in merged.stages if s.component == "transformer")
     assert first.lora_bytes == held and [s.lora_bytes for s in merged.stages if s is not first] == [0] * (
@@ -365,4 +393,5 @@ def test_the_forecast_counts_the_factors_held_while_the_dit_loads_and_nothing_af
     before = plain.stage(first.stage)
     assert first.host_bytes - before.host_bytes == max(0, held - before.activation_bytes)
     assert merged.component_bytes == plain.component_bytes  # merged weights cost nothing resident
-    assert stage_work(merged)["load.transformer"] == stage_work(plain)["load.transformer"] + held
+    assert merged.lora_work == {"transformer": facts.factor_bytes}
+    assert stage_work(merged)["load.transformer"] == stage_work(plain)["load.transformer"] + facts.factor_bytes

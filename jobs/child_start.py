@@ -7,24 +7,12 @@ the supervisor or the dashboard.
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
+
+from machine.lifetime import die_with_parent
 
 CHILD_OOM_SCORE_BONUS = 500
 """Added to the child's oom_score_adj so the kernel picks the job before the supervisor or dashboard."""
-_PR_SET_PDEATHSIG = 1
-
-try:
-    _LIBC = ctypes.CDLL(None, use_errno=True)
-except OSError:
-    _LIBC = None
-
-
-def die_with_parent() -> None:
-    """Have the kernel SIGKILL this process when the thread that started it exits."""
-    if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def prepare_child(cgroup_procs: str | None) -> None:

@@ -1,0 +1,194 @@
+"""`--parallel N`: one generate over N local ranks through diffusers' context parallelism.
+
+On a CPU-only torch diffusers' `enable_parallelism` divides by `torch.accelerator.device_count()` (0) before any
+collective, so the runs here report one accelerator (the `one_accelerator` fixture, tests/conftest.py, in this
+process and in every rank); everything else, gloo collectives and diffusers' Ulysses attention included, runs as
+it is.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from core.errors import DeviceError
+from models.params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
+
+PARALLEL = GenerateParams(prompt="a red fox in the snow", frames=124, height=64, width=64, steps=3, seed=7,
+                          audio=False, parallel=2)
+
+
+def children() -> list[int]:
+    """Pids of this process's live children (every thread's)."""
+    pids = []
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        pids += [int(p) for p in (task / "children").read_text().split()]
+    return [p for p in pids if Path(f"/proc/{p}").exists() and "Z" not in _state(p)]
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
+
+
+def test_ranks_without_a_device_each_are_refused_in_one_line_before_anything_starts(h3_tiny: Path, tmp_path: Path):
+    from models.parallel import parallel_problem, run_parallel_generate
+
+    assert parallel_problem("cuda", 2) == "--parallel 2 needs 2 CUDA devices; this machine has 0"
+    assert "needs an accelerator" in parallel_problem("cpu", 2)
+    assert "not mps" in parallel_problem("mps", 2)
+    with pytest.raises(DeviceError, match="needs an accelerator"):
+        run_parallel_generate(h3_tiny, PARALLEL, tmp_path / "clip.mp4", device="cpu")
+    assert children() == [] and not (tmp_path / "clip.mp4").exists()
+
+
+@pytest.mark.parametrize("parallel, compile, message", [
+    (4, False, "4 ranks cannot split the DiT's 2 attention heads evenly"),
+    (0, False, "must be a whole number of ranks in 1..8, got 0"),
+    (2, True, "is not combined with --compile"),
+])
+def test_ranks_must_split_the_heads_evenly_and_come_without_untried_levers(h3_tiny: Path, parallel, compile, message):
+    with pytest.raises(GenerateParamsError) as caught:
+        validate_params(replace(PARALLEL, parallel=parallel, compile=compile), ModelSpec.read(h3_tiny))
+    assert message in caught.value.problems["parallel"]
+
+
+def test_a_sequence_the_ranks_cannot_split_evenly_is_named_with_its_rows():
+    from models.context_parallel import sequence_problem
+
+    tags = torch.tensor([1] * 5 + [0] * 16 + [2] * 4)  # 5 text, 16 video, 4 audio rows
+    assert sequence_problem(tags, 5) is None
+    assert sequence_problem(tags, 2) == (
+        "the packed sequence has 25 rows (5 text, 16 video, 4 audio), which 2 ranks cannot split evenly (diffusers'"
+        " context parallelism shards equal parts); 1 rows more or 1 fewer would: change the prompt or the frame count")
+
+
+def test_rank_0_runs_the_encoders_and_decoders_and_broadcasts_the_others_receive_and_skip_the_decode():
+    from models.context_parallel import (RankGroup, ReceiveOutputs, SendOutputs, SequenceCheck, rank_reads,
+                                         split_workflow)
+    from models.workflows import block_reads, workflow_blocks
+
+    for rank in (0, 1):
+        blocks = workflow_blocks("fl2va")
+        reads = block_reads(blocks)
+        group = RankGroup(rank, 2, torch.device("cpu"))
+        split_workflow(blocks, reads, group)
+        kinds = {name: type(block).__name__ for name, block in blocks.sub_blocks.items()}
+        assert isinstance(blocks.sub_blocks["denoise.denoise:sequence"], SequenceCheck)
+        assert list(blocks.sub_blocks).index("denoise.denoise:sequence") == list(blocks.sub_blocks).index(
+            "denoise.denoise") - 1
+        if rank == 0:
+            assert isinstance(blocks.sub_blocks["text_encoder:send"], SendOutputs)
+            assert [n for n, _ in blocks.sub_blocks["vae_encoder:send"].names] == ["condition_latents"]
+            assert {"decode.video", "decode.audio"} <= set(kinds)
+            assert rank_reads(reads, group) == reads
+        else:
+            assert kinds["text_encoder"] == kinds["vae_encoder"] == ReceiveOutputs.__name__
+            assert not any(name.startswith("decode.") or name.endswith(":send") for name in kinds)
+            assert {c for r in rank_reads(reads, group).values() for c in r} == {"transformer"}
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_make_the_single_process_frames_and_report_every_rank(h3_tiny: Path, tmp_path: Path,
+                                                                              one_accelerator):
+    """fp32 (bf16's rounding, reordered by the split attention, grows over the steps on random weights): the frames
+    decoded from both MP4s differ by under 0.05 of a level on average, and fewer than 0.1% of values by more than 2
+    (the H.264 encode of near-equal frames)."""
+    import av
+    import numpy as np
+
+    from models.parallel import run_parallel_generate
+    from models.pipeline import run_generate
+
+    events, samples = [], []
+    result = run_parallel_generate(h3_tiny, PARALLEL, tmp_path / "parallel.mp4", device="cpu", dtype=torch.float32,
+                                   on_event=lambda rank, e: events.append((rank, e)),
+                                   on_sample=lambda rank, stage, s: samples.append((rank, stage)))
+    single = run_generate(h3_tiny, replace(PARALLEL, parallel=1), tmp_path / "single.mp4", dtype=torch.float32)
+
+    def frames(path: Path):
+        with av.open(str(path)) as container:
+            return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)]).astype(np.int16)
+
+    diff = np.abs(frames(tmp_path / "parallel.mp4") - frames(tmp_path / "single.mp4"))
+    assert diff.shape == (124, 64, 64, 3)
+    assert diff.mean() < 0.05 and (diff > 2).mean() < 1e-3
+    assert result.video_sha256 != single.video_sha256  # two computations, not one run's file twice
+
+    loads = {rank: [e.data["component"] for r, e in events if r == rank and e.kind == "load"] for rank in (0, 1)}
+    assert loads == {0: ["text_encoder", "transformer", "vae"], 1: ["transformer"]}
+    assert {e.message for _, e in events if e.kind == "note" and "context parallel" in e.message} == {
+        "transformer: context parallel: Ulysses over 2 ranks (gloo)"}
+    assert [e.data["step"] for r, e in events if r == 1 and e.kind == "step"] == [1, 2]
+    assert {(rank, stage) for rank, stage in samples} >= {(0, "denoise.denoise"), (1, "denoise.denoise"),
+                                                         (0, "decode.video")}
+    assert not any(rank == 1 and stage.startswith("decode") for rank, stage in samples)
+    assert [r["rank"] for r in result.ranks] == [0, 1]
+    assert "decode.video" in result.ranks[0]["stage_peaks"] and "decode.video" not in result.ranks[1]["stage_peaks"]
+    assert children() == []
+
+
+@pytest.mark.slow
+def test_a_rank_killed_mid_denoise_ends_the_run_naming_it_and_its_last_sample_and_stops_the_others(
+        h3_tiny: Path, tmp_path: Path, one_accelerator):
+    from models.parallel import ParallelRunError, run_parallel_generate
+
+    killed = []
+
+    def kill_rank_1(rank: int, event) -> None:
+        if rank == 1 and event.kind == "step" and not killed:
+            [pid] = [p for p in children() if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[-2:-1] == [b"1"]]
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    started = time.monotonic()
+    with pytest.raises(ParallelRunError) as caught:
+        run_parallel_generate(h3_tiny, replace(PARALLEL, steps=40), tmp_path / "clip.mp4", device="cpu",
+                              on_event=kill_rank_1)
+    message = str(caught.value)
+    assert killed and message.startswith("rank 1 of 2 was killed (SIGKILL) (in stage denoise.denoise, step ")
+    assert "its last sample: RSS " in message and message.endswith("the other ranks were stopped")
+    assert children() == [] and not (tmp_path / "clip.mp4").exists()
+    assert time.monotonic() - started < 120
+
+
+@pytest.mark.parametrize("kind", ["cpu", "cuda"])
+def test_the_forecast_gives_each_rank_the_whole_dit_a_share_of_the_sequence_and_the_walls_every_rank(
+        h3_tiny: Path, kind):
+    from machine.device import DeviceInfo
+    from machine.offload import OffloadSettings
+    from models.forecast import forecast_generate, packed_rows
+
+    info = DeviceInfo(kind, kind, 0 if kind == "cuda" else None, kind, kind == "cpu", 150 * 2**30, "test", "")
+
+    def forecast(ranks: int):
+        return forecast_generate(h3_tiny, replace(PARALLEL, parallel=ranks), device_info=info,
+                                 settings=OffloadSettings(), sequential_components=True)
+
+    one, two, four = forecast(1), forecast(2), forecast(4 if kind == "cpu" else 2)
+    assert one.ranks == [] and two.tokens == one.tokens == packed_rows(h3_tiny, PARALLEL)
+    first, other = two.ranks
+    assert (first.ranks, other.ranks, [r.ranks for r in four.ranks][-1]) == ("0", "1", "1-3" if kind == "cpu" else "1")
+    side = "host_bytes" if kind == "cpu" else "device_bytes"
+    def of(rank, name: str):
+        return next(s for s in rank.stages if s.stage == name)
+
+    single, rank0, rank1 = one.stage("denoise.denoise"), of(first, "denoise.denoise"), of(other, "denoise.denoise")
+    assert rank0.stage == rank1.stage == "denoise.denoise" and rank0 == rank1  # the DiT's stage is alike everywhere
+    assert rank0.activation_bytes == single.activation_bytes // 2
+    assert getattr(rank0, side) == getattr(single, side) - (single.activation_bytes - single.activation_bytes // 2)
+    assert rank0.weight_bytes == single.weight_bytes == one.component_bytes["transformer"]
+    text0, text1 = of(first, "text_encoder"), of(other, "text_encoder")
+    assert text0 == one.stage("text_encoder") and text1.weight_bytes == 0 and text1.activation_bytes == 0
+    joint = two.stage("text_encoder")  # the host holds every rank, each GPU one
+    assert joint.host_bytes == text0.host_bytes + text1.host_bytes
+    assert joint.device_bytes == max(text0.device_bytes, text1.device_bytes)
+    assert two.to_dict()["ranks"][1]["peak_bytes"] == other.peak_bytes > 0
