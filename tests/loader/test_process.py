@@ -126,10 +126,10 @@ def test_a_parallel_generates_rank_makes_its_device_settings(calls, tmp_path, mo
 
 def test_the_fork_server_makes_the_settings_before_its_imports(monkeypatch):
     import jobs.forkserver
-    import jobs.setup
+    import machine.lifetime
 
     order: list[str] = []
-    monkeypatch.setattr(jobs.setup, "die_with_parent", lambda: None)
+    monkeypatch.setattr(machine.lifetime, "die_with_parent", lambda: None)
     monkeypatch.setattr(loader.process, "configure_process", lambda *a: order.append("configure"))
     monkeypatch.setattr(jobs.forkserver, "PRELOAD", ("json",))
     monkeypatch.setattr("importlib.import_module", lambda name: order.append(name))
