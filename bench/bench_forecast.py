@@ -64,9 +64,9 @@ def _warm(folder: Path) -> None:
 
 
 def _child(path: Path, mode: str, dtype: str | None) -> dict:
-    from loader import load_checkpoint
+    from loader import LoadOptions, load_checkpoint
 
-    _, report = load_checkpoint(path, mode=mode, dtype=dtype)
+    _, report = load_checkpoint(path, LoadOptions(mode=mode, dtype=dtype))
     return {"footprint_ratio": report.footprint_ratio, "bytes_placed": report.bytes_placed}
 
 

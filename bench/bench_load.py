@@ -153,11 +153,11 @@ def run_child(case: str, path: Path, device: str, dtype: str | None, stream_opti
         return _raw_read(path)
     if case in ("load_file", "assign"):
         return _baseline_load(path, device, assign=case == "assign")
-    from loader import load_checkpoint
+    from loader import LoadOptions, load_checkpoint
     from loader.placement import get_placement
 
     mode = get_placement(case, **stream_options) if case == "stream" and stream_options else case
-    _, report = load_checkpoint(path, mode=mode, device=device, dtype=dtype)
+    _, report = load_checkpoint(path, LoadOptions(mode=mode, device=device, dtype=dtype))
     return {k: v for k, v in report.to_dict().items() if not isinstance(v, list)}
 
 

@@ -155,12 +155,12 @@ def _imported() -> None:
 
 
 def _case_stream(path: Path, options: dict, device: str) -> tuple[object, dict]:
-    from loader import load_checkpoint
+    from loader import LoadOptions, load_checkpoint
     from loader.placement import get_placement
 
     _imported()
     placement = get_placement("stream", **options)
-    module, report = load_checkpoint(path, mode=placement, device=device)
+    module, report = load_checkpoint(path, LoadOptions(mode=placement, device=device))
     extra = {"load_seconds": report.load_seconds, "report_footprint": report.footprint_ratio}
     if placement.last_ring is not None:
         extra["ring"] = vars(placement.last_ring)
@@ -225,10 +225,10 @@ def _case_kvikio(path: Path, options: dict) -> tuple[dict, dict]:
 
 
 def _case_drain(path: Path, device: str) -> tuple[object, dict]:
-    from loader import load_checkpoint
+    from loader import LoadOptions, load_checkpoint
 
     _imported()
-    module, report = load_checkpoint(path, mode="drain", device=device)
+    module, report = load_checkpoint(path, LoadOptions(mode="drain", device=device))
     return module, {"load_seconds": report.load_seconds}
 
 

@@ -67,7 +67,7 @@ def _timed_retire(marks: list):
 def load_once(path: str, options: dict, constants: dict) -> dict:
     import torch
 
-    from loader import load_checkpoint
+    from loader import LoadOptions, load_checkpoint
     from loader.placement import get_placement, ranges, stream
 
     saved = {}
@@ -85,7 +85,7 @@ def load_once(path: str, options: dict, constants: dict) -> dict:
         origin = torch.cuda.Event(enable_timing=True)
         origin.record()
         start = time.perf_counter()
-        model, report = load_checkpoint(path, mode=placement, device="cuda")
+        model, report = load_checkpoint(path, LoadOptions(mode=placement, device="cuda"))
         torch.cuda.synchronize()
         seconds = time.perf_counter() - start
     finally:

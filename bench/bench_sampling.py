@@ -27,7 +27,7 @@ from safetensors.torch import save_file  # noqa: E402
 
 from jobs.context import JobContext  # noqa: E402
 from machine import MemoryProbe
-from loader import load_checkpoint  # noqa: E402
+from loader import LoadOptions, load_checkpoint  # noqa: E402
 from storage import jobs_table  # noqa: E402
 from storage.schema import open_database  # noqa: E402
 from storage.queries import sample_count  # noqa: E402
@@ -59,7 +59,11 @@ def timed_load(checkpoint: Path, device: str, ctx: JobContext | None) -> float:
         ctx.record(placed.sample, tensors_placed=placed.index, bytes_placed=placed.bytes_placed,
                    tensor_name=placed.name)
 
-    _, report = load_checkpoint(checkpoint, device=device, on_tensor=on_tensor if ctx else None, probe=probe)
+    _, report = load_checkpoint(
+        checkpoint,
+        LoadOptions(device=device),
+        on_tensor=on_tensor if ctx else None, probe=probe,
+    )
     if ctx:
         ctx.samples.flush()
     return report.load_seconds

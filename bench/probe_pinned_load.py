@@ -4,7 +4,7 @@ fresh process, on a CUDA host.
     python bench/probe_pinned_load.py [--dir /dev/shm/pinned-load] [--gib 8]
 
 Writes one safetensors file of `--gib` GiB of bf16 in `--dir` (tmpfs: the read is from RAM), then loads it
-with `load_checkpoint(..., skeleton=True)` three ways: pageable, and pinned twice; and, first, carves the same
+with `load_checkpoint(..., LoadOptions(skeleton=True))` three ways: pageable, and pinned twice; and, first, carves the same
 bytes from a `PinnedHostArena` alone. Prints each case's seconds, whether torch's pinned allocator was
 switched to host registration, and its block count.
 """
@@ -25,7 +25,9 @@ sys.path.insert(0, sys.argv[3])
 import torch
 torch.empty(0, device="cuda")
 import loader.io.host_blocks as hb
-from loader import load_checkpoint
+from loader import LoadOptions, load_checkpoint
+from loader.process import configure_process
+configure_process("cuda")  # as every entry point on a CUDA device: the pinned allocator switched first
 case, folder = sys.argv[1], sys.argv[2]
 out = {"case": case}
 t = time.perf_counter()
@@ -34,7 +36,7 @@ if case == "arena only":
     arena = hb.PinnedHostArena(nbytes)
     tensors = [arena.empty((1 << 28,), torch.float32) for _ in range(nbytes >> 30)]
 else:
-    module, report = load_checkpoint(folder, skeleton=True, pin_host=case.startswith("pinned"))
+    module, report = load_checkpoint(folder, LoadOptions(skeleton=True, pin_host=case.startswith("pinned")))
     out["pinned_gib"] = report.host_pinned_bytes / 2**30
     out["note"] = report.host_pinned_note
 out["seconds"] = round(time.perf_counter() - t, 3)

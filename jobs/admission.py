@@ -116,7 +116,9 @@ def assess(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = Non
         return None  # a checkpoint the forecast cannot read: the job itself reports it, naming the file
     device = device_key(info.kind, info.name)
     process = learned_process(spec.kind, device, db)
-    counted = (process.startup_bytes or 0) + extra_host  # without history, what the forecast adds still counts
+    # Without history, what the forecast adds still counts; a parallel generate is its child and N ranks, each a
+    # process that starts as the child does.
+    counted = (process.startup_bytes or 0) * processes(spec) + extra_host
     startup = counted if process.known else None
     if available is None or total is None:
         reading = read_meminfo()
@@ -186,6 +188,12 @@ def admit(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = None
     return replace(spec, forecast=admission.to_dict())
 
 
+def processes(spec: JobSpec) -> int:
+    """The processes a job runs: its child, and for a parallel generate (`generate.parallel` > 1) its ranks too."""
+    ranks = spec.generate.parallel if spec.kind == "generate" and spec.generate is not None else 1
+    return 1 + ranks if ranks > 1 else 1
+
+
 def _generate_needs(spec: JobSpec, info: DeviceInfo, db):
     from jobs.history import stage_records
     from models.eta import device_key, estimate, stage_work
@@ -241,7 +249,7 @@ def plan_job(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = N
 
     def check(forecast):
         return wall_checks(spec, config, info, stage_needs(forecast),
-                           (process.startup_bytes or 0) + forecast.process_host_bytes,
+                           (process.startup_bytes or 0) * processes(spec) + forecast.process_host_bytes,
                            forecast.process_device_bytes, available, total)
 
     plan = plan_fastest(spec.generate, device=spec.device, capability=cuda_capability(info.kind, info.index),

@@ -67,7 +67,7 @@ def run_job(job_id: int) -> int:
 def open_reporter(job_id: int, config: Config) -> tuple[Reporter, Path]:
     """The child's reporter and the data folder its artifacts are written in."""
     if os.environ.get(ENV_REPORT) == "wire":
-        from jobs.setup import die_with_parent
+        from machine.lifetime import die_with_parent
         from jobs.wire import ENV_RECORD_FD, LineWriter, WireReporter
 
         die_with_parent()  # the relay on the node (`jobs.backends.node`): a lost node must not leave the job running

@@ -75,7 +75,7 @@ def _fork_child(request: dict[str, Any], fds: list[int], sock: socket.socket) ->
     try:
         from jobs.child import main as run_child  # imported already: PRELOAD
         from jobs.samples import ENV_SAMPLE_FD
-        from jobs.setup import prepare_child
+        from jobs.child_start import prepare_child
 
         sock.close()
         log_fd, sample_fd = fds
@@ -232,7 +232,7 @@ class ForkedChild:
 def main() -> None:
     import importlib
 
-    from jobs.setup import die_with_parent
+    from machine.lifetime import die_with_parent
     from loader.process import configure_process
 
     die_with_parent()  # and each child dies with this server

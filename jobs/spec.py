@@ -16,7 +16,7 @@ from loader.checkpoint import checked_checkpoint
 from machine.device import DeviceInfo, parse_device_spec, probe_device
 from loader.dtypes import parse_dtype
 from core.echo import echo
-from core.errors import CheckpointError, DeviceError, PlacementError
+from core.errors import CheckpointError, DeviceError, DrainboardError, PlacementError
 from machine.offload import OffloadSettings
 from loader.placement import known_placements
 from loader.checkpoint import checkpoint_problems
@@ -231,9 +231,21 @@ def _check_levers(values: Mapping[str, Any], problems: _Problems) -> None:
     if isinstance(params.parallel, int) and params.parallel > 1:
         from models.parallel import parallel_problem
 
-        problem = parallel_problem(values["device"], params.parallel)
+        problem = parallel_problem(values["device"], params.parallel) or _split_problem(values["model"], params)
         if problem is not None:
             problems.add("generate.parallel", problem)
+
+
+def _split_problem(model: str | None, params) -> str | None:
+    """Whether the packed sequence divides by the ranks (diffusers' context parallelism splits it evenly); a model
+    the forecast cannot read is left to the checkpoint's own checks to name."""
+    from models.forecast import packed_rows
+    from models.params import split_problem
+
+    try:
+        return None if model is None else split_problem(packed_rows(model, params), params.parallel)
+    except (DrainboardError, OSError, ValueError, KeyError):
+        return None
 
 
 def _check_checkpoint(model: str | None, config: Config, problems: _Problems, kind: str) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 _LAZY = {
     "load_checkpoint": "api",
+    "LoadOptions": "options",
     "resolve_device": "api",
     "CheckpointIndex": "metadata",
     "ComponentMeta": "metadata",

@@ -13,7 +13,7 @@ mode fill the module.
 from __future__ import annotations
 
 import os
-from typing import Callable, Mapping, MutableMapping, Sequence
+from typing import Callable, MutableMapping, Sequence
 
 import torch
 import torch.nn as nn
@@ -22,92 +22,64 @@ from .metadata import ComponentMeta, TensorMeta
 from .checkpoint import discover_checkpoint
 from .dtypes import DtypePolicy
 from .io.host_blocks import PinnedHostArena
-from machine.device import parse_device_spec
+from machine.device import DeviceInfo, parse_device_spec
 from core.echo import NAME_LIMIT, echo, echo_name
 from core.errors import DeviceError, PlacementError
 from machine.memory import MemoryProbe
 from .model_registry import get_model_builder
-from .naming import EXTRA_STATE_SUFFIX, MergeRules, RenameRules, SplitRules, plan_targets
+from .naming import EXTRA_STATE_SUFFIX, plan_targets
+from .options import LoadOptions
 from .placement import LoadPlan, Placement, PlacementContext, PlannedTarget, get_placement
 from .placement.base import Adjust
 from .report import LoadMeter, LoadReport, TensorPlaced
-from .roots import RootsArg
 from .skeleton import build_skeleton
 
 
 def load_checkpoint(
     path: str | os.PathLike,
+    options: LoadOptions = LoadOptions(),
     *,
-    component: str | None = None,
     module: nn.Module | None = None,
-    mode: str | Placement = "stream",
-    device: str | torch.device = "cpu",
-    dtype: str | torch.dtype | None = None,
-    dtype_overrides: Mapping[str, str | torch.dtype] | None = None,
-    rename: RenameRules = None,
-    merges: MergeRules = None,
-    splits: SplitRules = None,
-    strict: bool = True,
-    skeleton: bool = False,
-    exclude: Callable[[str], bool] | None = None,
-    roots: RootsArg = None,
     on_tensor: Callable[[TensorPlaced], None] | None = None,
     probe: MemoryProbe | None = None,
-    drop_page_cache: bool | None = None,
-    pin_host: bool = False,
-    adjust: MutableMapping[str, Adjust] | None = None,
 ) -> tuple[nn.Module, LoadReport]:
-    """Load one component of the checkpoint at `path` into a module on `device`.
+    """Load one component of the checkpoint at `path` into a module on `options.device` (`LoadOptions` says
+    how).
 
-    `module` (built on meta, or any module) receives the tensors; without one
-    the component's registered builder is used, else a skeleton is built from
-    the checkpoint's metadata; `skeleton` builds the skeleton even for a
-    registered class (a checkpoint of another layout than its config's class
-    says). `mode` is a placement name or instance.
-    `dtype` (`bf16`/`fp16`/`fp32` or a torch dtype; None keeps the
-    checkpoint's) applies to floating tensors, except names matching a
-    `dtype_overrides` regex or the model's `keep_fp32`. `rename` is
-    regex -> replacement rules applied in order; `splits` (`SplitRule`s) cut a
-    renamed tensor along dim 0 into several targets, each read from its own
-    byte range; `merges` maps a target template to source regexes concatenated
-    along dim 0. `exclude(name)`
-    true for a checkpoint tensor name means that tensor is never read and is
-    not "unexpected" (the report lists it under `excluded`); a module tensor
-    it would have filled stays missing, so build the module without it.
-    `roots`: folders every file opened must resolve under (default: the
-    checkpoint's own root). `on_tensor` is called after each placed tensor.
-    `drop_page_cache` is passed to the placement (`stream` takes it; None
-    keeps the mode's default). `pin_host` puts CPU destinations in page-locked memory, packed into
-    power-of-two blocks (`loader.io.host_blocks`): for a module a GPU will copy from, such as a
-    group-offloaded DiT; pageable where pinning is refused (the report's `host_pinned_note` says why).
-    `adjust` maps target names to in-place changes, each applied to its destination once the bytes have
-    landed and before it is installed, metered and reported (`on_tensor` sees the changed tensor): how a
-    model merges a LoRA delta while the weights stream. Entries are removed as they are applied (what they
-    hold is freed as the load goes); a name the load does not place is refused before any byte is read.
+    `module` (built on meta, or any module) receives the tensors; without one the component's registered
+    builder is used, else a skeleton is built from the checkpoint's metadata (`options.skeleton` builds the
+    skeleton even for a registered class: a checkpoint of another layout than its config's class says).
+    A module tensor an excluded name would have filled stays missing, so build the module without it.
+    `on_tensor` is called after each placed tensor; `probe` samples memory (default: one of the device's).
+    With `options.pin_host`, CPU destinations are page-locked where pinning is allowed (the report's
+    `host_pinned_note` says why not). An `options.adjust` name the load does not place is refused before
+    any byte is read.
 
     Raises CheckpointError (malformed checkpoint, a file outside the roots),
     PlacementError (bad option, unknown mode, name/shape mismatch, strict
     failure) or DeviceError.
     """
-    extra = {} if drop_page_cache is None else {"drop_page_cache": drop_page_cache}
-    if isinstance(mode, Placement) and extra:
+    o = options
+    extra = {} if o.drop_page_cache is None else {"drop_page_cache": o.drop_page_cache}
+    if isinstance(o.mode, Placement) and extra:
         raise PlacementError("drop_page_cache goes to the placement instance itself when mode is one")
-    if skeleton and module is not None:
+    if o.skeleton and module is not None:
         raise PlacementError("skeleton builds the module from the checkpoint; do not pass a module too")
-    placement = mode if isinstance(mode, Placement) else get_placement(mode, **extra)
-    target_device = resolve_device(device)
-    comp = discover_checkpoint(path, roots=roots).component(component)
-    sources, excluded = _split_excluded(comp.tensors, exclude)
-    targets, skipped = plan_targets(sources, rename, merges, splits)
+    placement = o.mode if isinstance(o.mode, Placement) else get_placement(o.mode, **extra)
+    target_device = resolve_device(o.device)
+    _check_device_info(o.device_info, target_device)
+    comp = discover_checkpoint(path, roots=o.roots).component(o.component)
+    sources, excluded = _split_excluded(comp.tensors, o.exclude)
+    targets, skipped = plan_targets(sources, o.rename, o.merges, o.splits)
     given = module is not None
-    module, keep_fp32 = (None, ()) if skeleton else _registered_module(comp, module)
-    policy = DtypePolicy.build(dtype, dtype_overrides, keep_fp32)
+    module, keep_fp32 = (None, ()) if o.skeleton else _registered_module(comp, module)
+    policy = DtypePolicy.build(o.dtype, o.dtype_overrides, keep_fp32)
     planned = [PlannedTarget(t, policy.target_dtype(t.name, t.sources[0].torch_dtype)) for t in targets]
     if module is None:  # built from the plan itself, so every name and shape matches: nothing to check
         module = build_skeleton((p.name, p.target.shape, p.dtype) for p in planned)
         plan, missing, unexpected = LoadPlan(targets=planned, dropped=list(skipped)), [], []
     else:
-        plan, missing, unexpected = _match_module(module, planned, skipped, comp, strict, given)
+        plan, missing, unexpected = _match_module(module, planned, skipped, comp, o.strict, given)
     report = LoadReport(
         mode=placement.name,
         device=str(target_device),
@@ -119,10 +91,20 @@ def load_checkpoint(
         excluded_tensors=len(excluded),
         excluded_bytes=sum(m.nbytes for m in excluded),
     )
-    _check_adjust(adjust, plan)
-    host = PinnedHostArena(sum(p.nbytes for p in plan.targets)) if pin_host and target_device.type == "cpu" else None
-    _fill(placement, plan, module, target_device, report, probe, on_tensor, host, adjust)
+    _check_adjust(o.adjust, plan)
+    pinned = o.pin_host and target_device.type == "cpu"
+    host = PinnedHostArena(sum(p.nbytes for p in plan.targets)) if pinned else None
+    _fill(placement, plan, module, target_device, report, o, probe, on_tensor, host)
     return module, report
+
+
+def _check_device_info(info: DeviceInfo | None, device: torch.device) -> None:
+    """Refuse a probe of another device than the load's (its facts would size the load wrongly)."""
+    if info is None:
+        return
+    index = device.index if device.index is not None else (0 if device.type == "cuda" else None)
+    if (info.kind, info.index) != (device.type, index):
+        raise PlacementError(f"device_info describes {info.spec!r}, but the load targets {str(device)!r}")
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -232,10 +214,10 @@ def _fill(
     module: nn.Module,
     device: torch.device,
     report: LoadReport,
+    options: LoadOptions,
     probe: MemoryProbe | None,
     on_tensor: Callable[[TensorPlaced], None] | None,
-    host: PinnedHostArena | None = None,
-    adjust: MutableMapping[str, Adjust] | None = None,
+    host: PinnedHostArena | None,
 ) -> None:
     """Prepare, baseline, place and synchronise, metering every tensor into `report` (and what `host`
     pinned)."""
@@ -246,7 +228,7 @@ def _fill(
     probe = probe or MemoryProbe(str(device))
     try:
         meter = LoadMeter(report, probe, on_tensor)
-        ctx = PlacementContext(module, device, meter, host, adjust)
+        ctx = PlacementContext(module, device, meter, host, options.adjust, options.device_info)
         placement.prepare(plan, ctx)
         meter.baseline()
         meter.start()

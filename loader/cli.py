@@ -15,6 +15,7 @@ from typing import Sequence
 
 from machine.advice import warn_about_mode
 from .api import load_checkpoint
+from .options import LoadOptions
 from .checkpoint import discover_checkpoint
 from core.echo import echo_name
 from core.sizes import format_size
@@ -122,8 +123,10 @@ def _load(args: argparse.Namespace) -> int:
         load_builder_plugins()
     warn_about_mode(args.mode, args.device)
     module, report = load_checkpoint(
-        args.path, component=args.component, mode=args.mode, device=args.device, dtype=args.dtype,
-        roots=args.root, on_tensor=progress, drop_page_cache=args.drop_page_cache, skeleton=args.skeleton,
+        args.path,
+        LoadOptions(component=args.component, mode=args.mode, device=args.device, dtype=args.dtype, roots=args.root,
+                    drop_page_cache=args.drop_page_cache, skeleton=args.skeleton),
+        on_tensor=progress,
     )
     if args.json:
         print(json.dumps({**report.to_dict(), "module_class": type(module).__name__}, indent=2))

@@ -23,12 +23,13 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from loader import load_checkpoint
+from loader import LoadOptions, load_checkpoint
 from loader.placement import get_placement
 from loader.dtypes import parse_dtype
 from loader.gguf_header import is_gguf
 from core.echo import NAME_LIMIT, echo
 from core.errors import CheckpointError, PlacementError
+from machine.device import DeviceInfo
 from machine.memory import MemoryProbe
 from loader.model_registry import get_model_builder, register_model_builder
 from loader.report import LoadReport, TensorPlaced
@@ -89,6 +90,7 @@ def load_component(
     *,
     mode: str = "stream",
     device: str | torch.device = "cpu",
+    device_info: DeviceInfo | None = None,
     dtype: str | torch.dtype | None = None,
     workflow: str = "t2va",
     on_tensor: Callable[[TensorPlaced], None] | None = None,
@@ -103,7 +105,8 @@ def load_component(
     """Component `name` of the MiniMax H3 checkpoint at `root`, built empty and filled by the loader.
 
     Returns the module in eval mode on `device` and the loader's report (for the
-    text encoder, `excluded` / `excluded_bytes` say what was left unread).
+    text encoder, `excluded` / `excluded_bytes` say what was left unread). `device_info` is a probe of
+    `device` already made (the job's), which the loader then does not repeat.
     `quantize` (a DiT only) quantizes each Linear as its tensors are placed (`models.quantize`).
     `pin_host` (a CPU `device`) places the weights in page-locked blocks, for group offload to copy from.
     `single_file` (a DiT only): the weights come from that one file in the reference layout
@@ -145,12 +148,12 @@ def load_component(
     source, rules = (root, {"component": name}) if single_file is None else (
         single_file, _reference_rules(config, qkv_layout))
     exclude = rules.pop("exclude", exclude)
-    module, report = load_checkpoint(
-        source, module=module, mode=mode, device=device, dtype=target_dtype,
-        dtype_overrides=overrides, exclude=exclude, on_tensor=on_tensor, probe=probe,
-        roots=roots if roots is not None else [root, *([] if single_file is None else [Path(single_file).parent])],
+    options = LoadOptions(
+        mode=mode, device=device, device_info=device_info, dtype=target_dtype, dtype_overrides=overrides,
+        exclude=exclude, roots=roots if roots is not None else [root, *([] if single_file is None else [Path(single_file).parent])],
         pin_host=pin_host, adjust=adjust, **rules,
     )
+    module, report = load_checkpoint(source, options, module=module, on_tensor=on_tensor, probe=probe)
     if quantizer is not None:
         quantizer.finish()
     _place_computed_buffers(module, torch.device(report.device))

@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 from diffusers import ModularPipelineBlocks
 
-from .params import GenerateParamsError
+from .params import GenerateParamsError, split_problem
 from .quantize import DIT_COMPONENTS
 from .workflows import DENOISE_LOOP
 
@@ -149,13 +149,9 @@ class SequenceCheck(ModularPipelineBlocks):
 
 def sequence_problem(token_tags: torch.Tensor, world: int) -> str | None:
     """Why a packed sequence (its per-row modality tags: 0 video, 1 text, 2 audio) cannot split over `world` ranks."""
-    rows = int(token_tags.shape[0])
-    if rows % world == 0:
-        return None
     counts = {name: int((token_tags == tag).sum()) for tag, name in enumerate(("video", "text", "audio"))}
-    return (f"the packed sequence has {rows} rows ({counts['text']} text, {counts['video']} video, {counts['audio']}"
-            f" audio), which {world} ranks cannot split evenly (diffusers' context parallelism shards equal parts);"
-            f" {world - rows % world} rows more or {rows % world} fewer would: change the prompt or the frame count")
+    return split_problem(int(token_tags.shape[0]), world,
+                         f" ({counts['text']} text, {counts['video']} video, {counts['audio']} audio)")
 
 
 def split_workflow(blocks, reads: dict[str, tuple[str, ...]], group: RankGroup) -> None:

@@ -194,6 +194,23 @@ class StageForecast:
 
 
 @dataclass(frozen=True)
+class RankForecast:
+    """The stages of one rank, or of ranks alike, of a parallel run (`--parallel`)."""
+
+    ranks: str
+    """Which ranks: `0`, or the others (`1`, `1-3`)."""
+    stages: list[StageForecast]
+    """Each stage as that rank holds it."""
+
+    @property
+    def peak_bytes(self) -> int:
+        return max((s.total_bytes for s in self.stages), default=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ranks": self.ranks, "stages": [s.to_dict() for s in self.stages], "peak_bytes": self.peak_bytes}
+
+
+@dataclass(frozen=True)
 class GenerateForecast:
     """A whole run's forecast."""
 
@@ -238,6 +255,9 @@ class GenerateForecast:
     """Memory a lever adds that is known from configs (`step_cache`: its buffers), counted in the stages that hold it."""
     not_counted: list[str] = field(default_factory=list)
     """Lever memory that only a GPU run can fit (a compile's workspace, fp8 activation scales), said, not guessed."""
+    ranks: list[RankForecast] = field(default_factory=list)
+    """A parallel run's ranks (rank 0, then the others, alike); `stages` is then what the walls check: every rank's
+    host bytes together, one rank's device bytes (each has its own GPU). Empty for a run of one process."""
 
     @property
     def predicted_peak_bytes(self) -> int:
@@ -267,6 +287,7 @@ class GenerateForecast:
             "predicted_peak_bytes": self.predicted_peak_bytes, "peak_stage": self.peak_stage,
             "lora_bytes": dict(self.lora_bytes), "lora_work": dict(self.lora_work),
             "levers": dict(self.levers), "lever_bytes": dict(self.lever_bytes), "not_counted": list(self.not_counted),
+            "ranks": [r.to_dict() for r in self.ranks],
         }
 
 
@@ -325,11 +346,7 @@ def forecast_generate(
                          audio=params.audio, transformer=params.transformer)
     bf16_dit = params.quantize is None and not params.gguf_dit
     host_sizes = _host_sizes(root, sizes, placements, settings, cuda, bf16_dit, dtype_bytes, params.transformer)
-    images = _image_sizes(params)
-    height, width = model.geometry(params, images.get("image") or images.get("last_image"))
-    text_tokens = count_prompt_tokens(root, params.prompt)
-    clip = reference_clip(root, model, params) if workflow == "ref2va" else None
-    conditions = _conditions(model, workflow, params, images, height, width, clip)
+    images, height, width, text_tokens, clip, conditions = _layout(root, model, params, workflow)
     tokens, drivers, outputs = _drivers(model, params, height, width, text_tokens, dtype_bytes, conditions,
                                         _vision_tokens(root, [c for c in conditions if c[0] == 1]), clip)
     pixels = drivers["decode.video"]  # the clip's pixels, as _drivers counts them
@@ -390,13 +407,85 @@ def forecast_generate(
             host, device = (host + cache, device) if cpu else (host, device + cache)
         stages.append(StageForecast(stage, reads[0], weights, on_device, activations, held, overhead,
                                     host, device, drivers[stage], merging))
+    process_host = (CUDA_TERMS.blas_init_host + (CUDA_TERMS.image_path_host if images else 0) if cuda else 0)
+    ranks: list[RankForecast] = []
+    if params.parallel > 1:
+        dit = 0 if sequential else sum(sizes[c] for c in components if c in DIT_COMPONENTS)
+        ranks = rank_forecasts(stages, params.parallel, cpu, dit)
+        stages = joint_stages(ranks, params.parallel)
+        process_host *= params.parallel  # each rank is a process of its own
     return GenerateForecast(
         height, width, params.frames, model.steps(params), text_tokens, tokens, sequential, sizes,
-        {c: p.mechanism for c, p in placements.items()},
-        (CUDA_TERMS.blas_init_host + (CUDA_TERMS.image_path_host if images else 0) if cuda else 0)
-        + (clip.decoded_bytes if clip else 0),
-        CUDA_TERMS.context if cuda else 0, stages, workflow, clip.decode_bytes if clip else 0, lora_bytes, lora_work, levers,
-        {"step_cache": cache} if cache else {}, lever_memory_unknown(params))
+        {c: p.mechanism for c, p in placements.items()}, process_host + (clip.decoded_bytes if clip else 0),
+        CUDA_TERMS.context if cuda else 0, stages, workflow, clip.decode_bytes if clip else 0, lora_bytes, lora_work,
+        levers,
+        {"step_cache": cache} if cache else {}, lever_memory_unknown(params), ranks)
+
+
+def _layout(root: Path, model: ModelSpec, params: GenerateParams, workflow: str):
+    """(input image sizes, height, width, prompt tokens, reference clip, conditions): what the packed sequence is
+    made of."""
+    images = _image_sizes(params)
+    height, width = model.geometry(params, images.get("image") or images.get("last_image"))
+    clip = reference_clip(root, model, params) if workflow == "ref2va" else None
+    conditions = _conditions(model, workflow, params, images, height, width, clip)
+    return images, height, width, count_prompt_tokens(root, params.prompt), clip, conditions
+
+
+def packed_rows(root: str | Path, params: GenerateParams) -> int:
+    """Rows of the packed sequence the DiT attends over (text and vision tokens, audio rows, video patches), from
+    headers and the tokenizer: what a parallel run must split evenly over its ranks."""
+    root = Path(root)
+    model = ModelSpec.read(root)
+    _, height, width, text_tokens, clip, conditions = _layout(root, model, params, params.resolved_workflow)
+    tokens, _, _ = _drivers(model, params, height, width, text_tokens, 2, conditions,
+                            _vision_tokens(root, [c for c in conditions if c[0] == 1]), clip)
+    return tokens
+
+
+def rank_forecasts(stages: list[StageForecast], ranks: int, cpu: bool, idle_dit: int) -> list[RankForecast]:
+    """A parallel run's stages per rank, from the one-process forecast of the same run: every rank holds the whole
+    DiT and 1/N of the sequence's working set in its DiT stages (diffusers' context parallelism splits the rows);
+    rank 0 also runs every other stage as one process would; the other ranks hold, outside the DiT's stages,
+    only what the stages left behind (the text embeddings rank 0 broadcasts, the latents), and `idle_dit`, the DiT
+    when it stays loaded through the run (not sequential)."""
+    from .quantize import DIT_COMPONENTS
+
+    first, others = [], []
+    for s in stages:
+        dit = s.component in DIT_COMPONENTS
+        cut = s.activation_bytes - s.activation_bytes // ranks if dit else 0
+        first.append(_less(s, cut, cpu))
+        if dit:
+            others.append(first[-1])
+            continue
+        on_host, on_device = (idle_dit + s.output_bytes, s.overhead_bytes) if cpu else (
+            s.output_bytes, idle_dit + s.overhead_bytes)
+        others.append(StageForecast(s.stage, s.component, idle_dit, 0 if cpu else idle_dit, 0, s.output_bytes,
+                                    s.overhead_bytes, on_host, on_device, s.driver))
+    label = "1" if ranks == 2 else f"1-{ranks - 1}"
+    return [RankForecast("0", first), RankForecast(label, others)]
+
+
+def _less(s: StageForecast, cut: int, cpu: bool) -> StageForecast:
+    """`s` with `cut` bytes less working set, on the side it lives (the host on a CPU, else the device)."""
+    from dataclasses import replace
+
+    if not cut:
+        return s
+    return replace(s, activation_bytes=s.activation_bytes - cut, host_bytes=s.host_bytes - (cut if cpu else 0),
+                   device_bytes=s.device_bytes - (0 if cpu else cut))
+
+
+def joint_stages(ranks: list[RankForecast], count: int) -> list[StageForecast]:
+    """What the walls check per stage: the host holds every rank (rank 0 and N - 1 others), each GPU one rank (the
+    larger of the two)."""
+    from dataclasses import replace
+
+    first, other = ranks
+    return [replace(a, host_bytes=a.host_bytes + (count - 1) * b.host_bytes,
+                    device_bytes=max(a.device_bytes, b.device_bytes))
+            for a, b in zip(first.stages, other.stages)]
 
 
 def step_cache_bytes(model: ModelSpec, cache: str | None, tokens: int, dtype_bytes: int) -> int:

@@ -33,11 +33,13 @@ from typing import Any, Callable, Mapping
 import torch
 
 from core.errors import DeviceError, DrainboardError
+from loader.process import configure_process
 from loader.sharded.launch import NCCL_ENV, RankLineFollower
 from machine.memory import MemorySample
 from machine.offload import OffloadDecision, OffloadSettings
 
-from .params import GenerateParams, ModelSpec, validate_params
+from .forecast import packed_rows
+from .params import GenerateParams, GenerateParamsError, ModelSpec, split_problem, validate_params
 from .results import GenerateResult, PipelineEvent
 
 RankEventSink = Callable[[int, PipelineEvent], None]
@@ -100,13 +102,17 @@ def run_parallel_generate(
     """Run `params` (its `parallel` ranks) as `models.run_generate` would, over local ranks; rank 0 writes `out_path`.
 
     Raises DeviceError before starting anything when the ranks cannot run here, GenerateParamsError for parameters
-    the model cannot take, and ParallelRunError naming the first rank that failed or died.
+    the model cannot take (a packed sequence the ranks cannot split evenly among them), and ParallelRunError naming
+    the first rank that failed or died.
     """
     world = params.parallel
     problem = parallel_problem(device, world)
     if problem is not None:
         raise DeviceError(problem)
     validate_params(params, ModelSpec.read(model_dir))
+    rows = split_problem(packed_rows(model_dir, params), world)
+    if rows is not None:
+        raise GenerateParamsError({"parallel": rows})
     request = {
         "model_dir": str(model_dir), "params": params.to_dict(), "out_path": str(out_path),
         "device": device.split(":")[0], "dtype": str(dtype or torch.bfloat16).removeprefix("torch."), "mode": mode,
@@ -252,6 +258,7 @@ def rank_main(folder: Path, rank: int) -> int:
     device = torch.device("cuda", rank) if request["device"] == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    configure_process(str(device))  # a rank is a process's start: its settings before anything runs
     group = RankGroup(rank, world, device)
     lines = _Lines(folder / f"rank-{rank}.jsonl")
     try:

@@ -471,6 +471,15 @@ def _parallel_problems(params: GenerateParams, model: ModelSpec) -> dict[str, st
     return {}
 
 
+def split_problem(rows: int, world: int, parts: str = "") -> str | None:
+    """Why `rows` packed rows (made of `parts`, in words) cannot split evenly over `world` ranks; None when they can."""
+    if rows % world == 0:
+        return None
+    return (f"the packed sequence has {rows} rows{parts}, which {world} ranks cannot split evenly (diffusers' context"
+            f" parallelism shards equal parts); {world - rows % world} rows more or {rows % world} fewer would: change"
+            " the prompt or the frame count")
+
+
 def _lora_problems(params: GenerateParams) -> dict[str, str]:
     """The LoRA list's own rules; each file is checked against the model where its roots are known
     (`jobs.spec` at submit, `models.pipeline.run_generate` before any weight is read)."""

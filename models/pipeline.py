@@ -151,6 +151,7 @@ def run_generate(
         run = _prepare(root, params, torch_device, dtype, mode, settings, decisions, sequential, on_event,
                        on_sample, sample_interval, result, probe, inputs=images, group=group)
         run.roots = None if roots is None else [Path(r) for r in roots]
+        run.device_info = info
         run.loras = tuple(loras)
         if not sequential:
             for name in run.components:

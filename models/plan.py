@@ -265,13 +265,18 @@ def seconds_words(candidate: dict[str, Any]) -> str:
     return f"{candidate['seconds']:.1f} s" + (f" ({startup:.1f} s start-up)" if startup else "")
 
 
+def plan_note(plan: dict[str, Any]) -> str:
+    """What a recorded plan's seconds and walls count, in one line (said above or under its table)."""
+    return f"{SECONDS_NOTE}; walls: {plan.get('startup') or 'the process start-up is not counted'}"
+
+
 def plan_lines(plan: dict[str, Any]) -> list[str]:
     """A recorded plan (`Plan.to_dict`) for a terminal: what the seconds and walls count, one line per candidate
     (`*` chosen, `x` does not fit, with the stage), then the choice and why."""
     from core.sizes import format_size
 
     lines = [f"plan: {len(plan['candidates'])} candidates ({'lossy allowed' if plan['lossy'] else 'lossless only'});"
-             f" {SECONDS_NOTE}; walls: {plan.get('startup') or 'the process start-up is not counted'}"]
+             f" {plan_note(plan)}"]
     for i, c in enumerate(plan["candidates"]):
         mark = "*" if i == plan["chosen"] else ("x" if not c["fits"] else " ")
         peak = max(c["peaks"].items(), key=lambda kv: kv[1], default=("-", 0))

@@ -20,6 +20,7 @@ import torch.nn as nn
 from loader import release_cached_host_memory
 from loader.api import synchronize
 from machine.host_heap import give_back_free_heap
+from machine.device import DeviceInfo
 from machine.memory import MemoryProbe, MemorySample, PeriodicSampler
 from machine.offload import OffloadSettings
 
@@ -69,6 +70,8 @@ class RunState:
         self.resident: dict[str, Residency] = {}
         self.shells: dict[str, nn.Module] = {}
         self.roots: list[Path] | None = None
+        self.device_info: DeviceInfo | None = None
+        """The run device's probe (the job's, or run_generate's own): each load on that device reuses it."""
         self.group = None
         """This process's `models.context_parallel.RankGroup` in a parallel run; None: a run of one process."""
         self.loras: tuple = ()
@@ -206,7 +209,9 @@ def _load_weights(run: RunState, name: str, target: torch.device, adjust=None, m
 
     quantize = run.quantize if name in DIT_COMPONENTS else None
     single_file, qkv_layout = run.single_files.get(name, (None, "stacked"))
-    module, report = load_component(run.root, name, mode=run.mode, device=str(target), single_file=single_file,
+    info = run.device_info if run.device_info is not None and run.device_info.kind == target.type else None
+    module, report = load_component(run.root, name, mode=run.mode, device=str(target), device_info=info,
+                                    single_file=single_file,
                                     qkv_layout=qkv_layout,
                                     dtype=run.dtypes.get(name, run.dtype), workflow=run.result.workflow,
                                     on_tensor=on_tensor, probe=run.probe, roots=run.roots, quantize=quantize,

@@ -116,7 +116,7 @@ def relay(job_id: int, nonce: str, command: list[str], env: dict[str, str], out:
 
 
 def main(job_id: int) -> int:
-    from jobs.setup import die_with_parent
+    from machine.lifetime import die_with_parent
 
     die_with_parent()
     nonce = os.environ.pop(ENV_NONCE)

@@ -20,6 +20,7 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     class is registered (the models package's builders) is built as that class and must match it
     name for name and shape for shape, as a generate's load must; `spec.skeleton` loads it generically."""
     from loader.api import load_checkpoint
+    from loader.options import LoadOptions
     from models.components import register_builders
 
     device, _, _ = decide_offload(spec, ctx)
@@ -40,9 +41,10 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
         # Nothing placed yet: the process at its first weight, what this machine's next jobs learn their start-up from.
         ctx.record(tensors_placed=0, bytes_placed=0)
         _, report = load_checkpoint(
-            spec.model, component=spec.component, mode=spec.mode, device=spec.device, dtype=spec.dtype,
-            roots=roots, on_tensor=on_tensor, probe=ctx.probe, drop_page_cache=spec.drop_page_cache,
-            skeleton=spec.skeleton,
+            spec.model,
+            LoadOptions(component=spec.component, mode=spec.mode, device=spec.device, device_info=device, dtype=spec.dtype,
+                        roots=roots, drop_page_cache=spec.drop_page_cache, skeleton=spec.skeleton),
+            on_tensor=on_tensor, probe=ctx.probe,
         )
     return {**report.to_dict(), "forecast": forecast}
 

@@ -19,6 +19,7 @@ import torch.nn as nn
 from ..io.host_blocks import PinnedHostArena, user_allocator_settings
 from ..metadata import TensorMeta
 from core.errors import PlacementError
+from machine.device import DeviceInfo
 from ..naming import Target
 from ..report import LoadMeter
 
@@ -78,9 +79,12 @@ class PlacementContext:
     """Allocates destinations, installs them into the module, and meters the load."""
 
     def __init__(self, module: nn.Module, device: torch.device, meter: LoadMeter,
-                 host: PinnedHostArena | None = None, adjust: MutableMapping[str, Adjust] | None = None):
+                 host: PinnedHostArena | None = None, adjust: MutableMapping[str, Adjust] | None = None,
+                 device_info: DeviceInfo | None = None):
         self.module = module
         self.device = device
+        self.device_info = device_info
+        """What a probe of `device` found before the load (`LoadOptions.device_info`); None: not probed yet."""
         self.meter = meter
         self.host = host
         """Where CPU destinations come from when they are to be page-locked (None: ordinary pages)."""

@@ -69,7 +69,7 @@ def drop_by_default(info: DeviceInfo | None) -> bool:
 class StreamPlacement(Placement):
     """Positioned reads into the destination; a ring of pinned buffers to CUDA; bounded staging to convert."""
 
-    options = ("threads", "direct_io", "drop_page_cache") + TUNING_OPTIONS
+    options = ("threads", "direct_io", "drop_page_cache", "reserve") + TUNING_OPTIONS
     """The product's options, then `StreamTuning`'s, which are also taken as keywords (benchmark case strings,
     the sharded placement)."""
 
@@ -81,6 +81,9 @@ class StreamPlacement(Placement):
         """O_DIRECT for the CUDA ring: None (default) for files mostly not in the page cache, True always, False never."""
         self.drop_page_cache = flag_option(options, "drop_page_cache", None)
         """None (default): on for unified-memory CUDA targets, off elsewhere."""
+        self.reserve = flag_option(options, "reserve", True)
+        """Reserve the ring's CUDA destinations in one allocator block before allocating them (False: one by one,
+        for a DiT quantized as it loads, whose block would stay half free for the rest of the run)."""
         given = {k: options[k] for k in TUNING_OPTIONS if k in options}
         if tuning is not None and given:
             raise PlacementError(f"placement mode 'stream': give {', '.join(given)} in tuning=StreamTuning(...), not beside it")
@@ -96,7 +99,7 @@ class StreamPlacement(Placement):
     def place(self, plan: LoadPlan, ctx: PlacementContext) -> None:
         cuda = ctx.device.type == "cuda"
         kinds = {p.name: self._path(p, ctx.device) for p in plan.targets}
-        info = probe_device(str(ctx.device)) if cuda else None
+        info = (ctx.device_info or probe_device(str(ctx.device))) if cuda else None  # probed once per job
         drop = self.drop_page_cache if self.drop_page_cache is not None else drop_by_default(info)
         self.dropped_page_cache = drop
         self.last_ring = self.last_geometry = None
@@ -180,7 +183,7 @@ class StreamPlacement(Placement):
         t = time.perf_counter()
         if reservation is not None:
             reservation.result()
-        elif self.tuning.reserve:
+        elif self.reserve:
             ctx.reserve(group)
         ring.stats.reserve += time.perf_counter() - t
         ring.run(self._pieces(group, files, ctx))
@@ -223,7 +226,7 @@ class StreamPlacement(Placement):
         the block).
         """
         first = list(itertools.takewhile(lambda p: kinds[p.name] == "ring", plan.targets))
-        if not (first and self.tuning.reserve):
+        if not (first and self.reserve):
             return None
         index = ctx.device.index if ctx.device.index is not None else torch.cuda.current_device()
 

@@ -1,5 +1,5 @@
-"""`stream`'s options: the product's checked one by one, and those that exist only for comparison in one
-frozen `StreamTuning`."""
+"""`stream`'s options: the product's checked one by one (`threads`, `direct_io`, `drop_page_cache`, `reserve`),
+and those that exist only for comparison in one frozen `StreamTuning`."""
 
 from __future__ import annotations
 
@@ -34,8 +34,6 @@ class StreamTuning:
     True io_uring or an error; False threads."""
     driver_copies: bool = True
     """The CUDA ring queues its copies through the CUDA driver where it can (False: through torch)."""
-    reserve: bool = True
-    """Reserve the ring's CUDA destinations in one allocator block before allocating them (False: one by one)."""
 
     @classmethod
     def from_options(cls, options: dict) -> "StreamTuning":

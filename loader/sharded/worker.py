@@ -25,6 +25,7 @@ import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from ..api import load_checkpoint
+from ..options import LoadOptions
 from core.errors import DrainboardError
 from machine.memory import MemoryProbe
 from ..naming import MergeRules, RenameRules
@@ -68,9 +69,10 @@ def load_sharded(
     device = torch.device(mesh.device_type, torch.cuda.current_device()) if mesh.device_type == "cuda" else torch.device("cpu")
     placement = ShardedPlacement(mesh=mesh, fsdp=fsdp, shard_modules=shard_modules, **stream_options)
     module, report = load_checkpoint(
-        path, component=component, module=module, mode=placement, device=device, dtype=dtype, rename=rename, merges=merges,
-        strict=strict,
-        on_tensor=on_tensor, probe=probe,
+        path,
+        LoadOptions(component=component, mode=placement, device=device, dtype=dtype, rename=rename, merges=merges,
+                    strict=strict),
+        module=module, on_tensor=on_tensor, probe=probe,
     )
     return module, RankReport(dist.get_rank(), str(device), report, placement.share_bytes, placement.phases), placement
 

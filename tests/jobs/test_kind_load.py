@@ -87,3 +87,40 @@ def test_a_load_over_its_memory_limit_is_killed_and_the_cgroup_confirms_the_oom(
     unlimited = run_to_end(queue_job("load", model=str(big_checkpoint), component="transformer"))
     assert unlimited["status"] == "succeeded", unlimited["error"]
     assert unlimited["metrics"]["bytes_placed"] == 384 * 2**20
+
+
+def test_a_load_job_probes_its_device_once_and_hands_that_probe_to_the_loader(
+        db, config, queue_job, small_checkpoint, monkeypatch):
+    """The probe stage's `DeviceInfo` reaches the placement (`LoadOptions.device_info`): no second probe."""
+    import loader.api
+    import loader.forecast
+    import loader.placement.stream
+    import machine.device
+    from jobs.context import JobContext
+    from jobs.kinds.load import run_load
+    from jobs.spec import JobSpec
+    from machine.memory import MemoryProbe
+
+    probes, handed = [], []
+    real_probe, real_load = machine.device.probe_device, loader.api.load_checkpoint
+
+    def counted(*args, **kwargs):
+        probes.append(real_probe(*args, **kwargs))
+        return probes[-1]
+
+    def load(path, options, **kwargs):
+        handed.append(options.device_info)
+        return real_load(path, options, **kwargs)
+
+    job_id = queue_job("load", model=str(small_checkpoint), component="transformer")  # submit probes, in its process
+    for module in (machine.device, loader.forecast, loader.placement.stream):
+        monkeypatch.setattr(module, "probe_device", counted)
+    monkeypatch.setattr(loader.api, "load_checkpoint", load)
+    spec = JobSpec(kind="load", model=str(small_checkpoint), component="transformer", device="cpu")
+    with MemoryProbe("cpu") as probe:
+        ctx = JobContext(job_id, db_path=config.db_path, data_dir=config.data_dir, probe=probe, sample_every=5)
+        try:
+            run_load(spec, ctx)
+        finally:
+            ctx.close()
+    assert len(probes) == 1 and handed == probes

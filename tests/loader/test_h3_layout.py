@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 import loader.placement.dict_modes as dict_modes
-from loader import discover_checkpoint, load_checkpoint
+from loader import LoadOptions, discover_checkpoint, load_checkpoint
 from loader.cli import main
 
 from .h3_layout import NON_WEIGHT, TEXT_ENCODER_SHARDS, TINY_DIT, WEIGHT_COMPONENTS, write_h3_layout
@@ -81,7 +81,7 @@ def test_a_component_folder_alone_takes_its_class_from_config_json(h3_root):
 
 @pytest.mark.parametrize("mode", ["stream", "drain", "retain"])
 def test_a_generic_skeleton_load_keeps_each_tensor_bit_for_bit_and_its_dtype(h3_root, mode):
-    module, report = load_checkpoint(h3_root, component="transformer", mode=mode)
+    module, report = load_checkpoint(h3_root, LoadOptions(component="transformer", mode=mode))
     saved = _saved_tensors(h3_root / "transformer")
     state = module.state_dict()
     assert set(state) == set(saved) and report.tensors_placed == len(saved)
@@ -95,7 +95,7 @@ def test_diffusers_class_built_on_meta_is_filled_strictly_from_the_real_layout(h
 
     with torch.device("meta"):
         empty = MiniMaxH3Transformer3DModel(**TINY_DIT)
-    module, report = load_checkpoint(h3_root, component="transformer_ref", module=empty, strict=True)
+    module, report = load_checkpoint(h3_root, LoadOptions(component="transformer_ref", strict=True), module=empty)
     saved = _saved_tensors(h3_root / "transformer_ref")
     assert report.missing == [] and report.unexpected == []
     state = module.state_dict()
@@ -122,7 +122,7 @@ def test_excluded_tensors_are_never_read_not_unexpected_and_reported_with_bytes(
 
     monkeypatch.setattr(dict_modes, "reopen", spying_reopen)
     monkeypatch.setattr(os, "preadv", spying_preadv)
-    module, report = load_checkpoint(h3_root, component="text_encoder", mode=mode, exclude=_unused_by_t2va)
+    module, report = load_checkpoint(h3_root, LoadOptions(component="text_encoder", mode=mode, exclude=_unused_by_t2va))
 
     meta = {t.name: t for t in discover_checkpoint(h3_root / "text_encoder").component().tensors}
     excluded = sorted(n for n in meta if _unused_by_t2va(n))

@@ -24,6 +24,7 @@ from safetensors.torch import save_file
 
 from loader import safetensors_file
 from loader.api import load_checkpoint
+from loader.options import LoadOptions
 from loader.checkpoint import discover_checkpoint
 from loader.cli import main
 from core.errors import CheckpointError
@@ -112,7 +113,7 @@ def test_a_shard_swapped_for_an_outside_link_after_discovery_is_never_read(swapp
     root, folder, shard, outside = swapped
     mode = placement()
     mode.swap = (shard, outside)
-    _refused_or_validated(lambda: load_checkpoint(folder, mode=mode, roots=[root]))
+    _refused_or_validated(lambda: load_checkpoint(folder, LoadOptions(mode=mode, roots=[root])))
 
 
 def test_a_shard_swapped_mid_load_in_stream_reads_only_the_validated_file(swapped):
@@ -124,7 +125,7 @@ def test_a_shard_swapped_mid_load_in_stream_reads_only_the_validated_file(swappe
             swapped_once.append(placed.name)
             _swap_for_link(shard, outside)
 
-    _refused_or_validated(lambda: load_checkpoint(folder, mode="stream", roots=[root], on_tensor=on_tensor))
+    _refused_or_validated(lambda: load_checkpoint(folder, LoadOptions(mode="stream", roots=[root]), on_tensor=on_tensor))
     assert swapped_once
 
 
@@ -229,6 +230,7 @@ TRUNCATE_MID_DRAIN = """
 import sys
 from pathlib import Path
 from loader.api import load_checkpoint
+from loader.options import LoadOptions
 from core.errors import CheckpointError
 folder = Path(sys.argv[1])
 shard = sorted(folder.glob("*.safetensors"))[1]
@@ -236,7 +238,7 @@ def on_tensor(placed):
     if placed.index == 1:
         shard.write_bytes(b"")
 try:
-    load_checkpoint(folder, mode=sys.argv[2], on_tensor=on_tensor)
+    load_checkpoint(folder, LoadOptions(mode=sys.argv[2]), on_tensor=on_tensor)
 except CheckpointError as exc:
     print(exc)
     sys.exit(2)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import loader.io.host_blocks as host_blocks
-from loader import load_checkpoint
+from loader import LoadOptions, load_checkpoint
 from loader.io.host_blocks import ALIGN, BLOCK_BYTES, BlockPacker, PinnedHostArena, packed_bytes
 
 MiB = 1 << 20
@@ -94,8 +94,8 @@ def test_a_pinned_host_load_places_the_same_values_in_views_of_a_few_blocks(h3_r
     fake = FakePinned()
     monkeypatch.setattr(host_blocks, "torch_pinned", fake)
     monkeypatch.setattr(host_blocks, "_register_mode", False)  # leave a real GPU host's allocator as it is
-    plain, _ = load_checkpoint(h3_root, component="transformer", skeleton=True)
-    pinned, report = load_checkpoint(h3_root, component="transformer", skeleton=True, pin_host=True)
+    plain, _ = load_checkpoint(h3_root, LoadOptions(component="transformer", skeleton=True))
+    pinned, report = load_checkpoint(h3_root, LoadOptions(component="transformer", skeleton=True, pin_host=True))
     blocks = {t.untyped_storage().data_ptr() for t in pinned.state_dict().values()}
     assert len(blocks) == len(fake.sizes) and report.host_pinned_bytes == sum(fake.sizes) and not report.host_pinned_note
     sizes = [t.nbytes for t in pinned.state_dict().values()]
@@ -107,7 +107,7 @@ def test_a_pinned_host_load_places_the_same_values_in_views_of_a_few_blocks(h3_r
 def test_without_a_pinned_allocator_a_pinned_host_load_is_pageable_and_says_why(h3_root: Path):
     if torch.cuda.is_available():
         pytest.skip("this CPU-only check needs torch's pinned allocator to refuse")
-    module, report = load_checkpoint(h3_root, component="transformer", skeleton=True, pin_host=True)
+    module, report = load_checkpoint(h3_root, LoadOptions(component="transformer", skeleton=True, pin_host=True))
     assert report.host_pinned_bytes == 0
     assert "pinned" in report.host_pinned_note and "failed" in report.host_pinned_note
     assert report.tensors_placed == len(module.state_dict())
@@ -120,7 +120,7 @@ def test_a_pinned_host_load_is_pinned_copies_to_the_gpu_and_gives_its_blocks_bac
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     torch.cuda.synchronize()
-    module, report = load_checkpoint(h3_root, component="transformer", skeleton=True, pin_host=True)
+    module, report = load_checkpoint(h3_root, LoadOptions(component="transformer", skeleton=True, pin_host=True))
     assert report.host_pinned_bytes > 0 and not report.host_pinned_note
     for name, t in module.state_dict().items():
         assert t.is_pinned(), name

@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import save_file
 
 from core import CheckpointError
-from loader import discover_checkpoint, load_checkpoint
+from loader import LoadOptions, discover_checkpoint, load_checkpoint
 from loader.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -177,7 +177,7 @@ def test_any_file_resolving_outside_the_roots_is_refused_before_it_is_opened(tmp
         elif entry_point == "discover_unvalidated":
             discover_checkpoint(root, validate=False)
         else:
-            load_checkpoint(root, component="transformer", roots=[tmp_path / "models"])
+            load_checkpoint(root, LoadOptions(component="transformer", roots=[tmp_path / "models"]))
     message = str(err.value)
     assert "resolves outside the model roots" in message and entry in message
     real_outside = Path(os.path.realpath(outside))
@@ -215,7 +215,7 @@ def test_a_lone_file_or_folder_outside_explicit_roots_is_refused(tmp_path):
         discover_checkpoint(shard, roots=[tmp_path / "models"])
     (tmp_path / "models" / "link.safetensors").symlink_to(shard)
     with pytest.raises(CheckpointError, match="resolves outside the model roots"):
-        load_checkpoint(tmp_path / "models" / "link.safetensors", roots=[tmp_path / "models"])
+        load_checkpoint(tmp_path / "models" / "link.safetensors", LoadOptions(roots=[tmp_path / "models"]))
 
 
 def test_the_cli_refuses_with_exit_2_naming_the_entry(tmp_path, capsys):

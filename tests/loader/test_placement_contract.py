@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 from core import PlacementError
-from loader import get_placement, known_placements, load_checkpoint
+from loader import LoadOptions, get_placement, known_placements, load_checkpoint
 from loader.placement import Placement, register_placement
 
 MODES = known_placements()
@@ -25,7 +25,7 @@ def assert_bit_identical(actual: torch.Tensor, expected: torch.Tensor) -> None:
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", [None, "bf16", "fp16", "fp32"])
 def test_every_mode_places_every_tensor_bit_for_bit(tiny_checkpoint, mode, dtype):
-    module, report = load_checkpoint(tiny_checkpoint.path, mode=mode, dtype=dtype)
+    module, report = load_checkpoint(tiny_checkpoint.path, LoadOptions(mode=mode, dtype=dtype))
     state = module.state_dict()
     assert sorted(state) == sorted(tiny_checkpoint.tensors)
     target = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
@@ -43,11 +43,10 @@ def test_every_mode_places_every_tensor_bit_for_bit(tiny_checkpoint, mode, dtype
 def test_every_mode_renames_merges_and_applies_dtype_overrides(tiny_checkpoint, mode):
     module, report = load_checkpoint(
         tiny_checkpoint.path,
-        mode=mode,
-        dtype="fp16",
-        dtype_overrides={r"norm\.weight$": "fp32", r"^proj_in\.": torch.bfloat16},
-        rename={r"^blocks\.": "layers.", r"\.ff\.": ".mlp."},
-        merges={r"\1.qkv.weight": [r"(.+)\.to_q\.weight", r"(.+)\.to_k\.weight", r"(.+)\.to_v\.weight"]},
+        LoadOptions(mode=mode, dtype="fp16",
+                    dtype_overrides={r"norm\.weight$": "fp32", r"^proj_in\.": torch.bfloat16},
+                    rename={r"^blocks\.": "layers.", r"\.ff\.": ".mlp."},
+                    merges={r"\1.qkv.weight": [r"(.+)\.to_q\.weight", r"(.+)\.to_k\.weight", r"(.+)\.to_v\.weight"]}),
     )
     t = tiny_checkpoint.tensors
     state = module.state_dict()
@@ -78,7 +77,7 @@ def test_strict_load_counts_missing_and_unexpected_names_and_quotes_the_first(ti
     with torch.device("meta"):
         module = _Target()
     with pytest.raises(PlacementError) as err:
-        load_checkpoint(tiny_checkpoint.path, mode=mode, module=module)
+        load_checkpoint(tiny_checkpoint.path, LoadOptions(mode=mode), module=module)
     message = str(err.value)
     assert "2 missing from" in message and "6 unexpected, e.g." in message and message.endswith(", ...")
     for name in ["proj_out.weight", "proj_out.bias", "blocks.0.attn.to_q.weight"]:
@@ -90,7 +89,7 @@ def test_strict_load_counts_missing_and_unexpected_names_and_quotes_the_first(ti
 def test_non_strict_load_reports_missing_and_unexpected_and_places_the_rest(tiny_checkpoint, mode):
     with torch.device("meta"):
         module = _Target()
-    module, report = load_checkpoint(tiny_checkpoint.path, mode=mode, module=module, strict=False)
+    module, report = load_checkpoint(tiny_checkpoint.path, LoadOptions(mode=mode, strict=False), module=module)
     assert sorted(report.loaded) == ["proj_in.bias", "proj_in.weight"]
     assert report.missing == ["proj_out.bias", "proj_out.weight"]
     assert "blocks.1.ff.weight" in report.unexpected and len(report.unexpected) == 6
@@ -105,7 +104,7 @@ def test_shape_mismatch_names_tensor_file_and_both_shapes(tiny_checkpoint, mode)
         module = _Target()
         module.proj_in = nn.Linear(8, 16)
     with pytest.raises(PlacementError, match=r"'proj_in.weight' from model-00003-of-00003.safetensors has shape \(16, 4\); module expects \(16, 8\)"):
-        load_checkpoint(tiny_checkpoint.path, mode=mode, module=module, strict=False)
+        load_checkpoint(tiny_checkpoint.path, LoadOptions(mode=mode, strict=False), module=module)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -116,7 +115,7 @@ def test_every_mode_rejects_unknown_options_naming_the_mode(mode):
 
 def test_unknown_mode_lists_the_known_ones(tiny_checkpoint):
     with pytest.raises(PlacementError, match="unknown placement mode 'stram'; known: drain, retain, stream"):
-        load_checkpoint(tiny_checkpoint.path, mode="stram")
+        load_checkpoint(tiny_checkpoint.path, LoadOptions(mode="stram"))
 
 
 def test_registering_a_mode_name_twice_is_refused():
@@ -130,7 +129,7 @@ def test_registering_a_mode_name_twice_is_refused():
 @pytest.mark.parametrize("mode", MODES)
 def test_cpu_load_in_checkpoint_dtype_survives_deleting_the_files(tiny_checkpoint, component_writer, mode):
     folder = component_writer(tiny_checkpoint.shards)
-    module, _ = load_checkpoint(folder, mode=mode)
+    module, _ = load_checkpoint(folder, LoadOptions(mode=mode))
     for file in folder.iterdir():
         file.unlink()
     for name, tensor in module.state_dict().items():
@@ -141,7 +140,7 @@ def test_cpu_load_in_checkpoint_dtype_survives_deleting_the_files(tiny_checkpoin
 @pytest.mark.parametrize("mode", MODES)
 def test_on_tensor_sees_every_placement_in_order_with_a_sample(tiny_checkpoint, mode):
     events = []
-    _, report = load_checkpoint(tiny_checkpoint.path, mode=mode, on_tensor=events.append)
+    _, report = load_checkpoint(tiny_checkpoint.path, LoadOptions(mode=mode), on_tensor=events.append)
     assert [e.index for e in events] == list(range(1, len(tiny_checkpoint.tensors) + 1))
     assert {e.total for e in events} == {len(tiny_checkpoint.tensors)}
     assert [e.name for e in events] == report.loaded
@@ -164,8 +163,11 @@ def test_every_mode_applies_an_adjustment_before_the_tensor_is_installed_and_rep
 
     adjust = {"proj_in.weight": change("proj_in.weight", lambda t: t.mul_(2)),
               "blocks.0.attn.to_v.weight": change("blocks.0.attn.to_v.weight", lambda t: t.add_(1))}
-    module, report = load_checkpoint(tiny_checkpoint.path, mode=mode, dtype=dtype, adjust=adjust,
-                                     on_tensor=lambda p: order.append(("placed", p.name)))
+    module, report = load_checkpoint(
+        tiny_checkpoint.path,
+        LoadOptions(mode=mode, dtype=dtype, adjust=adjust),
+        on_tensor=lambda p: order.append(("placed", p.name)),
+    )
     state, t = module.state_dict(), tiny_checkpoint.tensors
 
     def source(name):
@@ -183,6 +185,9 @@ def test_every_mode_applies_an_adjustment_before_the_tensor_is_installed_and_rep
 def test_an_adjustment_for_a_tensor_the_load_never_places_is_refused_before_any_read(tiny_checkpoint):
     read = []
     with pytest.raises(PlacementError, match="not placed by this load, e.g. blocks.9.weight"):
-        load_checkpoint(tiny_checkpoint.path, adjust={"blocks.9.weight": lambda t: None},
-                        on_tensor=lambda p: read.append(p.name))
+        load_checkpoint(
+            tiny_checkpoint.path,
+            LoadOptions(adjust={"blocks.9.weight": lambda t: None}),
+            on_tensor=lambda p: read.append(p.name),
+        )
     assert read == []

@@ -27,9 +27,8 @@ before = {"offline": os.environ.get("HF_HUB_OFFLINE"), "mmap": return_large_free
           "pinned": host_blocks._register_mode}
 from loader.process import configure_process
 configure_process(sys.argv[1])
-import huggingface_hub.constants
 after = {"offline": os.environ.get("HF_HUB_OFFLINE"), "mmap": return_large_frees_to_os.cache_info().currsize,
-         "pinned": host_blocks._register_mode, "hub_offline": huggingface_hub.constants.HF_HUB_OFFLINE}
+         "pinned": host_blocks._register_mode}
 print(json.dumps({"before": before, "after": after}))
 """
 
@@ -42,9 +41,18 @@ def test_importing_and_calling_the_library_changes_no_process_setting_and_config
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout.splitlines()[-1])
     assert seen["before"] == {"offline": None, "mmap": 0, "pinned": None}
-    assert seen["after"]["offline"] == "1" and seen["after"]["hub_offline"] is True and seen["after"]["mmap"] == 1
+    assert seen["after"]["offline"] == "1" and seen["after"]["mmap"] == 1
     # the pinned-allocator switch is asked for on a CUDA device only (this machine may have none: then False)
     assert (seen["after"]["pinned"] is None) is (device == "cpu")
+
+
+def test_made_first_the_hub_client_reads_offline_when_the_pipeline_imports_it():
+    """huggingface_hub reads HF_HUB_OFFLINE once, when it is imported: an entry point sets it before that."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    script = ("from loader.process import configure_process; configure_process(); import models.pipeline, "
+              "models.h3synth; import huggingface_hub.constants as c; print(c.HF_HUB_OFFLINE)")
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.split()[-1] == "True", out.stderr
 
 
 class _Configured(Exception):
@@ -58,7 +66,7 @@ def calls(monkeypatch) -> list[tuple]:
     def record(*args):
         seen.append(args)
 
-    for module in ("loader.cli", "models.cli", "jobs.cli", "jobs.child", "loader.sharded.worker"):
+    for module in ("loader.cli", "models.cli", "jobs.cli", "jobs.child", "loader.sharded.worker", "models.parallel"):
         monkeypatch.setattr(f"{module}.configure_process", record)
     monkeypatch.setattr(loader.process, "configure_process", record)
     return seen
@@ -100,12 +108,28 @@ def test_the_sharded_worker_makes_its_device_settings(calls, tmp_path, monkeypat
     assert calls == [("cpu",)]
 
 
+def test_a_parallel_generates_rank_makes_its_device_settings(calls, tmp_path, monkeypatch):
+    import json
+
+    import machine.lifetime
+    import models.context_parallel
+    import models.parallel
+
+    monkeypatch.setattr(machine.lifetime, "die_with_parent", lambda: None)
+    monkeypatch.setattr(models.context_parallel, "RankGroup", lambda *a: (_ for _ in ()).throw(_Configured()))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    (tmp_path / "request.json").write_text(json.dumps({"device": "cpu"}))
+    with pytest.raises(_Configured):
+        models.parallel.rank_main(tmp_path, 1)
+    assert calls == [("cpu",)]
+
+
 def test_the_fork_server_makes_the_settings_before_its_imports(monkeypatch):
     import jobs.forkserver
-    import jobs.setup
+    import machine.lifetime
 
     order: list[str] = []
-    monkeypatch.setattr(jobs.setup, "die_with_parent", lambda: None)
+    monkeypatch.setattr(machine.lifetime, "die_with_parent", lambda: None)
     monkeypatch.setattr(loader.process, "configure_process", lambda *a: order.append("configure"))
     monkeypatch.setattr(jobs.forkserver, "PRELOAD", ("json",))
     monkeypatch.setattr("importlib.import_module", lambda name: order.append(name))

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from loader import load_checkpoint
+from loader import LoadOptions, load_checkpoint
 from core.errors import PlacementError
 from machine.memory import sample_memory
 from loader.placement import get_placement
@@ -107,7 +107,7 @@ def test_stream_pipeline_through_several_small_staging_buffers_converts_bit_exac
     path = component_writer(shards)
     placement = get_placement("stream", threads=3, staging_bytes=1 << 20, staging_buffers=3, readahead_bytes=1 << 20)
     merges = {r"\1.qkv.weight": [r"(blocks\.0)\.to_q\.weight", r"(blocks\.0)\.to_k\.weight", r"(blocks\.0)\.to_v\.weight"]}
-    module, report = load_checkpoint(path, mode=placement, dtype="fp32", merges=merges)
+    module, report = load_checkpoint(path, LoadOptions(mode=placement, dtype="fp32", merges=merges))
     source = {k: v for s in shards for k, v in s.items()}
     state = module.state_dict()
     fused = torch.cat([source[f"blocks.0.to_{n}.weight"] for n in "qkv"]).float()

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 from core import PlacementError
-from loader import load_checkpoint
+from loader import LoadOptions, load_checkpoint
 from loader.placement.dict_modes import DrainPlacement, RetainPlacement
 
 
@@ -78,7 +78,9 @@ def test_dict_modes_end_with_an_empty_dict_and_every_view_freed_across_both_skip
 ):
     placement = placement_class()
     module, report = load_checkpoint(
-        checkpoint_with_extra_state, mode=placement, module=_module_without_proj_in(tiny_checkpoint), strict=False
+        checkpoint_with_extra_state,
+        LoadOptions(mode=placement, strict=False),
+        module=_module_without_proj_in(tiny_checkpoint),
     )
     assert report.skipped == ["blocks.1.ff._extra_state"]
     assert report.unexpected == ["proj_in.bias", "proj_in.weight"]
@@ -93,14 +95,22 @@ def test_dict_modes_end_with_an_empty_dict_and_every_view_freed_across_both_skip
 def test_drain_pops_each_source_before_the_next_tensor_is_placed(tiny_checkpoint):
     placement = WatchedDrain()
     sizes = []
-    load_checkpoint(tiny_checkpoint.path, mode=placement, on_tensor=lambda e: sizes.append(len(placement.state)))
+    load_checkpoint(
+        tiny_checkpoint.path,
+        LoadOptions(mode=placement),
+        on_tensor=lambda e: sizes.append(len(placement.state)),
+    )
     assert sizes == list(range(len(tiny_checkpoint.tensors) - 1, -1, -1))
 
 
 def test_retain_keeps_every_source_until_the_last_tensor_is_placed(tiny_checkpoint):
     placement = WatchedRetain()
     sizes = []
-    load_checkpoint(tiny_checkpoint.path, mode=placement, on_tensor=lambda e: sizes.append(len(placement.state)))
+    load_checkpoint(
+        tiny_checkpoint.path,
+        LoadOptions(mode=placement),
+        on_tensor=lambda e: sizes.append(len(placement.state)),
+    )
     assert sizes == [len(tiny_checkpoint.tensors)] * len(tiny_checkpoint.tensors)
     assert placement.state == {}
 
@@ -113,7 +123,7 @@ def test_a_failed_placement_still_releases_the_drain_dict(tiny_checkpoint):
             raise RuntimeError("listener failed")
 
     with pytest.raises(RuntimeError, match="listener failed"):
-        load_checkpoint(tiny_checkpoint.path, mode=placement, on_tensor=fail)
+        load_checkpoint(tiny_checkpoint.path, LoadOptions(mode=placement), on_tensor=fail)
     assert placement.state == {}
     gc.collect()
     assert [n for n, r in placement.refs.items() if r() is not None] == []
@@ -121,7 +131,7 @@ def test_a_failed_placement_still_releases_the_drain_dict(tiny_checkpoint):
 
 @pytest.mark.parametrize("dtype", [None, "fp16"])
 def test_stream_leaves_no_checkpoint_file_mapped_or_open(checkpoint_with_extra_state, dtype):
-    load_checkpoint(checkpoint_with_extra_state, mode="stream", dtype=dtype)
+    load_checkpoint(checkpoint_with_extra_state, LoadOptions(mode="stream", dtype=dtype))
     assert _mapped_or_open(checkpoint_with_extra_state) == []
 
 
@@ -129,7 +139,7 @@ def test_stream_closes_each_shard_once_its_last_tensor_is_placed(tiny_checkpoint
     open_after = []
     load_checkpoint(
         tiny_checkpoint.path,
-        mode="stream",
+        LoadOptions(mode="stream"),
         on_tensor=lambda e: open_after.append((e.name, {Path(p).name for p in _mapped_or_open(tiny_checkpoint.path)})),
     )
     for number, shard in enumerate(tiny_checkpoint.shards, 1):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from loader import load_checkpoint
+from loader import LoadOptions, load_checkpoint
 from loader.checkpoint import discover_checkpoint
 from machine.device import DeviceInfo
 from core.errors import CheckpointError, PlacementError
@@ -29,6 +29,7 @@ from loader.placement.chunks import ALIGN, Piece, plan_chunks
 from loader.placement.ranges import RangeRing
 from loader.placement.ring_sizing import RING_CHUNK_BYTES, STAGING_SHARE, ring_geometry
 from loader.placement.stream import drop_by_default
+from tests.loader.ring_runs import run_ring
 
 _MiB = 1 << 20
 GiB = 1 << 30
@@ -84,16 +85,7 @@ def _ring_load(
         meta = p.sources[0]
         outs[p.name] = torch.full((meta.nbytes,), 0xAB, dtype=torch.uint8)
         pieces.append(Piece(meta, outs[p.name], lambda m=meta: (done.append(m.name), files.done(m))))
-    with ThreadPoolExecutor(threads) as pool:
-        ring = RangeRing(torch.device("cpu"), pool, files, buffers=3, chunk_bytes=chunk, read_bytes=read, pin=False, reader=reader,
-                         readers=threads)
-        try:
-            ring.run(pieces)
-            ring.finish()
-        finally:
-            ring.release()
-            files.close_all()
-    return outs, done, ring.stats
+    return outs, done, run_ring(files, pieces, chunk=chunk, read=read, threads=threads, reader=reader)
 
 
 def _cold(path: Path) -> bool:
@@ -289,7 +281,10 @@ def test_a_cleanup_that_raises_does_not_skip_the_others(writer, monkeypatch):
     monkeypatch.setattr(stream_module.ThreadPoolExecutor, "shutdown",
                         lambda self, wait=True: (stopped.append(1), real_shutdown(self, wait=wait)))
     with pytest.raises(RuntimeError, match="staging release failed"):
-        load_checkpoint(writer(_shards()), mode=get_placement("stream", threads=2), device="cpu", dtype="fp32")
+        load_checkpoint(
+            writer(_shards()),
+            LoadOptions(mode=get_placement("stream", threads=2), device="cpu", dtype="fp32"),
+        )
     assert closed == [1] and stopped == [1]
 
 
@@ -331,7 +326,7 @@ def test_drop_page_cache_leaves_no_checkpoint_page_cached_and_a_plain_load_keeps
     _warm(path)
     if _resident(path) < 0.99:
         pytest.skip("the page cache does not hold a file just read here")
-    _, report = load_checkpoint(path, mode="stream")
+    _, report = load_checkpoint(path, LoadOptions(mode="stream"))
     assert _resident(path) > 0.99, "a plain load leaves the cache as it was"
     assert report.page_cache_dropped is False and report.mem_free_before > 0 and report.mem_free_after > 0
     _ring_load(path, direct_io=False, drop_page_cache=True)
@@ -340,7 +335,10 @@ def test_drop_page_cache_leaves_no_checkpoint_page_cached_and_a_plain_load_keeps
     assert _resident(path) == 0.0
     _warm(path)
     for dtype in (None, "fp32"):  # the direct path and the per-tensor staging path
-        module, report = load_checkpoint(path, mode=get_placement("stream", drop_page_cache=True), dtype=dtype)
+        module, report = load_checkpoint(
+            path,
+            LoadOptions(mode=get_placement("stream", drop_page_cache=True), dtype=dtype),
+        )
         assert _resident(path) == 0.0, dtype
         assert report.page_cache_dropped is True
         _warm(path)
@@ -359,10 +357,10 @@ def test_cli_load_drop_page_cache_flag_reaches_the_report(writer, capsys):
 
 def test_load_checkpoint_passes_drop_page_cache_to_stream_and_other_modes_refuse_it(writer):
     path = writer(_shards())
-    _, report = load_checkpoint(path, drop_page_cache=True)
+    _, report = load_checkpoint(path, LoadOptions(drop_page_cache=True))
     assert report.page_cache_dropped is True
     with pytest.raises(PlacementError, match="'drain' does not take option.*drop_page_cache"):
-        load_checkpoint(path, mode="drain", drop_page_cache=True)
+        load_checkpoint(path, LoadOptions(mode="drain", drop_page_cache=True))
 
 
 def _info(kind: str, unified: bool, total: int | None) -> DeviceInfo:
@@ -515,7 +513,7 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA dev
 def test_cuda_ring_places_every_tensor_bit_for_bit(writer, options):
     path, source = _cuda_checkpoint(writer)
     placement = get_placement("stream", **options)
-    module, report = load_checkpoint(path, mode=placement, device="cuda")
+    module, report = load_checkpoint(path, LoadOptions(mode=placement, device="cuda"))
     state = module.state_dict()
     for name, tensor in source.items():
         assert state[name].device.type == "cuda"
@@ -540,11 +538,11 @@ def test_a_rings_registered_buffers_go_back_to_the_system_and_the_next_load_regi
     from loader.io.pinned import POOL
 
     path, source = _cuda_checkpoint(writer)
-    _, report = load_checkpoint(path, mode=get_placement("stream", staging_bytes=1 << 20), device="cuda")
+    _, report = load_checkpoint(path, LoadOptions(mode=get_placement("stream", staging_bytes=1 << 20), device="cuda"))
     assert report.ring_staging == "registered"
     assert release_cached_host_memory() >= 1 << 20
     assert not any(POOL._free.values()) and release_cached_host_memory() == 0
-    module, _ = load_checkpoint(path, mode=get_placement("stream", staging_bytes=1 << 20), device="cuda")
+    module, _ = load_checkpoint(path, LoadOptions(mode=get_placement("stream", staging_bytes=1 << 20), device="cuda"))
     for name, tensor in source.items():
         assert torch.equal(module.state_dict()[name].cpu().view(torch.uint8), tensor.view(torch.uint8)), name
     assert release_cached_host_memory() >= 1 << 20
@@ -554,13 +552,16 @@ def test_a_rings_registered_buffers_go_back_to_the_system_and_the_next_load_regi
 @gpu
 def test_cuda_ring_converts_through_staging_and_drops_the_cache_when_asked(writer):
     path, source = _cuda_checkpoint(writer)
-    module, report = load_checkpoint(path, mode=get_placement("stream", drop_page_cache=True), device="cuda", dtype="fp32")
+    module, report = load_checkpoint(
+        path,
+        LoadOptions(mode=get_placement("stream", drop_page_cache=True), device="cuda", dtype="fp32"),
+    )
     for name, tensor in source.items():
         assert torch.equal(module.state_dict()[name].cpu(), tensor.float()), name
     assert report.page_cache_dropped
     if _cold(path):  # a file system that drops pages at all
         _warm(path)
-        load_checkpoint(path, mode=get_placement("stream", drop_page_cache=True), device="cuda")
+        load_checkpoint(path, LoadOptions(mode=get_placement("stream", drop_page_cache=True), device="cuda"))
         assert _resident(path) == 0.0
 
 
@@ -587,7 +588,7 @@ def test_cuda_ring_carves_its_destinations_from_one_reserved_block(writer, reser
     path, large = writer([source]), 4
     torch.cuda.empty_cache()
     before = torch.cuda.memory_stats()
-    module, _ = load_checkpoint(path, mode=get_placement("stream", reserve=reserve), device="cuda")
+    module, _ = load_checkpoint(path, LoadOptions(mode=get_placement("stream", reserve=reserve), device="cuda"))
     after = torch.cuda.memory_stats()
     assert after["segment.large_pool.allocated"] - before["segment.large_pool.allocated"] == (1 if reserve else large)
     held = sum(t.nbytes for t in module.state_dict().values() if t.nbytes > 1 << 20)
@@ -619,7 +620,7 @@ def test_the_reserve_runs_on_a_helper_beside_the_rings_set_up_and_a_failed_load_
 
     monkeypatch.setattr(base.PlacementContext, "reserve", reserve_after_the_ring_opens)
     monkeypatch.setattr(RangeRing, "open", open_and_say)
-    module, report = load_checkpoint(path, device="cuda")
+    module, report = load_checkpoint(path, LoadOptions(device="cuda"))
     assert len(reserved) == 1
     name, saw_the_ring_open = reserved[0]
     assert name.startswith("drainboard-reserve") and saw_the_ring_open
@@ -636,7 +637,7 @@ def test_the_reserve_runs_on_a_helper_beside_the_rings_set_up_and_a_failed_load_
     monkeypatch.setattr(base.PlacementContext, "reserve", slow_reserve)
     monkeypatch.setattr(RangeRing, "open", refuse)
     with pytest.raises(RuntimeError, match="no reader"):
-        load_checkpoint(path, device="cuda")
+        load_checkpoint(path, LoadOptions(device="cuda"))
     assert len(reserved) == 2  # the second load's reserve had finished before the load raised
 
 
@@ -649,9 +650,9 @@ def test_the_ring_pins_by_registering_with_the_driver_and_a_second_load_reuses_t
     path = writer(shards)
     mode = {"staging_bytes": 37 * ALIGN, "staging_buffers": 3}  # a buffer size no other test's ring uses
     before = len(POOL._registered)
-    first, _ = load_checkpoint(path, mode=get_placement("stream", **mode), device="cuda")
+    first, _ = load_checkpoint(path, LoadOptions(mode=get_placement("stream", **mode), device="cuda"))
     registered = len(POOL._registered) - before
-    second, _ = load_checkpoint(path, mode=get_placement("stream", **mode), device="cuda")
+    second, _ = load_checkpoint(path, LoadOptions(mode=get_placement("stream", **mode), device="cuda"))
     assert registered > 0 and len(POOL._registered) - before == registered
     source = {k: v for s in shards for k, v in s.items()}
     for module in (first, second):
@@ -670,7 +671,7 @@ def test_a_refused_registration_pins_with_torch_and_the_report_says_so(writer, m
     monkeypatch.setattr(POOL, "_register", refuse)
     path, source = _cuda_checkpoint(writer)
     placement = get_placement("stream", staging_bytes=41 * ALIGN, staging_buffers=3)  # no buffer kept from another test
-    module, report = load_checkpoint(path, mode=placement, device="cuda")
+    module, report = load_checkpoint(path, LoadOptions(mode=placement, device="cuda"))
     state = module.state_dict()
     assert all(torch.equal(state[k].cpu().view(torch.uint8), t.view(torch.uint8)) for k, t in source.items())
     assert report.ring_staging == "torch-pinned" and "CUDA driver error 801" in report.ring_staging_note
@@ -708,6 +709,6 @@ def test_comparison_options_live_in_one_stream_tuning_and_keywords_still_reach_i
     with pytest.raises(PlacementError, match=r"give pin in tuning=StreamTuning\(\.\.\.\), not beside it"):
         get_placement("stream", tuning=StreamTuning(), pin=False)
     shards = _shards()
-    module, report = load_checkpoint(writer(shards), mode=tuned, device="cpu")
+    module, report = load_checkpoint(writer(shards), LoadOptions(mode=tuned, device="cpu"))
     source = {k: v for s in shards for k, v in s.items()}
     assert all(torch.equal(t, source[k]) for k, t in module.state_dict().items())

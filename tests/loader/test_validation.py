@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import save_file
 
 from core import CheckpointError
-from loader import discover_checkpoint, load_checkpoint
+from loader import LoadOptions, discover_checkpoint, load_checkpoint
 
 
 def write_raw(path: Path, header: dict | bytes, data: bytes = b"", *, length: int | None = None) -> Path:
@@ -174,7 +174,7 @@ def test_a_model_folder_lists_its_components_and_picks_one_by_name(tmp_path, tin
     assert index.component().name == "transformer"
     with pytest.raises(CheckpointError, match="has no component 'text_encoder'; known: transformer, vae"):
         index.component("text_encoder")
-    module, report = load_checkpoint(root, component="vae", roots=roots)
+    module, report = load_checkpoint(root, LoadOptions(component="vae", roots=roots))
     assert report.tensors_placed == len(tiny_checkpoint.tensors)
 
 

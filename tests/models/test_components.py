@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from loader import known_placements, load_checkpoint
+from loader import LoadOptions, known_placements, load_checkpoint
 from core.errors import CheckpointError
 from models.classes import build_empty, fp32_patterns
 from models.components import load_aux, load_component, text_encoder_pruning
@@ -172,7 +172,7 @@ def test_the_loaders_registry_builds_diffusers_classes(h3_tiny: Path, monkeypatc
 
     monkeypatch.setattr(model_registry, "_BUILDERS", dict(model_registry._BUILDERS))
     register_builders()
-    module, report = load_checkpoint(h3_tiny, component="transformer", dtype="bf16")
+    module, report = load_checkpoint(h3_tiny, LoadOptions(component="transformer", dtype="bf16"))
     assert type(module).__name__ == "MiniMaxH3Transformer3DModel"
     assert module.proj_in.weight.dtype == torch.float32 and module.context_embedder.weight.dtype == torch.bfloat16
     assert not module.rope.inv_freq.is_meta and not report.missing

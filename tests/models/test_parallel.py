@@ -158,3 +158,37 @@ def test_a_rank_killed_mid_denoise_ends_the_run_naming_it_and_its_last_sample_an
     assert "its last sample: RSS " in message and message.endswith("the other ranks were stopped")
     assert children() == [] and not (tmp_path / "clip.mp4").exists()
     assert time.monotonic() - started < 120
+
+
+@pytest.mark.parametrize("kind", ["cpu", "cuda"])
+def test_the_forecast_gives_each_rank_the_whole_dit_a_share_of_the_sequence_and_the_walls_every_rank(
+        h3_tiny: Path, kind):
+    from machine.device import DeviceInfo
+    from machine.offload import OffloadSettings
+    from models.forecast import forecast_generate, packed_rows
+
+    info = DeviceInfo(kind, kind, 0 if kind == "cuda" else None, kind, kind == "cpu", 150 * 2**30, "test", "")
+
+    def forecast(ranks: int):
+        return forecast_generate(h3_tiny, replace(PARALLEL, parallel=ranks), device_info=info,
+                                 settings=OffloadSettings(), sequential_components=True)
+
+    one, two, four = forecast(1), forecast(2), forecast(4 if kind == "cpu" else 2)
+    assert one.ranks == [] and two.tokens == one.tokens == packed_rows(h3_tiny, PARALLEL)
+    first, other = two.ranks
+    assert (first.ranks, other.ranks, [r.ranks for r in four.ranks][-1]) == ("0", "1", "1-3" if kind == "cpu" else "1")
+    side = "host_bytes" if kind == "cpu" else "device_bytes"
+    def of(rank, name: str):
+        return next(s for s in rank.stages if s.stage == name)
+
+    single, rank0, rank1 = one.stage("denoise.denoise"), of(first, "denoise.denoise"), of(other, "denoise.denoise")
+    assert rank0.stage == rank1.stage == "denoise.denoise" and rank0 == rank1  # the DiT's stage is alike everywhere
+    assert rank0.activation_bytes == single.activation_bytes // 2
+    assert getattr(rank0, side) == getattr(single, side) - (single.activation_bytes - single.activation_bytes // 2)
+    assert rank0.weight_bytes == single.weight_bytes == one.component_bytes["transformer"]
+    text0, text1 = of(first, "text_encoder"), of(other, "text_encoder")
+    assert text0 == one.stage("text_encoder") and text1.weight_bytes == 0 and text1.activation_bytes == 0
+    joint = two.stage("text_encoder")  # the host holds every rank, each GPU one
+    assert joint.host_bytes == text0.host_bytes + text1.host_bytes
+    assert joint.device_bytes == max(text0.device_bytes, text1.device_bytes)
+    assert two.to_dict()["ranks"][1]["peak_bytes"] == other.peak_bytes > 0

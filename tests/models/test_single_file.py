@@ -4,6 +4,7 @@ class, generating the frames diffusers' own `from_single_file` gives, misaligned
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -208,3 +209,63 @@ def test_without_the_dit_s_config_a_fitting_file_generates_with_the_default_conf
                           device_info=UNIFIED, roots=[folder, reference_files["misaligned"].parent])
     own = run_generate(h3_tiny, FAST, tmp_path / "f.mp4", device_info=UNIFIED)
     assert single.video_sha256 == own.video_sha256
+
+
+@pytest.mark.parametrize("reader", ["threads", "io_uring"])
+def test_the_gpu_ring_s_o_direct_reads_of_a_misaligned_file_land_every_byte_of_the_diffusers_layout(
+        h3_tiny, reference_files, reader):
+    """What `stream` runs to a CUDA device, its copy step on CPU destinations (device-agnostic, as
+    tests/loader/test_stream_ring.py checks the ring): the single file's planned sources (renamed, each qkv
+    part and FF half its own byte range, every one at an odd file offset) read with O_DIRECT through aligned
+    chunks, landing the bytes of the diffusers-layout folder. The CUDA copy itself is not run here."""
+    from safetensors.torch import load_file
+
+    from loader.checkpoint import discover_checkpoint
+    from loader.naming import plan_targets
+    from loader.placement import LoadPlan, PlannedTarget
+    from loader.placement.chunks import Piece
+    from loader.placement.files import OpenFiles
+    from models.single_file import reference_layout
+    from tests.loader.ring_runs import run_ring
+
+    file = reference_files["misaligned"]
+    config = json.loads((h3_tiny / "transformer" / "config.json").read_text())
+    layout = reference_layout(config)
+    tensors = [t for t in discover_checkpoint(file).component().tensors if not layout.exclude(t.name)]
+    targets, _ = plan_targets(tensors, layout.rename, layout.merges, layout.splits)
+    assert all(s.offset % 2 == 1 for t in targets for s in t.sources)  # not even 2-byte aligned
+    plan = LoadPlan(targets=[PlannedTarget(t, t.sources[0].torch_dtype) for t in targets])
+    files = OpenFiles(plan, 0, direct_io=True)
+    fallbacks = []
+    buffered = files.fallback
+    files.fallback = lambda f: fallbacks.append(f) or buffered(f)  # an O_DIRECT read the kernel refused
+    outs, pieces = {}, []
+    for planned in plan.targets:
+        flat = torch.full((sum(s.nbytes for s in planned.target.sources),), 0xAB, dtype=torch.uint8)
+        outs[planned.name], start = flat, 0
+        for source in planned.target.sources:
+            pieces.append(Piece(source, flat[start:start + source.nbytes], lambda s=source: files.done(s)))
+            start += source.nbytes
+    stats = run_ring(files, pieces, chunk=16 << 10, read=4 << 10, reader=reader)
+    if stats.direct_chunks == 0:
+        pytest.skip("this file system refuses O_DIRECT")
+    assert stats.direct_chunks == stats.chunks > 1 and fallbacks == []
+    folder = {}
+    for shard in sorted((h3_tiny / "transformer").glob("*.safetensors")):
+        folder.update(load_file(str(shard)))
+    assert sorted(outs) == sorted(n for n in folder if n != "rope.inv_freq")
+    assert [n for n, out in outs.items() if not torch.equal(out, folder[n].contiguous().view(-1).view(torch.uint8))] == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_stream_reads_a_misaligned_single_file_with_o_direct_bit_exactly(h3_tiny, reference_files):
+    from loader.placement import get_placement
+
+    folder, _ = load_component(h3_tiny, "transformer", dtype=torch.bfloat16)
+    placement = get_placement("stream", direct_io=True)
+    single, report = load_component(h3_tiny, "transformer", dtype=torch.bfloat16, device="cuda", mode=placement,
+                                    single_file=reference_files["misaligned"])
+    assert placement.last_ring is not None and placement.last_ring.direct_chunks == placement.last_ring.chunks > 0
+    expected, placed = folder.state_dict(), single.state_dict()
+    assert [k for k in expected if not torch.equal(expected[k], placed[k].cpu())] == []

@@ -11,8 +11,6 @@ import os
 
 from machine.lifetime import die_with_parent
 
-__all__ = ["CHILD_OOM_SCORE_BONUS", "die_with_parent", "prepare_child"]
-
 CHILD_OOM_SCORE_BONUS = 500
 """Added to the child's oom_score_adj so the kernel picks the job before the supervisor or dashboard."""
 
