@@ -158,11 +158,12 @@ def plan_fastest(params: GenerateParams, *, device: str, capability: tuple[int, 
                  sequential: bool | None = None) -> Plan:
     """Forecast and time every candidate (`forecast_for(params, sequential)`, `check` against the walls, `records`
     of `device_key`) and choose the fastest that fits; `startup` says how `check` counts the process start-up."""
-    from .levers import lever_key
-
     from .forecast import lever_memory_unknown
+    from .levers import lever_key
+    from .lora_inputs import lora_key
 
     records = list(records)
+    loras = lora_key(params.to_dict())  # the same for every candidate
     forecasts: dict[tuple, GenerateForecast] = {}
     candidates = []
     for seq, values in candidate_settings(params, device, capability, lossy=lossy, sequential=sequential):
@@ -177,7 +178,7 @@ def plan_fastest(params: GenerateParams, *, device: str, capability: tuple[int, 
         nearest = tightest(checks)
         need = job_needs(checks)[nearest.wall] if nearest is not None else None
         over = nearest is not None and nearest.over
-        etas = estimate(stage_work(forecast), records, device_key, lever_key(values))
+        etas = estimate(stage_work(forecast), records, device_key, lever_key(values), loras)
         candidates.append(Candidate(
             seq, values, is_lossless(values), {s.stage: s.total_bytes for s in forecast.stages},
             nearest.stage if over else None, nearest.line if nearest else None,
