@@ -23,6 +23,7 @@ from dashboard.views.run import DTYPES, field_label
 from dashboard.views.spec import field_errors
 from core.errors import DrainboardError
 from dashboard.views.plan import plan_markdown
+from models.plan import plan_note
 from jobs.admission import JobRefused, admit, assess, plan_job
 from jobs.queue import queue_spec
 from jobs.spec import JobSpec, JobSpecError, build_spec
@@ -85,6 +86,8 @@ def plan_panel(found: dict | None) -> None:
         return
     st.subheader("Plan", anchor=False)
     st.markdown(plan_markdown(planned))
+    note = plan_note(planned)
+    st.caption(f"{note[:1].upper()}{note[1:]}.")
     choice = planned["chosen"]
     why = planned["why"]
     line = f"Runs {planned['candidates'][choice]['label']}: {why}." if choice is not None else \

@@ -198,14 +198,16 @@ def _generate_needs(spec: JobSpec, info: DeviceInfo, db):
     from jobs.history import stage_records
     from models.eta import device_key, estimate, stage_work
     from models.levers import lever_key
+    from models.lora_inputs import lora_key
     from models.plan import stage_needs
 
     forecast = _generate_forecast(spec, info)
     needs = stage_needs(forecast)
     work = stage_work(forecast)
     records = stage_records(db) if db is not None else []
-    eta = [e.to_dict() for e in estimate(work, records, device_key(info.kind, info.name),
-                                         lever_key(spec.generate.to_dict()))]
+    values = spec.generate.to_dict()
+    eta = [e.to_dict() for e in estimate(work, records, device_key(info.kind, info.name), lever_key(values),
+                                         lora_key(values))]
     return needs, forecast.process_host_bytes, forecast.process_device_bytes, eta, work
 
 

@@ -10,10 +10,8 @@ server and the sample relay, and records it
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +29,7 @@ from storage import jobs_table
 from storage.artifacts import job_dir, record_artifact, remove_unrecorded
 from storage.config import Config
 from storage.connections import is_database_full
+from storage.events_table import add_event
 from storage.queries import get_job, last_sample
 from storage.schema import FINAL_STATUSES
 
@@ -106,9 +105,7 @@ def _record_end(db: sqlite_utils.Database, config: Config, running: RunningChild
     if status != "succeeded":
         remove_unrecorded(db, config.data_dir, job["id"], keep=(running.log_path.name,))
     if missing is not None and status == "succeeded":
-        db["events"].insert({"job_id": job["id"], "t": (running.relay.last or {}).get("t", 0.0),
-                             "created_at": time.time(), "kind": "warning", "stage": None,
-                             "message": missing, "data": None})
+        add_event(db, job["id"], "warning", missing, t=(running.relay.last or {}).get("t", 0.0))
     elif missing is not None:
         error = f"{error}; {missing}" if error else missing
     jobs_table.finish(db, job["id"], status, error=error, exit_code=code, signal=signal_name, metrics=metrics)
@@ -130,9 +127,8 @@ def _record_guard_event(db: sqlite_utils.Database, running: RunningChild, trip: 
     """The guard's stop as a job event at the moment of the trip (drawn on the Job chart like an OOM kill)."""
     t0 = running.relay.t0
     t = trip.at - t0 if t0 is not None else (trip.sample or {}).get("t", 0.0)
-    db["events"].insert({"job_id": running.job_id, "t": t, "created_at": time.time(), "kind": "memory_guard",
-                         "stage": (trip.sample or {}).get("stage"), "message": f"memory guard: {trip.message}",
-                         "data": json.dumps(trip.to_dict())})
+    add_event(db, running.job_id, "memory_guard", f"memory guard: {trip.message}", t=t,
+              stage=(trip.sample or {}).get("stage"), data=trip.to_dict())
 
 
 def _log_tail(path: Path) -> str | None:

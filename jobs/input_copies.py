@@ -18,7 +18,7 @@ from typing import Any
 from models.clips import CLIP_SUFFIX, check_clip
 from models.input_images import IMAGE_FORMATS, check_image
 from models.params import INPUT_FILE_FIELDS as INPUT_FIELDS
-from storage.artifacts import artifact_row, job_dir, new_artifact_path, resolve_artifact
+from storage.artifacts import job_dir, new_artifact_path, record_artifact, resolve_artifact
 
 CLIP_FIELDS = ("ref_video",)
 """Input fields that name a clip; the others name an image."""
@@ -40,9 +40,7 @@ def copy_inputs(conn: sqlite3.Connection, data_dir: str | Path, job_id: int, fil
         for field, path in files.items():
             target = new_artifact_path(data_dir, job_id, field, _checked_suffix(field, path))
             shutil.copyfile(path, target)
-            row = artifact_row(data_dir, job_id, target)
-            conn.execute("INSERT OR REPLACE INTO artifacts (job_id, name, size, media_type, created_at)"
-                         " VALUES (:job_id, :name, :size, :media_type, :created_at)", row)
+            record_artifact(conn, data_dir, job_id, target)
     except BaseException:
         shutil.rmtree(job_dir(data_dir, job_id), ignore_errors=True)
         raise

@@ -17,6 +17,7 @@ from jobs.samples import DatabaseSink, SampleSink
 from storage import jobs_table
 from storage.artifacts import record_artifact
 from storage.connections import is_database_full
+from storage.events_table import add_event
 from storage.lock_waits import LockWait
 from storage.schema import open_database
 from storage.queries import get_job
@@ -82,7 +83,7 @@ class DatabaseReporter:
 
     def event(self, row: dict[str, Any]) -> None:
         with self._lock:
-            self._db["events"].insert({"job_id": self.job_id, **{name: row[name] for name in EVENT_FIELDS}})
+            add_event(self._db, self.job_id, **{name: row[name] for name in EVENT_FIELDS})
 
     def stage(self, name: str) -> None:
         with self._lock:

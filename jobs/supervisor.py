@@ -30,7 +30,6 @@ server goes with it.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -57,10 +56,11 @@ from jobs.child_start import prepare_child
 from jobs.spec import JobSpec
 from core.diskspace import free_bytes, is_disk_full
 from core.errors import DrainboardError
-from storage import jobs_table
+from storage import jobs_table, supervisors_table
 from storage.artifacts import new_artifact_path
 from storage.config import ENV_RESOLVED, Config
 from storage.connections import checkpoint_wal, is_database_full
+from storage.events_table import add_event
 from storage.lock_waits import LockSpell, LockWait, lock_notice_path
 from storage.schema import open_database
 from storage.queries import last_sample
@@ -133,8 +133,7 @@ class Supervisor:
         configured_floor(self.config)
         load_kinds()
         now = time.time() if now is None else now
-        self.db["supervisors"].insert({"id": self.id, "pid": os.getpid(), "host": HOST, "started_at": now,
-                                       "heartbeat_at": now, "boot_id": self.boot_id})
+        supervisors_table.register(self.db, self.id, pid=os.getpid(), host=HOST, boot_id=self.boot_id, now=now)
         self._last_heartbeat = now
         if self.start_method == "fork" and self._fork_server is None and self.backend is None:
             self._fork_server = ForkServer(self.python, worker_env(self.config), str(REPO_ROOT))
@@ -235,8 +234,7 @@ class Supervisor:
     def _heartbeat(self, now: float) -> None:
         self._last_heartbeat = now
         current = self.backend.running_job() if self.backend else self._running.job_id if self._running else None
-        self.db.execute("UPDATE supervisors SET heartbeat_at = ?, current_job = ? WHERE id = ?",
-                        [now, current, self.id])
+        supervisors_table.heartbeat(self.db, self.id, current, now)
         if current is not None:
             jobs_table.heartbeat(self.db, current, now)
         self._say_lock_waits(current)
@@ -259,9 +257,7 @@ class Supervisor:
             return
         started = self.db.execute("SELECT started_at FROM jobs WHERE id = ?", [job_id]).fetchone()
         t = max(0.0, spell.since - started[0]) if started and started[0] is not None else 0.0
-        self.db["events"].insert({"job_id": job_id, "t": t, "created_at": time.time(), "kind": "database_locked",
-                                  "stage": None, "message": message,
-                                  "data": json.dumps({"since": spell.since, "until": spell.until})})
+        add_event(self.db, job_id, "database_locked", message, t=t, data={"since": spell.since, "until": spell.until})
 
     def _fail_to_start(self, job_id: int, error: str) -> None:
         jobs_table.finish(self.db, job_id, "failed", error=error)
@@ -380,8 +376,7 @@ class Supervisor:
                 keep_logs_only(self.db, self.config.data_dir, running.job_id)
                 last = describe_sample(last_sample(self.db, running.job_id), None)
                 jobs_table.finish(self.db, running.job_id, "interrupted", error=f"interrupted: the supervisor was stopped; {last}")
-            self.db.execute("UPDATE supervisors SET stopped_at = ?, current_job = NULL WHERE id = ?",
-                            [time.time(), self.id])
+            supervisors_table.stopped(self.db, self.id, time.time())
             if self._fork_server is not None:
                 self._fork_server.close()
                 self._fork_server = None

@@ -1,8 +1,9 @@
-"""Artifact folder per job: `<data_dir>/artifacts/<job_id>/`.
+"""Artifact folder per job: `<data_dir>/artifacts/<job_id>/`, and the one writer of the `artifacts` table.
 
 File names are generated here from a fixed role and media type, never taken
 from user input, and a download request is resolved only inside the job's own
-folder.
+folder. A file is registered in the table only through `record_artifact`
+(`tests/storage/test_table_owners.py` fails when code elsewhere writes it).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import sqlite_utils
 
 from core.errors import DrainboardError
+from storage.connections import Executor
 
 MEDIA_TYPES = {
     ".mp4": "video/mp4",
@@ -60,23 +62,15 @@ def new_artifact_path(data_dir: str | Path, job_id: int, role: str, suffix: str)
     return path
 
 
-def record_artifact(db: sqlite_utils.Database, data_dir: str | Path, job_id: int, path: str | Path) -> dict:
-    """Register a finished file in the job's folder; returns its row (name, size, media type)."""
-    row = artifact_row(data_dir, job_id, path)
-    db["artifacts"].insert(row, replace=True)
-    return row
-
-
-def artifact_row(data_dir: str | Path, job_id: int, path: str | Path) -> dict:
-    """The `artifacts` row of a file in the job's folder (for a caller inside its own transaction)."""
+def record_artifact(db: Executor, data_dir: str | Path, job_id: int, path: str | Path) -> dict:
+    """Register a finished file in the job's folder (through `db`, or the connection of the caller's open
+    transaction); returns its row (name, size, media type). A file of the same name is registered anew."""
     path = resolve_artifact(data_dir, job_id, Path(path).name)
-    return {
-        "job_id": job_id,
-        "name": path.name,
-        "size": path.stat().st_size,
-        "media_type": MEDIA_TYPES[path.suffix],
-        "created_at": time.time(),
-    }
+    row = {"job_id": job_id, "name": path.name, "size": path.stat().st_size, "media_type": MEDIA_TYPES[path.suffix],
+           "created_at": time.time()}
+    db.execute("INSERT OR REPLACE INTO artifacts (job_id, name, size, media_type, created_at)"
+               " VALUES (:job_id, :name, :size, :media_type, :created_at)", row)
+    return row
 
 
 def resolve_artifact(data_dir: str | Path, job_id: int, name: str) -> Path:

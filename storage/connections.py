@@ -36,13 +36,17 @@ import sqlite3
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Union
 from urllib.parse import quote
 
 import sqlite_utils
 
 from core.errors import DrainboardError
 from storage.lock_waits import RETRY_AFTER_MS, LockWait, RetryingConnection, is_database_locked
+
+Executor = Union[sqlite_utils.Database, sqlite3.Connection]
+"""What a table's writer writes through: anything with `execute(sql, params)`, a database or the connection of an
+open transaction."""
 
 BUSY_TIMEOUT_MS = 30_000
 """How long a statement waits for another writer's lock (the sample writer commits at least every second)."""

@@ -5,7 +5,8 @@ test fixtures all call these, so a job's life (queued, claimed, its pid,
 heartbeat, stage, progress, metrics and error, a cancel request, its end, its
 deletion) reads in one place, the way huey keeps every queue operation behind
 one storage interface. Reads stay with their readers (`storage.queries`).
-`tests/storage/test_jobs_table_owner.py` fails when SQL elsewhere writes the table.
+`tests/storage/test_table_owners.py` fails when code elsewhere writes the table (every table has
+one owner in `storage/`).
 
 `db` is a sqlite_utils Database, or the sqlite3 connection of a caller's
 `transaction` where the write must share it (a job queued with its inputs
@@ -18,15 +19,12 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from typing import Any, Union
+from typing import Any
 
 import sqlite_utils
 
-from storage.connections import transaction
+from storage.connections import Executor, transaction
 from storage.schema import FINAL_STATUSES
-
-Executor = Union[sqlite_utils.Database, sqlite3.Connection]
-"""Anything with `execute(sql, params)`: a database, or the connection of an open transaction."""
 
 
 QUEUE_ORDER = "coalesce(queue_rank, id), id"

@@ -1,4 +1,4 @@
-"""Batched writer of memory samples, used by the job child.
+"""The one writer of the `samples` and `sample_extremes` tables: memory samples, batched, used by the job child.
 
 Sampling every placed tensor must cost little, so samples are buffered and
 written in one transaction per batch (with the per-block extremes that the
@@ -8,6 +8,9 @@ stage still shows up live), and at `close()` or interpreter exit. Each batch
 is fsynced (a `durable` connection), so a host that freezes or loses power
 keeps the samples up to the last `flush_interval`. Another process holding the
 write lock makes a batch wait, retried, never lost (`storage.lock_waits`).
+Every row reaches the tables through `append_samples`, so a block's extremes
+always agree with its samples; `tests/storage/test_table_owners.py` fails when
+code elsewhere writes either table.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Callable
+
+import sqlite_utils
 
 from machine.memory import MemorySample
 from storage.connections import is_database_full, transaction
@@ -58,6 +63,23 @@ def block_extremes(job_id: int, rank: int, rows: list[tuple]) -> list[tuple]:
             elif value > ext[2]:
                 ext[2], ext[3] = value, seq
     return [(job_id, rank, column, block, *ext) for (block, column), ext in blocks.items()]
+
+
+def sample_row(**columns) -> tuple:
+    """A `samples` row in `SAMPLE_COLUMNS` order from column values by name (the others None)."""
+    unknown = set(columns) - set(SAMPLE_COLUMNS)
+    if unknown:
+        raise ValueError(f"not sample columns: {', '.join(sorted(unknown))}")
+    return tuple(columns.get(name) for name in SAMPLE_COLUMNS)
+
+
+def append_samples(db: sqlite_utils.Database, job_id: int, rank: int, rows: list[tuple]) -> None:
+    """Append sample rows (`SAMPLE_COLUMNS` order) of one job and rank with their blocks' extremes, in one
+    `BEGIN IMMEDIATE` transaction."""
+    extremes = block_extremes(job_id, rank, rows)
+    with transaction(db) as conn:
+        conn.executemany(_INSERT, rows)
+        conn.executemany(_UPSERT_EXTREMES, extremes)
 
 
 class SampleWriter:
@@ -140,10 +162,7 @@ class SampleWriter:
         self._last_flush = self._clock()
         if not self._pending:
             return
-        extremes = block_extremes(self.job_id, self.rank, self._pending)
-        with transaction(self._db) as conn:
-            conn.executemany(_INSERT, self._pending)
-            conn.executemany(_UPSERT_EXTREMES, extremes)
+        append_samples(self._db, self.job_id, self.rank, self._pending)
         self.written += len(self._pending)
         self._pending.clear()
 

@@ -7,9 +7,10 @@ job to `JobSubmissionClient.submit_job`:
 - the entrypoint is `python -m jobs.backends.node ID`, which runs the same job child, told to report
   over `jobs.wire` (records on a pipe of its own, written into the log as tagged lines carrying a
   secret nonce made here for the job) with its spec in the environment;
-- `entrypoint_num_gpus` is the spec's GPUs on a CUDA device and `entrypoint_memory` the
-  memory it asks for (`memory_limit`, else `memory_budget`), so Ray places it on a node
-  that has both;
+- `entrypoint_num_gpus` is the spec's GPUs on a CUDA device (a parallel generate's ranks: its
+  `--parallel N` runs N local ranks, so Ray places it on one node with N GPUs free) and
+  `entrypoint_memory` the memory it asks for (`memory_limit`, else `memory_budget`), so Ray places
+  it on a node that has both;
 - the `runtime_env` only sets environment variables: every node has the checkout and
   the environment at the same paths, nothing is installed per job.
 
@@ -46,6 +47,7 @@ from jobs.wire import ENV_NONCE, ENV_REPORT, ENV_SPEC
 from storage import jobs_table
 from storage.artifacts import new_artifact_path, record_artifact, remove_unrecorded
 from storage.config import ENV_RESOLVED, Config
+from storage.events_table import add_event
 from storage.queries import get_job, last_sample
 
 POLL_INTERVAL = 0.5
@@ -93,7 +95,11 @@ def job_environment(job: dict, config: Config, nonce: str, environ: dict[str, st
 def submission(job: dict, config: Config, supervisor_id: str, nonce: str, python: str = sys.executable) -> dict:
     """The keyword arguments of `submit_job` for `job` (a `get_job` row) whose tagged lines carry `nonce`."""
     spec = JobSpec.from_dict(job["spec"])
-    resources = {"entrypoint_num_gpus": spec.gpus if spec.device.startswith("cuda") else 0}
+    ranks = spec.generate.parallel if spec.kind == "generate" and spec.generate is not None else 1
+    cuda = spec.device.startswith("cuda")
+    resources = {"entrypoint_num_gpus": max(spec.gpus, ranks) if cuda else 0}
+    if ranks > 1 and not cuda:
+        resources["entrypoint_num_cpus"] = ranks  # a CPU's ranks: a CPU each
     if memory_needed(spec):
         resources["entrypoint_memory"] = memory_needed(spec)
     return {
@@ -284,8 +290,7 @@ class RayJobsBackend:
         jobs_table.finish(self.db, run.job_id, status, error=error, metrics=metrics, **fields)
 
     def _event(self, job_id: int, kind: str, message: str, data: dict) -> None:
-        self.db["events"].insert({"job_id": job_id, "t": 0.0, "created_at": time.time(), "kind": kind,
-                                  "stage": None, "message": message, "data": json.dumps(data)})
+        add_event(self.db, job_id, kind, message, data=data)
 
     def stop(self) -> None:
         run = self._run

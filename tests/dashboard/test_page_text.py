@@ -95,8 +95,9 @@ def _cells(proto, value):
 def _add_generate_with_internal_names(db, job_adder, load_samples, model: str) -> list[int]:
     """A finished generate job, a failed and a killed one, whose samples, events and errors carry the
     runner's internal names, as a real run records them."""
-    import json
     import time
+
+    from storage.events_table import add_event
 
     staged = load_samples.assign(stage=[STAGES[min(len(STAGES) - 1, i * len(STAGES) // len(load_samples))]
                                         for i in range(len(load_samples))])
@@ -109,9 +110,8 @@ def _add_generate_with_internal_names(db, job_adder, load_samples, model: str) -
     for t, kind, stage in ((0.0, "stage_start", "probe"), (1.0, "stage_start", "load.text_encoder"),
                            (2.0, "stage_start", "denoise.denoise"), (4.0, "stage_end", "denoise.denoise"),
                            (4.1, "offload_decision", "load.transformer")):
-        db.execute("INSERT INTO events (job_id, t, created_at, kind, stage, message, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                   [done, t, now, kind, stage, f"{stage} {'started' if kind == 'stage_start' else 'done after 2.00 s'}",
-                    json.dumps({"flag": "dit_cpu_offload"})])
+        add_event(db, done, kind, f"{stage} {'started' if kind == 'stage_start' else 'done after 2.00 s'}", t=t,
+                  stage=stage, data={"flag": "dit_cpu_offload"}, created_at=now)
     failed = job_adder(db, status="failed", model=model, samples=staged.iloc[:10], error=(
         "PlacementError: strict load failed; 1 missing from /m: a.weight; 1 unexpected in /m: b.weight "
         "(pass strict=False to load anyway)"))

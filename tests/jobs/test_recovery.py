@@ -16,6 +16,7 @@ from jobs.supervisor import Supervisor
 from storage import jobs_table
 from storage.artifacts import job_dir
 from storage.queries import artifacts, get_job, last_sample, sample_count
+from storage.sample_writer import append_samples, sample_row
 
 
 def start_worker() -> subprocess.Popen:
@@ -100,8 +101,8 @@ def test_a_job_running_when_the_host_restarted_ends_interrupted_saying_so_with_i
     before = Supervisor(config)
     before.start()
     jobs_table.start(db, job_id, supervisor_id=before.id, boot_id="boot-1")
-    db.execute("INSERT INTO samples (job_id, seq, rank, t, stage, tensors_placed, tensor_name, vm_rss, mem_available) "
-               "VALUES (?, 0, 0, 4.2, 'load', 31, 'blocks.31.weight', ?, ?)", [job_id, 2**30, 3 * 2**30])
+    append_samples(db, job_id, 0, [sample_row(job_id=job_id, seq=0, rank=0, t=4.2, stage="load", tensors_placed=31,
+                                              tensor_name="blocks.31.weight", vm_rss=2**30, mem_available=3 * 2**30)])
     jobs_table.set_progress(db, job_id, 31, 48)
     monkeypatch.setenv("DRAINBOARD_BOOT_ID", "boot-2")  # the host came back; the old heartbeat is fresh
     after = Supervisor(config)

@@ -18,6 +18,7 @@ from models.eta import NO_HISTORY
 from models.process_size import ProcessRecord, estimate_process
 from storage import jobs_table
 from storage.queries import get_job, list_jobs
+from storage.sample_writer import append_samples, sample_row
 
 pytestmark = pytest.mark.usefixtures("launched_workers")  # submits here start no real worker
 
@@ -44,13 +45,13 @@ def past_job(db, config, model, *, kind: str = "generate", device: str = HERE, s
         jobs_table.start(db, job_id, supervisor_id="test", now=0.0)
         jobs_table.finish(db, job_id, status, now=1.0)
     first_stage = "load.text_encoder" if kind == "generate" else "load"
-    db["samples"].insert_all([
-        {"job_id": job_id, "seq": 0, "rank": 0, "t": 0.1, "stage": "probe", "vm_rss": 216 * MIB,
-         "rss_anon": 185 * MIB, "mem_available": 20 * GIB},
-        {"job_id": job_id, "seq": 1, "rank": 0, "t": 2.0, "stage": "prepare", "vm_rss": 480 * MIB,
-         "rss_anon": 300 * MIB, "mem_available": 20 * GIB - start_up // 2},
-        {"job_id": job_id, "seq": 2, "rank": 0, "t": 3.0, "stage": first_stage, "vm_rss": ready,
-         "rss_anon": start_up + 100 * MIB, "mem_available": 20 * GIB - start_up},
+    append_samples(db, job_id, 0, [
+        sample_row(job_id=job_id, seq=0, rank=0, t=0.1, stage="probe", vm_rss=216 * MIB, rss_anon=185 * MIB,
+                   mem_available=20 * GIB),
+        sample_row(job_id=job_id, seq=1, rank=0, t=2.0, stage="prepare", vm_rss=480 * MIB, rss_anon=300 * MIB,
+                   mem_available=20 * GIB - start_up // 2),
+        sample_row(job_id=job_id, seq=2, rank=0, t=3.0, stage=first_stage, vm_rss=ready,
+                   rss_anon=start_up + 100 * MIB, mem_available=20 * GIB - start_up),
     ])
     return job_id
 

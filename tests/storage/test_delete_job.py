@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from storage.artifacts import job_dir, new_artifact_path, record_artifact
+from storage.events_table import add_event
 from storage.queries import delete_job, get_job, sample_count
 from storage.sample_writer import SampleWriter
 
@@ -14,7 +15,7 @@ def _finished_job_with_everything(db, db_path, data_dir, add_job, memory_sample)
     with SampleWriter(db_path, job_id, t0=0.0) as writer:
         for i in range(40):
             writer.add(memory_sample(i), stage="load", tensors_placed=i, bytes_placed=i * 10, tensor_name=f"w{i}")
-    db.execute("INSERT INTO events (job_id, t, created_at, kind, message) VALUES (?, 0, 0, 'stage_start', 'load')", [job_id])
+    add_event(db, job_id, "stage_start", "load", created_at=0)
     video = new_artifact_path(data_dir, job_id, "video", ".mp4")
     video.write_bytes(b"x" * 5000)
     log = new_artifact_path(data_dir, job_id, "child", ".log")

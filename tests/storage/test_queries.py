@@ -7,6 +7,7 @@ from storage.queries import (
     artifacts, count_jobs, events, get_job, job_choices, last_sample, list_jobs, sample_series, samples_csv,
     samples_since,
 )
+from storage.events_table import add_event
 from storage.sample_writer import SampleWriter
 from storage.schema import EXTREME_COLUMNS, EXTREMES_BLOCK
 
@@ -94,10 +95,7 @@ def test_samples_csv_streams_a_header_and_every_row(db_with_samples):
 def test_events_and_artifacts_of_a_job_come_back_in_order(fresh_db, add_job):
     job = add_job(fresh_db)
     for i, kind in enumerate(["stage_start", "decision"]):
-        fresh_db.execute(
-            "INSERT INTO events (job_id, t, created_at, kind, message, data) VALUES (?, ?, 0, ?, 'm', ?)",
-            [job, float(i), kind, '{"flag": "dit_cpu_offload"}'],
-        )
+        add_event(fresh_db, job, kind, "m", t=float(i), data={"flag": "dit_cpu_offload"}, created_at=0)
     rows = events(fresh_db, job)
     assert [e["kind"] for e in rows] == ["stage_start", "decision"]
     assert rows[1]["data"] == {"flag": "dit_cpu_offload"}
@@ -136,30 +134,6 @@ def test_block_extremes_stay_exact_when_blocks_span_several_batches(fresh_db, db
         for i, value in enumerate(values):
             writer.add(memory_sample(i, vm_rss=value, device_allocated=None if i % 3 else value))
     assert _stored_extremes(fresh_db, job) == _extremes_by_scan(fresh_db, job)
-
-
-def test_migrating_an_old_database_backfills_the_block_extremes(db_path):
-    import sqlite3
-
-    from storage import jobs_table
-    from storage.schema import open_database
-    from storage.schema import _MIGRATIONS
-
-    conn = sqlite3.connect(db_path)
-    for statement in _MIGRATIONS[0]:
-        conn.execute(statement)
-    conn.execute("PRAGMA user_version = 1")
-    jobs_table.enqueue(conn, "load", {}, now=0.0)  # the first schema has every column a queued row needs
-    for seq in range(300):
-        conn.execute(
-            "INSERT INTO samples (job_id, seq, rank, t, vm_rss, mem_available) VALUES (1, ?, ?, 0, ?, ?)",
-            [seq, seq % 2, (seq * 31) % 97, 10**9 - seq],
-        )
-    conn.commit()
-    conn.close()
-    db = open_database(db_path)
-    assert _stored_extremes(db, 1) == _extremes_by_scan(db, 1)
-    db.conn.close()
 
 
 def test_a_medium_series_downsampled_from_samples_keeps_spikes(fresh_db, db_path, add_job, memory_sample):
