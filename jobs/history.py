@@ -4,7 +4,8 @@ process for `models.process_size`.
 A finished generate job contributes a record per stage it timed when its spec
 carries the forecast made at submit (`spec.forecast`: each stage's work and the
 device it ran on) and its metrics carry `stage_seconds`; each record carries the
-job's lever set (`models.levers.lever_key`), which the ETA of a lever stage matches. Any job that reached
+job's lever set (`models.levers.lever_key`), which the ETA of a lever stage matches, and its LoRA set
+(`models.lora_inputs.lora_key`), which the ETA of a load its LoRAs change matches. Any job that reached
 its first weight (a generate's first `load.*` stage, a load's `load` stage) with a forecast on its spec
 contributes its process: its first sample and that stage's first sample.
 """
@@ -15,6 +16,7 @@ import sqlite_utils
 
 from models.eta import StageRecord
 from models.levers import lever_key
+from models.lora_inputs import lora_key
 from models.process_size import ProcessRecord
 from storage.queries import first_stage_sample, list_jobs, samples_since
 
@@ -33,10 +35,11 @@ def stage_records(db: sqlite_utils.Database, *, limit: int = HISTORY_JOBS) -> li
         work, device = forecast.get("work") or {}, forecast.get("device")
         if not device:
             continue
-        levers = lever_key((job.get("spec") or {}).get("generate") or {})
+        generate = (job.get("spec") or {}).get("generate") or {}
+        levers, loras = lever_key(generate), lora_key(generate)
         for stage, amount in work.items():
             if isinstance(seconds.get(stage), (int, float)):
-                records.append(StageRecord(stage, float(seconds[stage]), float(amount), device, levers))
+                records.append(StageRecord(stage, float(seconds[stage]), float(amount), device, levers, loras))
     return records
 
 

@@ -215,8 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
     forecast.set_defaults(func=_forecast)
     models = sub.add_parser(
         "models",
-        help="list every checkpoint under the folders and the Hugging Face cache: layout, component sizes and"
-             " dtypes, and whether the weights fit this machine (headers only)",
+        help="list every checkpoint under the folders and the Hugging Face cache (.gguf files too): layout,"
+             " component sizes and dtypes (a GGUF file's quant types), and whether the weights fit this machine"
+             " (headers only)",
         epilog="example: python -m loader models /srv/models --json",
     )
     models.add_argument("folders", nargs="*", metavar="FOLDER", help="folders to look in, each a model root")

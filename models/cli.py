@@ -179,6 +179,7 @@ def _forecast(args: argparse.Namespace) -> int:
 
     from .eta import NO_HISTORY, device_key, estimate, stage_work, total_seconds
     from .levers import lever_key
+    from .lora_inputs import lora_key
     from .forecast import forecast_generate, resolve_for_generate
     from .params import ModelSpec, validate_params
     from .process_size import estimate_process, job_peak
@@ -203,7 +204,8 @@ def _forecast(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise PlanInputError(str(e)) from None
     device = device_key(info.kind, info.name)
-    etas = {e.stage: e for e in estimate(stage_work(forecast), records, device, lever_key(params.to_dict()))}
+    values = params.to_dict()
+    etas = {e.stage: e for e in estimate(stage_work(forecast), records, device, lever_key(values), lora_key(values))}
     process = estimate_process(processes, "generate", device)
     stages = []
     for s in forecast.stages:

@@ -18,6 +18,7 @@ from typing import Any, Iterable
 
 from .forecast import GenerateForecast
 from .levers import COMPILE_STAGE, LEVER_STAGES
+from .lora_inputs import LORA_STAGES
 
 NO_HISTORY = "no history on this machine"
 """The basis of a stage with no past timing."""
@@ -38,6 +39,9 @@ class StageRecord:
     levers: str = ""
     """The run's lever set (`models.levers.lever_key`; "" for none): a stage the levers change (`LEVER_STAGES`) is
     learned per lever set."""
+    loras: str = ""
+    """The run's LoRA set (`models.lora_inputs.lora_key`; "" for none): a stage LoRAs change (`LORA_STAGES`) is
+    learned per LoRA set."""
 
 
 @dataclass(frozen=True)
@@ -86,12 +90,16 @@ def stage_work(forecast: GenerateForecast) -> dict[str, float]:
     return work
 
 
-def estimate(work: dict[str, float], records: Iterable[StageRecord], device: str, levers: str = "") -> list[StageEta]:
+def estimate(work: dict[str, float], records: Iterable[StageRecord], device: str, levers: str = "",
+             loras: str = "") -> list[StageEta]:
     """Seconds per stage of `work` on `device` from `records` (any device's; only `device`'s count); a stage the
-    levers change counts only runs of the same lever set `levers`, so a lever never borrows another's speed."""
+    levers change counts only runs of the same lever set `levers`, and a stage LoRAs change only runs of the same
+    LoRA set `loras`, so neither borrows another's speed (a CPU merge's arithmetic can outlast the load itself)."""
     rates: dict[str, list[float]] = {}
     for r in records:
         if r.stage in LEVER_STAGES and r.levers != levers:
+            continue
+        if r.stage in LORA_STAGES and r.loras != loras:
             continue
         if r.device == device and r.work > 0 and r.seconds >= 0:
             rates.setdefault(r.stage, []).append(r.seconds / r.work)

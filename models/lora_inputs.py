@@ -258,6 +258,22 @@ def lora_load_bytes(root: str | os.PathLike, params) -> tuple[dict[str, int], di
     return {p: n + merging[p] for p, n in groups.items()}, work
 
 
+LORA_STAGES = ("load.transformer", "load.transformer_ref", "lora.transformer", "lora.transformer_ref")
+"""Stages whose seconds a run's LoRAs change (their prep, and the loads that read, convert and merge them): the ETA
+learns them per LoRA set (`lora_key`). The denoise is the same with or without a merged LoRA; its steps are in its
+work (`models.eta.stage_work`)."""
+
+
+def lora_key(values: dict[str, Any]) -> str:
+    """The LoRA set as history keys it: each file's content hash (12 hex digits; its name where none was recorded),
+    sorted, joined by `+`; "" for none. Scales and order change no time."""
+    names = []
+    for entry in values.get("loras") or ():
+        lora = lora_from_value(entry)
+        names.append(lora.sha256[:12] if lora.sha256 else lora.name)
+    return "+".join(sorted(names))
+
+
 def partition_for(workflow: str) -> str:
     """The DiT a workflow denoises with, where `transformer.` layers go (diffusers' routing)."""
     return "transformer_ref" if workflow == "ref2va" else "transformer"

@@ -141,9 +141,12 @@ def candidate_settings(params: GenerateParams, device: str, capability: tuple[in
     backends = [b for b in dict.fromkeys((asked["attention"], *ATTENTION_BACKENDS))
                 if allowed("attention", b) and attention_problem(b, device, capability) is None]
     caches = [c for c in dict.fromkeys((asked["step_cache"], None, "taylorseer")) if allowed("step_cache", c)]
+    compiles = (True, False)
+    if params.parallel > 1:  # a parallel run takes neither yet (models.params)
+        caches, compiles = [None], (False,)
     residencies = [False, True] if sequential is None else [sequential]
     found = [(s, {"attention": a, "compile": c, "quantize": q, "step_cache": k})
-             for s in residencies for q in precisions for a in backends for c in (True, False) for k in caches]
+             for s in residencies for q in precisions for a in backends for c in compiles for k in caches]
 
     def preference(item: tuple[bool, dict[str, Any]]) -> tuple:
         seq, values = item
@@ -158,11 +161,12 @@ def plan_fastest(params: GenerateParams, *, device: str, capability: tuple[int, 
                  sequential: bool | None = None) -> Plan:
     """Forecast and time every candidate (`forecast_for(params, sequential)`, `check` against the walls, `records`
     of `device_key`) and choose the fastest that fits; `startup` says how `check` counts the process start-up."""
-    from .levers import lever_key
-
     from .forecast import lever_memory_unknown
+    from .levers import lever_key
+    from .lora_inputs import lora_key
 
     records = list(records)
+    loras = lora_key(params.to_dict())  # the same for every candidate
     forecasts: dict[tuple, GenerateForecast] = {}
     candidates = []
     for seq, values in candidate_settings(params, device, capability, lossy=lossy, sequential=sequential):
@@ -177,7 +181,7 @@ def plan_fastest(params: GenerateParams, *, device: str, capability: tuple[int, 
         nearest = tightest(checks)
         need = job_needs(checks)[nearest.wall] if nearest is not None else None
         over = nearest is not None and nearest.over
-        etas = estimate(stage_work(forecast), records, device_key, lever_key(values))
+        etas = estimate(stage_work(forecast), records, device_key, lever_key(values), loras)
         candidates.append(Candidate(
             seq, values, is_lossless(values), {s.stage: s.total_bytes for s in forecast.stages},
             nearest.stage if over else None, nearest.line if nearest else None,

@@ -41,8 +41,9 @@ def load_stage(component: str) -> str:
 
 
 def lora_stage(component: str) -> str:
-    """The stage before `component`'s load in which its LoRAs are prepared (read, converted, PEFT's scales learnt):
-    work of the LoRA, not of placing tensors, so the load's seconds stay the load's."""
+    """The stage before `component`'s load in which its LoRAs are prepared (each file hashed, its header converted):
+    work of the LoRA, not of placing tensors. Their factors are read, converted and merged inside the load, a module
+    at a time."""
     return f"lora.{component}"
 
 

@@ -232,13 +232,15 @@ class GenerateKind(JobKind):
         from jobs.history import stage_records
         from models.eta import device_key, estimate, stage_work
         from models.levers import lever_key
+        from models.lora_inputs import lora_key
         from models.plan import stage_needs
 
         forecast = generate_forecast(spec, device)
         work = stage_work(forecast)
         records = stage_records(db) if db is not None else []
-        eta = [e.to_dict() for e in estimate(work, records, device_key(device.kind, device.name),
-                                             lever_key(spec.options.generate.to_dict()))]
+        values = spec.options.generate.to_dict()
+        eta = [e.to_dict() for e in estimate(work, records, device_key(device.kind, device.name), lever_key(values),
+                                             lora_key(values))]
         return KindForecast(stage_needs(forecast), forecast.process_host_bytes, forecast.process_device_bytes,
                             eta, work)
 

@@ -132,3 +132,33 @@ def test_generate_and_forecast_plan_count_the_learned_process_start_up_and_refus
         assert captured.err.splitlines()[0].endswith(
             f"walls: each counts the process start-up, {format_size(2**50)} (median of 1 past job)")
     assert not (tmp_path / "c.mp4").exists()
+
+
+def test_generate_plan_fastest_runs_the_candidate_its_history_times_fastest(capsys, h3_tiny: Path, tmp_path: Path):
+    from dataclasses import asdict
+
+    from machine.device import probe_device
+    from machine.offload import OffloadSettings
+    from models.eta import StageRecord, device_key, stage_work
+    from models.forecast import forecast_generate
+    from models.params import GenerateParams
+
+    cpu = probe_device("cpu")
+    size = {"height": 64, "width": 64, "steps": 2, "audio": False}
+    records = []
+    for key, rate in (("", 1e-6), ("attention=_native_flash", 5e-7)):  # flash attention: half the seconds
+        levers = {"attention": "_native_flash"} if key else {}
+        forecast = forecast_generate(h3_tiny, GenerateParams(prompt="a red fox", **size, **levers), device_info=cpu,
+                                     settings=OffloadSettings())
+        records += [asdict(StageRecord(stage, work * rate, work, device_key(cpu.kind, cpu.name), key))
+                    for stage, work in stage_work(forecast).items()]
+    history = tmp_path / "history.json"
+    history.write_text(json.dumps(records))
+    out = tmp_path / "clip.mp4"
+    code = main(["generate", str(h3_tiny), "--prompt", "a red fox", "--out", str(out), "--width", "64", "--height",
+                 "64", "--steps", "2", "--no-audio", "--plan", "fastest", "--history", str(history), "--json"])
+    captured = capsys.readouterr()
+    body = json.loads(captured.out)
+    assert code == 0 and out.stat().st_size > 0
+    assert " * resident · bf16 · flash attention (torch): peak " in captured.err
+    assert body["levers"]["attention"] == "_native_flash" and body["sequential_components"] is False

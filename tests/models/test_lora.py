@@ -395,3 +395,32 @@ def test_the_forecast_counts_the_factors_held_while_the_dit_loads_and_nothing_af
     assert merged.component_bytes == plain.component_bytes  # merged weights cost nothing resident
     assert merged.lora_work == {"transformer": facts.factor_bytes}
     assert stage_work(merged)["load.transformer"] == stage_work(plain)["load.transformer"] + facts.factor_bytes
+
+
+def test_the_eta_learns_a_lora_load_per_lora_set_and_the_denoise_from_every_run():
+    from models.eta import NO_HISTORY, StageRecord, estimate
+    from models.lora_inputs import lora_key
+
+    style = lora_key({"loras": [{"file": "/m/b.safetensors", "scale": 0.5, "sha256": "b" * 64},
+                                {"file": "/m/a.safetensors", "sha256": "a" * 64}]})
+    assert style == f"{'a' * 12}+{'b' * 12}"
+    assert lora_key({"loras": ["/m/b.safetensors:2", {"file": "/m/a.safetensors", "sha256": "a" * 64}]}) == \
+        f"{'a' * 12}+b.safetensors"  # no hash recorded yet: the file's name; the scale is no part of the key
+    assert lora_key({}) == lora_key({"loras": []}) == ""
+    device = "cpu:test"
+    records = [StageRecord("load.transformer", 1.0, 100.0, device),
+               StageRecord("denoise.denoise", 2.0, 10.0, device),
+               StageRecord("load.transformer", 8.0, 100.0, device, loras=style),  # a CPU merge's arithmetic
+               StageRecord("lora.transformer", 0.5, 10.0, device, loras=style),
+               StageRecord("denoise.denoise", 2.0, 10.0, device, loras=style)]
+    work = {"load.transformer": 100.0, "lora.transformer": 10.0, "denoise.denoise": 40.0}  # 4x the steps' work
+
+    def seconds(loras: str) -> dict:
+        return {e.stage: (e.seconds, e.basis) for e in estimate(work, records, device, loras=loras)}
+
+    merged = seconds(style)
+    assert merged["load.transformer"][0] == 8.0 and merged["lora.transformer"][0] == 0.5
+    assert merged["denoise.denoise"] == (8.0, "median of 2 past runs")  # every run's denoise, scaled by its steps
+    plain = seconds("")
+    assert plain["load.transformer"][0] == 1.0 and plain["lora.transformer"] == (None, NO_HISTORY)
+    assert seconds("c" * 12)["load.transformer"] == (None, NO_HISTORY)  # another LoRA set borrows no speed
