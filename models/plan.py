@@ -141,9 +141,12 @@ def candidate_settings(params: GenerateParams, device: str, capability: tuple[in
     backends = [b for b in dict.fromkeys((asked["attention"], *ATTENTION_BACKENDS))
                 if allowed("attention", b) and attention_problem(b, device, capability) is None]
     caches = [c for c in dict.fromkeys((asked["step_cache"], None, "taylorseer")) if allowed("step_cache", c)]
+    compiles = (True, False)
+    if params.parallel > 1:  # a parallel run takes neither yet (models.params)
+        caches, compiles = [None], (False,)
     residencies = [False, True] if sequential is None else [sequential]
     found = [(s, {"attention": a, "compile": c, "quantize": q, "step_cache": k})
-             for s in residencies for q in precisions for a in backends for c in (True, False) for k in caches]
+             for s in residencies for q in precisions for a in backends for c in compiles for k in caches]
 
     def preference(item: tuple[bool, dict[str, Any]]) -> tuple:
         seq, values = item
