@@ -1,4 +1,4 @@
-"""Fit the generate forecast's working-set terms (`models.forecast.CPU_TERMS`) on measured runs, and check
+"""Fit the generate forecast's working-set terms (`models.forecast.fitted.CPU`) on measured runs, and check
 them on others (not a test).
 
     python bench/fit_generate_forecast.py --fit ROOT=RUN.json ... --check ROOT=RUN.json ...
@@ -8,7 +8,7 @@ model and geometry are merged, each stage's lower peak kept (as the test does: o
 only ever adds to a peak). Per stage the measured peak above `prepare`, less what the forecast knows
 exactly (weights resident, outputs carried, the heap retained from earlier stages), is the working set;
 `fixed + per_unit * driver` is fitted to it by least squares over the --fit runs (per_unit kept >= 0),
-for each pair of retained shares (`CPU_RETAINED`, `CPU_RETAINED_WEIGHTS`) on a grid, keeping the pair
+for each pair of retained shares (`retained`, `retained_weights`) on a grid, keeping the pair
 whose largest relative error over the fit runs is least; then every --check run is forecast with the
 fitted terms and compared per stage.
 """
@@ -64,12 +64,13 @@ def _runs(runs):
         yield label, forecast, measured
 
 
-def _fit_stages(mf, items) -> float:
+def _fit_stages(fitted, items) -> float:
     """Fit each stage's terms in run order (a stage's known part depends on the earlier stages' terms);
     returns the largest error over the fit runs in units of the test's tolerance (10 %, at least
-    `CPU_NOISE_FLOOR`), so that stages of a few MiB, where the machine's noise is absolute, do not
+    `noise_floor`), so that stages of a few MiB, where the machine's noise is absolute, do not
     decide the retained shares."""
-    for stage in [s for s in mf.CPU_TERMS if s not in mf.VAE_ALONE_TERMS]:  # those: bench/bench_vae_encode.py
+    terms = fitted.CPU.terms  # filled in place: the forecast reads `fitted.CPU` on every call
+    for stage in [s for s in terms if s not in fitted.CPU.vae_alone]:  # those: bench/bench_vae_encode.py
         xy = []
         for _, forecast, measured in _runs(items):
             s = forecast.stage(stage)
@@ -79,32 +80,33 @@ def _fit_stages(mf, items) -> float:
         sxx = sum((x - mx) ** 2 for x, _ in xy)
         slope = max(sum((x - mx) * (y - my) for x, y in xy) / sxx, 0.0) if sxx else 0.0
         fixed = max(my - slope * mx, 0.0)
-        mf.CPU_TERMS[stage] = replace(mf.CPU_TERMS[stage], fixed=int(fixed), per_unit=round(slope, 4))
-    return max(abs(s.total_bytes - measured[s.stage]) / max(0.10 * measured[s.stage], mf.CPU_NOISE_FLOOR)
+        terms[stage] = replace(terms[stage], fixed=int(fixed), per_unit=round(slope, 4))
+    return max(abs(s.total_bytes - measured[s.stage]) / max(0.10 * measured[s.stage], fitted.CPU.noise_floor)
                for _, f, measured in _runs(items) for s in f.stages)
 
 
 def main() -> int:
-    import models.forecast as mf
+    from models.forecast import fitted, stages
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", nargs="+", required=True, metavar="ROOT=RUN.json")
     parser.add_argument("--check", nargs="*", default=[], metavar="ROOT=RUN.json")
     args = parser.parse_args()
     # Headers and the tokenizer do not change between grid points: read them once.
-    mf.weight_bytes = functools.lru_cache(maxsize=None)(mf.weight_bytes)
-    mf.count_prompt_tokens = functools.lru_cache(maxsize=None)(mf.count_prompt_tokens)
+    stages.weight_bytes = functools.lru_cache(maxsize=None)(stages.weight_bytes)
+    stages.count_prompt_tokens = functools.lru_cache(maxsize=None)(stages.count_prompt_tokens)
     fit, check = _merged(args.fit), _merged(args.check)
     best = None
     for retained in [i / 10 for i in range(11)]:
         for retained_weights in [i / 10 for i in range(11)]:
-            mf.CPU_RETAINED, mf.CPU_RETAINED_WEIGHTS = retained, retained_weights
-            error = _fit_stages(mf, fit)
+            fitted.CPU = replace(fitted.CPU, retained=retained, retained_weights=retained_weights)
+            error = _fit_stages(fitted, fit)
             if best is None or error < best[0]:
-                best = (error, retained, retained_weights, dict(mf.CPU_TERMS))
-    _, mf.CPU_RETAINED, mf.CPU_RETAINED_WEIGHTS, terms = best
-    mf.CPU_TERMS.update(terms)
-    print(f"CPU_RETAINED = {mf.CPU_RETAINED}\nCPU_RETAINED_WEIGHTS = {mf.CPU_RETAINED_WEIGHTS}")
+                best = (error, retained, retained_weights, dict(fitted.CPU.terms))
+    _, retained, retained_weights, terms = best
+    fitted.CPU.terms.update(terms)
+    fitted.CPU = replace(fitted.CPU, retained=retained, retained_weights=retained_weights)
+    print(f"retained={retained},\nretained_weights={retained_weights},")
     for stage, term in terms.items():
         print(f'    "{stage}": StageTerm({term.fixed}, {term.per_unit}),')
     print(f"{'run':<40}{'stage':<18}{'predicted MiB':>14}{'measured MiB':>14}{'ratio':>7}")

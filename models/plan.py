@@ -141,9 +141,12 @@ def candidate_settings(params: GenerateParams, device: str, capability: tuple[in
     backends = [b for b in dict.fromkeys((asked["attention"], *ATTENTION_BACKENDS))
                 if allowed("attention", b) and attention_problem(b, device, capability) is None]
     caches = [c for c in dict.fromkeys((asked["step_cache"], None, "taylorseer")) if allowed("step_cache", c)]
+    compiles = (True, False)
+    if params.parallel > 1:  # a parallel run takes neither yet (models.params)
+        caches, compiles = [None], (False,)
     residencies = [False, True] if sequential is None else [sequential]
     found = [(s, {"attention": a, "compile": c, "quantize": q, "step_cache": k})
-             for s in residencies for q in precisions for a in backends for c in (True, False) for k in caches]
+             for s in residencies for q in precisions for a in backends for c in compiles for k in caches]
 
     def preference(item: tuple[bool, dict[str, Any]]) -> tuple:
         seq, values = item
@@ -247,7 +250,7 @@ def machine_check(kind: str, unified: bool, total_memory: int | None, name: str,
     """The walls of a run outside the queue (`models generate` / `forecast --plan`): MemAvailable now for what the
     host holds (host and device on a CPU or unified memory), the GPU's memory for a discrete GPU's side, each host
     wall counting the process's `startup` (learned; 0 when unknown). A job's walls add its budget, floor and limit
-    (`jobs.admission.plan_job`)."""
+    (`jobs.kinds.generate.plan_job`)."""
     shared = kind == "cpu" or unified
     walls = Walls(available, shared=shared, device_total=None if shared else total_memory, device_name=name)
 

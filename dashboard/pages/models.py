@@ -20,7 +20,8 @@ def main() -> None:
     entries, memory = data.models(tuple(str(r) for r in config.model_roots))
     hub = f" (the Hugging Face cache: `{config.hub_cache}`)" if config.hub_cache else ""
     st.caption("Under the model roots " + ", ".join(f"`{r}`" for r in config.model_roots) + hub + ". The fit "
-               f"weighs each checkpoint's weights at bf16 against {fmt.gib(memory.bytes, 1)} ({memory.where}): "
+               "weighs each checkpoint's weights at bf16 (a GGUF file's quantized ones as stored) against "
+               f"{fmt.gib(memory.bytes, 1)} ({memory.where}): "
                "*needs sequential residency* means one component at a time fits; the Run page's forecast adds "
                "what a run computes.")
     if not entries:

@@ -14,14 +14,14 @@ import pytest
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings
 from models.eta import NO_HISTORY, StageRecord, estimate, stage_work, time_left, total_seconds
-from models.forecast import CPU_NOISE_FLOOR, CUDA_TERMS, count_prompt_tokens, forecast_generate
+from models.forecast import count_prompt_tokens, fitted, forecast_generate
 from models.params import GenerateParams
 
 CPU = DeviceInfo("cpu", "cpu", None, "test CPU", True, 64 * 2**30, "cpu", "a CPU")
 H200 = DeviceInfo("cuda", "cuda", 0, "NVIDIA H200", False, int(139.8 * 2**30), "cuda-driver", "made up for a test")
 UNSEEN = GenerateParams(prompt="a red fox running through fresh snow at dawn", frames=124, height=256, width=160,
                         steps=3)
-"""Not one of the geometries CPU_TERMS was fitted on (frames x width x height: tiny 124 x 64x128, 158 x 96x160,
+"""Not one of the geometries the CPU terms (`models.forecast.fitted.CPU`) were fitted on (frames x width x height: tiny 124 x 64x128, 158 x 96x160,
 141 x 128x224; demo 124 x 288x160, 175 x 128x192), and large enough that decode's per-pixel terms carry most
 of its bytes."""
 UNSEEN_DEMO = GenerateParams(prompt=UNSEEN.prompt, frames=158, height=192, width=320, steps=3)
@@ -71,7 +71,7 @@ def test_the_forecast_is_within_10_percent_per_stage_of_a_measured_run_on_an_uns
     for stage in forecast.stages:
         measured = min(r[stage.stage] for r in runs)
         # 10 %, or the machine's own run-to-run floor where a stage is too small for 10 % to rise above it.
-        tolerance = max(0.10 * measured, CPU_NOISE_FLOOR)
+        tolerance = max(0.10 * measured, fitted.CPU.noise_floor)
         assert abs(stage.total_bytes - measured) <= tolerance, (stage.stage, stage.total_bytes, measured)
 
 
@@ -87,10 +87,10 @@ def test_on_cuda_the_forecast_adds_context_workspaces_and_each_stage_s_fitted_re
                                                      "text_encoder_cpu_offload", "image_encoder_cpu_offload",
                                                      "vae_cpu_offload")})
     f = forecast_generate(h3_tiny, UNSEEN, device_info=H200, settings=resident, sequential_components=True)
-    assert f.process_device_bytes == CUDA_TERMS.context
+    assert f.process_device_bytes == fitted.CUDA.context
     for s in f.stages:
         assert s.device_bytes == s.device_weight_bytes + s.activation_bytes + s.overhead_bytes
-        assert s.overhead_bytes == CUDA_TERMS.workspaces
+        assert s.overhead_bytes == fitted.CUDA.workspaces
         assert s.host_bytes == s.output_bytes  # every weight is on the device, no host copy
         assert s.total_bytes == s.host_bytes + s.device_bytes
     offloaded = forecast_generate(h3_tiny, UNSEEN, device_info=H200, settings=OffloadSettings(),
@@ -324,14 +324,14 @@ def test_an_image_s_text_rows_are_the_ones_diffusers_lays_out_within_the_process
     from PIL import Image
 
     from models.components import load_aux
-    from models.forecast import _vision_tokens
+    from models.forecast.drivers import vision_tokens
 
     processor = load_aux(h3_tiny, "processor")
     reference = MiniMaxH3ImageReference(image=Image.new("RGB", (width, height)))
     step = MiniMaxH3Ref2VATextEncoderStep()
     _, images, blocks, stamps = step._gather_vision_features(processor, [reference], 24.0)
     ids, _ = step._build_presentation(processor.tokenizer, "", [reference], images, blocks, stamps)
-    assert _vision_tokens(h3_tiny, [(1, height, width)]) == len(ids) > 0
+    assert vision_tokens(h3_tiny, [(1, height, width)]) == len(ids) > 0
 
 
 def _canvas_configs(model) -> tuple[int, int]:
@@ -346,7 +346,7 @@ def test_a_reference_clip_adds_its_encode_its_rows_and_its_decoded_frames(h3_tin
     process; a clip whose header cannot be read is not counted."""
     from dataclasses import replace
 
-    from models.forecast import CLIP_ENCODE, CUDA_STAGE_TERMS, clip_text_rows, reference_clip
+    from models.forecast import clip_text_rows, reference_clip
     from models.params import ModelSpec
 
     image = GenerateParams(prompt="a fox", frames=124, height=64, width=128, steps=2, workflow="ref2va",
@@ -357,7 +357,7 @@ def test_a_reference_clip_adds_its_encode_its_rows_and_its_decoded_frames(h3_tin
     model = ModelSpec.read(h3_tiny)
     clip = reference_clip(h3_tiny, model, both)
     pixels = clip.encoded_frames * clip.height * clip.width
-    term = CUDA_STAGE_TERMS[CLIP_ENCODE]
+    term = fitted.CUDA.stage_terms[fitted.CLIP_ENCODE]
     assert with_clip.stage("vae_encoder").activation_bytes == int(term.fixed + term.per_unit * pixels)
     assert with_clip.stage("vae_encoder").activation_bytes > plain.stage("vae_encoder").activation_bytes
     assert with_clip.process_host_bytes - plain.process_host_bytes == clip.decoded_bytes
@@ -378,7 +378,7 @@ def test_a_reference_clip_s_soundtrack_is_forecast_from_its_streams_as_declared(
     duration; the decode's moment of holding it twice is its own stage's peak, admitted like any stage."""
     from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3VideoReference
 
-    from jobs.admission import _generate_needs
+    from jobs.kinds.generate import GenerateKind, GenerateJobOptions
     from jobs.spec import JobSpec
     from models.clips import READ_CLIP
     from models.forecast import reference_clip
@@ -397,5 +397,6 @@ def test_a_reference_clip_s_soundtrack_is_forecast_from_its_streams_as_declared(
                                          device_info=CPU, settings=OffloadSettings()) for clip in (path, short))
     assert forecast.process_host_bytes - brief.process_host_bytes == 49 * 48000 * 2 * 4
     assert forecast.clip_decode_bytes == forecast.to_dict()["clip_decode_bytes"] == decoded.audio.nbytes
-    needs = _generate_needs(JobSpec("generate", str(h3_tiny), generate=params), CPU, None)[0]
+    needs = GenerateKind.forecast(JobSpec("generate", str(h3_tiny), options=GenerateJobOptions(generate=params)), CPU,
+                                  None).stages
     assert (needs[0].stage, needs[0].host) == (READ_CLIP, decoded.audio.nbytes)

@@ -1,16 +1,11 @@
-"""`--parallel N`: one generate over N local ranks through diffusers' context parallelism.
-
-On a CPU-only torch diffusers' `enable_parallelism` divides by `torch.accelerator.device_count()` (0) before any
-collective, so the runs here report one accelerator (the `one_accelerator` fixture, tests/conftest.py, in this
-process and in every rank); everything else, gloo collectives and diffusers' Ulysses attention included, runs as
-it is.
+"""`--parallel N`: one generate over N local ranks through diffusers' context parallelism: its refusals, its
+blocks per rank, its forecast per rank. The runs on 2 gloo ranks (frames against one process, a rank killed) are
+the job's: tests/jobs/test_kind_generate_parallel.py.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -96,70 +91,6 @@ def test_rank_0_runs_the_encoders_and_decoders_and_broadcasts_the_others_receive
             assert {c for r in rank_reads(reads, group).values() for c in r} == {"transformer"}
 
 
-@pytest.mark.slow
-def test_two_gloo_ranks_make_the_single_process_frames_and_report_every_rank(h3_tiny: Path, tmp_path: Path,
-                                                                              one_accelerator):
-    """fp32 (bf16's rounding, reordered by the split attention, grows over the steps on random weights): the frames
-    decoded from both MP4s differ by under 0.05 of a level on average, and fewer than 0.1% of values by more than 2
-    (the H.264 encode of near-equal frames)."""
-    import av
-    import numpy as np
-
-    from models.parallel import run_parallel_generate
-    from models.pipeline import run_generate
-
-    events, samples = [], []
-    result = run_parallel_generate(h3_tiny, PARALLEL, tmp_path / "parallel.mp4", device="cpu", dtype=torch.float32,
-                                   on_event=lambda rank, e: events.append((rank, e)),
-                                   on_sample=lambda rank, stage, s: samples.append((rank, stage)))
-    single = run_generate(h3_tiny, replace(PARALLEL, parallel=1), tmp_path / "single.mp4", dtype=torch.float32)
-
-    def frames(path: Path):
-        with av.open(str(path)) as container:
-            return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)]).astype(np.int16)
-
-    diff = np.abs(frames(tmp_path / "parallel.mp4") - frames(tmp_path / "single.mp4"))
-    assert diff.shape == (124, 64, 64, 3)
-    assert diff.mean() < 0.05 and (diff > 2).mean() < 1e-3
-    assert result.video_sha256 != single.video_sha256  # two computations, not one run's file twice
-
-    loads = {rank: [e.data["component"] for r, e in events if r == rank and e.kind == "load"] for rank in (0, 1)}
-    assert loads == {0: ["text_encoder", "transformer", "vae"], 1: ["transformer"]}
-    assert {e.message for _, e in events if e.kind == "note" and "context parallel" in e.message} == {
-        "transformer: context parallel: Ulysses over 2 ranks (gloo)"}
-    assert [e.data["step"] for r, e in events if r == 1 and e.kind == "step"] == [1, 2]
-    assert {(rank, stage) for rank, stage in samples} >= {(0, "denoise.denoise"), (1, "denoise.denoise"),
-                                                         (0, "decode.video")}
-    assert not any(rank == 1 and stage.startswith("decode") for rank, stage in samples)
-    assert [r["rank"] for r in result.ranks] == [0, 1]
-    assert "decode.video" in result.ranks[0]["stage_peaks"] and "decode.video" not in result.ranks[1]["stage_peaks"]
-    assert children() == []
-
-
-@pytest.mark.slow
-def test_a_rank_killed_mid_denoise_ends_the_run_naming_it_and_its_last_sample_and_stops_the_others(
-        h3_tiny: Path, tmp_path: Path, one_accelerator):
-    from models.parallel import ParallelRunError, run_parallel_generate
-
-    killed = []
-
-    def kill_rank_1(rank: int, event) -> None:
-        if rank == 1 and event.kind == "step" and not killed:
-            [pid] = [p for p in children() if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[-2:-1] == [b"1"]]
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-
-    started = time.monotonic()
-    with pytest.raises(ParallelRunError) as caught:
-        run_parallel_generate(h3_tiny, replace(PARALLEL, steps=40), tmp_path / "clip.mp4", device="cpu",
-                              on_event=kill_rank_1)
-    message = str(caught.value)
-    assert killed and message.startswith("rank 1 of 2 was killed (SIGKILL) (in stage denoise.denoise, step ")
-    assert "its last sample: RSS " in message and message.endswith("the other ranks were stopped")
-    assert children() == [] and not (tmp_path / "clip.mp4").exists()
-    assert time.monotonic() - started < 120
-
-
 @pytest.mark.parametrize("kind", ["cpu", "cuda"])
 def test_the_forecast_gives_each_rank_the_whole_dit_a_share_of_the_sequence_and_the_walls_every_rank(
         h3_tiny: Path, kind):
@@ -192,3 +123,46 @@ def test_the_forecast_gives_each_rank_the_whole_dit_a_share_of_the_sequence_and_
     assert joint.host_bytes == text0.host_bytes + text1.host_bytes
     assert joint.device_bytes == max(text0.device_bytes, text1.device_bytes)
     assert two.to_dict()["ranks"][1]["peak_bytes"] == other.peak_bytes > 0
+
+
+def _marked(mark: str) -> list[int]:
+    """Pids of the live processes whose environment holds `mark`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if mark.encode() in (proc / "environ").read_bytes() and _state(int(proc.name)) != "Z":
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_ranks_die_with_a_launcher_killed_while_they_start(h3_tiny: Path, tmp_path: Path, one_accelerator):
+    """SIGKILL reaches no rank through its parent: each asks to die with it (PR_SET_PDEATHSIG), and one whose
+    parent is already gone when it asks (still importing torch) exits by itself."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    mark = f"DRAINBOARD_TEST_MARK={uuid.uuid4().hex}"
+    code = ("import sys, torch; torch.accelerator.device_count = lambda: 1\n"
+            "from models.params import GenerateParams\nfrom models.parallel import run_parallel_generate\n"
+            f"run_parallel_generate(sys.argv[1], GenerateParams(**{replace(PARALLEL, steps=400).to_dict()!r}), sys.argv[2], device='cpu')")
+    launcher = subprocess.Popen([sys.executable, "-c", code, str(h3_tiny), str(tmp_path / "clip.mp4")],
+                                env={**os.environ, mark.split("=")[0]: mark.split("=")[1]},
+                                cwd=Path(__file__).resolve().parents[2])
+    deadline = time.monotonic() + 120
+    while len([p for p in _marked(mark) if p != launcher.pid]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len([p for p in _marked(mark) if p != launcher.pid]) == 2, "the ranks never started"
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait()
+    deadline = time.monotonic() + 60  # a rank left running would denoise 399 steps for minutes
+    while _marked(mark) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _marked(mark) == []

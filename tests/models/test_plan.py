@@ -68,6 +68,10 @@ def test_lossy_levers_are_candidates_only_when_allowed(monkeypatch: pytest.Monke
     assert {v["quantize"] for _, v in found} == {None, "int8"}  # fp8 and fp8 compute need CUDA 8.9
     h200 = candidate_settings(PARAMS, "cuda:0", (9, 0), lossy=True, sequential=True)
     assert {v["quantize"] for _, v in h200} == set(PRECISIONS)
+    from dataclasses import replace
+
+    parallel = candidate_settings(replace(PARAMS, parallel=2), "cpu", None, lossy=True, sequential=True)
+    assert {(v["compile"], v["step_cache"]) for _, v in parallel} == {(False, None)}  # not with --parallel yet
 
 
 def test_the_plan_picks_the_fastest_that_fits_by_history(h3_tiny: Path):
