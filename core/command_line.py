@@ -61,6 +61,18 @@ class CliParser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}", self.format_usage())
 
 
+class DeferredText:
+    """Text made only when a help page is printed, placed in an option's help as `%(name)s` with the option's
+    `name` attribute set to it: a command that must start light (`jobs list`) can describe what a heavy registry
+    holds (the placement modes import torch) without importing it to parse."""
+
+    def __init__(self, make: Callable[[], str]):
+        self._make = make
+
+    def __str__(self) -> str:
+        return self._make()
+
+
 def size_type(*, minimum: int = 1) -> Callable[[str], int]:
     """An argparse `type=` for sizes (`core.sizes` grammar): a bad size is a usage error naming the option."""
 

@@ -57,12 +57,13 @@ def draw_header() -> DeltaGenerator:
 def one_line_on_setup_error() -> Iterator[None]:
     """A bad setting or a refused job database (damaged, read-only, a directory, locked): the one line the CLIs
     print, in place of the page (no traceback)."""
+    from core.plugins import PluginError
     from storage.config import ConfigError
     from storage.connections import DatabaseRefusedError, refusal_error
 
     try:
         yield
-    except (ConfigError, DatabaseRefusedError) as e:
+    except (ConfigError, PluginError, DatabaseRefusedError) as e:
         st.error(str(e), icon=":material/error:")
     except sqlite3.DatabaseError as e:
         from dashboard import data

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from typing import Any
 
 import streamlit as st
@@ -19,12 +20,12 @@ from dashboard.views import eta as ev
 from dashboard.views import fit
 from dashboard.views.checkpoints import CheckpointChoice
 from dashboard.views.jobs import describe_supervisor
-from dashboard.views.run import DTYPES, field_label
+from dashboard.views.run import CHECKPOINT_DTYPE, field_label
 from dashboard.views.spec import field_errors
 from core.errors import DrainboardError
 from dashboard.views.plan import plan_markdown
 from models.plan import plan_note
-from jobs.admission import JobRefused, admit, assess, plan_job
+from jobs.admission import JobRefused, admit, assess
 from jobs.queue import queue_spec
 from jobs.spec import JobSpec, JobSpecError, build_spec
 from machine.device import DeviceInfo
@@ -51,7 +52,7 @@ def fit_panel(choice: CheckpointChoice | None, kind: str, component: str | None,
     notes = []
     if kind == "load" and guess.level == "over":
         peaks = fit.load_peaks(str(choice.path), component=component or None, device=device, roots=[choice.root],
-                               dtype=None if dtype == DTYPES[0] else dtype)
+                               dtype=None if dtype == CHECKPOINT_DTYPE else dtype)
         cheaper = fit.cheaper_mode(mode, peaks, int(found["need"]), guess.wall.allowance) if peaks else None
         if cheaper:
             notes.append(cheaper)
@@ -69,13 +70,12 @@ def admission(spec_json: str, db: str) -> dict | None:
     """jobs.admission.assess of a spec (as JSON, so it caches): the forecast, its refusal and seconds; with a plan,
     of the candidate the plan chooses, and the plan itself (`planned`)."""
     spec = JobSpec.from_dict(json.loads(spec_json))
-    if spec.plan is not None and spec.kind == "generate":
-        try:
-            spec, _ = plan_job(spec, data.config(), connect(db))
-        except (DrainboardError, ValueError, OSError):
-            pass  # a checkpoint the forecast cannot read: the Queue button's check names the file
+    try:  # forced: a plan that finds nothing that fits still says what it weighed
+        spec = spec.job_kind.prepare(replace(spec, forced=True), data.config(), connect(db))
+    except (DrainboardError, ValueError, OSError):
+        pass  # a checkpoint the forecast cannot read: the Queue button's check names the file
     found = assess(spec, data.config(), connect(db))
-    return None if found is None else found.to_dict() | {"planned": spec.planned}
+    return None if found is None else found.to_dict() | {"planned": getattr(spec.options, "planned", None)}
 
 
 def plan_panel(found: dict | None) -> None:

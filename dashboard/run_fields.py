@@ -18,11 +18,12 @@ from dashboard.inputs_panel import stage_plan_section, workflow_section
 from dashboard.views.checkpoints import CheckpointChoice, components_table, outside_roots
 from dashboard.views.run import FIELD_LABELS as LABEL
 from dashboard.views.run import (
-    DEFAULT_COMPONENT, DTYPES, GENERATE_FIELDS, KIND_LABELS, MODE_HELP, OFFERED_FLAGS, POLICY_DEFAULT, QUANTIZE_CHOICES,
-    QUANTIZE_NONE, STEP_CACHE_CHOICES, TRISTATE, VAE_DTYPE_CHOICES, generate_defaults, generate_geometry,
+    DEFAULT_COMPONENT, GENERATE_FIELDS, OFFERED_FLAGS, POLICY_DEFAULT, QUANTIZE_CHOICES,
+    QUANTIZE_NONE, STEP_CACHE_CHOICES, TRISTATE, VAE_DTYPE_CHOICES, dtype_choices, generate_defaults, generate_geometry,
     lora_scale_field, offload_preview, offload_summary, quantize_value,
 )
-from jobs.kinds import kind_names
+from jobs.kinds import FormField, get_kind, kind_names
+from loader.placement import placement_class, placement_classes
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings
 from models.params import MAX_PARALLEL
@@ -33,7 +34,6 @@ from models.quantize_check import cuda_capability, quantization_problem, torchao
 from models.workflows import WORKFLOWS
 
 DEFAULT_PROMPT = "a red fox trotting through fresh snow at dawn, soft light"
-MODES = ("stream", "drain", "retain")
 KNOBS = ("vae_tiling", "vae_dtype", "quantize", "attention", "compile", "step_cache")
 """The generate fields knob_fields draws (and shows the messages of)."""
 
@@ -89,17 +89,17 @@ def component_field(choice: CheckpointChoice | None) -> str | None:
 
 def job_fields() -> tuple[str, str]:
     """Job kind and placement mode (neither can be un-selected)."""
-    names = kind_names()
-    kinds = [k for k in KIND_LABELS if k in names] + [k for k in names if k not in KIND_LABELS]
+    kinds = sorted(kind_names(), key=lambda k: (k != "load", k))  # the page's default first
     seed("kind", "load", kinds)
-    seed("mode", "stream", MODES)
+    modes = [cls.name for cls in placement_classes()]
+    seed("mode", "stream", modes)
     keep(["kind", "mode"])  # keep_selection restores these
     kind = st.segmented_control(
-        LABEL["kind"], kinds, format_func=lambda k: KIND_LABELS.get(k, k), key=key("kind"), on_change=keep_selection, args=("kind",)
+        LABEL["kind"], kinds, format_func=lambda k: get_kind(k).label or k, key=key("kind"), on_change=keep_selection, args=("kind",)
     )
     show_errors("kind")
-    mode = st.segmented_control(LABEL["mode"], MODES, key=key("mode"), on_change=keep_selection, args=("mode",))
-    st.caption(MODE_HELP[mode])
+    mode = st.segmented_control(LABEL["mode"], modes, key=key("mode"), on_change=keep_selection, args=("mode",))
+    st.caption(placement_class(mode).describe())
     show_errors("mode")
     return kind, mode
 
@@ -107,14 +107,15 @@ def job_fields() -> tuple[str, str]:
 def device_fields(devices: list[DeviceInfo]) -> tuple[DeviceInfo, str]:
     by_spec = {d.spec: d for d in devices}
     seed("device", devices[0].spec, list(by_spec))
-    seed("dtype", DTYPES[0], DTYPES)
+    dtypes = dtype_choices()
+    seed("dtype", dtypes[0], dtypes)
     left, right = st.columns(2)
     spec = left.selectbox(
         LABEL["device"], list(by_spec), key=key("device"),
         format_func=lambda s: f"{s} — {by_spec[s].name}" + (" (unified memory)" if by_spec[s].unified_memory and by_spec[s].kind != "cpu" else ""),
     )
     show_errors("device")
-    dtype = right.selectbox(LABEL["dtype"], DTYPES, key=key("dtype"), help="Target dtype; the checkpoint's own keeps bytes unchanged.")
+    dtype = right.selectbox(LABEL["dtype"], dtypes, key=key("dtype"), help="Target dtype; the checkpoint's own keeps bytes unchanged.")
     show_errors("dtype")
     return by_spec[spec], dtype
 
@@ -186,6 +187,40 @@ def guard_fields(kind: str, mode: str, gpus: int) -> dict[str, Any]:
             "peak is the largest stage, not the sum (the default: on for unified memory).",
         )
     return raw
+
+
+SECTIONS = ("load", "generate")
+"""The kinds this form draws sections of its own for (`guard_fields`, `generate_fields`, `plan_fields`); any other
+kind's options are drawn from its `form_fields`."""
+
+
+def kind_option_fields(kind: str) -> dict[str, Any]:
+    """A kind's own options as it declares them (`JobKind.form_fields`), as raw spec fields: a selectbox of its
+    choices, else a checkbox, a whole number or a line of text after the option's default."""
+    declared = get_kind(kind)
+    if kind in SECTIONS or not declared.form_fields:
+        return {}
+    if declared.summary:
+        st.caption(declared.summary[:1].upper() + declared.summary[1:] + ".")
+    defaults = {name: getattr(declared.options(), name) for name in declared.option_names()}
+    return {f.name: _option_widget(f, defaults.get(f.name)) for f in declared.form_fields}
+
+
+def _option_widget(field: FormField, default: Any) -> Any:
+    """One declared option's widget, seeded with its default, its messages under it (an empty line of text is an
+    option left unset)."""
+    textual = not field.choices and not isinstance(default, (bool, int))
+    seed(field.name, "" if textual and default is None else default, list(field.choices) or None)
+    if field.choices:
+        value = st.selectbox(field.label, list(field.choices), key=key(field.name), help=field.help or None)
+    elif isinstance(default, bool):
+        value = st.checkbox(field.label, key=key(field.name), help=field.help or None)
+    elif isinstance(default, int):
+        value = st.number_input(field.label, step=1, key=key(field.name), help=field.help or None)
+    else:
+        value = st.text_input(field.label, key=key(field.name), help=field.help or None) or default
+    show_errors(field.name)
+    return value
 
 
 def policy_choice(field: str, label: str, help: str) -> bool | None:

@@ -5,8 +5,9 @@ memory"): its process's start-up (what system in use grows by from the job's
 start to its first weight, learned from this machine's past jobs:
 `models.process_size`) plus what the stage holds. The memory guard's budget
 counts exactly that growth, so "fits" here is "not stopped by the guard" there.
-The forecast (a generate's per stage, `models.forecast_generate`; a load's,
-`loader.forecast_load`) is checked against every wall that applies:
+The forecast, the job kind's own (`JobKind.forecast`: a generate's per stage,
+`models.forecast_generate`; a load's, `loader.forecast_load`), is checked
+against every wall that applies:
 
 - the memory budget: growth of system in use over the job's start (host memory;
   host + device on unified memory, where CUDA allocations count too);
@@ -29,7 +30,7 @@ measured, and the limit a retry needs.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
 import sqlite_utils
@@ -51,6 +52,22 @@ class JobRefused(DrainboardError):
     def __init__(self, message: str, admission: "Admission | None" = None):
         super().__init__(message)
         self.admission = admission
+
+
+@dataclass(frozen=True)
+class KindForecast:
+    """What a job kind forecasts for the submit check (`JobKind.forecast`)."""
+
+    stages: list[StageNeed]
+    """Per stage, in run order."""
+    process_host: int = 0
+    """Host bytes the job's process holds beyond its learned start-up (CUDA's libraries, a decoded clip)."""
+    process_device: int = 0
+    """Device bytes the process holds (the CUDA context)."""
+    eta: list[dict[str, Any]] = field(default_factory=list)
+    """Seconds per stage (`models.eta.StageEta` dicts), from this machine's history."""
+    work: dict[str, float] = field(default_factory=dict)
+    """Work per stage (what history records)."""
 
 
 @dataclass(frozen=True)
@@ -106,14 +123,12 @@ def assess(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = Non
 
     info = probe(spec.device)
     try:
-        if spec.kind == "generate":
-            needs, extra_host, process_device, eta, work = _generate_needs(spec, info, db)
-        elif spec.kind == "load" and spec.gpus == 1:
-            needs, extra_host, process_device, eta, work = _load_needs(spec, info), 0, 0, [], {}
-        else:
-            return None
+        forecast = spec.job_kind.forecast(spec, info, db)
     except (DrainboardError, ValueError, OSError):
         return None  # a checkpoint the forecast cannot read: the job itself reports it, naming the file
+    if forecast is None:
+        return None
+    needs, extra_host, process_device = forecast.stages, forecast.process_host, forecast.process_device
     device = device_key(info.kind, info.name)
     process = learned_process(spec.kind, device, db)
     # Without history, what the forecast adds still counts; a parallel generate is its child and N ranks, each a
@@ -133,8 +148,8 @@ def assess(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = Non
     refusal = verdict(nearest, wall_needs[nearest.wall]) if nearest is not None and nearest.over else None
     peak = max((n.host + n.device for n in needs), default=0)
     whole = None if process.ready_bytes is None else process.ready_bytes + extra_host + process_device + peak
-    return Admission(needs, startup, process.to_dict(), process_device, refusal, eta, work, device, nearest,
-                     wall_needs, whole)
+    return Admission(needs, startup, process.to_dict(), process_device, refusal, forecast.eta, forecast.work, device,
+                     nearest, wall_needs, whole)
 
 
 def learned_process(kind: str, device: str, db: sqlite_utils.Database | None):
@@ -168,17 +183,10 @@ def remedy(wall: str, need: int, *, cli: bool) -> str:
 
 
 def admit(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = None, **kwargs) -> JobSpec:
-    """`spec` with its forecast attached, or JobRefused (one line) when it cannot fit and is not forced. A spec
-    with `plan` runs as its plan chooses (`plan_job`); one whose plan finds nothing that fits is refused with
-    the plan's line."""
-    if spec.plan is not None and spec.kind == "generate":
-        try:
-            spec, plan = plan_job(spec, config, db, **kwargs)
-        except (DrainboardError, ValueError, OSError):
-            plan = None  # a checkpoint the forecast cannot read: the job itself reports it, naming the file
-        if plan is not None and plan.choice is None and not spec.forced:
-            first = plan.candidates[0] if plan.candidates else None
-            raise JobRefused(plan.why + (f": {remedy(first.wall_name, first.need, cli=True)}" if first else ""))
+    """`spec` with its forecast attached, or JobRefused (one line) when it cannot fit and is not forced. The kind
+    prepares the spec first (`JobKind.prepare`: a generate with `plan` runs as its plan chooses, and one whose
+    plan finds nothing that fits is refused with the plan's line)."""
+    spec = spec.job_kind.prepare(spec, config, db, **kwargs)
     admission = assess(spec, config, db, **kwargs)
     if admission is None:
         return spec
@@ -189,87 +197,10 @@ def admit(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = None
 
 
 def processes(spec: JobSpec) -> int:
-    """The processes a job runs: its child, and for a parallel generate (`generate.parallel` > 1) its ranks too."""
-    ranks = spec.generate.parallel if spec.kind == "generate" and spec.generate is not None else 1
+    """The processes a job runs: its child, and its ranks too when it runs several (`JobKind.ranks`: a parallel
+    generate's)."""
+    ranks = spec.job_kind.ranks(spec)
     return 1 + ranks if ranks > 1 else 1
-
-
-def _generate_needs(spec: JobSpec, info: DeviceInfo, db):
-    from jobs.history import stage_records
-    from models.eta import device_key, estimate, stage_work
-    from models.levers import lever_key
-    from models.lora_inputs import lora_key
-    from models.plan import stage_needs
-
-    forecast = _generate_forecast(spec, info)
-    needs = stage_needs(forecast)
-    work = stage_work(forecast)
-    records = stage_records(db) if db is not None else []
-    values = spec.generate.to_dict()
-    eta = [e.to_dict() for e in estimate(work, records, device_key(info.kind, info.name), lever_key(values),
-                                         lora_key(values))]
-    return needs, forecast.process_host_bytes, forecast.process_device_bytes, eta, work
-
-
-def _generate_forecast(spec: JobSpec, info: DeviceInfo):
-    """The forecast of a generate spec under the offload policy's answer for it."""
-    from loader.dtypes import parse_dtype
-    from models.forecast import forecast_generate, resolve_for_generate
-
-    dtype = parse_dtype(spec.dtype) if spec.dtype else None
-    dtype_bytes = dtype.itemsize if dtype is not None else 2
-    settings, _ = resolve_for_generate(spec.model, spec.generate, spec.offload, info, user_set=spec.offload_set,
-                                       dtype_bytes=dtype_bytes, sequential_components=spec.sequential_components)
-    return forecast_generate(spec.model, spec.generate, device_info=info, settings=settings,
-                             dtype_bytes=dtype_bytes, sequential_components=spec.sequential_components,
-                             resolved=True)
-
-
-def plan_job(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = None, *, probe: Probe = probe_device,
-             available: int | None = None, total: int | None = None):
-    """`spec`'s `--plan fastest`: every candidate (`models.plan`) forecast against the job's own walls and timed
-    from this machine's history. Returns (the spec as the chosen candidate runs it, with the plan recorded in
-    `planned`; the Plan). With no candidate that fits, the spec is the request as given."""
-    from jobs.guard import read_meminfo
-    from jobs.history import stage_records
-    from models.eta import device_key
-    from models.plan import plan_fastest, planned, stage_needs, startup_words
-    from models.quantize_check import cuda_capability
-
-    info = probe(spec.device)
-    if available is None or total is None:
-        reading = read_meminfo()
-        available = reading.available if available is None else available
-        total = reading.total if total is None else total
-
-    def forecast_for(params, sequential: bool):
-        return _generate_forecast(replace(spec, generate=params, sequential_components=sequential), info)
-
-    process = learned_process("generate", device_key(info.kind, info.name), db)
-
-    def check(forecast):
-        return wall_checks(spec, config, info, stage_needs(forecast),
-                           (process.startup_bytes or 0) * processes(spec) + forecast.process_host_bytes,
-                           forecast.process_device_bytes, available, total)
-
-    plan = plan_fastest(spec.generate, device=spec.device, capability=cuda_capability(info.kind, info.index),
-                        device_key=device_key(info.kind, info.name), forecast_for=forecast_for, check=check,
-                        records=stage_records(db) if db is not None else [],
-                        startup=startup_words(process.startup_bytes, process.basis), lossy=spec.plan_lossy,
-                        sequential=spec.sequential_components)
-    if plan.choice is None:
-        return replace(spec, planned=plan.to_dict()), plan
-    params, sequential = planned(spec.generate, plan)
-    return replace(spec, generate=params, sequential_components=sequential, planned=plan.to_dict()), plan
-
-
-def _load_needs(spec: JobSpec, info: DeviceInfo) -> list[StageNeed]:
-    from loader.forecast import forecast_load
-
-    f = forecast_load(spec.model, component=spec.component, mode=spec.mode, device=spec.device, dtype=spec.dtype,
-                      device_info=info)
-    on_device = f.model_bytes if info.kind != "cpu" else 0
-    return [StageNeed(f"load.{f.component}", f.predicted_peak_bytes - on_device, on_device, f.mapped_bytes)]
 
 
 def wall_checks(spec: JobSpec, config: Config, info: DeviceInfo, needs: list[StageNeed], startup: int,

@@ -88,7 +88,7 @@ def _run(job_id: int, reporter: Reporter, data_dir: Path, config: Config) -> int
         return EXIT_INVALID_SPEC
     try:
         spec = JobSpec.from_dict(raw)
-        run = get_kind(spec.kind)
+        run = get_kind(spec.kind).run
     except (TypeError, ValueError, KeyError) as e:
         reporter.error(f"invalid spec: {e}", None)
         return EXIT_INVALID_SPEC

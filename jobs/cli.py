@@ -20,19 +20,17 @@ from typing import Any, Callable
 import sqlite_utils
 
 from jobs.documents import job_document, print_job, print_job_table
-from jobs.kinds import kind_names
+from jobs.kinds import get_kind, kind_names
 from jobs.queue import cancel, clear_queue, move_to_front, retry, submit
 from jobs.stage_words import progress_text
 from jobs.errors import JobSpecError
-from machine.advice import warn_about_mode
-from core.command_line import CliParser, dtype_type, run_cli
+from core.command_line import CliParser, DeferredText, dtype_type, run_cli
 from machine.offload_option import add_offload_option
-from core.dtype_names import DTYPE_HELP
+from core.dtype_names import dtype_help
 from core.diskspace import free_bytes, is_disk_full
 from core.errors import DiskFullError
 from core.sizes import MAX_SIZE
 from loader.process import configure_process
-from models.request_args import add_plan_arguments, add_workflow_arguments, workflow_fields
 from storage.config import Config, load_config
 from storage.connections import is_database_full, refusal_error
 from storage.queries import get_job, job_table, list_jobs
@@ -97,6 +95,8 @@ def _with_database(run: Command | None = None, *, read_only: bool = False):
 
 @_with_database
 def _submit(args: argparse.Namespace, config: Config, db: sqlite_utils.Database) -> int:
+    from loader.placement.advice import warn_about_mode
+
     job_id = submit(db, _raw_spec(args), config)
     warn_about_mode(args.mode, args.device)
     planned = (get_job(db, job_id).get("spec") or {}).get("planned")
@@ -241,27 +241,15 @@ def _say(line: str) -> None:
 
 
 def _raw_spec(args: argparse.Namespace) -> dict[str, Any]:
-    """The spec fields as typed: `build_spec` checks them all at once, naming each bad field."""
+    """The spec fields as typed, the kind's own from its flags (`JobKind.arguments`): `build_spec` checks them all
+    at once, naming each bad field."""
     raw: dict[str, Any] = {
         "kind": args.kind, "model": args.model, "component": args.component, "mode": args.mode,
         "device": args.device, "dtype": args.dtype, "sample_every": args.sample_every,
         "memory_limit": args.memory_limit, "memory_budget": args.memory_budget, "memory_floor": args.memory_floor,
-        "drop_page_cache": args.drop_page_cache, "gpus": args.gpus, "offload": args.offload,
-        "forced": args.force,
+        "gpus": args.gpus, "offload": args.offload, "forced": args.force,
     }
-    if args.kind == "load" and args.skeleton:
-        raw["skeleton"] = True
-    if args.kind == "generate":
-        raw["sequential_components"] = args.sequential_components
-        params: dict[str, Any] = {"prompt": args.prompt, "audio": not args.no_audio}
-        for name in ("frames", "height", "width", "steps", "seed"):
-            if getattr(args, name) is not None:
-                params[name] = getattr(args, name)
-        params.update(workflow_fields(args))
-        raw["generate"] = params
-        if args.plan:
-            raw["plan"], raw["plan_lossy"] = args.plan, args.allow_lossy
-    return raw
+    return raw | get_kind(args.kind).arguments(args)
 
 
 def _positive_int(text: str) -> int:
@@ -309,42 +297,37 @@ def _add_command(commands: argparse._SubParsersAction, name: str, run: Callable[
 
 
 def _add_submit(commands: argparse._SubParsersAction) -> None:
+    """`submit KIND`, one per registered kind: the flags every job has, then the kind's own."""
     submit_parser = commands.add_parser("submit", help="queue a job", description="Queue a job.", epilog=EXAMPLES)
     kinds = submit_parser.add_subparsers(dest="kind", required=True, metavar="KIND")
-    load = _add_command(kinds, "load", _submit, "load a checkpoint and record memory per tensor",
-                        "python -m jobs submit load --model data/models/demo --mode drain --wait")
-    _add_spec_options(load)
-    load.add_argument("--skeleton", action="store_true",
-                      help="load the tensors as a generic checkpoint, even where the config names a known class")
-    generate = _add_command(kinds, "generate", _submit, "generate a clip with MiniMax H3 (t2va, fl2va or ref2va)",
-                            'python -m jobs submit generate --model data/models/demo --prompt "a fox" --steps 4')
-    _add_spec_options(generate)
-    generate.add_argument("--prompt", required=True, help="what the clip shows")
-    for name, default in (("frames", "124, 5 s at 24 fps"), ("height", "the checkpoint's canvas"),
-                          ("width", "the checkpoint's canvas"), ("steps", "the scheduler config's, else 50; N steps make N - 1 DiT calls"),
-                          ("seed", "0")):
-        generate.add_argument(f"--{name}", metavar="N", help=f"(default: {default})")
-    generate.add_argument("--no-audio", action="store_true", help="skip the stereo soundtrack")
-    add_workflow_arguments(generate)
-    add_plan_arguments(generate)
-    generate.add_argument("--sequential-components", action=argparse.BooleanOptionalAction,
-                          help="load, run and free one component at a time (default: the policy's)")
+    for name in kind_names():
+        kind = get_kind(name)
+        command = _add_command(kinds, name, _submit, kind.summary or name,
+                               kind.example or f"python -m jobs submit {name} --model data/models/demo")
+        _add_spec_options(command)
+        kind.add_arguments(command)
+
+
+def _modes_help() -> str:
+    """The placement modes described, read from their registry only when help is printed (it imports torch)."""
+    from loader.placement import modes_help
+
+    return modes_help()
 
 
 def _add_spec_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="checkpoint file or folder under a model root")
     parser.add_argument("--component", help="component of a model folder, e.g. transformer (checked at submit)")
-    parser.add_argument("--mode", default="stream", help="placement mode: stream (default), drain or retain")
+    mode = parser.add_argument("--mode", default="stream", help="placement mode (default: stream): %(modes)s")
+    mode.modes = DeferredText(_modes_help)
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default cpu; checked at submit)")
-    parser.add_argument("--dtype", type=dtype_type, help=f"{DTYPE_HELP} (default: the checkpoint's)")
+    parser.add_argument("--dtype", type=dtype_type, help=f"{dtype_help()} (default: the checkpoint's)")
     parser.add_argument("--sample-every", default=1, metavar="N", help="record a memory sample every N tensors (default 1)")
     parser.add_argument("--memory-limit", metavar="SIZE", help="memory cgroup limit for the job, such as 700MB or 4GiB")
     parser.add_argument("--memory-budget", metavar="SIZE",
                         help="memory guard: stop the job once system in use grew this much over its start, e.g. 0.5GiB")
     parser.add_argument("--memory-floor", metavar="SIZE",
                         help="memory guard: stop the job once MemAvailable falls below this (default: configured)")
-    parser.add_argument("--drop-page-cache", action=argparse.BooleanOptionalAction,
-                        help="drop each shard's page cache once placed (default: the policy's)")
     parser.add_argument("--gpus", default=1, metavar="N", help="number of GPUs (default 1)")
     add_offload_option(parser)
     parser.add_argument("--wait", action="store_true",

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 def decide_offload(spec: JobSpec, ctx: JobContext) -> tuple["DeviceInfo", "OffloadSettings", list["OffloadDecision"]]:
     """Probe `spec.device` and resolve `spec.offload` for it, once, in a `probe` stage.
 
-    A generate on a discrete GPU is resolved against its forecast (`models.forecast.policy_fit`, over the
+    The kind resolves it (`JobKind.resolve_offload`): a generate on a discrete GPU is resolved against its forecast (`models.forecast.policy_fit`, over the
     workflow's components at the size the run holds them: a quantized DiT at its int8 / fp8 bytes): the
     flags the user did not set keep each component resident where it fits. The device and every policy
     decision become job events, so the dashboard can say why; every later site reads the returned settings.
@@ -33,17 +33,7 @@ def decide_offload(spec: JobSpec, ctx: JobContext) -> tuple["DeviceInfo", "Offlo
 
 
 def job_offload(spec: JobSpec, device: "DeviceInfo") -> tuple["OffloadSettings", list["OffloadDecision"]]:
-    """What the job will use on `device`, as its probe stage decides it (and the Run page previews it): a generate
-    fit-aware against its forecast on a discrete GPU (`models.forecast.resolve_for_generate`), the plain rules
-    otherwise."""
-    from machine.offload import resolve_offload
-
-    if spec.kind == "generate" and spec.generate is not None:
-        from loader.dtypes import parse_dtype
-        from models.forecast import resolve_for_generate
-
-        dtype = parse_dtype(spec.dtype) if spec.dtype else None
-        return resolve_for_generate(spec.model, spec.generate, spec.offload, device, user_set=spec.offload_set,
-                                    dtype_bytes=dtype.itemsize if dtype else 2,
-                                    sequential_components=spec.sequential_components)
-    return resolve_offload(spec.offload, device)
+    """What the job will use on `device`, as its probe stage decides it (and the Run page previews it): its kind's
+    answer (`JobKind.resolve_offload`: a generate fit-aware against its forecast on a discrete GPU), the plain
+    rules otherwise."""
+    return spec.job_kind.resolve_offload(spec, device)

@@ -43,7 +43,7 @@ def submit(db: sqlite_utils.Database, raw: Mapping[str, Any], config: Config) ->
 def queue_spec(db: sqlite_utils.Database, spec: JobSpec, data_dir: str | Path, *, retry_of: int | None = None) -> int:
     """Queue a validated spec; a generate job's input files (images, a clip) are copied into its folder in the same
     transaction (`jobs.input_copies`), so no worker claims it before they are there. Returns the job id."""
-    files = spec.generate.input_files() if spec.generate is not None else {}
+    files = spec.job_kind.input_files(spec)
     if not files:
         return enqueue(db, spec, retry_of=retry_of)
     from jobs.input_copies import copy_inputs

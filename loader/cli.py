@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from machine.advice import warn_about_mode
+from .placement.advice import warn_about_mode
 from .api import load_checkpoint
 from .options import LoadOptions
 from .checkpoint import discover_checkpoint
@@ -22,9 +22,9 @@ from core.sizes import format_size
 from core.errors import PlacementError
 from machine import device_cli
 from core.command_line import CliParser, dtype_type, run_cli
-from core.dtype_names import DTYPE_HELP
-from .placement import known_placements
-from .model_registry import load_builder_plugins
+from core.dtype_names import dtype_help
+from .placement import known_placements, modes_help
+from .model_registry import load_model_builders
 from .process import configure_process
 from .report import TensorPlaced
 
@@ -120,7 +120,7 @@ def _load(args: argparse.Namespace) -> int:
     configure_process(args.device)
     progress = _ProgressBar() if sys.stderr.isatty() else None
     if args.builder_plugins:
-        load_builder_plugins()
+        load_model_builders()
     warn_about_mode(args.mode, args.device)
     module, report = load_checkpoint(
         args.path,
@@ -166,9 +166,10 @@ def _add_load_options(parser: argparse.ArgumentParser) -> None:
     """The options `load` and `forecast` share: what to load, how and where."""
     parser.add_argument("path", help="model folder, component folder or .safetensors file")
     parser.add_argument("--component", help="component of a model folder (default: the only one, or transformer)")
-    parser.add_argument("--mode", default="stream", choices=known_placements(), help="placement mode (default: stream)")
+    parser.add_argument("--mode", default="stream", choices=known_placements(), metavar="MODE",
+                        help=f"placement mode (default: stream): {modes_help()}")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
-    parser.add_argument("--dtype", type=dtype_type, help=f"target dtype: {DTYPE_HELP} (default: the checkpoint's)")
+    parser.add_argument("--dtype", type=dtype_type, help=f"target dtype: {dtype_help()} (default: the checkpoint's)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     _add_root_option(parser)
 
@@ -238,9 +239,8 @@ def _add_root_option(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None, *, builder_plugins: bool = False) -> int:
-    """Run the command line; `builder_plugins` (what `python -m loader` passes) first loads the model
-    builder plugins of the `loader_plugins` namespace (`model_registry.load_builder_plugins`), so `load`
-    builds their classes."""
+    """Run the command line; `builder_plugins` (what `python -m loader` passes) first registers the plugins'
+    model classes (`model_registry.load_model_builders`), so `load` builds their classes."""
     configure_process()
     parser = build_parser()
     parser.set_defaults(builder_plugins=builder_plugins)

@@ -13,7 +13,7 @@ from typing import Mapping
 
 import torch
 
-from core.dtype_names import DTYPE_ALIASES
+from core.dtype_names import dtype_aliases
 from core.errors import PlacementError
 
 SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
@@ -35,8 +35,6 @@ SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
 }
 """safetensors header dtype name -> torch dtype (the ones torch can hold)."""
 
-_ALIASES: dict[str, torch.dtype] = {alias: getattr(torch, name) for alias, name in DTYPE_ALIASES.items()}
-"""Every accepted dtype name (`core.dtype_names`) -> its torch dtype."""
 
 
 def itemsize(safetensors_dtype: str) -> int:
@@ -45,13 +43,14 @@ def itemsize(safetensors_dtype: str) -> int:
 
 
 def parse_dtype(value: str | torch.dtype | None) -> torch.dtype | None:
-    """`bf16`/`fp16`/`fp32` (and their long names) or a torch dtype; None stays None."""
+    """A name of the one vocabulary (`core.dtype_names`: `bf16`, `bfloat16`, ...) or a torch dtype; None stays None."""
     if value is None or isinstance(value, torch.dtype):
         return value
+    aliases = dtype_aliases()
     try:
-        return _ALIASES[value.lower()]
+        return getattr(torch, aliases[value.lower()])
     except KeyError:
-        raise PlacementError(f"unknown dtype {value!r}; known: {', '.join(sorted(_ALIASES))}") from None
+        raise PlacementError(f"unknown dtype {value!r}; known: {', '.join(sorted(aliases))}") from None
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ from core.command_line import CliParser, dtype_type, run_cli, size_type
 from core.errors import DrainboardError
 from core.sizes import format_size
 from machine.offload_option import add_offload_option
-from core.dtype_names import DTYPE_HELP
+from core.dtype_names import dtype_help
 from machine.offload import OffloadSettings
-from loader.placement import known_placements
+from loader.placement import known_placements, modes_help
 from loader.process import configure_process
 
 from .params import GenerateParams
@@ -269,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     synth.add_argument("out", help="model folder to write")
     synth.add_argument("--profile", default="demo", choices=list(PROFILES), help="model size (default: demo)")
-    synth.add_argument("--dtype", default="bfloat16", type=dtype_type, help=f"stored dtype: {DTYPE_HELP} (default: bfloat16)")
+    synth.add_argument("--dtype", default="bfloat16", type=dtype_type, help=f"stored dtype: {dtype_help()} (default: bfloat16)")
     synth.add_argument("--shard-size", type=size_type(), default=None, metavar="SIZE",
                        help="max shard size, such as 5GB or 0.5GiB (default: the profile's: 5GB; 16MiB for demo,"
                             " 1MiB for tiny)")
@@ -302,8 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_plan_arguments(gen)
     add_history_argument(gen)
     gen.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
-    gen.add_argument("--dtype", type=dtype_type, help=f"compute dtype: {DTYPE_HELP} (default: bfloat16, fp32 modules kept)")
-    gen.add_argument("--mode", default="stream", choices=known_placements(), help="loader placement mode (default: stream)")
+    gen.add_argument("--dtype", type=dtype_type, help=f"compute dtype: {dtype_help()} (default: bfloat16, fp32 modules kept)")
+    gen.add_argument("--mode", default="stream", choices=known_placements(), metavar="MODE",
+                     help=f"loader placement mode (default: stream): {modes_help()}")
     add_offload_option(gen)
     gen.add_argument("--sequential-components", action=argparse.BooleanOptionalAction, default=None,
                      help="load each component before its first block, release it after its last"
@@ -330,8 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_workflow_arguments(fc)
     add_plan_arguments(fc)
     fc.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps; probed without a CUDA context")
-    fc.add_argument("--dtype", default="bfloat16", type=dtype_type, help=f"compute dtype: {DTYPE_HELP} (default: bfloat16)")
-    fc.add_argument("--mode", default="stream", choices=known_placements(),
+    fc.add_argument("--dtype", default="bfloat16", type=dtype_type, help=f"compute dtype: {dtype_help()} (default: bfloat16)")
+    fc.add_argument("--mode", default="stream", choices=known_placements(), metavar="MODE",
                     help="loader placement mode, as generate takes it (the stages' peaks do not depend on it)")
     add_offload_option(fc)
     fc.add_argument("--sequential-components", action=argparse.BooleanOptionalAction, default=None,

@@ -51,6 +51,11 @@ STOP_GRACE_S = 10.0
 """Seconds the other ranks get to end on SIGTERM before SIGKILL, once one has died or the run is cancelled."""
 
 
+PARENT_ENV = "DRAINBOARD_RANKS_PARENT"
+"""The pid of the process that started the ranks: a rank whose parent is another one by the time it can ask to die
+with it (PR_SET_PDEATHSIG) exits at once."""
+
+
 class ParallelRunError(DrainboardError):
     """A rank of a parallel generate failed or died; the message names it, its stage and its last sample."""
 
@@ -164,7 +169,7 @@ def _free_port() -> int:
 
 def _start_ranks(folder: Path, world: int, device: str) -> list[subprocess.Popen]:
     env = {**NCCL_ENV, **os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
-           "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world)}
+           "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world), PARENT_ENV: str(os.getpid())}
     if device == "cpu":
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world)))
     package_root = str(Path(__file__).resolve().parents[1])  # the folder holding `models/`
@@ -245,14 +250,15 @@ class _Lines:
 
 def rank_main(folder: Path, rank: int) -> int:
     """One rank: join the group, run the request with this rank's `RankGroup`, write the result or the error."""
-    import torch.distributed as dist
-
     from machine.lifetime import die_with_parent
+
+    die_with_parent()
+    if os.getppid() != int(os.environ[PARENT_ENV]):
+        return 1  # the parent died while this rank imported torch, before it could ask to follow it
+    import torch.distributed as dist
 
     from .context_parallel import RankGroup
     from .pipeline import run_generate
-
-    die_with_parent()
     request = json.loads((folder / "request.json").read_text())
     world = int(os.environ["WORLD_SIZE"])
     device = torch.device("cuda", rank) if request["device"] == "cuda" else torch.device("cpu")

@@ -250,7 +250,7 @@ def machine_check(kind: str, unified: bool, total_memory: int | None, name: str,
     """The walls of a run outside the queue (`models generate` / `forecast --plan`): MemAvailable now for what the
     host holds (host and device on a CPU or unified memory), the GPU's memory for a discrete GPU's side, each host
     wall counting the process's `startup` (learned; 0 when unknown). A job's walls add its budget, floor and limit
-    (`jobs.admission.plan_job`)."""
+    (`jobs.kinds.generate.plan_job`)."""
     shared = kind == "cpu" or unified
     walls = Walls(available, shared=shared, device_total=None if shared else total_memory, device_name=name)
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("core", "machine", "loader", "loader_plugins", "models", "storage", "jobs", "dashboard")
-LAYER = {"app": 1, "dashboard": 2, "jobs": 3, "models": 4, "storage": 4, "loader_plugins": 4, "loader": 5,
+PACKAGES = ("core", "machine", "loader", "drainboard_plugins", "models", "storage", "jobs", "dashboard")
+LAYER = {"app": 1, "dashboard": 2, "jobs": 3, "models": 4, "storage": 4, "drainboard_plugins": 4, "loader": 5,
          "machine": 6, "core": 7}
 """Each package's line in "Who may import whom": a package imports only lines below its own."""
-SAME_LINE = {("loader_plugins", "models")}
-"""The one import within a line the doc names: the builder plugin imports `models` to register its classes."""
+SAME_LINE = {("drainboard_plugins", "models")}
+"""The one import within a line the doc names: the repository's plugin imports `models` to register its classes."""
 
 
 def _module_name(path: Path, root: Path) -> str:

@@ -13,7 +13,7 @@ empty chart.
 - `host`: the machine's own bars and history (pool, fit forecast, PSI).
 """
 
-from dashboard.charts.compare import JOB_DASHES, MAX_COMPARED, MODE_DASHES, compare_chart, job_dashes
+from dashboard.charts.compare import JOB_DASHES, MAX_COMPARED, compare_chart, job_dashes, mode_dashes
 from dashboard.charts.frames import (
     LABEL_GAP,
     MEMORY_COLUMNS,
@@ -32,9 +32,9 @@ from dashboard.charts.memory import STRIP_PX, memory_chart, series_color_scale, 
 from dashboard.charts.style import POLICY, PREDICTED, SERIES, WALL, Series
 
 __all__ = [
-    "JOB_DASHES", "LABEL_GAP", "MAX_COMPARED", "MEMORY_COLUMNS", "MODE_DASHES", "POLICY", "PREDICTED", "SERIES",
+    "JOB_DASHES", "LABEL_GAP", "MAX_COMPARED", "MEMORY_COLUMNS", "POLICY", "PREDICTED", "SERIES",
     "STRIP_PX", "WALL", "Limit", "Series", "compare_chart", "compare_frame", "end_label_positions",
     "fitting_labels", "from_first_placement", "job_dashes", "job_limits", "limit_rows", "memory_chart",
-    "memory_frames", "quality_chart", "quality_frame",
+    "memory_frames", "mode_dashes", "quality_chart", "quality_frame",
     "series_color_scale", "stage_spans", "stage_strip",
 ]

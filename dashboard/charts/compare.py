@@ -13,10 +13,16 @@ from dashboard.format import GIB
 
 JOB_DASHES = [[1, 0], [8, 4], [4, 3], [1, 3], [8, 3, 1, 3]]
 """Dash patterns that tell up to five compared jobs apart (solid, long, short, dot, dash-dot)."""
-MODE_DASHES = {"retain": JOB_DASHES[0], "drain": JOB_DASHES[1], "stream": JOB_DASHES[2]}
-"""A mode's own dash: the first job of each mode always draws with it, whatever else is compared."""
 MAX_COMPARED = len(JOB_DASHES)
 """The Compare overlay draws at most this many jobs."""
+
+
+def mode_dashes() -> dict[str, list[int]]:
+    """Each placement mode's own dash (`Placement.dash`): the first job of each mode always draws with it,
+    whatever else is compared."""
+    from loader.placement import placement_classes
+
+    return {cls.name: list(cls.dash) for cls in placement_classes() if cls.dash}
 
 
 def job_dashes(jobs: pd.DataFrame) -> dict[str, list[int]]:
@@ -25,12 +31,13 @@ def job_dashes(jobs: pd.DataFrame) -> dict[str, list[int]]:
     drain job never looks like a retain one), then those of modes not compared. It depends
     only on which jobs are compared, never on the order they were picked in."""
     rows = jobs.drop_duplicates("job").sort_values("job_id")
+    by_mode = mode_dashes()
     dashes: dict[str, list[int]] = {}
     for row in rows.itertuples():
-        dash = MODE_DASHES.get(row.mode)
+        dash = by_mode.get(row.mode)
         if dash is not None and dash not in dashes.values():
             dashes[row.job] = dash
-    modes = list(MODE_DASHES.values())
+    modes = list(by_mode.values())
     spare = [d for d in JOB_DASHES if d not in modes] + [d for d in modes if d not in dashes.values()]
     for row in rows.itertuples():
         if row.job not in dashes:

@@ -52,7 +52,7 @@ def draw_chart(jobs: list[dict], summaries: dict[int, dict]) -> None:
     # Generate jobs place everything before their stages run, so only time separates their curves.
     all_loads = all(j["kind"] == "load" for j in jobs)
     default_x = "% placed" if all_loads else "seconds"
-    # Loads differ by what they add on top of the process and the machine (retain 2.0x, drain 1.2x, stream 1.0x);
+    # Loads differ by what their mode adds on top of the process and the machine (`Placement.typical_footprint`);
     # in absolute GiB that baseline dwarfs a small checkpoint and the curves sit on top of each other.
     default_y = "× checkpoint" if all_loads else "GiB"
     x_axis = c1.segmented_control("x", ["% placed", "seconds"], default=default_x, key="compare_x") or default_x

@@ -21,10 +21,10 @@ from dashboard import run_checks as checks
 from dashboard import run_fields as fields
 from dashboard.inputs_panel import prune_uploads, queued_inputs
 from dashboard.views.jobs import progress, queue_places
-from dashboard.views.run import DTYPES
+from dashboard.views.run import CHECKPOINT_DTYPE
 from dashboard.views.spec import job_label
 from jobs.queue import JobStateError, cancel, clear_queue, move_to_front
-from machine.advice import mode_warning
+from loader.placement.advice import mode_warning
 from models.clips import MAX_CLIP_BYTES
 from models.video_settings import VideoSettingsError, read_video_settings
 from storage.connections import connect
@@ -139,12 +139,13 @@ def main() -> None:
             st.warning(text[:1].upper() + text[1:], icon=":material/speed:")
         raw: dict[str, Any] = {
             "kind": kind, "model": str(choice.path) if choice else "", "component": component, "mode": mode,
-            "device": device.spec, "dtype": None if dtype == DTYPES[0] else dtype,
+            "device": device.spec, "dtype": None if dtype == CHECKPOINT_DTYPE else dtype,
             **fields.limit_fields(device, kind, mode),
         }
         if kind == "generate":
             raw["generate"] = fields.generate_fields(choice, device, raw.get("sequential_components"))
             raw |= fields.plan_fields()
+        raw |= fields.kind_option_fields(kind)
         raw["offload"], offload_slot = fields.offload_fields(device, kind)
         form_state.keep_drawn()
     form_state.mirror_in_url()

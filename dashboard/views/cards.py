@@ -197,7 +197,25 @@ def _generate_cards(job: dict, stats: LiveStats, *, capacity: int | None, events
         _headroom_card(stats, capacity),
         _peak_rss_card(stats),
         *_step_cache_card(metrics),
+        *_ranks_card(metrics),
     ]
+
+
+def _ranks_card(metrics: dict) -> list[Card]:
+    """A finished parallel run's ranks and the largest peak among them (none for a run of one process)."""
+    ranks = [r for r in metrics.get("ranks") or [] if isinstance(r, dict) and isinstance(r.get("peak"), (int, float))]
+    if not ranks:
+        return []
+    top = max(ranks, key=lambda r: r["peak"])
+    return [Card(
+        "Ranks",
+        f"{len(ranks)} GPUs",
+        delta=f"largest peak {fmt.gib(top['peak'], 2)} on rank {top.get('rank')}",
+        delta_color="off",
+        help="one clip over several GPUs (--parallel): the transformer on every rank, its sequence split by "
+             "diffusers' context parallelism; text encoder and VAEs on rank 0. Peak per rank (VmRSS + GPU "
+             "allocated): " + " · ".join(f"rank {r.get('rank')} {fmt.gib(r['peak'], 2)}" for r in ranks),
+    )]
 
 
 def _step_cache_card(metrics: dict) -> list[Card]:

@@ -16,9 +16,6 @@ from typing import Mapping
 
 from dashboard import format as fmt
 
-MODES = ("stream", "drain", "retain")
-"""The placement modes a load's cheaper mode is looked for among."""
-
 TIGHT = 0.8
 """Share of a wall's allowance from which the forecast says "tight" (amber)."""
 
@@ -64,15 +61,17 @@ def _share(peak: int, allowance: int) -> float:
 
 
 def load_peaks(path: str, *, component: str | None, dtype: str | None, device, roots) -> dict[str, int] | None:
-    """Predicted peak per mode from the loader's own forecast (headers only), or None when it cannot say."""
+    """Predicted peak per registered mode from the loader's own forecast (headers only), or None when it cannot
+    say."""
     from core import DrainboardError
     from loader.forecast import forecast_load
+    from loader.placement import known_placements
 
     try:
         return {
             mode: forecast_load(path, component=component, mode=mode, device=device.spec, dtype=dtype,
                                 roots=roots, device_info=device).predicted_peak_bytes
-            for mode in MODES
+            for mode in known_placements()
         }
     except DrainboardError:
         return None

@@ -14,8 +14,16 @@ from dashboard.views.jobs import STATUS_ICONS
 from dashboard.views.spec import checkpoint_key, generate_parameters, job_parameters, spec_checkpoint_name, spec_mode
 from storage.schema import JOB_STATUSES
 
-MODE_GLYPHS = {"retain": "━ retain", "drain": "╍ drain", "stream": "┈ stream"}
-"""Mode labels with the dash glyph the Compare page draws them with."""
+
+def mode_label(mode: str | None) -> str:
+    """A placement mode's name after its glyph, the dash Compare draws it with in one character (`Placement.glyph`);
+    a mode no longer registered by its name alone."""
+    from loader.placement import placement_classes
+
+    glyphs = {cls.name: cls.glyph for cls in placement_classes()}
+    if not mode:
+        return fmt.MISSING
+    return f"{glyphs[mode]} {mode}" if mode in glyphs else mode
 
 FILTERS = {"All": None, **{status.capitalize(): (status,) for status in JOB_STATUSES}}
 """History's status chips: every status has its own, plus All."""
@@ -115,7 +123,7 @@ def history_frame(jobs: list[dict], summaries: dict[int, dict], *, link,
                 "id": job["id"],
                 "outcome": outcome_text(job),
                 "kind": job["kind"],
-                "mode": MODE_GLYPHS.get(spec_mode(job), spec_mode(job) or fmt.MISSING),
+                "mode": mode_label(spec_mode(job)),
                 "checkpoint": spec_checkpoint_name(job),
                 "device": params["device"],
                 "dtype": params["dtype"],

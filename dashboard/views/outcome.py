@@ -80,8 +80,12 @@ def suggested_limit(job: dict, stats: LiveStats, total_bytes: int | None, sample
                                 predicted_peak=predicted)
 
 
-MODE_COST = {"retain": 2.0, "drain": 1.16, "stream": 1.0}
-"""Typical footprint of each placement mode, cheapest last: a retry offers only cheaper ones."""
+def mode_costs() -> dict[str, float]:
+    """Each placement mode's typical footprint (`Placement.typical_footprint`), cheapest first: a retry after
+    running out of memory offers only cheaper ones."""
+    from loader.placement import placement_classes
+
+    return {cls.name: cls.typical_footprint for cls in placement_classes()}
 
 
 def retry_choices(job: dict, suggested: int | None = None) -> list[str]:
@@ -94,10 +98,10 @@ def retry_choices(job: dict, suggested: int | None = None) -> list[str]:
     limited = killing_limit(job) and suggested
     choices = [f"a limit of {fmt.gib(suggested)}" if limited else "same settings"]
     if kill_kind(job) in ("oom", "guard"):
-        mode = (job.get("spec") or {}).get("mode")
-        cost = MODE_COST.get(mode)
+        costs = mode_costs()
+        cost = costs.get((job.get("spec") or {}).get("mode"))
         if cost is not None:
-            choices += [m for m, c in sorted(MODE_COST.items(), key=lambda kv: kv[1]) if c < cost]
+            choices += [m for m, c in costs.items() if c < cost]
     return choices
 
 
@@ -122,7 +126,7 @@ def retry_changes(choice: str, suggested: int | None) -> dict:
     """The spec changes a retry_choices entry stands for."""
     if choice == "same settings":
         return {}
-    if choice in MODE_COST:
+    if choice in mode_costs():
         return {"mode": choice}
     return {"memory_limit": suggested}
 

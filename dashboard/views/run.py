@@ -13,6 +13,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from dashboard import format as fmt
+from core.dtype_names import dtype_names
 from dashboard import words
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings, resolve_offload
@@ -20,22 +21,17 @@ from models.params import GenerateParams
 from models.levers import STEP_CACHES
 from models.request_args import QUANTIZATIONS, VAE_DTYPES
 
-MODE_HELP = {
-    "stream": "stream: reads tensor by tensor straight into place, never builds a dict; about 1.0×",
-    "drain": "drain: builds the dict of mmap views, pops each entry as it is placed; about 1.16×",
-    "retain": "retain: keeps every mmap view until the end (the classic loader); about 2.0×",
-}
-"""One-line explanation per placement mode, shown under the mode control."""
-
 OFFERED_FLAGS = ("dit_layerwise_offload", "dit_cpu_offload", "text_encoder_cpu_offload", "vae_cpu_offload")
 """The offload flags some code reads; the form offers only these (every control must change
 what runs). The others keep OffloadSettings' defaults in the spec."""
 
-KIND_LABELS = {"load": "load", "generate": "load + generate"}
-"""How the job-kind control names each kind."""
+CHECKPOINT_DTYPE = "checkpoint dtype"
+"""The dtype control's choice that keeps the checkpoint's own."""
 
-DTYPES = ("checkpoint dtype", "bfloat16", "float16", "float32")
-"""The dtype choices; the first keeps the checkpoint's own."""
+
+def dtype_choices() -> tuple[str, ...]:
+    """The dtype control's choices: the checkpoint's own, then the one vocabulary's names (`core.dtype_names`)."""
+    return (CHECKPOINT_DTYPE, *dtype_names())
 
 FIELD_LABELS = {
     "model": "Checkpoint", "component": "Component to load", "kind": "Job", "mode": "Placement mode",
@@ -144,7 +140,7 @@ def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
         "component": spec.get("component") or DEFAULT_COMPONENT,
         "mode": spec.get("mode", "stream"),
         "device": spec.get("device", "cpu"),
-        "dtype": spec.get("dtype") or DTYPES[0],
+        "dtype": spec.get("dtype") or CHECKPOINT_DTYPE,
         "sample_every": int(spec.get("sample_every", 1)),
         "memory_limit": size_text(spec.get("memory_limit")),
         "memory_budget": size_text(spec.get("memory_budget")),
@@ -169,7 +165,19 @@ def form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
         loras = [lora for lora in generate.get("loras") or [] if isinstance(lora, dict) and lora.get("file")]
         values["gen_loras"] = [lora["file"] for lora in loras]
         values.update({lora_scale_field(lora["file"]): float(lora.get("scale", 1.0)) for lora in loras})
-    return values
+    return values | kind_form_values(spec)
+
+
+def kind_form_values(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The values of the fields a kind declares for the form (`JobKind.form_fields`), from a stored spec of it; none
+    for a kind no longer registered."""
+    from jobs.kinds import get_kind
+
+    try:
+        declared = get_kind(spec.get("kind", "load")).form_fields
+    except KeyError:
+        return {}
+    return {f.name: spec[f.name] for f in declared if spec.get(f.name) is not None}
 
 
 def lora_scale_field(path: str) -> str:

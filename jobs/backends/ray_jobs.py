@@ -95,7 +95,7 @@ def job_environment(job: dict, config: Config, nonce: str, environ: dict[str, st
 def submission(job: dict, config: Config, supervisor_id: str, nonce: str, python: str = sys.executable) -> dict:
     """The keyword arguments of `submit_job` for `job` (a `get_job` row) whose tagged lines carry `nonce`."""
     spec = JobSpec.from_dict(job["spec"])
-    ranks = spec.generate.parallel if spec.kind == "generate" and spec.generate is not None else 1
+    ranks = spec.job_kind.ranks(spec)
     cuda = spec.device.startswith("cuda")
     resources = {"entrypoint_num_gpus": max(spec.gpus, ranks) if cuda else 0}
     if ranks > 1 and not cuda:

@@ -5,16 +5,25 @@ Input images are read from the job's own copies (`jobs.input_copies`), never fro
 
 from __future__ import annotations
 
+import argparse
 import sys
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
 
+from core.echo import echo
 from jobs.context import JobContext
-from jobs.kinds import job_kind
+from jobs.errors import Problems
+from jobs.kinds import JobKind, job_kind
 from jobs.probe import decide_offload
+from models.params import INDEX_FILE, GenerateParams, GenerateParamsError, ModelSpec, validate_params
+from storage.config import Config, ModelPathError, resolve_model_path
 
 if TYPE_CHECKING:
+    from jobs.admission import KindForecast
     from jobs.spec import JobSpec  # annotations only: listing kinds stays torch-free
+    from machine.device import DeviceInfo
 
 RANK_STAGE = "rank_stage"
 """The event a rank other than 0 records when one of its stages ends (rank 0's stages are the job's)."""
@@ -54,23 +63,21 @@ class _Stages:
             stage.__exit__(*sys.exc_info())
 
 
-@job_kind("generate")
 def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     """Probe the device and resolve the offload policy once (decisions become events), generate
-    `spec.generate` into the job's `video.mp4`, mirror the pipeline's stages (one per block, one per
+    `spec.options.generate` into the job's `video.mp4`, mirror the pipeline's stages (one per block, one per
     component load), denoising steps (as progress), placements, loads and releases into the job,
     sample memory on a timer tagged with the stage, and return the pipeline's result: stage timings
     (`stage_seconds`), per-stage peak footprint (`stage_peaks`), the offload settings and the diffusers
     mechanism each component got (`placements`), and each component's load report (`loads`)."""
-    from dataclasses import replace
-
     from jobs.input_copies import input_copies
     from loader.dtypes import parse_dtype
     from models.pipeline import PipelineEvent, run_generate
 
-    if spec.generate is None:
+    options: GenerateJobOptions = spec.options
+    if options.generate is None:
         raise ValueError("a generate job needs generate parameters")
-    params = replace(spec.generate, **input_copies(ctx.data_dir, ctx.job_id, list(spec.generate.input_files())))
+    params = replace(options.generate, **input_copies(ctx.data_dir, ctx.job_id, list(options.generate.input_files())))
     device, settings, decisions = decide_offload(spec, ctx)
 
     stages = _Stages(ctx)
@@ -95,7 +102,7 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
 
     out_path = ctx.artifact_path("video", ".mp4")
     common = dict(dtype=parse_dtype(spec.dtype), mode=spec.mode, offload=settings, decided=decisions,
-                  sequential_components=getattr(spec, "sequential_components", None), sample_interval=SAMPLE_INTERVAL,
+                  sequential_components=options.sequential_components, sample_interval=SAMPLE_INTERVAL,
                   roots=ctx.config.model_roots)
     try:
         # The settings are already resolved for `device`: the pipeline takes them and their decisions as they are.
@@ -118,3 +125,369 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     metrics["out_path"] = out_path.name
     metrics["peak_footprint"] = max(result.stage_peaks.values(), default=0)
     return metrics
+
+
+@dataclass(frozen=True)
+class GenerateJobOptions:
+    """A generate job's own fields."""
+
+    generate: GenerateParams | None = None
+    """The clip: prompt, workflow and its inputs, size, steps, levers, LoRAs (set for every queued generate)."""
+    sequential_components: bool | None = None
+    """Load, run and free one component at a time; None leaves it to the policy's default."""
+    plan: str | None = None
+    """`fastest` picks residency, weight precision and speed levers at submit (`models.plan`)."""
+    plan_lossy: bool = False
+    """With `plan`: lossy levers (quantized weights, fp8 compute, SageAttention, a step cache) may be picked."""
+    planned: dict[str, Any] | None = None
+    """What the plan considered, chose and why (`models.plan.Plan.to_dict`), set at submit."""
+
+
+@job_kind("generate")
+class GenerateKind(JobKind):
+    """MiniMax H3 (t2va, fl2va or ref2va) into an MP4."""
+
+    summary = "generate a clip with MiniMax H3 (t2va, fl2va or ref2va)"
+    label = "load + generate"
+    example = 'python -m jobs submit generate --model data/models/demo --prompt "a fox" --steps 4'
+    options = GenerateJobOptions
+    reads_checkpoint = True
+    run = staticmethod(run_generate_job)
+
+    @classmethod
+    def read(cls, stored: Mapping[str, Any]) -> GenerateJobOptions:
+        options = super().read(stored)
+        if isinstance(options.generate, Mapping):
+            options = replace(options, generate=GenerateParams(**options.generate))
+        return options
+
+    @classmethod
+    def check(cls, raw: Mapping[str, Any], spec: Mapping[str, Any], config: Config,
+              problems: Problems) -> GenerateJobOptions:
+        """The clip's parameters (types here, ranges by the model's own rules; a single-file DiT and each LoRA
+        resolved under the model roots), the plan, the levers the device can run, and a checkpoint a generate can
+        run (an H3 model folder whose DiT is not packed)."""
+        params = _generate(raw.get("generate"), spec["model"], config, problems)
+        sequential, lossy = raw.get("sequential_components"), raw.get("plan_lossy", False)
+        for name, value in (("sequential_components", sequential), ("plan_lossy", lossy)):
+            if value is not None and not isinstance(value, bool):
+                problems.add(name, f"must be true, false or unset (the policy default), got {echo(value)}")
+        options = GenerateJobOptions(generate=params, sequential_components=sequential if isinstance(sequential, bool)
+                                  else None, plan=_plan(raw.get("plan"), problems), plan_lossy=lossy is True)
+        _check_levers(params, spec["device"], spec["model"], problems)
+        _check_generate_checkpoint(spec["model"], config, problems)
+        return options
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        from models.request_args import add_plan_arguments, add_workflow_arguments
+
+        parser.add_argument("--prompt", required=True, help="what the clip shows")
+        for name, default in (("frames", "124, 5 s at 24 fps"), ("height", "the checkpoint's canvas"),
+                              ("width", "the checkpoint's canvas"),
+                              ("steps", "the scheduler config's, else 50; N steps make N - 1 DiT calls"), ("seed", "0")):
+            parser.add_argument(f"--{name}", metavar="N", help=f"(default: {default})")
+        parser.add_argument("--no-audio", action="store_true", help="skip the stereo soundtrack")
+        add_workflow_arguments(parser)
+        add_plan_arguments(parser)
+        parser.add_argument("--sequential-components", action=argparse.BooleanOptionalAction,
+                            help="load, run and free one component at a time (default: the policy's)")
+
+    @classmethod
+    def arguments(cls, args: argparse.Namespace) -> dict[str, Any]:
+        from models.request_args import workflow_fields
+
+        params: dict[str, Any] = {"prompt": args.prompt, "audio": not args.no_audio}
+        for name in ("frames", "height", "width", "steps", "seed"):
+            if getattr(args, name) is not None:
+                params[name] = getattr(args, name)
+        raw = {"sequential_components": args.sequential_components, "generate": params | workflow_fields(args)}
+        return raw | ({"plan": args.plan, "plan_lossy": args.allow_lossy} if args.plan else {})
+
+    @classmethod
+    def prepare(cls, spec: JobSpec, config: Config, db, **kwargs) -> JobSpec:
+        """With a plan, the spec as its chosen candidate runs it (`plan_job`); a plan that finds nothing that fits
+        is refused with its line unless forced."""
+        from core.errors import DrainboardError
+        from jobs.admission import JobRefused
+
+        if spec.options.plan is None:
+            return spec
+        try:
+            spec, plan = plan_job(spec, config, db, **kwargs)
+        except (DrainboardError, ValueError, OSError):
+            return spec  # a checkpoint the forecast cannot read: the job itself reports it, naming the file
+        if plan.choice is None and not spec.forced:
+            from jobs.admission import remedy
+
+            first = plan.candidates[0] if plan.candidates else None
+            raise JobRefused(plan.why + (f": {remedy(first.wall_name, first.need, cli=True)}" if first else ""))
+        return spec
+
+    @classmethod
+    def forecast(cls, spec: JobSpec, device: DeviceInfo, db) -> KindForecast:
+        """Per stage of the workflow (`models.forecast_generate`, under the offload policy's answer), with the
+        seconds this machine's history says each takes."""
+        from jobs.admission import KindForecast
+        from jobs.history import stage_records
+        from models.eta import device_key, estimate, stage_work
+        from models.levers import lever_key
+        from models.lora_inputs import lora_key
+        from models.plan import stage_needs
+
+        forecast = generate_forecast(spec, device)
+        work = stage_work(forecast)
+        records = stage_records(db) if db is not None else []
+        values = spec.options.generate.to_dict()
+        eta = [e.to_dict() for e in estimate(work, records, device_key(device.kind, device.name), lever_key(values),
+                                             lora_key(values))]
+        return KindForecast(stage_needs(forecast), forecast.process_host_bytes, forecast.process_device_bytes,
+                            eta, work)
+
+    @classmethod
+    def resolve_offload(cls, spec: JobSpec, device: DeviceInfo):
+        """Fit-aware against the forecast on a discrete GPU (`models.forecast.resolve_for_generate`)."""
+        from loader.dtypes import parse_dtype
+        from models.forecast import resolve_for_generate
+
+        if spec.options.generate is None:
+            return super().resolve_offload(spec, device)
+        dtype = parse_dtype(spec.dtype) if spec.dtype else None
+        return resolve_for_generate(spec.model, spec.options.generate, spec.offload, device, user_set=spec.offload_set,
+                                    dtype_bytes=dtype.itemsize if dtype else 2,
+                                    sequential_components=spec.options.sequential_components)
+
+    @classmethod
+    def ranks(cls, spec: JobSpec) -> int:
+        """`--parallel N`: N ranks, each a process that starts as the child does."""
+        return spec.options.generate.parallel if spec.options.generate is not None else 1
+
+    @classmethod
+    def input_files(cls, spec: JobSpec) -> dict[str, str]:
+        return spec.options.generate.input_files() if spec.options.generate is not None else {}
+
+
+def generate_forecast(spec: JobSpec, info: DeviceInfo):
+    """The forecast of a generate spec under the offload policy's answer for it."""
+    from loader.dtypes import parse_dtype
+    from models.forecast import forecast_generate, resolve_for_generate
+
+    options: GenerateJobOptions = spec.options
+    dtype = parse_dtype(spec.dtype) if spec.dtype else None
+    dtype_bytes = dtype.itemsize if dtype is not None else 2
+    settings, _ = resolve_for_generate(spec.model, options.generate, spec.offload, info, user_set=spec.offload_set,
+                                       dtype_bytes=dtype_bytes, sequential_components=options.sequential_components)
+    return forecast_generate(spec.model, options.generate, device_info=info, settings=settings,
+                             dtype_bytes=dtype_bytes, sequential_components=options.sequential_components,
+                             resolved=True)
+
+
+def plan_job(spec: JobSpec, config: Config, db=None, *, probe=None, available: int | None = None,
+             total: int | None = None):
+    """`spec`'s `--plan fastest`: every candidate (`models.plan`) forecast against the job's own walls and timed
+    from this machine's history. Returns (the spec as the chosen candidate runs it, with the plan recorded in
+    `planned`; the Plan). With no candidate that fits, the spec is the request as given."""
+    from jobs.admission import learned_process, processes, wall_checks
+    from jobs.guard import read_meminfo
+    from jobs.history import stage_records
+    from machine.device import probe_device
+    from models.eta import device_key
+    from models.plan import plan_fastest, planned, stage_needs, startup_words
+    from models.quantize_check import cuda_capability
+
+    info = (probe or probe_device)(spec.device)
+    options: GenerateJobOptions = spec.options
+    if available is None or total is None:
+        reading = read_meminfo()
+        available = reading.available if available is None else available
+        total = reading.total if total is None else total
+
+    def forecast_for(params, sequential: bool):
+        return generate_forecast(replace(spec, options=replace(options, generate=params,
+                                                               sequential_components=sequential)), info)
+
+    process = learned_process("generate", device_key(info.kind, info.name), db)
+
+    def check(forecast):
+        return wall_checks(spec, config, info, stage_needs(forecast),
+                           (process.startup_bytes or 0) * processes(spec) + forecast.process_host_bytes,
+                           forecast.process_device_bytes, available, total)
+
+    plan = plan_fastest(options.generate, device=spec.device, capability=cuda_capability(info.kind, info.index),
+                        device_key=device_key(info.kind, info.name), forecast_for=forecast_for, check=check,
+                        records=stage_records(db) if db is not None else [],
+                        startup=startup_words(process.startup_bytes, process.basis), lossy=options.plan_lossy,
+                        sequential=options.sequential_components)
+    if plan.choice is None:
+        return replace(spec, options=replace(options, planned=plan.to_dict())), plan
+    params, sequential = planned(options.generate, plan)
+    return replace(spec, options=replace(options, generate=params, sequential_components=sequential,
+                                         planned=plan.to_dict())), plan
+
+
+def _plan(value: Any, problems: Problems) -> str | None:
+    """`plan`: unset, or one of `models.request_args.PLANS`."""
+    from models.request_args import PLANS
+
+    if value is not None and value not in PLANS:
+        problems.add("plan", f"unknown plan {echo(value)}; known: {', '.join(PLANS)}")
+    return value
+
+
+def _check_levers(params: GenerateParams | None, device: str | None, model: str | None, problems: Problems) -> None:
+    """A lever the job's device cannot run (a CUDA-only attention backend on a CPU, fp8 compute or an fp8 / int8
+    DiT without torchao or below its compute capability, more ranks than GPUs) is refused here, as the Run page
+    warns, not when the child loads the transformer."""
+    if params is None or device is None or problems.has("device", "gpus"):
+        return  # the device itself is refused already (its probe failed): that is the line to show
+    from machine.device import parse_device_spec
+    from models.levers import lever_problems
+    from models.quantize_check import cuda_capability
+
+    capability = cuda_capability(*parse_device_spec(device))
+    for name, problem in lever_problems(params.to_dict(), device, capability).items():
+        problems.add(f"generate.{name}", problem)
+    if isinstance(params.parallel, int) and params.parallel > 1:
+        from models.parallel import parallel_problem
+
+        problem = parallel_problem(device, params.parallel) or _split_problem(model, params)
+        if problem is not None:
+            problems.add("generate.parallel", problem)
+
+
+def _split_problem(model: str | None, params: GenerateParams) -> str | None:
+    """Whether the packed sequence divides by the ranks (diffusers' context parallelism splits it evenly); a model
+    the forecast cannot read is left to the checkpoint's own checks to name."""
+    from core.errors import DrainboardError
+    from models.forecast import packed_rows
+    from models.params import split_problem
+
+    try:
+        return None if model is None else split_problem(packed_rows(model, params), params.parallel)
+    except (DrainboardError, OSError, ValueError, KeyError):
+        return None
+
+
+def _check_generate_checkpoint(model: str | None, config: Config, problems: Problems) -> None:
+    """A generate's checkpoint must be an H3 model folder whose DiT is not packed (`models.formats`), never a
+    skeleton; one the loader refuses is named once already, under `model`."""
+    if model is None or problems.has("model"):
+        return
+    from loader.checkpoint import checkpoint_problems
+    from models.single_file import generate_checkpoint_problem
+
+    index, found = checkpoint_problems(model, config.model_roots)
+    if index is not None and not found:
+        problem = generate_checkpoint_problem(index)
+        if problem is not None:
+            problems.add("model", problem)
+
+
+def _generate(raw: Any, model: str | None, config: Config, problems: Problems) -> GenerateParams | None:
+    """Generate parameters: types here, ranges by the model's own rules; a single-file DiT (`transformer`)
+    resolved under the model roots, as the model is."""
+    params = _generate_params(raw or {}, problems)
+    if params is not None and params.transformer is not None:
+        try:
+            params = replace(params, transformer=str(resolve_model_path(params.transformer, config.model_roots)))
+        except ModelPathError as e:
+            problems.add("generate.transformer", str(e))
+            return None
+    if params is not None and model is not None:
+        _check_against_model(params, model, problems)
+        params = _checked_loras(params, model, config, problems)
+    return params
+
+
+def _checked_loras(params: GenerateParams, model: str, config: Config, problems: Problems) -> GenerateParams:
+    """Each LoRA resolved under a model root and checked against the model (`models.lora_inputs.inspect_lora`),
+    recorded with its content hash and partition; a bad one is refused naming the file."""
+    if not params.loras:
+        return params
+    from models.lora_inputs import LoraError, inspect_lora
+
+    checked = []
+    for i, lora in enumerate(params.loras):
+        try:
+            resolve_model_path(lora.file, config.model_roots)
+            checked.append(inspect_lora(lora, model, params.resolved_workflow, config.model_roots).lora)
+        except ModelPathError as e:
+            problems.add(f"generate.loras[{i}]", f"LoRA {echo(lora.file)}: {e}")
+        except LoraError as e:
+            problems.add(f"generate.loras[{i}]", str(e))
+    return replace(params, loras=tuple(checked)) if len(checked) == len(params.loras) else params
+
+
+def _generate_params(raw: Mapping[str, Any], problems: Problems) -> GenerateParams | None:
+    """Types only (names, ints, a float, a bool, strings): the ranges are the model's to judge."""
+    names = {f.name for f in fields(GenerateParams)}
+    for name in sorted(set(raw) - names):
+        problems.add(f"generate.{name}", f"unknown parameter; known: {', '.join(sorted(names))}")
+    unset = {f.name for f in fields(GenerateParams) if f.default is None}  # a stored spec says None for these
+    values = {k: v for k, v in raw.items() if k in names and not (v is None and k in unset)}
+    ok = True
+    if "loras" in values:
+        try:
+            values["loras"] = GenerateParams(prompt="", loras=values["loras"]).loras
+        except GenerateParamsError as e:
+            problems.add("generate.loras", e.problems["loras"])
+            ok = False
+    for name in ("prompt", "negative_prompt", "transformer", "qkv_layout"):
+        if name in values:
+            problem = _text_problem(values[name])
+            if problem is not None:
+                problems.add(f"generate.{name}", problem)
+                ok = False
+    if "prompt" not in values:
+        problems.add("generate.prompt", "a prompt is required")
+        ok = False
+    for name in ("frames", "height", "width", "steps", "seed", "fps", "parallel"):
+        if name in values:
+            value = values[name]
+            try:
+                if isinstance(value, bool) or isinstance(value, float):
+                    raise ValueError
+                values[name] = int(str(value))
+            except ValueError:
+                problems.add(f"generate.{name}", f"must be an integer, got {echo(value)}")
+                ok = False
+    if "guidance_scale" in values:
+        try:
+            if isinstance(values["guidance_scale"], bool):
+                raise ValueError
+            values["guidance_scale"] = float(values["guidance_scale"])
+        except (TypeError, ValueError):
+            problems.add("generate.guidance_scale", f"must be a number, got {echo(values['guidance_scale'])}")
+            ok = False
+    for name in ("audio", "compile"):
+        if name in values and not isinstance(values[name], bool):
+            problems.add(f"generate.{name}", f"must be true or false, got {echo(values[name])}")
+            ok = False
+    return GenerateParams(**values) if ok else None
+
+
+def _check_against_model(params: GenerateParams, model: str, problems: Problems) -> None:
+    """The models package's own validation (config.json and index headers only, no weights),
+    each problem filed under `generate.<field>`, or under `model` when the folder is no generate model. A
+    lone file or a folder without the pipeline's index is left to `_check_checkpoint`, which names what it is."""
+    if not (Path(model) / INDEX_FILE).is_file():
+        return
+    try:
+        validate_params(params, ModelSpec.read(model))
+    except GenerateParamsError as e:
+        for name, message in sorted(e.problems.items()):
+            problems.add("model" if name == "model" else f"generate.{name}", message)
+
+
+def _text_problem(value: Any) -> str | None:
+    """Why `value` is not storable text: not a string, or not valid UTF-8 (a command line's stray byte
+    arrives as a lone surrogate, U+DC80..U+DCFF, which neither SQLite nor the tokenizer can encode)."""
+    if not isinstance(value, str):
+        return f"must be text, got {echo(value)}"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        char = ord(value[e.start])
+        what = f"byte 0x{char - 0xDC00:02x}" if 0xDC80 <= char <= 0xDCFF else f"character U+{char:04X}"
+        return f"is not valid UTF-8 text: {what} at position {e.start}"
+    return None

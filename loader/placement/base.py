@@ -17,9 +17,10 @@ import torch
 import torch.nn as nn
 
 from ..io.host_blocks import PinnedHostArena, user_allocator_settings
-from ..metadata import TensorMeta
-from core.errors import PlacementError
+from ..metadata import ComponentMeta, TensorMeta
 from machine.device import DeviceInfo
+from core.errors import PlacementError
+from core.plugins import load_plugins
 from ..naming import Target
 from ..report import LoadMeter
 
@@ -171,15 +172,44 @@ def install(module: nn.Module, name: str, tensor: torch.Tensor) -> None:
         raise PlacementError(f"module has no parameter or buffer {name!r}")
 
 
+@dataclass(frozen=True)
+class PlacementCost:
+    """What a mode holds beside the model at a load's peak, forecast from headers alone; bytes."""
+
+    staging: int = 0
+    """Buffers the mode reads through (host, pinned to a device, plus a device-side conversion buffer)."""
+    mapped: int = 0
+    """Checkpoint pages resident through mappings at the peak."""
+    conversion: int = 0
+    """Transient converted copies outside staging."""
+
+
 class Placement:
-    """Base of the placement modes: a `name` and one method, `place`.
+    """Base of the placement modes: a `name`, the facts every page and command shows, and one method, `place`.
 
     Options come as keyword arguments to `__init__`; a mode accepts only the
-    ones it declares in `options`, so nothing is dropped silently.
+    ones it declares in `options`, so nothing is dropped silently. The class
+    attributes below are the one home of a mode's facts: the CLIs' help, the
+    Run page, the fit panel, History, Compare and a retry's offer read them, so
+    a new mode is one module (see docs/extending.md).
     """
 
     name: ClassVar[str]
     options: ClassVar[tuple[str, ...]] = ()
+    summary: ClassVar[str] = ""
+    """What the mode does, in one clause ("reads tensor by tensor straight into place")."""
+    typical_footprint: ClassVar[float] = 1.0
+    """A load's usual peak over the model's bytes (`footprint_ratio`): what the help quotes, and the order a retry
+    after running out of memory offers cheaper modes in; the job's own forecast is `forecast_cost`'s."""
+    uses_mmap: ClassVar[bool] = False
+    """Whether its reads go through mmap views of the shards (slow on unified memory: `mode_warning`)."""
+    glyph: ClassVar[str] = "·"
+    """The line the History table draws before the mode's name, the dash of Compare in one character."""
+    dash: ClassVar[tuple[int, ...]] = ()
+    """Compare's dash pattern (stroke, gap, ...) for the mode's first job; () for none of its own."""
+    forecast_reads_memory: ClassVar[bool] = False
+    """Whether `forecast_cost` onto CUDA reads the machine's state now (free memory, the page cache), so the
+    forecast is not remembered."""
 
     def __init__(self, **options):
         unknown = sorted(set(options) - set(self.options))
@@ -189,12 +219,23 @@ class Placement:
                 f"placement mode {self.name!r} does not take option(s) {', '.join(unknown)}; accepted: {accepted}"
             )
 
+    @classmethod
+    def describe(cls) -> str:
+        """The mode in one line: its name, what it does and its usual footprint."""
+        return f"{cls.name}: {cls.summary}; about {cls.typical_footprint:g}×"
+
     def prepare(self, plan: LoadPlan, ctx: PlacementContext) -> None:
         """Set-up that reads no checkpoint byte (e.g. wrapping the empty module); runs before the baseline and the clock."""
 
     def place(self, plan: LoadPlan, ctx: PlacementContext) -> None:
         """Write every planned target through `ctx`, releasing each source before the load ends."""
         raise NotImplementedError
+
+    def forecast_cost(self, component: ComponentMeta, targets: list[tuple[TensorMeta, torch.dtype]],
+                      device: DeviceInfo) -> PlacementCost:
+        """What this mode holds beside the model at the peak of loading `targets` (each checkpoint tensor with
+        its destination dtype) of `component` onto `device`; `loader.forecast_load` adds the model."""
+        raise PlacementError(f"placement mode {self.name!r} has no forecast (it defines no forecast_cost)")
 
 
 _PLACEMENTS: dict[str, type[Placement]] = {}
@@ -216,13 +257,31 @@ def register_placement(name: str) -> Callable[[type[Placement]], type[Placement]
 
 
 def known_placements() -> list[str]:
+    """Every registered mode's name, the plugins' included (`core.plugins`), sorted."""
+    load_plugins()
     return sorted(_PLACEMENTS)
+
+
+def placement_classes() -> list[type[Placement]]:
+    """Every registered mode, cheapest first (by `typical_footprint`, then name): the order pages offer them in."""
+    load_plugins()
+    return sorted(_PLACEMENTS.values(), key=lambda cls: (cls.typical_footprint, cls.name))
+
+
+def placement_class(name: str) -> type[Placement]:
+    """The class of mode `name` (its facts); an unknown name lists the known ones."""
+    load_plugins()
+    try:
+        return _PLACEMENTS[name]
+    except KeyError:
+        raise PlacementError(f"unknown placement mode {name!r}; known: {', '.join(known_placements())}") from None
+
+
+def modes_help() -> str:
+    """Every mode in one line each, cheapest first, for a `--mode` option's help."""
+    return "; ".join(cls.describe() for cls in placement_classes())
 
 
 def get_placement(name: str, **options) -> Placement:
     """An instance of mode `name`; an unknown name lists the known ones."""
-    try:
-        cls = _PLACEMENTS[name]
-    except KeyError:
-        raise PlacementError(f"unknown placement mode {name!r}; known: {', '.join(known_placements())}") from None
-    return cls(**options)
+    return placement_class(name)(**options)

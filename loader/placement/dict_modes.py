@@ -27,11 +27,12 @@ from typing import ClassVar
 
 import torch
 
-from ..metadata import TensorMeta
+from machine.device import DeviceInfo
+from ..metadata import ComponentMeta, TensorMeta
 from ..confined import reopen
 from core.echo import NAME_LIMIT, echo, echo_name
 from core.errors import CheckpointError
-from .base import LoadPlan, Placement, PlacementContext, register_placement
+from .base import LoadPlan, Placement, PlacementContext, PlacementCost, register_placement
 
 
 class DictPlacement(Placement):
@@ -39,6 +40,15 @@ class DictPlacement(Placement):
 
     pop: ClassVar[bool] = False
     """Pop each entry as it is placed (`drain`) instead of keeping the dict to the end (`retain`)."""
+    uses_mmap = True
+
+    def forecast_cost(self, component: ComponentMeta, targets: list[tuple[TensorMeta, torch.dtype]],
+                      device: DeviceInfo) -> PlacementCost:
+        """The mapped pages (`retain`: the whole checkpoint; `drain`: the shard being placed), plus, to a device
+        with a dtype change, one converted copy of the largest converted tensor on the host."""
+        mapped = _drain_mapped_excess(component, dict(targets)) if self.pop else component.total_bytes
+        converted = [t.numel * d.itemsize for t, d in targets if d != t.torch_dtype]
+        return PlacementCost(mapped=mapped, conversion=max(converted) if device.kind != "cpu" and converted else 0)
 
     def collect(self, plan: LoadPlan) -> dict[str, torch.Tensor]:
         """Name -> view into the shard's mapping, for every tensor of every shard the plan touches.
@@ -110,11 +120,32 @@ def _view(mapped: mmap.mmap | None, meta: TensorMeta) -> torch.Tensor:
     return flat.view(meta.shape)
 
 
+def _drain_mapped_excess(comp: ComponentMeta, target_dtype: dict[TensorMeta, torch.dtype]) -> int:
+    """The drain peak minus the model: the pages of the shard being placed stay mapped (resident
+    once read) until its last view is popped. The loader samples after each placed tensor, and the
+    shard's last view is gone by the sample after its last tensor, so the sampled peak of shard k
+    is at its next-to-last tensor: placed through k + shard k, less that last tensor (both copies)."""
+    model = sum(t.numel * d.itemsize for t, d in target_dtype.items())
+    placed = worst = 0
+    for shard in comp.shards:
+        ordered = sorted((t for t in shard.tensors if t in target_dtype), key=lambda t: t.data_offsets)
+        if not ordered:
+            continue
+        placed += sum(t.numel * target_dtype[t].itemsize for t in ordered)
+        last = ordered[-1]
+        worst = max(worst, placed + sum(t.nbytes for t in ordered) - last.nbytes - last.numel * target_dtype[last].itemsize)
+    return max(worst - model, 0)
+
+
 @register_placement("retain")
 class RetainPlacement(DictPlacement):
     """Keeps every shard mapped until the end."""
 
     pop = False
+    summary = "keeps every mmap view until the end (the classic loader)"
+    typical_footprint = 2.0
+    glyph = "━"
+    dash = (1, 0)
 
 
 @register_placement("drain")
@@ -122,3 +153,7 @@ class DrainPlacement(DictPlacement):
     """Releases each source as it is placed; unplaced entries are popped before the first placement."""
 
     pop = True
+    summary = "builds the dict of mmap views, pops each entry as it is placed"
+    typical_footprint = 1.16
+    glyph = "╍"
+    dash = (8, 4)

@@ -39,8 +39,10 @@ import torch
 from ..metadata import TensorMeta
 from machine.device import DeviceInfo, probe_device
 from core.errors import PlacementError
+from ..io.host_blocks import next_power_of_two
 from ..io.reading import byte_view, read_into_fresh
-from .base import LoadPlan, Placement, PlacementContext, PlannedTarget, register_placement
+from ..metadata import ComponentMeta
+from .base import LoadPlan, Placement, PlacementContext, PlacementCost, PlannedTarget, register_placement
 from .files import OpenFiles, mostly_uncached, sampled_residency
 from .chunks import Piece
 from .ranges import RangeRing, RingStats
@@ -72,6 +74,11 @@ class StreamPlacement(Placement):
     options = ("threads", "direct_io", "drop_page_cache", "reserve") + TUNING_OPTIONS
     """The product's options, then `StreamTuning`'s, which are also taken as keywords (benchmark case strings,
     the sharded placement)."""
+    summary = "reads tensor by tensor straight into place, never builds a dict"
+    typical_footprint = 1.0
+    glyph = "┈"
+    dash = (4, 3)
+    forecast_reads_memory = True
 
     def __init__(self, *, tuning: StreamTuning | None = None, **options):
         super().__init__(**options)
@@ -146,6 +153,44 @@ class StreamPlacement(Placement):
                 ctx.meter.ring_ran(ring.stats)
         if drop:
             ctx.meter.dropped_page_cache()
+
+    def forecast_cost(self, component: ComponentMeta, targets: list[tuple[TensorMeta, torch.dtype]],
+                      device: DeviceInfo) -> PlacementCost:
+        """The buffers, as `place` sizes them. CPU target: tensors in their stored dtype are read into the
+        parameters; converted ones pass through `staging_buffers` (default 4) host buffers of min(staging
+        bytes, largest staged source). CUDA: same-dtype tensors go through the ring of pinned buffers
+        `ring_geometry` sizes (deeper when the files are not in the page cache); converted ones through the
+        staging buffers, pinned (the caching host allocator rounds pinned sizes up to a power of two), plus one
+        device-side buffer for the conversion. Other devices stage everything, unpinned."""
+        cuda = device.kind == "cuda"
+
+        def path(meta: TensorMeta, dtype: torch.dtype) -> str:
+            same = dtype == meta.torch_dtype
+            if same and device.kind == "cpu":
+                return "direct"
+            return "ring" if same and cuda and self.tuning.ranges else "staged"
+
+        kinds = [(meta, dtype, path(meta, dtype)) for meta, dtype in targets]
+        pinned = cuda and self.tuning.pin
+        total = 0
+        staged = [(m, d) for m, d, k in kinds if k == "staged"]
+        if staged:
+            size = min(self.converting_bytes, max(m.nbytes for m, _ in staged))
+            count = self.tuning.staging_buffers or 4
+            total += count * (next_power_of_two(size) if pinned else size)
+            if cuda and any(d != m.torch_dtype for m, d in staged):
+                total += size
+        ring_bytes = sum(m.nbytes for m, _, k in kinds if k == "ring")
+        if ring_bytes:
+            geometry = ring_geometry(
+                ring_bytes, device, threads=self.reader_threads(cuda=True), chunk_bytes=self.ring_chunk_bytes,
+                buffers=self.tuning.staging_buffers, available=_mem_available(),
+                read_bytes=self.ring_read_bytes,
+                disk=self.ring_reads_disk({m.file for m, _, k in kinds if k == "ring"}),
+            )
+            chunk = next_power_of_two(geometry.chunk_bytes) if pinned else geometry.chunk_bytes
+            total += geometry.buffers * chunk
+        return PlacementCost(staging=total)
 
     def _path(self, planned: PlannedTarget, device: torch.device) -> str:
         """How a target is read: "direct" (CPU, its dtype), "ring" (CUDA, its dtype) or "staged" (converted)."""

@@ -8,6 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import models.params  # noqa: F401  (before a page runs: AppTest puts dashboard/pages, and its models.py, on sys.path)
+
 GIB = 2**30
 
 
@@ -123,8 +125,8 @@ def add_job(db, *, status: str, mode: str = "stream", model: str = "/models/tiny
     from storage import jobs_table
     from storage.schema import FINAL_STATUSES
 
-    spec = JobSpec(kind=kind, model=model, mode=mode, memory_limit=memory_limit,
-                   generate=GenerateParams(**generate) if generate else None)
+    spec = JobSpec.from_dict({"kind": kind, "model": model, "mode": mode, "memory_limit": memory_limit,
+                              "generate": GenerateParams(**generate) if generate else None})
     now = time.time()
     job_id = jobs_table.enqueue(db, kind, spec.to_dict(), retry_of=retry_of, now=now - 30)
     if status != "queued":

@@ -352,18 +352,18 @@ def test_each_mode_keeps_its_dash_whatever_order_the_jobs_were_picked_in(two_job
     reversed_pick = pd.concat([tagged[tagged["job"] == "#2 stream"], tagged[tagged["job"] == "#1 retain"]])
     for frame in (tagged, reversed_pick):
         dashes = _dash_of(charts.compare_chart(frame).to_dict())
-        assert dashes == {"#1 retain": charts.MODE_DASHES["retain"], "#2 stream": charts.MODE_DASHES["stream"]}
+        assert dashes == {"#1 retain": charts.mode_dashes()["retain"], "#2 stream": charts.mode_dashes()["stream"]}
     # A stream job compared with other jobs still draws stream's dash.
     alone = tagged.assign(job=tagged["job"].replace({"#1 retain": "#1 drain"}), mode=tagged["mode"].replace({"retain": "drain"}))
-    assert _dash_of(charts.compare_chart(alone).to_dict())["#2 stream"] == charts.MODE_DASHES["stream"]
+    assert _dash_of(charts.compare_chart(alone).to_dict())["#2 stream"] == charts.mode_dashes()["stream"]
 
 
 def test_two_jobs_of_one_mode_get_different_dashes_by_id():
     jobs = pd.DataFrame({"job": ["#9 drain", "#4 drain", "#5 stream"], "mode": ["drain", "drain", "stream"], "job_id": [9, 4, 5]})
     dashes = charts.job_dashes(jobs)
-    assert dashes["#4 drain"] == charts.MODE_DASHES["drain"]
-    assert dashes["#5 stream"] == charts.MODE_DASHES["stream"]
-    assert dashes["#9 drain"] not in charts.MODE_DASHES.values()
+    assert dashes["#4 drain"] == charts.mode_dashes()["drain"]
+    assert dashes["#5 stream"] == charts.mode_dashes()["stream"]
+    assert dashes["#9 drain"] not in charts.mode_dashes().values()
 
 
 def _with_cgroup(samples: pd.DataFrame) -> pd.DataFrame:

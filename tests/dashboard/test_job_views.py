@@ -44,6 +44,11 @@ def test_a_cached_generate_job_shows_its_passes_computed_and_reused(load_samples
         cards["Step cache"].help
     plain = job | {"metrics": metrics | {"levers": {"step_cache": None}}}
     assert "Step cache" not in {c.label for c in cv.metric_cards(plain, stats, total_bytes=GIB, capacity=24 * GIB)}
+    assert "Ranks" not in {c.label for c in cv.metric_cards(plain, stats, total_bytes=GIB, capacity=24 * GIB)}
+    parallel = job | {"metrics": metrics | {"ranks": [{"rank": 0, "peak": 3 * GIB}, {"rank": 1, "peak": 4 * GIB}]}}
+    card = {c.label: c for c in cv.metric_cards(parallel, stats, total_bytes=GIB, capacity=24 * GIB)}["Ranks"]
+    assert (card.value, card.delta) == ("2 GPUs", "largest peak 4.00 GiB on rank 1")
+    assert card.help.endswith("rank 0 3.00 GiB · rank 1 4.00 GiB")
     assert tv.metrics_table(job["metrics"]).set_index("metric").loc[
         ["Transformer passes computed", "Transformer passes reused (step cache)"], "value"].tolist() == ["4", "3"]
 

@@ -246,13 +246,14 @@ def test_the_offload_preview_shows_what_a_discrete_gpu_generate_will_do_not_the_
     from jobs.spec import JobSpec
     from machine.device import DeviceInfo
     from machine.offload import OffloadSettings
+    from jobs.kinds.generate import GenerateJobOptions
     from models.params import GenerateParams
     from dashboard.views.run import offload_preview, offload_summary
 
     gpu = DeviceInfo(spec="cuda:0", kind="cuda", index=0, name="a discrete 80 GiB GPU", unified_memory=False,
                      total_memory=80 * 2**30, source="test", reason="a discrete GPU")
     spec = JobSpec(kind="generate", model=str(tiny_source), device="cuda:0",
-                   generate=GenerateParams(prompt="a fox", steps=2, frames=124))
+                   options=GenerateJobOptions(generate=GenerateParams(prompt="a fox", steps=2, frames=124)))
     plain = offload_preview(OffloadSettings(), gpu)
     job = offload_preview(OffloadSettings(), gpu, decided=job_offload(spec, gpu))
     assert plain["used"].sum() == 3  # the plain policy offloads every component (layerwise in place of whole-DiT)

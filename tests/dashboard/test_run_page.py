@@ -12,6 +12,8 @@ import pytest
 from core.sizes import format_size
 from streamlit.testing.v1 import AppTest
 
+from jobs.kinds.generate import GenerateJobOptions
+from jobs.kinds.load import LoadJobOptions
 from jobs.spec import JobSpec
 from storage import jobs_table
 from storage.schema import FINAL_STATUSES
@@ -104,7 +106,7 @@ def test_a_fresh_session_opens_the_form_the_url_describes(fresh_db, tiny_checkpo
 def test_edit_and_requeue_fills_the_form_from_the_job_and_queues_the_same_spec(fresh_db, tiny_checkpoint):
     # stream: the one mode that applies drop_page_cache (the gone-checkpoint test below fills another mode).
     original = JobSpec(kind="load", model=str(tiny_checkpoint), mode="stream", dtype="float16", sample_every=4,
-                       memory_budget=40 * 2**30, memory_floor=512 * 2**20, drop_page_cache=True)
+                       memory_budget=40 * 2**30, memory_floor=512 * 2**20, options=LoadJobOptions(drop_page_cache=True))
     job_id = _add_spec(fresh_db, original)
     at = run_page()
     at.query_params["from"] = str(job_id)
@@ -126,8 +128,8 @@ def test_edit_and_requeue_of_a_generate_job_fills_prompt_and_seed(fresh_db, tiny
     from models.params import GenerateParams
 
     params = GenerateParams(prompt="a whale at dusk", seed=3, steps=4)
-    job_id = _add_spec(fresh_db, JobSpec(kind="generate", model=str(tiny_checkpoint), generate=params,
-                                         sequential_components=False))
+    job_id = _add_spec(fresh_db, JobSpec(kind="generate", model=str(tiny_checkpoint),
+                                         options=GenerateJobOptions(generate=params, sequential_components=False)))
     at = run_page()
     at.query_params["from"] = str(job_id)
     at.run()
@@ -276,7 +278,8 @@ def test_edit_and_requeue_brings_the_job_s_own_inputs_and_says_which_are_gone(fr
 
     gone = tmp_path / "upload.png"  # the user's file, long deleted: the job's copy is what is carried
     params = GenerateParams(prompt="a fox", workflow="fl2va", image=str(gone), last_image=str(gone))
-    job_id = _add_spec(fresh_db, JobSpec(kind="generate", model=str(tiny_checkpoint), generate=params))
+    job_id = _add_spec(fresh_db, JobSpec(kind="generate", model=str(tiny_checkpoint),
+                                         options=GenerateJobOptions(generate=params)))
     folder = job_dir(data_dir, job_id)
     folder.mkdir(parents=True)
     Image.new("RGB", (80, 48), (200, 30, 30)).save(folder / "image.png")  # last_image's copy is missing
@@ -306,7 +309,8 @@ def test_loras_under_the_roots_are_offered_with_a_strength_and_edit_and_requeue_
     loras = ({"file": str(folder / "style.safetensors"), "scale": 0.6, "sha256": "ab" * 32, "partition": "transformer"},
              {"file": str(folder / "turbo.safetensors"), "scale": 1.0, "sha256": "cd" * 32, "partition": "transformer"})
     job_id = _add_spec(fresh_db, JobSpec(kind="generate", model=str(tiny_checkpoint),
-                                         generate=GenerateParams(prompt="a fox", steps=50, loras=loras)))
+                                         options=GenerateJobOptions(generate=GenerateParams(prompt="a fox", steps=50,
+                                                                                         loras=loras))))
     at = run_page()
     at.query_params["from"] = str(job_id)
     at.run()

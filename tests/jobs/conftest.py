@@ -27,7 +27,7 @@ def config(tmp_path, monkeypatch):
     monkeypatch.setenv("DRAINBOARD_DATA", str(data))
     monkeypatch.delenv("DRAINBOARD_MODEL_ROOTS", raising=False)
     monkeypatch.delenv("DRAINBOARD_CONFIG", raising=False)
-    monkeypatch.setenv("DRAINBOARD_KIND_MODULES", "tests.jobs.kinds_for_tests")
+    monkeypatch.setenv("DRAINBOARD_PLUGINS", "tests.jobs.kinds_for_tests")
     return load_config()
 
 

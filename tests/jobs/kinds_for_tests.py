@@ -1,4 +1,4 @@
-"""Job kinds the job tests register through DRAINBOARD_KIND_MODULES (so the job child finds them too).
+"""Job kinds the job tests register through DRAINBOARD_PLUGINS (so the job child finds them too).
 
 They take their knobs from the environment the supervisor passes on:
 DRAINBOARD_TEST_STEPS (default 5), DRAINBOARD_TEST_DELAY seconds per step (default 0),

@@ -10,6 +10,7 @@ import pytest
 
 from jobs.admission import JobRefused, StageNeed, _first_refusal, admit
 from jobs.cli import main
+from jobs.kinds.generate import GenerateJobOptions
 from jobs.spec import JobSpec
 from machine.device import DeviceInfo
 from storage.queries import list_jobs
@@ -49,8 +50,8 @@ def test_force_queues_it_and_the_job_records_that_it_was_forced(db, config, tiny
 
 
 def test_a_generate_that_fits_is_queued_with_its_forecast_and_no_history_eta(db, config, tiny_model):
-    spec = JobSpec("generate", str(tiny_model), generate=__import__("models").GenerateParams(
-        prompt="a red fox", frames=124, height=64, width=64, steps=3))
+    spec = JobSpec("generate", str(tiny_model), options=GenerateJobOptions(generate=__import__("models").GenerateParams(
+        prompt="a red fox", frames=124, height=64, width=64, steps=3)))
     admitted = admit(spec, config, db, probe=lambda _: CPU, available=32 * GIB, total=64 * GIB)
     assert admitted.forecast["refusal"] is None and not admitted.forced
     assert {e["basis"] for e in admitted.forecast["eta"]} == {"no history on this machine"}

@@ -87,7 +87,7 @@ def test_a_sequence_the_ranks_cannot_split_evenly_is_refused_at_submit_with_its_
     assert caught.value.field == "generate.parallel"
     assert "the packed sequence has 569 rows, which 2 ranks cannot split evenly" in str(caught.value)
     fits = build_spec({**spec, "generate": {**spec["generate"], "prompt": "a red fox in the snow"}}, config)
-    assert fits.generate.parallel == 2 and processes(fits) == 3
+    assert fits.options.generate.parallel == 2 and processes(fits) == 3
     assert processes(build_spec({**spec, "generate": {"prompt": "a red fox"}}, config)) == 1
 
 
@@ -96,8 +96,8 @@ def test_under_ray_a_parallel_generate_asks_for_a_gpu_per_rank_on_one_node():
     from jobs.spec import JobSpec
 
     def asked(device: str, parallel: int) -> dict:
-        spec = JobSpec(kind="generate", model="/models/h3", device=device,
-                       generate={"prompt": "a fox", "parallel": parallel}).to_dict()
+        spec = JobSpec.from_dict({"kind": "generate", "model": "/models/h3", "device": device,
+                                  "generate": {"prompt": "a fox", "parallel": parallel}}).to_dict()
         found = submission({"id": 7, "spec": spec}, _config(), "host:1:abc", "nonce")
         return {k: v for k, v in found.items() if k.startswith("entrypoint_") and k != "entrypoint"}
 

@@ -6,23 +6,23 @@ from jobs.kinds import get_kind, job_kind, kind_names
 
 
 def test_the_built_in_kinds_are_listed_documented_and_found_by_name(monkeypatch):
-    monkeypatch.delenv("DRAINBOARD_KIND_MODULES", raising=False)
+    monkeypatch.delenv("DRAINBOARD_PLUGINS", raising=False)
     assert {"generate", "load"} <= set(kind_names())
     for name in ("generate", "load"):
-        run = get_kind(name)
+        run = get_kind(name).run
         assert run.__module__ == f"jobs.kinds.{name}"
         assert inspect.getdoc(run), f"job kind {name!r} has no docstring"
         assert list(inspect.signature(run).parameters) == ["spec", "ctx"]
 
 
 def test_a_module_named_in_the_environment_adds_its_kinds(monkeypatch):
-    monkeypatch.setenv("DRAINBOARD_KIND_MODULES", " tests.jobs.kinds_for_tests , ")
+    monkeypatch.setenv("DRAINBOARD_PLUGINS", " tests.jobs.kinds_for_tests , ")
     assert {"steps", "fail", "allocate"} <= set(kind_names())
-    assert get_kind("steps").__module__ == "tests.jobs.kinds_for_tests"
+    assert get_kind("steps").run.__module__ == "tests.jobs.kinds_for_tests"
 
 
 def test_an_unknown_kind_names_the_known_ones_and_a_name_cannot_be_registered_twice(monkeypatch):
-    monkeypatch.delenv("DRAINBOARD_KIND_MODULES", raising=False)
+    monkeypatch.setenv("DRAINBOARD_PLUGINS", "tests.jobs.kinds_for_tests")
     with pytest.raises(KeyError, match=r"unknown job kind 'lod'; known: .*generate, load"):
         get_kind("lod")
 
@@ -31,7 +31,8 @@ def test_an_unknown_kind_names_the_known_ones_and_a_name_cannot_be_registered_tw
 
     with pytest.raises(ValueError, match="job kind 'load' is already registered by jobs.kinds.load"):
         job_kind("load")(other)
-    assert job_kind("load")(get_kind("load")) is get_kind("load")  # the same function again is harmless
+    assert job_kind("load")(get_kind("load")) is get_kind("load")  # the same kind again is harmless
+    assert job_kind("steps")(get_kind("steps").run) is get_kind("steps").run  # and the same function
 
 
 def test_an_installed_torchaos_import_warnings_stay_out_of_the_jobs_log(db, config, queue_job, run_to_end):

@@ -78,7 +78,7 @@ def test_a_truncated_checkpoint_is_refused_by_jobs_submit_as_by_the_run_page(tin
 
 def test_skeleton_is_a_load_only_boolean(config, tiny_model):
     model = str(tiny_model / "transformer")
-    assert build_spec({"kind": "load", "model": model, "skeleton": True}, config).skeleton is True
+    assert build_spec({"kind": "load", "model": model, "skeleton": True}, config).options.skeleton is True
     with pytest.raises(JobSpecError, match="skeleton: must be true or false"):
         build_spec({"kind": "load", "model": model, "skeleton": "yes"}, config)
     with pytest.raises(JobSpecError, match="skeleton: only load jobs"):

@@ -30,8 +30,8 @@ BAD_SETTINGS = [
     ({}, 'memory_floor = "-5GB"\n', "'-5GB' is negative"),
     ({}, "data_dir = 5\n", "data_dir must be a string, got 5"),
     ({}, b'data_dir = "caf\xe9"\n', "not UTF-8 text (byte 0xe9 at offset 15)"),
-    ({"DRAINBOARD_KIND_MODULES": "no_such_kinds"}, None,
-     "DRAINBOARD_KIND_MODULES names 'no_such_kinds', which cannot be imported"),
+    ({"DRAINBOARD_PLUGINS": "no_such_kinds"}, None,
+     "DRAINBOARD_PLUGINS names 'no_such_kinds', which cannot be imported"),
 ]
 
 

@@ -31,7 +31,7 @@ def model(config, name="dummy.safetensors"):
         ({"memory_budget": "lots"}, "memory_budget", "'lots' is not a size"),
         ({"memory_floor": "512KiB"}, "memory_floor", "the minimum is 1.0 MiB"),
         ({"drop_page_cache": "yes"}, "drop_page_cache", "must be true, false or unset"),
-        ({"sequential_components": True}, "sequential_components", "only applies to generate jobs, not 'load'"),
+        ({"sequential_components": True}, "sequential_components", "only generate jobs take it, not 'load'"),
         ({"device": "cuda"}, "device", "'cuda' is not available here"),
         ({"drop_page_cache": True, "mode": "drain"}, "drop_page_cache", "only the stream mode drops the page cache"),
         ({"gpus": 2}, "gpus", "need a cuda device"),
@@ -40,7 +40,7 @@ def model(config, name="dummy.safetensors"):
         ({"colour": "red"}, "colour", "unknown field"),
         ({"kind": "generate", "generate": {}}, "generate.prompt", "a prompt is required"),
         ({"kind": "generate", "generate": {"prompt": "a fox", "steps": 1.5}}, "generate.steps", "must be an integer"),
-        ({"generate": {"prompt": "x"}}, "generate", "only apply to generate jobs"),
+        ({"generate": {"prompt": "x"}}, "generate", "only generate jobs take it, not 'load'"),
     ],
 )
 def test_bad_specs_are_refused_naming_the_field(config, fields, field, message):
@@ -48,7 +48,7 @@ def test_bad_specs_are_refused_naming_the_field(config, fields, field, message):
     if raw["model"] == "MISSING":
         raw["model"] = model(config, "missing.safetensors")
     with pytest.raises(JobSpecError) as caught:
-        build_spec(raw, config, known_kinds=("generate", "load"))
+        build_spec(raw, config)
     assert caught.value.field == field
     assert message in str(caught.value)
 
@@ -56,7 +56,7 @@ def test_bad_specs_are_refused_naming_the_field(config, fields, field, message):
 def test_memory_sizes_and_policy_switches_are_exact_and_round_trip_through_storage(db, config, tiny_model):
     spec = build_spec({"kind": "generate", "model": str(tiny_model), "generate": {"prompt": "a fox"},
                        "memory_budget": "0.5GiB", "memory_floor": 3 * 2**30, "sequential_components": True}, config)
-    assert (spec.memory_budget, spec.memory_floor, spec.sequential_components) == (2**29, 3 * 2**30, True)
+    assert (spec.memory_budget, spec.memory_floor, spec.options.sequential_components) == (2**29, 3 * 2**30, True)
     assert JobSpec.from_dict(get_job(db, enqueue(db, spec))["spec"]) == spec
 
 
@@ -64,16 +64,16 @@ def test_drop_page_cache_is_refused_where_no_loader_would_apply_it(config, tiny_
     with pytest.raises(JobSpecError) as caught:
         build_spec({"kind": "generate", "model": str(tiny_model), "generate": {"prompt": "a fox"},
                     "drop_page_cache": False}, config)
-    assert "drop_page_cache: only load jobs apply it, not 'generate'" in caught.value.errors
-    assert build_spec({"kind": "load", "model": model(config), "drop_page_cache": True}, config).drop_page_cache
+    assert "drop_page_cache: only load jobs take it, not 'generate'" in caught.value.errors
+    assert build_spec({"kind": "load", "model": model(config), "drop_page_cache": True}, config).options.drop_page_cache
 
 
 def test_a_spec_stored_before_the_memory_fields_existed_reads_back_with_policy_defaults(config):
     stored = build_spec({"kind": "load", "model": model(config)}, config).to_dict()
-    for name in ("memory_budget", "memory_floor", "drop_page_cache", "sequential_components"):
+    for name in ("memory_budget", "memory_floor", "drop_page_cache"):
         del stored[name]
     spec = JobSpec.from_dict(stored)
-    assert (spec.memory_budget, spec.memory_floor, spec.drop_page_cache, spec.sequential_components) == (None,) * 4
+    assert (spec.memory_budget, spec.memory_floor, spec.options.drop_page_cache) == (None,) * 3
 
 
 def test_an_unknown_component_is_refused_at_once_listing_the_checkpoints_own(config, tiny_model):
@@ -151,9 +151,9 @@ def test_a_quantized_dit_that_cannot_run_on_the_device_is_refused_at_submit(conf
             with pytest.raises(JobSpecError, match="cuda:0 has compute capability 8.0"):
                 build_spec(cuda, config, probe=_probe({"cuda:0"}))
         else:
-            assert build_spec(cuda, config, probe=_probe({"cuda:0"})).generate.quantize == "fp8"
+            assert build_spec(cuda, config, probe=_probe({"cuda:0"})).options.generate.quantize == "fp8"
     int8 = {**raw, "generate": {"prompt": "a fox", "quantize": "int8"}}
-    assert build_spec(int8, config).generate.quantize == "int8"
+    assert build_spec(int8, config).options.generate.quantize == "int8"
     monkeypatch.setattr(check, "torchao_installed", lambda: False)
     with pytest.raises(JobSpecError, match="generate.quantize: int8 quantization needs torchao, which is not "
                                            "installed here: `pip install -r requirements-quant.txt`"):
@@ -183,7 +183,7 @@ def test_a_valid_spec_is_normalised_and_round_trips_through_storage(db, config):
 def test_a_valid_generate_spec_round_trips_through_storage(db, config, tiny_model):
     spec = build_spec({"kind": "generate", "model": str(tiny_model), "generate": {"prompt": "a fox", "frames": "141"}},
                       config)
-    assert spec.generate.frames == 141 and spec.generate.prompt == "a fox"
+    assert spec.options.generate.frames == 141 and spec.options.generate.prompt == "a fox"
     assert JobSpec.from_dict(get_job(db, enqueue(db, spec))["spec"]) == spec
 
 
@@ -248,7 +248,7 @@ def test_retry_accepts_a_generate_submitted_without_a_canvas(db, config, tiny_mo
 def test_crafted_input_is_quoted_back_bounded(config, fields):
     """What a form field carries comes back in the page's alert: at most a short quote of it, never 26 KB."""
     with pytest.raises(JobSpecError) as caught:
-        build_spec({"kind": "load", "model": model(config), **fields}, config, known_kinds=("load",))
+        build_spec({"kind": "load", "model": model(config), **fields}, config)
     assert len(str(caught.value)) < 400 and "characters)" in str(caught.value)
 
 
@@ -259,7 +259,7 @@ def test_a_single_file_transformer_is_resolved_under_the_roots_and_checked_at_su
     inside = write_single_file(tensors, config.model_roots[0] / "dit.safetensors", data_start_mod8=7)
     spec = build_spec({"kind": "generate", "model": str(tiny_model),
                        "generate": {"prompt": "a fox", "transformer": str(inside), "qkv_layout": "interleaved"}}, config)
-    assert (spec.generate.transformer, spec.generate.qkv_layout) == (str(inside), "interleaved")
+    assert (spec.options.generate.transformer, spec.options.generate.qkv_layout) == (str(inside), "interleaved")
     away = write_single_file(tensors, tmp_path / "away.safetensors")
     with pytest.raises(JobSpecError) as refused:
         build_spec({"kind": "generate", "model": str(tiny_model),
@@ -281,7 +281,7 @@ def test_a_lever_the_device_cannot_run_is_refused_at_submit_and_a_runnable_set_i
                                    " on cpu use native or _native_flash"]
     levers = {"attention": "_native_flash", "compile": True, "step_cache": "taylorseer"}
     spec = build_spec({**raw, "generate": {"prompt": "a fox", **levers}}, config)
-    stored = JobSpec.from_dict(json.loads(json.dumps(spec.to_dict()))).generate
+    stored = JobSpec.from_dict(json.loads(json.dumps(spec.to_dict()))).options.generate
     assert {name: getattr(stored, name) for name in levers} == levers
     with pytest.raises(JobSpecError, match="generate.compile: must be true or false, got 'yes'"):
         build_spec({**raw, "generate": {"prompt": "a fox", "compile": "yes"}}, config)

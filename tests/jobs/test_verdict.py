@@ -11,6 +11,7 @@ import pytest
 from jobs.admission import JobRefused, admit, assess, remedy
 from jobs.cli import main
 from jobs.history import process_records
+from jobs.kinds.generate import GenerateJobOptions
 from jobs.spec import JobSpec
 from machine.device import DeviceInfo
 from models import GenerateParams
@@ -30,8 +31,8 @@ START_UP = 334 * MIB
 
 
 def _generate(model, **fields) -> JobSpec:
-    return JobSpec("generate", str(model), generate=GenerateParams(prompt="a whale at dusk", frames=124, height=64,
-                                                                   width=64, steps=3), **fields)
+    return JobSpec("generate", str(model), options=GenerateJobOptions(generate=GenerateParams(
+        prompt="a whale at dusk", frames=124, height=64, width=64, steps=3)), **fields)
 
 
 def past_job(db, config, model, *, kind: str = "generate", device: str = HERE, start_up: int = START_UP,

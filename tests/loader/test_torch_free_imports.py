@@ -36,6 +36,7 @@ def test_the_jobs_command_line_lists_and_cancels_without_torch():
         "import json, sys\n"
         "import jobs.cli, jobs.queue, jobs.documents\n"
         "from jobs.errors import JobSpecError\n"
+        "jobs.cli.build_parser()  # the --mode help names the placement modes only when printed\n"
         "print(json.dumps({'torch': 'torch' in sys.modules}))\n"
     )
     assert out == {"torch": False}

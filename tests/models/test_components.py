@@ -187,12 +187,17 @@ def test_python_m_loader_load_builds_diffusers_class_through_the_builder_plugin(
     assert report["tensors_placed"] == 52 and not report["missing"] and not report["unexpected"]
 
 
-def test_the_repos_builder_plugin_registers_h3s_classes(monkeypatch):
+def test_the_repos_plugin_registers_h3s_classes_when_the_loader_asks(monkeypatch):
+    import sys
+
+    from core import plugins
     from loader import model_registry
 
-    monkeypatch.setattr(model_registry, "_BUILDERS", dict(model_registry._BUILDERS))
-    monkeypatch.setattr(model_registry, "_loaded_plugins", set())
-    assert model_registry.load_builder_plugins() == ["loader_plugins.minimax_h3"]
+    monkeypatch.setattr(model_registry, "_BUILDERS", {})
+    monkeypatch.setattr(model_registry, "_SOURCES", {})
+    monkeypatch.setattr(plugins, "_loaded", [])
+    monkeypatch.delitem(sys.modules, "drainboard_plugins.minimax_h3", raising=False)
+    assert model_registry.load_model_builders() == ["minimax_h3"]
     assert model_registry.get_model_builder("AutoencoderKLMiniMaxH3Audio") is not None
 
 

@@ -378,7 +378,7 @@ def test_a_reference_clip_s_soundtrack_is_forecast_from_its_streams_as_declared(
     duration; the decode's moment of holding it twice is its own stage's peak, admitted like any stage."""
     from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3VideoReference
 
-    from jobs.admission import _generate_needs
+    from jobs.kinds.generate import GenerateKind, GenerateJobOptions
     from jobs.spec import JobSpec
     from models.clips import READ_CLIP
     from models.forecast import reference_clip
@@ -397,5 +397,6 @@ def test_a_reference_clip_s_soundtrack_is_forecast_from_its_streams_as_declared(
                                          device_info=CPU, settings=OffloadSettings()) for clip in (path, short))
     assert forecast.process_host_bytes - brief.process_host_bytes == 49 * 48000 * 2 * 4
     assert forecast.clip_decode_bytes == forecast.to_dict()["clip_decode_bytes"] == decoded.audio.nbytes
-    needs = _generate_needs(JobSpec("generate", str(h3_tiny), generate=params), CPU, None)[0]
+    needs = GenerateKind.forecast(JobSpec("generate", str(h3_tiny), options=GenerateJobOptions(generate=params)), CPU,
+                                  None).stages
     assert (needs[0].stage, needs[0].host) == (READ_CLIP, decoded.audio.nbytes)

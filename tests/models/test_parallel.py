@@ -123,3 +123,46 @@ def test_the_forecast_gives_each_rank_the_whole_dit_a_share_of_the_sequence_and_
     assert joint.host_bytes == text0.host_bytes + text1.host_bytes
     assert joint.device_bytes == max(text0.device_bytes, text1.device_bytes)
     assert two.to_dict()["ranks"][1]["peak_bytes"] == other.peak_bytes > 0
+
+
+def _marked(mark: str) -> list[int]:
+    """Pids of the live processes whose environment holds `mark`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if mark.encode() in (proc / "environ").read_bytes() and _state(int(proc.name)) != "Z":
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_ranks_die_with_a_launcher_killed_while_they_start(h3_tiny: Path, tmp_path: Path, one_accelerator):
+    """SIGKILL reaches no rank through its parent: each asks to die with it (PR_SET_PDEATHSIG), and one whose
+    parent is already gone when it asks (still importing torch) exits by itself."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    mark = f"DRAINBOARD_TEST_MARK={uuid.uuid4().hex}"
+    code = ("import sys, torch; torch.accelerator.device_count = lambda: 1\n"
+            "from models.params import GenerateParams\nfrom models.parallel import run_parallel_generate\n"
+            f"run_parallel_generate(sys.argv[1], GenerateParams(**{replace(PARALLEL, steps=400).to_dict()!r}), sys.argv[2], device='cpu')")
+    launcher = subprocess.Popen([sys.executable, "-c", code, str(h3_tiny), str(tmp_path / "clip.mp4")],
+                                env={**os.environ, mark.split("=")[0]: mark.split("=")[1]},
+                                cwd=Path(__file__).resolve().parents[2])
+    deadline = time.monotonic() + 120
+    while len([p for p in _marked(mark) if p != launcher.pid]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len([p for p in _marked(mark) if p != launcher.pid]) == 2, "the ranks never started"
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait()
+    deadline = time.monotonic() + 60  # a rank left running would denoise 399 steps for minutes
+    while _marked(mark) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _marked(mark) == []

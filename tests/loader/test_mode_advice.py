@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from machine import advice
-from machine.advice import mode_warning
+from loader.placement import advice
+from loader.placement.advice import mode_warning
 from machine.device import DeviceInfo
 
 
@@ -38,10 +38,9 @@ def test_the_load_and_submit_command_lines_print_it_on_stderr(monkeypatch, capsy
     advice.warn_about_mode("stream", "cuda")
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("warning: mode drain")
-    import jobs.cli
     import loader.cli
 
-    assert jobs.cli.warn_about_mode is advice.warn_about_mode and loader.cli.warn_about_mode is advice.warn_about_mode
+    assert loader.cli.warn_about_mode is advice.warn_about_mode
 
 
 def test_a_bad_device_spec_is_left_to_the_load_to_report(capsys):

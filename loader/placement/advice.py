@@ -1,28 +1,25 @@
 """Which placement mode suits which device: a warning where the mode asked for is known to be slow there.
 
-`drain` and `retain` read the checkpoint through mmap views. On unified
-memory (a DGX Spark) public reports put mmap-based loading several times
-slower than plain reads (this project has not measured it on a Spark), so
-the CLIs and the Run page say so when either is picked; `stream`, the
-default, reads without mmap. No torch here: the job CLI and the dashboard
-import it before any load (`loader.placement` re-exports it).
+A mode whose reads go through mmap views (`Placement.uses_mmap`: `drain`,
+`retain`) is slow on unified memory (a DGX Spark): public reports put
+mmap-based loading several times slower than plain reads (this project has
+not measured it on a Spark), so the CLIs and the Run page say so when one is
+picked; `stream`, the default, reads without mmap.
 """
 
 from __future__ import annotations
 
 import sys
 
-from .device import DeviceInfo, probe_device
 from core.errors import DeviceError
-
-MMAP_MODES = ("drain", "retain")
-"""Placement modes whose reads go through mmap views of the shards."""
+from machine.device import DeviceInfo, probe_device
+from .base import placement_class
 
 
 def mode_warning(mode: str, info: DeviceInfo | None) -> str | None:
-    """One line warning against `mode` on the CUDA device `info` describes (None: no device known), or None.
-    A CPU target counts as unified too, but there mmap views are how `drain` is meant to run."""
-    if mode not in MMAP_MODES or info is None or info.kind != "cuda" or not info.unified_memory:
+    """One line warning against `mode` (a registered one) on the CUDA device `info` describes (None: no device
+    known), or None. A CPU target counts as unified too, but there mmap views are how `drain` is meant to run."""
+    if not placement_class(mode).uses_mmap or info is None or info.kind != "cuda" or not info.unified_memory:
         return None
     return (f"warning: mode {mode} reads through mmap views, and mmap-staged reads are slow on unified memory "
             f"({info.name or info.spec}, e.g. a DGX Spark); stream, the default, reads without mmap")
