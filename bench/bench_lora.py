@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -43,9 +42,11 @@ QUANTIZED_CASES = ("plain-q", "merged-q")
 
 _CASE = r"""
 import json, sys, time
-case, root, lora, repo, roots, device, quantize = sys.argv[1:8]
+case, root, lora, repo, roots, device, quantize, threads = sys.argv[1:9]
 sys.path.insert(0, repo)
 import torch
+if threads:
+    torch.set_num_threads(int(threads))
 t0 = time.perf_counter()
 import peft, peft.tuners.lora  # what a LoRA job imports beyond a plain one: before the clock in every case, timed
 import diffusers.loaders.peft
@@ -156,10 +157,11 @@ def warm(folder: Path) -> None:
                 pass
 
 
-def run_case(case: str, root: Path, lora: Path, device: str, quantize: str | None, timeout: int) -> dict:
+def run_case(case: str, root: Path, lora: Path, args) -> dict:
     repo = str(Path(__file__).resolve().parents[1])
-    done = subprocess.run([sys.executable, "-c", _CASE, case, str(root), str(lora), repo, str(root.parent), device,
-                           quantize or ""], capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run([sys.executable, "-c", _CASE, case, str(root), str(lora), repo, str(root.parent), args.device,
+                           args.quantize or "", str(args.threads or "")], capture_output=True, text=True,
+                          timeout=args.timeout)
     if done.returncode != 0:
         raise SystemExit(f"case {case} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -176,6 +178,7 @@ def main() -> int:
     parser.add_argument("--quantize", choices=["int8", "fp8"], help="add plain-q and merged-q, quantized loads")
     parser.add_argument("--sparse", metavar="PROFILE", help="first write PROFILE's DiT into MODEL as holes (zeros)")
     parser.add_argument("--cases", nargs="+", help=f"run only these (default: {' '.join(CASES)}, and the quantized)")
+    parser.add_argument("--threads", type=int, help="torch's CPU threads in every case (default: torch's own)")
     parser.add_argument("--timeout", type=int, default=1200, help="seconds one case may take (default: 1200)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args()
@@ -194,7 +197,7 @@ def main() -> int:
             runs: dict[str, list[dict]] = {case: [] for case in cases}
             for _ in range(args.repeat):
                 for case in cases:
-                    runs[case].append(run_case(case, root, lora, args.device, args.quantize, args.timeout))
+                    runs[case].append(run_case(case, root, lora, args))
                     print(f"rank {rank} {case}: {json.dumps(runs[case][-1])}", file=sys.stderr, flush=True)
             med = {case: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for case, rs in runs.items()}
             rows.append(_row(rank, lora, facts, med))
@@ -225,7 +228,9 @@ def _row(rank: int, lora: Path, facts, med: dict) -> dict:
 
 
 def _print(rows: list[dict], root: Path, args) -> None:
-    print(f"{root.name} DiT, bf16, {args.device}, medians of {args.repeat} interleaved runs each in a fresh process")
+    threads = f", {args.threads} torch thread(s)" if args.threads else ""
+    print(f"{root.name} DiT, bf16, {args.device}{threads}, medians of {args.repeat} interleaved runs each in a fresh"
+          " process")
     for r in rows:
         print(f"rank {r['rank']}: LoRA {r['lora_file_bytes'] / 2**20:.1f} MiB, DiT {r['dit_bytes'] / 2**20:.1f} MiB")
         plain = r.get("plain_seconds")

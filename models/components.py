@@ -122,7 +122,7 @@ def load_component(
     if single_file is not None and is_gguf(Path(single_file)):
         from .gguf import load_gguf_dit
 
-        return load_gguf_dit(Path(root), config, Path(single_file), device=device,
+        return load_gguf_dit(config, Path(single_file), device=device,
                              dtype=parse_dtype(dtype) or torch.bfloat16, qkv_layout=qkv_layout,
                              roots=roots if roots is not None else [root, Path(single_file).parent])
     target_dtype = parse_dtype(dtype)

@@ -91,14 +91,15 @@ def held_bytes(path: Path, keep_fp32: tuple[str, ...], dtype_bytes: int) -> Iter
             yield t.nbytes
 
 
-def load_gguf_dit(root: Path, config: dict, file: Path, *, device, dtype, qkv_layout: str, roots) -> tuple:
-    """The DiT of the model at `root` (its `transformer/config.json` is `config`) with the GGUF file's weights,
-    quantized, on `device`: (module, LoadReport).
+def load_gguf_dit(config: dict, file: Path, *, device, dtype, qkv_layout: str, roots) -> tuple:
+    """The DiT `config` describes (the model folder's `transformer/config.json`, or diffusers' defaults where
+    it has none: `models.classes.component_config`) with the GGUF file's weights, quantized, on `device`:
+    (module, LoadReport).
 
     `roots`: where the file must lie. The file diffusers opens is the one the header was read from: a link in
     a private folder to this process's descriptor of it (`/proc/self/fd`), so a file swapped after the check is
-    never read; beside it, `config` as the `config.json` diffusers builds from (the folder's, or diffusers'
-    defaults where the folder has none: `models.classes.component_config`). `dtype` is the compute dtype of the quantized Linears and the dtype of the plain tensors."""
+    never read; beside it, `config` as the `config.json` diffusers builds from. `dtype` is the compute dtype of
+    the quantized Linears and the dtype of the plain tensors."""
     import torch
     from diffusers import GGUFQuantizationConfig, MiniMaxH3Transformer3DModel
 

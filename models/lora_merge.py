@@ -94,6 +94,9 @@ class _LoraFile:
     def __init__(self, fd: int, shown: str, metadata: dict[str, str], scale: float, adapter: str):
         self.fd, self.shown, self.metadata, self.scale, self.adapter = fd, shown, metadata, scale, adapter
         self.open_groups = 0
+        self.uniform_scales: dict[str, float] = {}
+        """PEFT's scale for a config that names exactly the group's modules and no rank or alpha pattern (the same
+        for every module then): PEFT is asked once per such config, not once per group."""
         self._close = weakref.finalize(self, os.close, fd)
 
     def group_done(self) -> None:
@@ -294,8 +297,13 @@ def _peft_scales(factors: dict[str, torch.Tensor], prefix: str, metadata: dict |
     else:
         ranks = {f"^{k}": v.shape[1] for k, v in factors.items() if "lora_B" in k and v.ndim > 1}
         kwargs = get_peft_kwargs(ranks, network_alpha_dict=None, peft_state_dict=factors)
-    skeleton = nn.Module()
     modules = sorted({k.rsplit(".lora_", 1)[0] for k in factors})
+    uniform = (sorted(kwargs.get("target_modules") or ()) == modules and not kwargs.get("rank_pattern")
+               and not kwargs.get("alpha_pattern") and not kwargs.get("exclude_modules"))
+    key = json.dumps({k: v for k, v in kwargs.items() if k != "target_modules"}, sort_keys=True, default=str)
+    if uniform and key in source.uniform_scales:
+        return dict.fromkeys(modules, source.uniform_scales[key])
+    skeleton = nn.Module()
     for module in modules:
         a, b = factors[f"{module}.lora_A.weight"], factors[f"{module}.lora_B.weight"]
         parent = skeleton
@@ -317,4 +325,6 @@ def _peft_scales(factors: dict[str, torch.Tensor], prefix: str, metadata: dict |
     if missing:
         raise LoraError(f"LoRA {source.shown}: its metadata leaves {echo_name(missing[0])} out of the adapter diffusers"
                         " would build (its factors would not be merged)")
+    if uniform and len(set(scales.values())) == 1:
+        source.uniform_scales[key] = next(iter(scales.values()))
     return scales

@@ -259,6 +259,7 @@ def rank_main(folder: Path, rank: int) -> int:
 
     from .context_parallel import RankGroup
     from .pipeline import run_generate
+
     request = json.loads((folder / "request.json").read_text())
     world = int(os.environ["WORLD_SIZE"])
     device = torch.device("cuda", rank) if request["device"] == "cuda" else torch.device("cpu")
