@@ -26,7 +26,7 @@ from jobs.kinds import FormField, get_kind, kind_names
 from loader.placement import placement_class, placement_classes
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings
-from models.params import MAX_PARALLEL
+from models.params import MAX_PARALLEL, MAX_SHIFT
 from models.request_args import QKV_LAYOUTS
 from models.levers import (ATTENTION_BACKENDS, LOSSY_NOTE, LeverOption, is_lossless, lever_option, lever_problems,
                            step_cache_problem)
@@ -258,6 +258,10 @@ def generate_fields(choice, device: DeviceInfo, sequential: bool | None) -> dict
                          help="Run this one clip on N GPUs of this machine (`--parallel N`): the transformer on each, "
                               "its sequence split by diffusers' context parallelism; the text encoder and VAEs on the "
                               "first. N must divide the transformer's attention heads.")
+    cols[3].number_input(LABEL["generate.shift"], min_value=0.01, max_value=MAX_SHIFT, step=0.5,
+                         key=key("gen_shift"), placeholder="the checkpoint's",
+                         help="The video scheduler's sigma shift (`--shift`); empty: the scheduler config's (12 for "
+                              "MiniMax H3). A few-step LoRA's card gives the shift it was distilled for.")
     show_errors(*[f"generate.{name}" for name in GENERATE_FIELDS if name not in ("prompt", *KNOBS)], "generate")
     fields = {name: st.session_state[key(f"gen_{name}")] for name in GENERATE_FIELDS}
     seed("gen_workflow", WORKFLOWS[0], WORKFLOWS)

@@ -191,8 +191,9 @@ AUX_COMPONENTS = ("tokenizer", "processor", "scheduler", "audio_scheduler")
 """The non-weight folders of a MiniMax H3 root."""
 
 
-def load_aux(root: str | os.PathLike, name: str):
-    """Non-weight component `name` (tokenizer, processor, scheduler, audio_scheduler) built from its folder.
+def load_aux(root: str | os.PathLike, name: str, shift: float | None = None):
+    """Non-weight component `name` (tokenizer, processor, scheduler, audio_scheduler) built from its folder; a
+    scheduler with `shift` given is built with that sigma shift in place of its config's.
 
     Everything is read from local files; nothing contacts a hub. The processor
     has its video part without torchvision (see `models.text_aux`). Raises CheckpointError naming the folder.
@@ -216,7 +217,7 @@ def load_aux(root: str | os.PathLike, name: str):
             raise CheckpointError(
                 f"{folder / 'scheduler_config.json'}: _class_name is {echo(config.get('_class_name'), NAME_LIMIT)}, expected 'MiniMaxH3Scheduler'"
             )
-        return MiniMaxH3Scheduler.from_config(config)
+        return MiniMaxH3Scheduler.from_config(config, **({} if shift is None else {"shift": shift}))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"{folder}: cannot build the {name}: {exc}") from exc
 

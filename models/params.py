@@ -92,6 +92,9 @@ class GenerateParams:
     steps: int | None = None
     """`num_inference_steps`; None takes the checkpoint's (`ModelSpec.default_steps`); N steps make N - 1 DiT
     calls, so at least 2."""
+    shift: float | None = None
+    """The video scheduler's sigma shift (`sigma' = s*sigma / (1 + (s-1)*sigma)`); None takes the scheduler config's
+    (H3's 12). A few-step LoRA is distilled for a shift of its own, which its card gives."""
     guidance_scale: float = 1.0
     """Must stay 1.0: guidance is baked into H3's weights, every step is one forward pass."""
     seed: int = 0
@@ -267,6 +270,10 @@ class ModelSpec:
         """`num_inference_steps` the run uses: the params', else the checkpoint's."""
         return self.default_steps if params.steps is None else params.steps
 
+    def shift_for(self, params: GenerateParams) -> float | None:
+        """The video scheduler's shift the run uses: the params', else the scheduler config's (None: the class's)."""
+        return self.shift if params.shift is None else params.shift
+
 
 def _read_json(path: Path) -> dict[str, Any]:
     """The file parsed as the loader reads a checkpoint's JSON: bounded, regular files only (a FIFO never hangs)."""
@@ -371,6 +378,9 @@ def validate_params(params: GenerateParams, model: ModelSpec) -> None:
     steps = model.steps(params)
     if not 2 <= steps <= 1000:
         problems["steps"] = f"{steps} is outside 2..1000 (N steps make N - 1 DiT calls)"
+    shift = shift_problem(params.shift)
+    if shift is not None:
+        problems["shift"] = shift
     if not 0 <= params.seed < 2**63:
         problems["seed"] = f"{params.seed} is outside 0..2**63-1"
     if model.dit_defaults:
@@ -401,6 +411,21 @@ def validate_params(params: GenerateParams, model: ModelSpec) -> None:
             problems["transformer"] = problem
     if problems:
         raise GenerateParamsError(problems)
+
+
+MAX_SHIFT = 1000.0
+"""The largest shift accepted: past it every sigma of the grid but the last is within float32 rounding of 1."""
+
+
+def shift_problem(shift: Any) -> str | None:
+    """Why `shift` cannot be the scheduler's sigma shift (a finite number in (0, MAX_SHIFT]), or None; unset is fine."""
+    if shift is None:
+        return None
+    if isinstance(shift, bool) or not isinstance(shift, (int, float)) or not math.isfinite(shift):
+        return f"must be a finite number, got {echo(shift)}"
+    if not 0 < shift <= MAX_SHIFT:
+        return f"{shift:g} is outside (0, {MAX_SHIFT:g}] (the sigma shift s in s*sigma / (1 + (s-1)*sigma))"
+    return None
 
 
 def _defaults_problem(params: GenerateParams, model: ModelSpec) -> str | None:

@@ -140,7 +140,7 @@ def run_generate(
     result = GenerateResult(str(out_path), params.frames, params.fps, params.duration, width, height, params.audio,
                             sequential_components=sequential, offload=settings.to_dict(),
                             decisions=[d.to_dict() for d in decisions], workflow=workflow,
-                            num_inference_steps=steps, vae_tiling=params.vae_tiling, vae_dtype=params.vae_dtype,
+                            num_inference_steps=steps, shift=model.shift_for(params), vae_tiling=params.vae_tiling, vae_dtype=params.vae_dtype,
                             quantize=params.quantize, loras=[lora.to_dict() for lora in loras])
     _describe_inputs(result, params, images, model)
     _describe_levers(result, params)
@@ -229,7 +229,8 @@ def _prepare(root: Path, params: GenerateParams, device: torch.device, dtype: to
                      **placement.to_dict())
         for note in result.notes:
             run.emit("note", note)
-        pipe.update_components(**{name: load_aux(root, name) for name in AUX_COMPONENTS})
+        pipe.update_components(**{name: load_aux(root, name, shift=params.shift if name == "scheduler" else None)
+                                  for name in AUX_COMPONENTS})
         run.shells = {name: _shell(root, name) for name in components if name != "text_encoder"}
         pipe.update_components(**run.shells)
         pipe.set_progress_bar_config(disable=True)

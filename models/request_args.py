@@ -50,6 +50,9 @@ def add_workflow_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parallel", type=int, metavar="N",
                         help="run this one generate on N local GPUs (one rank each): the DiT on every rank, its"
                              " sequence split by diffusers' context parallelism; text encoder and VAEs on rank 0")
+    parser.add_argument("--shift", type=float, metavar="S",
+                        help="the video scheduler's sigma shift (default: a LoRA's stated one, else the scheduler"
+                             " config's, 12 for H3); a few-step LoRA's card gives its own")
     parser.add_argument("--lora", dest="loras", action="append", type=_lora_type, metavar="FILE[:SCALE]",
                         help="a safetensors LoRA merged into the DiT as it loads, at SCALE (default 1.0); repeat to"
                              " stack them in order")
@@ -70,7 +73,7 @@ def _lora_type(text: str) -> LoraInput:
 
 
 WORKFLOW_FIELDS = ("workflow", "image", "last_image", "ref_image", "ref_video", "vae_tiling", "vae_dtype", "quantize",
-                   "attention", "compile", "step_cache", "loras", "transformer", "qkv_layout", "parallel")
+                   "attention", "compile", "step_cache", "shift", "loras", "transformer", "qkv_layout", "parallel")
 """GenerateParams fields that `add_workflow_arguments` adds, by their argparse names."""
 
 

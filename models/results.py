@@ -68,6 +68,8 @@ class GenerateResult:
     """The diffusers workflow run."""
     num_inference_steps: int = 0
     """Steps asked of the scheduler: the request's or the checkpoint's scheduler config's."""
+    shift: float | None = None
+    """The video scheduler's sigma shift: the request's or the scheduler config's (None: the class default)."""
     vae_tiling: bool = True
     """Whether the video VAE encoded and decoded on its 256 px tiles."""
     vae_dtype: str = "bf16"

@@ -88,7 +88,7 @@ def draw_header(job: dict, total_bytes: int | None) -> None:
     if asked:
         steps = (spec.get("generate") or {}).get("steps")
         st.markdown(f"**Prompt:** {asked['prompt']}  \n**Seed** {asked['seed']} · **frames** {asked['frames']} · "
-                    f"**size** {asked['size']} · **{words.steps(steps)}**  \n**Workflow** {asked['workflow']} "
+                    f"**size** {asked['size']} · **{words.steps(steps)}** · **shift** {asked['shift']}  \n**Workflow** {asked['workflow']} "
                     f"(input images: {asked['input images']}) · **VAE tiling** {asked['VAE tiling']} · "
                     f"**VAE precision** {asked['VAE precision']} · **transformer weights** {asked['transformer weights']}")
     draw_lineage(job)

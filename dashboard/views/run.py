@@ -41,7 +41,7 @@ FIELD_LABELS = {
     "skeleton": "Load as a generic checkpoint (skeleton)", "sequential_components": "One component at a time",
     "offload": "Offload", "forecast": "Will it fit", "generate": "Generate",
     "generate.prompt": "Prompt", "generate.frames": "Frames (24 fps)", "generate.height": "Height",
-    "generate.width": "Width", "generate.steps": "Steps", "generate.seed": "Seed", "generate.audio": "Audio track",
+    "generate.width": "Width", "generate.steps": "Steps", "generate.shift": "Shift", "generate.seed": "Seed", "generate.audio": "Audio track",
     "generate.workflow": "Workflow",
     **{f"generate.{field}": role.capitalize() for field, role in {**words.INPUT_WORDS, **words.CLIP_WORDS}.items()},
     "generate.vae_tiling": "VAE tiling (256 px tiles)", "generate.vae_dtype": "VAE decode precision",
@@ -65,7 +65,7 @@ def field_label(name: str) -> str:
 DEFAULT_COMPONENT = ""
 """The component field's value for "the loader's default" (a selectbox shows None as no choice)."""
 
-GENERATE_FIELDS = ("prompt", "frames", "height", "width", "steps", "seed", "audio", "vae_tiling", "vae_dtype", "quantize",
+GENERATE_FIELDS = ("prompt", "frames", "height", "width", "steps", "shift", "seed", "audio", "vae_tiling", "vae_dtype", "quantize",
                    "attention", "compile", "step_cache", "parallel")
 """GenerateParams fields the form edits, in form order (H3 fixes the rest: no negative prompt, no guidance, 24 fps;
 the workflow and its images are the workflow section's)."""

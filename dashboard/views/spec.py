@@ -113,6 +113,7 @@ def generate_parameters(job: dict) -> dict[str, str]:
         "frames": f"{frames}{length}" if frames else fmt.MISSING,
         "size": f"{params.get('width')} × {params.get('height')} px" if params.get("width") and params.get("height") else "checkpoint default",
         "steps": words.steps(params.get("steps")) if params.get("steps") else fmt.MISSING,
+        "shift": f"{params['shift']:g}" if params.get("shift") is not None else "the scheduler config's",
         "audio": fmt.flag(params.get("audio")),
         "workflow": workflow_of(params),
         "input images": ", ".join(words.input_role(field) for field in given) or "none (text only)",

@@ -451,14 +451,15 @@ def _generate_params(raw: Mapping[str, Any], problems: Problems) -> GeneratePara
             except ValueError:
                 problems.add(f"generate.{name}", f"must be an integer, got {echo(value)}")
                 ok = False
-    if "guidance_scale" in values:
-        try:
-            if isinstance(values["guidance_scale"], bool):
-                raise ValueError
-            values["guidance_scale"] = float(values["guidance_scale"])
-        except (TypeError, ValueError):
-            problems.add("generate.guidance_scale", f"must be a number, got {echo(values['guidance_scale'])}")
-            ok = False
+    for name in ("guidance_scale", "shift"):
+        if name in values:
+            try:
+                if isinstance(values[name], bool):
+                    raise ValueError
+                values[name] = float(values[name])
+            except (TypeError, ValueError):
+                problems.add(f"generate.{name}", f"must be a number, got {echo(values[name])}")
+                ok = False
     for name in ("audio", "compile"):
         if name in values and not isinstance(values[name], bool):
             problems.add(f"generate.{name}", f"must be true or false, got {echo(values[name])}")

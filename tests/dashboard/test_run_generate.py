@@ -280,3 +280,18 @@ def test_gpus_for_one_clip_are_refused_as_submit_refuses_them_queued_and_come_ba
     again.query_params["from"] = "1"
     again.run()
     assert again.number_input(key="run_gen_parallel").value == 2
+
+
+def test_the_shift_is_unset_by_default_queued_when_given_and_shown_on_the_job(tiny_root, fresh_db):
+    from dashboard.views.spec import generate_parameters
+
+    at = generate_page()
+    assert at.number_input(key="run_gen_shift").value is None
+    at.button(key="run_submit").click().run()
+    at.number_input(key="run_gen_shift").set_value(5.0).run()
+    at.button(key="run_submit").click().run()
+    unset, given = _queued(fresh_db)
+    assert "shift" not in unset["generate"] or unset["generate"]["shift"] is None
+    assert given["generate"]["shift"] == 5.0
+    assert generate_parameters({"spec": given})["shift"] == "5"
+    assert generate_parameters({"spec": unset})["shift"] == "the scheduler config's"
