@@ -15,6 +15,7 @@ from typing import Sequence
 import torch
 
 from core.command_line import CliParser, dtype_type, run_cli, size_type
+from core.echo import echo
 from core.errors import DrainboardError
 from core.sizes import format_size
 from machine.offload_option import add_offload_option
@@ -61,11 +62,29 @@ def _synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _with_stated_schedule(model_dir: str, params: GenerateParams) -> GenerateParams:
+    """`params` with unset steps and shift taken from a LoRA whose metadata states them (`stated_schedule`, said on
+    stderr); the LoRAs' headers are read, not hashed (the run hashes them)."""
+    if not params.loras or (params.steps is not None and params.shift is not None):
+        return params
+    from .lora_inputs import inspect_lora
+    from .params import stated_schedule
+
+    roots = lora_roots(model_dir, {"loras": params.loras, "transformer": params.transformer})
+    facts = [inspect_lora(lora, model_dir, params.resolved_workflow, roots, hash_file=False) for lora in params.loras]
+    params, sources = stated_schedule(params, facts)
+    for name, source in sources.items():
+        if source.startswith("LoRA"):
+            print(f"{name} {getattr(params, name):g}: stated by LoRA {echo(source[5:])}", file=sys.stderr)
+    return params
+
+
 def _generate(args: argparse.Namespace) -> int:
     configure_process(args.device)
     fields = workflow_fields(args)
-    params = GenerateParams(prompt=args.prompt, frames=args.frames, height=args.height, width=args.width,
-                            steps=args.steps, seed=args.seed, audio=not args.no_audio, **fields)
+    params = _with_stated_schedule(args.model_dir, GenerateParams(
+        prompt=args.prompt, frames=args.frames, height=args.height, width=args.width, steps=args.steps,
+        seed=args.seed, audio=not args.no_audio, **fields))
     bar = ProgressBar(1, "denoising", unit=" steps")
 
     def on_event(event: PipelineEvent) -> None:
@@ -184,8 +203,9 @@ def _forecast(args: argparse.Namespace) -> int:
     from .params import ModelSpec, validate_params
     from .process_size import estimate_process, job_peak
 
-    params = GenerateParams(prompt=args.prompt, frames=args.frames, height=args.height, width=args.width,
-                            steps=args.steps, seed=args.seed, audio=not args.no_audio, **workflow_fields(args))
+    params = _with_stated_schedule(args.model_dir, GenerateParams(
+        prompt=args.prompt, frames=args.frames, height=args.height, width=args.width, steps=args.steps,
+        seed=args.seed, audio=not args.no_audio, **workflow_fields(args)))
     validate_params(params, ModelSpec.read(args.model_dir))
     info = probe_device(args.device)
     offload = OffloadSettings(**args.offload)

@@ -48,6 +48,8 @@ FACTOR_MARKERS = (".lora_A.", ".lora_B.", ".lora_down.", ".lora_up.", "lora_A.",
 STEPS_KEYS = ("num_inference_steps", "steps")
 """`__metadata__` entries read as the steps a few-step LoRA was distilled for. No standard key exists; these are
 the names Drainboard reads (never the file name)."""
+SHIFT_KEYS = ("shift", "flow_shift")
+"""`__metadata__` entries read as the sigma shift a few-step LoRA was distilled for (no standard key either)."""
 
 
 class LoraError(DrainboardError):
@@ -148,12 +150,36 @@ class LoraFacts:
 
     @property
     def stated_steps(self) -> int | None:
-        """The steps the file's metadata says it was distilled for (`STEPS_KEYS`), or None."""
-        for key in STEPS_KEYS:
-            value = self.metadata.get(key, "").strip()
-            if value.isdigit() and 0 < int(value) <= 1000:
-                return int(value)
-        return None
+        """The steps the file's metadata says it was distilled for (`stated_steps`)."""
+        return stated_steps(self.metadata)
+
+    @property
+    def stated_shift(self) -> float | None:
+        """The shift the file's metadata says it was distilled for (`stated_shift`)."""
+        return stated_shift(self.metadata)
+
+
+def stated_steps(metadata: dict[str, str]) -> int | None:
+    """The steps a LoRA's `__metadata__` says it was distilled for (an integer in 2..1000 under `STEPS_KEYS`), or
+    None; never guessed from the file name."""
+    for key in STEPS_KEYS:
+        value = str(metadata.get(key, "")).strip()
+        if value.isdigit() and 2 <= int(value) <= 1000:
+            return int(value)
+    return None
+
+
+def stated_shift(metadata: dict[str, str]) -> float | None:
+    """The sigma shift a LoRA's `__metadata__` says it was distilled for (a number in (0, 1000] under `SHIFT_KEYS`),
+    or None."""
+    for key in SHIFT_KEYS:
+        try:
+            value = float(str(metadata.get(key, "")).strip())
+        except ValueError:
+            continue
+        if math.isfinite(value) and 0 < value <= 1000:
+            return value
+    return None
 
 
 @dataclass(frozen=True)
@@ -163,7 +189,9 @@ class FoundLora:
     path: str
     size: int
     stated_steps: int | None
-    """What its metadata says it was distilled for (`LoraFacts.stated_steps`' rule)."""
+    """The steps its metadata says it was distilled for (`stated_steps`)."""
+    stated_shift: float | None = None
+    """The shift its metadata says it was distilled for (`stated_shift`)."""
 
 
 FIND_DEPTH = 4
@@ -197,8 +225,8 @@ def find_lora_files(roots: Iterable[str | os.PathLike]) -> list[FoundLora]:
                     continue
                 if shard is None or problems or not any(m in t.name for t in shard.tensors for m in FACTOR_MARKERS):
                     continue
-                facts = LoraFacts(LoraInput(str(path)), shard.size, 0, 0, (), 0, 0, dict(shard.metadata))
-                found.append(FoundLora(str(path), shard.size, facts.stated_steps))
+                found.append(FoundLora(str(path), shard.size, stated_steps(shard.metadata),
+                                       stated_shift(shard.metadata)))
     return found
 
 

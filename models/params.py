@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from loader.confined import read_json_checked
 from loader.gguf_header import is_gguf
@@ -30,7 +30,7 @@ from core.echo import NAME_LIMIT, echo, echo_name
 from core.errors import DrainboardError
 
 from .levers import ATTENTION_BACKENDS, step_cache_problem
-from .lora_inputs import MAX_LORAS, PARTITIONS, LoraInput, lora_from_value
+from .lora_inputs import MAX_LORAS, PARTITIONS, LoraFacts, LoraInput, lora_from_value
 from .request_args import QKV_LAYOUTS, QUANTIZATIONS, VAE_DTYPES
 from .video_length import FPS, MAX_SECONDS, MIN_SECONDS
 
@@ -318,6 +318,29 @@ def _scheduler_facts(root: Path) -> dict[str, Any]:
     except (TypeError, ValueError) as e:
         raise GenerateParamsError({"model": f"{path}: num_inference_steps / shift: {e}"}) from None
     return {"default_steps": steps, "shift": shift}
+
+
+SCHEDULE_FIELDS = ("steps", "shift")
+"""GenerateParams fields a few-step LoRA's metadata may state (`models.lora_inputs.stated_steps` / `stated_shift`)."""
+GIVEN, CHECKPOINT = "given", "checkpoint"
+"""Where a run's steps or shift came from, besides `LoRA <file name>`: the request, or the scheduler config."""
+
+
+def stated_schedule(params: GenerateParams, loras: Sequence[LoraFacts]) -> tuple[GenerateParams, dict[str, str]]:
+    """`params` with its unset steps and shift taken from the first LoRA (in stack order) whose metadata states
+    them, and where each came from: `given`, `LoRA <file name>` or `checkpoint`. A value given always wins."""
+    values, sources = {}, {}
+    for name in SCHEDULE_FIELDS:
+        if getattr(params, name) is not None:
+            sources[name] = GIVEN
+            continue
+        stating = next((f for f in loras if getattr(f, f"stated_{name}") is not None), None)
+        if stating is None:
+            sources[name] = CHECKPOINT
+            continue
+        values[name] = getattr(stating, f"stated_{name}")
+        sources[name] = f"LoRA {stating.lora.name}"
+    return replace(params, **values), sources
 
 
 def prompt_problem(prompt: str, root: Path) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from core.echo import echo
 from models.levers import lever_option, levers_of
 
 from dashboard import format as fmt
@@ -112,8 +113,9 @@ def generate_parameters(job: dict) -> dict[str, str]:
         "seed": str(params.get("seed", fmt.MISSING)),
         "frames": f"{frames}{length}" if frames else fmt.MISSING,
         "size": f"{params.get('width')} × {params.get('height')} px" if params.get("width") and params.get("height") else "checkpoint default",
-        "steps": words.steps(params.get("steps")) if params.get("steps") else fmt.MISSING,
-        "shift": f"{params['shift']:g}" if params.get("shift") is not None else "the scheduler config's",
+        "steps": (words.steps(params.get("steps")) if params.get("steps") else fmt.MISSING) + stated_by(job, "steps"),
+        "shift": (f"{params['shift']:g}" if params.get("shift") is not None else "the scheduler config's")
+                 + stated_by(job, "shift"),
         "audio": fmt.flag(params.get("audio")),
         "workflow": workflow_of(params),
         "input images": ", ".join(words.input_role(field) for field in given) or "none (text only)",
@@ -126,6 +128,12 @@ def generate_parameters(job: dict) -> dict[str, str]:
         "LoRAs": lora_words(params.get("loras") or []),
         "GPUs": parallel_words(params.get("parallel", 1)),
     }
+
+
+def stated_by(job: dict, name: str) -> str:
+    """` (stated by LoRA <file>)` where a LoRA's metadata gave the job its steps or shift; "" otherwise."""
+    source = (spec_of(job).get("schedule") or {}).get(name) or ""
+    return f" (stated by LoRA {echo(source[5:])})" if source.startswith("LoRA ") else ""
 
 
 def parallel_words(ranks: int) -> str:

@@ -141,6 +141,9 @@ class GenerateJobOptions:
     """With `plan`: lossy levers (quantized weights, fp8 compute, SageAttention, a step cache) may be picked."""
     planned: dict[str, Any] | None = None
     """What the plan considered, chose and why (`models.plan.Plan.to_dict`), set at submit."""
+    schedule: dict[str, str] | None = None
+    """Where the clip's steps and shift came from: `given`, `LoRA <file name>` (its metadata states them) or
+    `checkpoint` (the scheduler config's), set at submit (`models.params.stated_schedule`)."""
 
 
 @job_kind("generate")
@@ -167,13 +170,14 @@ class GenerateKind(JobKind):
         """The clip's parameters (types here, ranges by the model's own rules; a single-file DiT and each LoRA
         resolved under the model roots), the plan, the levers the device can run, and a checkpoint a generate can
         run (an H3 model folder whose DiT is not packed)."""
-        params = _generate(raw.get("generate"), spec["model"], config, problems)
+        params, schedule = _generate(raw.get("generate"), spec["model"], config, problems)
         sequential, lossy = raw.get("sequential_components"), raw.get("plan_lossy", False)
         for name, value in (("sequential_components", sequential), ("plan_lossy", lossy)):
             if value is not None and not isinstance(value, bool):
                 problems.add(name, f"must be true, false or unset (the policy default), got {echo(value)}")
         options = GenerateJobOptions(generate=params, sequential_components=sequential if isinstance(sequential, bool)
-                                  else None, plan=_plan(raw.get("plan"), problems), plan_lossy=lossy is True)
+                                  else None, plan=_plan(raw.get("plan"), problems), plan_lossy=lossy is True,
+                                  schedule=schedule)
         _check_levers(params, spec["device"], spec["model"], problems)
         _check_generate_checkpoint(spec["model"], config, problems)
         return options
@@ -383,39 +387,50 @@ def _check_generate_checkpoint(model: str | None, config: Config, problems: Prob
             problems.add("model", problem)
 
 
-def _generate(raw: Any, model: str | None, config: Config, problems: Problems) -> GenerateParams | None:
-    """Generate parameters: types here, ranges by the model's own rules; a single-file DiT (`transformer`)
-    resolved under the model roots, as the model is."""
+def _generate(raw: Any, model: str | None, config: Config,
+              problems: Problems) -> tuple[GenerateParams | None, dict[str, str] | None]:
+    """Generate parameters and where their steps and shift came from: types here, ranges by the model's own
+    rules; a single-file DiT (`transformer`) resolved under the model roots, as the model is; unset steps and
+    shift taken from a LoRA whose metadata states them (`models.params.stated_schedule`)."""
     params = _generate_params(raw or {}, problems)
     if params is not None and params.transformer is not None:
         try:
             params = replace(params, transformer=str(resolve_model_path(params.transformer, config.model_roots)))
         except ModelPathError as e:
             problems.add("generate.transformer", str(e))
-            return None
-    if params is not None and model is not None:
-        _check_against_model(params, model, problems)
-        params = _checked_loras(params, model, config, problems)
-    return params
+            return None, None
+    if params is None or model is None:
+        return params, None
+    from models.params import GIVEN, stated_schedule
+
+    _check_against_model(params, model, problems)
+    params, facts = _checked_loras(params, model, config, problems)
+    params, schedule = stated_schedule(params, facts)
+    if any(schedule[name] != GIVEN and getattr(params, name) is not None for name in schedule):
+        _check_against_model(params, model, problems)  # a LoRA's stated steps or shift
+    return params, schedule
 
 
-def _checked_loras(params: GenerateParams, model: str, config: Config, problems: Problems) -> GenerateParams:
+def _checked_loras(params: GenerateParams, model: str, config: Config, problems: Problems) -> tuple[GenerateParams, list]:
     """Each LoRA resolved under a model root and checked against the model (`models.lora_inputs.inspect_lora`),
-    recorded with its content hash and partition; a bad one is refused naming the file."""
+    recorded with its content hash and partition, with what its header says (`LoraFacts`); a bad one is refused
+    naming the file."""
     if not params.loras:
-        return params
+        return params, []
     from models.lora_inputs import LoraError, inspect_lora
 
-    checked = []
+    facts = []
     for i, lora in enumerate(params.loras):
         try:
             resolve_model_path(lora.file, config.model_roots)
-            checked.append(inspect_lora(lora, model, params.resolved_workflow, config.model_roots).lora)
+            facts.append(inspect_lora(lora, model, params.resolved_workflow, config.model_roots))
         except ModelPathError as e:
             problems.add(f"generate.loras[{i}]", f"LoRA {echo(lora.file)}: {e}")
         except LoraError as e:
             problems.add(f"generate.loras[{i}]", str(e))
-    return replace(params, loras=tuple(checked)) if len(checked) == len(params.loras) else params
+    if len(facts) != len(params.loras):
+        return params, facts
+    return replace(params, loras=tuple(f.lora for f in facts)), facts
 
 
 def _generate_params(raw: Mapping[str, Any], problems: Problems) -> GenerateParams | None:

@@ -54,3 +54,18 @@ def test_generate_and_forecast_take_shift(h3_tiny: Path):
     for command in ("generate", "forecast"):
         args = build_parser().parse_args([command, str(h3_tiny), "--prompt", "p", "--out", "x.mp4", "--shift", "5"])
         assert workflow_fields(args)["shift"] == 5.0
+
+
+def test_models_generate_takes_a_loras_stated_steps_and_shift_unless_given(h3_tiny: Path, tmp_path: Path, capsys):
+    from models.cli import _with_stated_schedule
+    from models.lora_inputs import LoraInput
+
+    from .lora_files import write_peft_lora
+
+    turbo = write_peft_lora(tmp_path / "turbo.safetensors", h3_tiny, modules=["proj_out"],
+                            metadata={"num_inference_steps": "4", "shift": "5"})
+    stated = _with_stated_schedule(str(h3_tiny), replace(CLIP, steps=None, loras=(LoraInput(str(turbo)),)))
+    assert (stated.steps, stated.shift) == (4, 5.0)
+    assert "shift 5: stated by LoRA 'turbo.safetensors'" in capsys.readouterr().err
+    given = _with_stated_schedule(str(h3_tiny), replace(CLIP, steps=6, shift=2.0, loras=(LoraInput(str(turbo)),)))
+    assert (given.steps, given.shift) == (6, 2.0)
