@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Sequence
 
@@ -62,9 +63,14 @@ def _synth(args: argparse.Namespace) -> int:
     return 0
 
 
-def _with_stated_schedule(model_dir: str, params: GenerateParams) -> GenerateParams:
-    """`params` with unset steps and shift taken from a LoRA whose metadata states them (`stated_schedule`, said on
+def _with_stated_schedule(model_dir: str, params: GenerateParams, preset: str | None = None) -> GenerateParams:
+    """`params` with `preset`'s steps, shift and LoRA where unset (its LoRA looked for under the folder that holds
+    the model), then unset steps and shift taken from a LoRA whose metadata states them (`stated_schedule`, said on
     stderr); the LoRAs' headers are read, not hashed (the run hashes them)."""
+    if preset is not None:
+        from .presets import with_preset
+
+        params = with_preset(params, preset, [os.path.dirname(os.path.abspath(model_dir))])
     if not params.loras or (params.steps is not None and params.shift is not None):
         return params
     from .lora_inputs import inspect_lora
@@ -84,7 +90,7 @@ def _generate(args: argparse.Namespace) -> int:
     fields = workflow_fields(args)
     params = _with_stated_schedule(args.model_dir, GenerateParams(
         prompt=args.prompt, frames=args.frames, height=args.height, width=args.width, steps=args.steps,
-        seed=args.seed, audio=not args.no_audio, **fields))
+        seed=args.seed, audio=not args.no_audio, **fields), args.preset)
     bar = ProgressBar(1, "denoising", unit=" steps")
 
     def on_event(event: PipelineEvent) -> None:
@@ -111,7 +117,7 @@ def _generate(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise PlanInputError(str(e)) from None
     common = dict(dtype=dtype, mode=args.mode, offload=offload, sequential_components=sequential,
-                  roots=lora_roots(args.model_dir, fields))
+                  roots=lora_roots(args.model_dir, {"loras": params.loras, "transformer": params.transformer}))
     if params.parallel > 1:
         from .parallel import run_parallel_generate
 
@@ -205,7 +211,7 @@ def _forecast(args: argparse.Namespace) -> int:
 
     params = _with_stated_schedule(args.model_dir, GenerateParams(
         prompt=args.prompt, frames=args.frames, height=args.height, width=args.width, steps=args.steps,
-        seed=args.seed, audio=not args.no_audio, **workflow_fields(args)))
+        seed=args.seed, audio=not args.no_audio, **workflow_fields(args)), args.preset)
     validate_params(params, ModelSpec.read(args.model_dir))
     info = probe_device(args.device)
     offload = OffloadSettings(**args.offload)

@@ -50,6 +50,9 @@ def add_workflow_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parallel", type=int, metavar="N",
                         help="run this one generate on N local GPUs (one rank each): the DiT on every rank, its"
                              " sequence split by diffusers' context parallelism; text encoder and VAEs on rank 0")
+    parser.add_argument("--preset", metavar="NAME",
+                        help="a few-step preset of models/presets.json: its steps, shift and LoRA (by file name, under"
+                             " the model roots) where the command gives none")
     parser.add_argument("--shift", type=float, metavar="S",
                         help="the video scheduler's sigma shift (default: a LoRA's stated one, else the scheduler"
                              " config's, 12 for H3); a few-step LoRA's card gives its own")

@@ -141,6 +141,8 @@ class GenerateJobOptions:
     """With `plan`: lossy levers (quantized weights, fp8 compute, SageAttention, a step cache) may be picked."""
     planned: dict[str, Any] | None = None
     """What the plan considered, chose and why (`models.plan.Plan.to_dict`), set at submit."""
+    preset: str | None = None
+    """A few-step preset (`models.presets`) whose steps, shift and LoRA filled what the request left unset."""
     schedule: dict[str, str] | None = None
     """Where the clip's steps and shift came from: `given`, `LoRA <file name>` (its metadata states them) or
     `checkpoint` (the scheduler config's), set at submit (`models.params.stated_schedule`)."""
@@ -170,14 +172,15 @@ class GenerateKind(JobKind):
         """The clip's parameters (types here, ranges by the model's own rules; a single-file DiT and each LoRA
         resolved under the model roots), the plan, the levers the device can run, and a checkpoint a generate can
         run (an H3 model folder whose DiT is not packed)."""
-        params, schedule = _generate(raw.get("generate"), spec["model"], config, problems)
+        preset = raw.get("preset")
+        params, schedule = _generate(raw.get("generate"), spec["model"], config, problems, preset)
         sequential, lossy = raw.get("sequential_components"), raw.get("plan_lossy", False)
         for name, value in (("sequential_components", sequential), ("plan_lossy", lossy)):
             if value is not None and not isinstance(value, bool):
                 problems.add(name, f"must be true, false or unset (the policy default), got {echo(value)}")
         options = GenerateJobOptions(generate=params, sequential_components=sequential if isinstance(sequential, bool)
                                   else None, plan=_plan(raw.get("plan"), problems), plan_lossy=lossy is True,
-                                  schedule=schedule)
+                                  preset=preset if isinstance(preset, str) else None, schedule=schedule)
         _check_levers(params, spec["device"], spec["model"], problems)
         _check_generate_checkpoint(spec["model"], config, problems)
         return options
@@ -206,6 +209,7 @@ class GenerateKind(JobKind):
             if getattr(args, name) is not None:
                 params[name] = getattr(args, name)
         raw = {"sequential_components": args.sequential_components, "generate": params | workflow_fields(args)}
+        raw |= {"preset": args.preset} if args.preset else {}
         return raw | ({"plan": args.plan, "plan_lossy": args.allow_lossy} if args.plan else {})
 
     @classmethod
@@ -387,12 +391,23 @@ def _check_generate_checkpoint(model: str | None, config: Config, problems: Prob
             problems.add("model", problem)
 
 
-def _generate(raw: Any, model: str | None, config: Config,
-              problems: Problems) -> tuple[GenerateParams | None, dict[str, str] | None]:
+def _generate(raw: Any, model: str | None, config: Config, problems: Problems,
+              preset: Any = None) -> tuple[GenerateParams | None, dict[str, str] | None]:
     """Generate parameters and where their steps and shift came from: types here, ranges by the model's own
-    rules; a single-file DiT (`transformer`) resolved under the model roots, as the model is; unset steps and
-    shift taken from a LoRA whose metadata states them (`models.params.stated_schedule`)."""
+    rules; a single-file DiT (`transformer`) resolved under the model roots, as the model is; a preset's steps,
+    shift and LoRA (found under the model roots) where unset (`models.presets`); unset steps and shift taken from
+    a LoRA whose metadata states them (`models.params.stated_schedule`)."""
     params = _generate_params(raw or {}, problems)
+    if params is not None and preset is not None:
+        from models.presets import PresetError, with_preset
+
+        try:
+            if not isinstance(preset, str):
+                raise PresetError(f"must be a preset name, got {echo(preset)}")
+            params = with_preset(params, preset, config.model_roots)
+        except PresetError as e:
+            problems.add("preset", str(e))
+            return None, None
     if params is not None and params.transformer is not None:
         try:
             params = replace(params, transformer=str(resolve_model_path(params.transformer, config.model_roots)))

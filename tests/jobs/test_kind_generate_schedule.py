@@ -71,3 +71,25 @@ def test_steps_and_shift_given_win_over_the_loras_and_unstated_ones_are_the_chec
     assert given["spec"]["schedule"] == {"steps": "given", "shift": "given"}
     assert unstated["spec"]["generate"].get("steps") is None and unstated["spec"]["generate"].get("shift") is None
     assert unstated["spec"]["schedule"] == {"steps": "checkpoint", "shift": "checkpoint"}
+
+
+def test_submit_preset_fills_steps_shift_and_its_lora_from_the_model_roots_and_the_job_records_it(
+        db, config, capsys, tiny_model, tmp_path, monkeypatch):
+    from models import presets
+
+    presets_file = tmp_path / "presets.json"
+    presets_file.write_text(json.dumps([{"name": "turbo", "steps": 4, "shift": 5.0, "lora": "turbo4.safetensors",
+                                         "scale": 0.5}]))
+    monkeypatch.setattr(presets, "PRESETS_FILE", presets_file)
+    code = main(["submit", "generate", "--model", str(tiny_model), "--prompt", "a fox", "--preset", "turbo", "--json"])
+    body = json.loads(capsys.readouterr().out)
+    assert code == 2 and any(e.startswith("preset: preset 'turbo': no LoRA file 'turbo4.safetensors' under "
+                                          f"{config.model_roots[0]}") for e in body["errors"]), body
+    lora = _stating_lora(config, tiny_model, "turbo4.safetensors", {})
+    _submit(tiny_model, capsys, "--preset", "turbo", "--shift", "3")  # --steps 3 given, so is --shift
+    main(["submit", "generate", "--model", str(tiny_model), "--prompt", "a fox", "--preset", "turbo", "--json"])
+    given, filled = sorted(list_jobs(db), key=lambda j: j["id"])
+    assert (given["spec"]["generate"]["steps"], given["spec"]["generate"]["shift"]) == (3, 3.0)
+    assert (filled["spec"]["generate"]["steps"], filled["spec"]["generate"]["shift"]) == (4, 5.0)
+    assert [(x["file"], x["scale"]) for x in filled["spec"]["generate"]["loras"]] == [(str(lora), 0.5)]
+    assert filled["spec"]["preset"] == "turbo"
