@@ -9,6 +9,7 @@ from typing import Any
 
 import streamlit as st
 
+from core.echo import echo
 from dashboard import data
 from dashboard import format as fmt
 from dashboard import words
@@ -240,6 +241,7 @@ def generate_fields(choice, device: DeviceInfo, sequential: bool | None) -> dict
         seed(name, value, {"gen_quantize": QUANTIZE_CHOICES, "gen_vae_dtype": VAE_DTYPE_CHOICES,
                            "gen_step_cache": STEP_CACHE_CHOICES, "gen_attention": ATTENTION_BACKENDS}.get(name))
     st.subheader("Generate", anchor=False)
+    preset_field()
     st.text_area(LABEL["generate.prompt"], key=key("gen_prompt"), height=80)
     show_errors("generate.prompt")
     cols = st.columns(4)
@@ -274,6 +276,54 @@ def generate_fields(choice, device: DeviceInfo, sequential: bool | None) -> dict
     stage_plan_section(fields["workflow"], fields["audio"],
                        device.unified_memory if sequential is None else sequential, fields["quantize"])
     return fields
+
+
+PRESET_NONE = "none"
+"""The Preset select's value for no preset."""
+
+
+def preset_field() -> None:
+    """The Preset select (`models/presets.json`): choosing one fills Steps, Shift and its LoRA (found by file name
+    under the model roots, at its scale) where the preset states them; the fields stay editable."""
+    from models.presets import PresetError, read_presets
+
+    try:
+        presets = read_presets()
+    except PresetError as e:
+        st.error(str(e))
+        return
+    names = (PRESET_NONE, *presets)
+    seed("gen_preset", PRESET_NONE, names)
+    name = st.selectbox("Preset", names, key=key("gen_preset"), on_change=_apply_preset, args=(presets,),
+                        help="A few-step recipe (`--preset`): fills Steps, Shift and its LoRA where it states them.")
+    problem = st.session_state.pop(key("gen_preset_problem"), None)
+    if problem:
+        st.error(problem)
+    if name != PRESET_NONE and presets[name].source:
+        st.caption(f"Source: {echo(presets[name].source, 400)}")
+
+
+def _apply_preset(presets: dict) -> None:
+    from models.presets import PresetError, find_preset_lora
+
+    name = st.session_state[key("gen_preset")]
+    if name == PRESET_NONE:
+        return
+    preset = presets[name]
+    for field in ("steps", "shift"):
+        if getattr(preset, field) is not None:
+            st.session_state[key(f"gen_{field}")] = getattr(preset, field)
+    if preset.lora is None:
+        return
+    try:
+        path = str(find_preset_lora(preset, data.config().model_roots))
+    except PresetError as e:
+        st.session_state[key("gen_preset_problem")] = str(e)
+        return
+    data.lora_files.clear()  # the list offered is cached; the file just found must be among it
+    picked = st.session_state.get(key("gen_loras"), [])
+    st.session_state[key("gen_loras")] = [path, *(p for p in picked if p != path)]
+    st.session_state[key(lora_scale_field(path))] = preset.scale
 
 
 def knob_fields(device: DeviceInfo) -> dict[str, Any]:

@@ -295,3 +295,27 @@ def test_the_shift_is_unset_by_default_queued_when_given_and_shown_on_the_job(ti
     assert given["generate"]["shift"] == 5.0
     assert generate_parameters({"spec": given})["shift"] == "5"
     assert generate_parameters({"spec": unset})["shift"] == "the scheduler config's"
+
+
+def test_a_preset_fills_steps_shift_and_its_lora_and_a_missing_lora_is_said(tiny_root, fresh_db, monkeypatch, tmp_path):
+    from models import presets
+    from tests.models.lora_files import write_peft_lora
+
+    presets_file = tmp_path / "presets.json"
+    presets_file.write_text(json.dumps([{"name": "turbo", "steps": 4, "shift": 5.0, "lora": "turbo4.safetensors",
+                                         "scale": 0.5, "source": "a test's own figures"}]))
+    monkeypatch.setattr(presets, "PRESETS_FILE", presets_file)
+    at = generate_page()
+    at.selectbox(key="run_gen_preset").set_value("turbo").run()
+    assert any("no LoRA file 'turbo4.safetensors' under" in e.value for e in at.error)
+    assert (at.number_input(key="run_gen_steps").value, at.number_input(key="run_gen_shift").value) == (4, 5.0)
+    lora = write_peft_lora(tiny_root.parent / "turbo4.safetensors", tiny_root, modules=["proj_out"])
+    at.selectbox(key="run_gen_preset").set_value("none").run()
+    at.selectbox(key="run_gen_preset").set_value("turbo").run()
+    assert not at.exception, at.exception
+    assert at.multiselect(key="run_gen_loras").value == [str(lora)]
+    assert any("a test's own figures" in c.value for c in at.caption)
+    at.button(key="run_submit").click().run()
+    [spec] = _queued(fresh_db)
+    assert (spec["generate"]["steps"], spec["generate"]["shift"]) == (4, 5.0)
+    assert [(x["file"], x["scale"]) for x in spec["generate"]["loras"]] == [(str(lora), 0.5)]
