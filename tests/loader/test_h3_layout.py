@@ -12,11 +12,19 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+import loader.model_registry as model_registry
 import loader.placement.dict_modes as dict_modes
 from loader import LoadOptions, discover_checkpoint, load_checkpoint
 from loader.cli import main
 
 from .h3_layout import NON_WEIGHT, TEXT_ENCODER_SHARDS, TINY_DIT, WEIGHT_COMPONENTS, write_h3_layout
+
+
+@pytest.fixture(autouse=True)
+def no_model_builders(monkeypatch):
+    """The layout's components hold a few tensors of made-up shapes, loaded as skeletons from their own metadata:
+    a builder an earlier test registered (transformers' Qwen3-VL at its default size) must not apply here."""
+    monkeypatch.setattr(model_registry, "_BUILDERS", {})
 
 
 def _saved_tensors(folder: Path) -> dict[str, torch.Tensor]:
