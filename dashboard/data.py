@@ -212,10 +212,32 @@ def checkpoints(roots: tuple[str, ...]) -> list:
     return find_checkpoints([Path(r) for r in roots])
 
 
-@st.cache_data(ttl=10, show_spinner=False)
 def models(roots: tuple[str, ...]) -> tuple[list, object]:
     """(every checkpoint under the model roots as the Models page lists it, the memory its fit is weighed
-    against): headers only."""
+    against): headers only, listed again as soon as a file is added or removed two levels down (the depth the
+    listing searches), else at most every 10 s."""
+    return _models(roots, folder_stamp(roots))
+
+
+def folder_stamp(roots: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
+    """Each root's and each folder's directly under it modification time: adding or removing an entry in
+    either changes it. A few stats, so a page rerun can afford it."""
+    stamp = []
+    for root in map(Path, roots):
+        try:
+            folders = [root, *(p for p in root.iterdir() if p.is_dir())]
+        except OSError:
+            continue
+        for folder in folders:
+            try:
+                stamp.append((str(folder), folder.stat().st_mtime_ns))
+            except OSError:
+                continue
+    return tuple(stamp)
+
+
+@st.cache_data(ttl=10, show_spinner=False)
+def _models(roots: tuple[str, ...], stamp: tuple[tuple[str, int], ...]) -> tuple[list, object]:
     from loader.catalog import find_models, machine_memory
 
     memory = machine_memory()

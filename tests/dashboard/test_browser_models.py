@@ -14,6 +14,17 @@ from tests.dashboard.test_browser_run import _chosen, _page_bar, _settled
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
+def _open_models_page(page, base: str):
+    """The Models page from the app's first page, settled; its main column."""
+    page.goto(base + "/")
+    page.get_by_text("Run a job").wait_for()
+    _settled(page)
+    _page_bar(page, "Models")
+    page.get_by_text("The fit weighs each checkpoint's weights at bf16").wait_for()
+    _settled(page)
+    return page.locator("[data-testid=stMain]")
+
+
 def test_the_models_page_lists_the_checkpoints_and_opens_run_with_the_one_picked(dashboard, browser):  # noqa: F811
     base, data = dashboard
     shutil.copytree(data / "models" / "tiny", data / "models" / "tiny-copy")
@@ -21,13 +32,7 @@ def test_the_models_page_lists_the_checkpoints_and_opens_run_with_the_one_picked
     page = context.new_page()
     page.set_default_timeout(120_000)
     try:
-        page.goto(base + "/")
-        page.get_by_text("Run a job").wait_for()
-        _settled(page)
-        _page_bar(page, "Models")
-        page.get_by_text("The fit weighs each checkpoint's weights at bf16").wait_for()
-        _settled(page)
-        main = page.locator("[data-testid=stMain]")
+        main = _open_models_page(page, base)
         expect(main.get_by_text("tiny-copy · diffusers folder · fits")).to_be_visible()
         expect(main.get_by_text("tiny · diffusers folder · fits", exact=True)).to_be_visible()
         page.screenshot(path=str(ARTIFACTS / "models-page.png"), full_page=True)
@@ -53,13 +58,7 @@ def test_a_gguf_file_is_listed_with_its_quant_types_and_opens_run_as_the_generat
     page = context.new_page()
     page.set_default_timeout(120_000)
     try:
-        page.goto(base + "/")
-        page.get_by_text("Run a job").wait_for()
-        _settled(page)
-        _page_bar(page, "Models")
-        page.get_by_text("The fit weighs each checkpoint's weights at bf16").wait_for()
-        _settled(page)
-        main = page.locator("[data-testid=stMain]")
+        main = _open_models_page(page, base)
         expect(main.get_by_text("dit-Q8_0.gguf · GGUF file · fits")).to_be_visible()
         page.screenshot(path=str(ARTIFACTS / "models-page-gguf.png"), full_page=True)
         page.get_by_role("button", name="Open in Run").nth(1).click()  # name order: demo, dit-Q8_0.gguf, tiny...

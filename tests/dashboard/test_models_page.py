@@ -65,3 +65,21 @@ def test_a_gguf_file_is_listed_with_its_quant_types_and_opens_run_as_a_generate_
     buttons[list(rows).index("dit-Q8_0.gguf")].click().run()
     assert at.session_state[nav.NAVIGATED_KEY] == ("run", {"kind": "generate"})
     assert at.session_state[form_state.FORM_KEY]["gen_transformer"] == str(dit)
+
+
+def test_the_folder_stamp_changes_when_a_checkpoint_is_added_two_levels_down_and_not_otherwise(tmp_path):
+    from dashboard.data import folder_stamp
+
+    import os
+
+    (tmp_path / "a").mkdir()
+    for folder in (tmp_path, tmp_path / "a"):  # an hour ago: the kernel's coarse clock cannot hide a change
+        os.utime(folder, ns=(folder.stat().st_mtime_ns - 3600 * 10**9,) * 2)
+    roots = (str(tmp_path), str(tmp_path / "missing"))
+    before = folder_stamp(roots)
+    assert folder_stamp(roots) == before
+    (tmp_path / "a" / "dit.gguf").write_bytes(b"x")
+    after_nested = folder_stamp(roots)
+    assert after_nested != before
+    (tmp_path / "top.gguf").write_bytes(b"x")
+    assert folder_stamp(roots) != after_nested
