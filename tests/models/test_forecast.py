@@ -29,6 +29,8 @@ UNSEEN_DEMO = GenerateParams(prompt=UNSEEN.prompt, frames=158, height=192, width
 
 _MEASURE = """
 import json, sys
+from loader.process import configure_process
+configure_process()  # as every entry point does: glibc's fixed mmap threshold keeps stage peaks from drifting
 from models.lora_inputs import lora_from_value
 from models.pipeline import run_generate
 from models.params import GenerateParams
