@@ -163,14 +163,15 @@ class _RayRank:
         if self.returncode is not None:
             return self.returncode
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError
+        from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
         try:
             found = ray.get(self._actor.poll.remote(self._rank, self._offset), timeout=POLL_TIMEOUT)
         except GetTimeoutError:
             return None
-        except RayActorError as e:
-            self._write("error.json", json.dumps({"error": f"its Ray worker on {self._ip} died: "
+        except RayError as e:  # its actor died (its node lost), or failed: the rank is gone with it
+            how = "died" if isinstance(e, RayActorError) else "failed"
+            self._write("error.json", json.dumps({"error": f"its Ray worker on {self._ip} {how}: "
                                                            f"{(str(e).splitlines() or [''])[0][:500]}"}))
             self.returncode = -signal.SIGKILL
             return self.returncode
@@ -208,9 +209,9 @@ class _RayRank:
 class RayRanks:
     """`models.parallel.RankLauncher` on the Ray cluster this process's job runs on (`ray.init()` finds it)."""
 
-    def __init__(self, on_placed: Callable[[str, dict], None] | None = None, prefer: str | None = None,
+    def __init__(self, on_note: Callable[[str, dict], None] | None = None, prefer: str | None = None,
                  wait_seconds: float = 1.0):
-        self._on_placed, self._prefer, self._wait = on_placed, prefer, wait_seconds
+        self._on_note, self._prefer, self._wait = on_note, prefer, wait_seconds
         self._group = None
         self._actors: list = []
         self._started_ray = False
@@ -236,8 +237,11 @@ class RayRanks:
         if self.strategy is None:
             raise DeviceError(placement_problem(nodes, bundle, world))
         self._group = placement_group([bundle] * world, strategy=self.strategy, name=folder.name)
+        if not self._group.wait(self._wait) and self._on_note is not None:
+            self._on_note(f"waiting for Ray to place {world} ranks of {_words(bundle)} ({self.strategy})",
+                          {"strategy": self.strategy})
         while not self._group.wait(self._wait):
-            pass  # the job shows its last stage meanwhile; a cancel's SIGTERM lands between the waits
+            pass  # a cancel's SIGTERM lands between the waits
         host = ray.remote(num_cpus=bundle["CPU"], num_gpus=bundle.get("GPU", 0), max_restarts=0)(_RankHost)
         self._actors = [host.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
             self._group, placement_group_bundle_index=rank)).remote() for rank in range(world)]
@@ -245,15 +249,18 @@ class RayRanks:
         address = {n["NodeID"]: n["NodeManagerAddress"] for n in alive}  # as the node joined: its --node-ip-address
         for place in places:
             place["ip"] = address[place["node"]]
-        if self._on_placed is not None:
+        if self._on_note is not None:
             where = ", ".join(f"rank {r} on {p['ip']} (node {p['node'][:8]})" for r, p in enumerate(places))
-            self._on_placed(f"ranks placed by Ray ({self.strategy}): {where}",
+            self._on_note(f"ranks placed by Ray ({self.strategy}): {where}",
                             {"strategy": self.strategy, "nodes": [p["node"] for p in places],
                              "addresses": [p["ip"] for p in places]})
         locals_ = local_ranks([p["node"] for p in places])
         remote = {**request, "out_path": OUTPUT}
-        base = {k: v for k, v in os.environ.items() if k != ENV_NONCE}
-        ranks = []
+        # Not the job's nonce; on CUDA not Ray's OMP_NUM_THREADS=1 either (the bundle's one CPU is for a CPU rank's
+        # compute; a GPU rank's host work, its load, takes the node's threads as a local rank does).
+        dropped = {ENV_NONCE, "OMP_NUM_THREADS"} if device == "cuda" else {ENV_NONCE}
+        base = {k: v for k, v in os.environ.items() if k not in dropped}
+        ranks, started = [], []
         for rank, (actor, place, (local, count)) in enumerate(zip(self._actors, places, locals_)):
             env = rank_environment(base, rank=rank, world=world, local_rank=local, local_world=count,
                                    master=(places[0]["ip"], places[0]["port"]), device=device, parent=place["pid"])
@@ -261,7 +268,8 @@ class RayRanks:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(p["gpus"][0] for p in places if p["node"] == place["node"])
             ranks.append(_RayRank(actor, rank, place["ip"], folder,
                                   Path(request["out_path"]) if rank == 0 else None))
-            actor.start.remote(remote, rank, env)
+            started.append(actor.start.remote(remote, rank, env))
+        ray.get(started)
         return ranks
 
     def close(self) -> None:

@@ -130,7 +130,7 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
 
 def _rank_launcher(ctx: JobContext, prefer: str | None):
     """Where a parallel generate's ranks run: placed by Ray when the job runs on a Ray cluster that said so
-    (`jobs.backends.ray_ranks`; where each rank went becomes a `ray` event), else None (this machine's,
+    (`jobs.backends.ray_ranks`; where each rank went, and any wait for the GPUs, become `ray` events), else None (this machine's,
     `models.parallel.LocalRanks`). `prefer`: the placement the job was forecast with."""
     import os
 
@@ -140,7 +140,7 @@ def _rank_launcher(ctx: JobContext, prefer: str | None):
         return None
     from jobs.backends.ray_ranks import RayRanks
 
-    return RayRanks(on_placed=lambda line, data: ctx.event("ray", line, data=data),
+    return RayRanks(on_note=lambda line, data: ctx.event("ray", line, data=data),
                     prefer=prefer)
 
 

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,29 @@ class LocalCluster:
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@contextmanager
+def running(cluster: LocalCluster):
+    """`cluster` started (Ray required), closed after."""
+    require_ray()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@contextmanager
+def supervising(config, cluster: LocalCluster):
+    """A started supervisor (so the conftest's tick_until and run_to_end) whose jobs run on `cluster`."""
+    import dataclasses
+
+    from jobs.supervisor import Supervisor
+
+    sup = Supervisor(dataclasses.replace(config, ray_address=cluster.address), grace=1.0)
+    sup.start()
+    try:
+        yield sup
+    finally:
+        sup.stop()

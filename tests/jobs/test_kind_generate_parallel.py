@@ -133,19 +133,24 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _ranks_below(pid: int) -> dict[int, int]:
-    """Rank -> pid of the parallel generate ranks running below `pid`."""
+def ranks_among(pids: list[int]) -> dict[int, int]:
+    """Rank -> pid of the parallel generate ranks among `pids`."""
     from pathlib import Path
 
     ranks = {}
-    for child in _descendants(pid):
+    for pid in pids:
         try:
-            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
         if b"models.parallel" in argv:
-            ranks[int(argv[-2])] = child
+            ranks[int(argv[-2])] = pid
     return ranks
+
+
+def _ranks_below(pid: int) -> dict[int, int]:
+    """Rank -> pid of the parallel generate ranks running below `pid`."""
+    return ranks_among(_descendants(pid))
 
 
 @pytest.mark.slow

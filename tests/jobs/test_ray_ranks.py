@@ -11,21 +11,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
 from jobs.backends.ray_ranks import local_ranks, placement, rank_bundle
-from jobs.supervisor import Supervisor
 from storage.artifacts import job_dir
-from storage.queries import artifacts, events, get_job, samples_since
-from storage.schema import FINAL_STATUSES
-from tests.jobs.ray_cluster import LocalCluster, require_ray
+from storage.queries import artifacts, events, samples_since
+from tests.jobs.ray_cluster import LocalCluster, running, supervising
+from tests.jobs.test_kind_generate_parallel import TWO_RANKS, ranks_among
 
-TWO_RANKS = {"prompt": "a red fox in the snow", "frames": 124, "height": 64, "width": 64, "steps": 3, "audio": False,
-             "parallel": 2}
-"""A tiny clip on 2 ranks whose packed sequence divides by 2 (as tests/jobs/test_kind_generate_parallel.py)."""
 FAKE_ACCELERATOR = str(Path(__file__).resolve().parents[1] / "fake_accelerator")
 
 
@@ -48,29 +43,15 @@ def test_each_rank_s_local_rank_counts_the_ranks_before_it_on_its_node():
 
 @pytest.fixture(scope="module")
 def two_nodes():
-    require_ray()
-    cluster = LocalCluster(cpus=1, worker_cpus=1, env={"PYTHONPATH": FAKE_ACCELERATOR})
-    try:
-        cluster.start()
+    with running(LocalCluster(cpus=1, worker_cpus=1, env={"PYTHONPATH": FAKE_ACCELERATOR})) as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 @pytest.fixture
-def ray_supervisor(config, two_nodes):
-    sup = Supervisor(dataclasses.replace(config, ray_address=two_nodes.address), grace=1.0)
-    sup.start()
-    yield sup
-    sup.stop()
-
-
-def _run(db, sup, job_id: int, until, timeout: float) -> None:
-    deadline = time.time() + timeout
-    while not until():
-        assert time.time() < deadline, f"job {job_id} did not get there in {timeout:.0f} s: {get_job(db, job_id)}"
-        sup.tick()
-        time.sleep(0.05)
+def supervisor(config, two_nodes):
+    """The conftest's supervisor (and so its tick_until and run_to_end), on the two nodes."""
+    with supervising(config, two_nodes) as sup:
+        yield sup
 
 
 def _placement_groups(address: str) -> list:
@@ -81,28 +62,20 @@ def _placement_groups(address: str) -> list:
 
 def _ranks(cluster: LocalCluster) -> dict[int, int]:
     """Rank -> pid of the parallel generate ranks the cluster's nodes run."""
-    ranks = {}
-    for pid in cluster.processes():
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"models.parallel" in argv:
-            ranks[int(argv[-2])] = pid
-    return ranks
+    return ranks_among(cluster.processes())
 
 
 @pytest.mark.ray
 def test_a_parallel_generate_spreads_its_ranks_one_per_node_and_reports_every_rank(
-        one_accelerator, db, config, queue_job, tiny_model, two_nodes, ray_supervisor):
+        one_accelerator, db, config, queue_job, run_to_end, tiny_model, two_nodes):
     before = {g.placement_group_id for g in _placement_groups(two_nodes.address)}
-    job_id = queue_job("generate", model=str(tiny_model), generate=TWO_RANKS)
-    _run(db, ray_supervisor, job_id, lambda: get_job(db, job_id)["status"] in FINAL_STATUSES, 300)
-    job = get_job(db, job_id)
+    job = run_to_end(queue_job("generate", model=str(tiny_model), generate=TWO_RANKS), timeout=300)
+    job_id = job["id"]
     assert job["status"] == "succeeded", job["error"]
 
     rows = events(db, job_id)
-    [submitted, placed] = [e for e in rows if e["kind"] == "ray"]
+    [submitted] = [e for e in rows if e["kind"] == "ray" and e["message"].startswith("submitted")]
+    [placed] = [e for e in rows if e["kind"] == "ray" and e["message"].startswith("ranks placed")]
     assert submitted["data"]["entrypoint_num_gpus"] == 0  # the placement group holds the ranks' share
     from ray.util.state import list_nodes
 
@@ -127,14 +100,12 @@ def test_a_parallel_generate_spreads_its_ranks_one_per_node_and_reports_every_ra
 
 @pytest.mark.ray
 def test_a_rank_killed_on_its_node_fails_the_job_naming_it_and_releases_the_placement_group(
-        one_accelerator, db, queue_job, tiny_model, two_nodes, ray_supervisor):
+        one_accelerator, db, queue_job, tick_until, run_to_end, tiny_model, two_nodes):
     before = {g.placement_group_id for g in _placement_groups(two_nodes.address)}
     job_id = queue_job("generate", model=str(tiny_model), generate={**TWO_RANKS, "steps": 40})
-    _run(db, ray_supervisor, job_id,
-         lambda: any(s["stage"] == "denoise.denoise" for s in samples_since(db, job_id, rank=1)), 300)
+    tick_until(lambda: any(s["stage"] == "denoise.denoise" for s in samples_since(db, job_id, rank=1)), timeout=300)
     os.kill(_ranks(two_nodes)[1], signal.SIGKILL)  # the nodes are this machine: the rank is a local pid
-    _run(db, ray_supervisor, job_id, lambda: get_job(db, job_id)["status"] in FINAL_STATUSES, 120)
-    job = get_job(db, job_id)
+    job = run_to_end(job_id, timeout=120)
     assert job["status"] == "failed", job["error"]
     assert job["error"].startswith("ParallelRunError: rank 1 of 2 was killed (SIGKILL) (in stage denoise.denoise")
     assert "its last sample: RSS " in job["error"] and job["error"].endswith("the other ranks were stopped")
