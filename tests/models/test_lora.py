@@ -327,6 +327,28 @@ def test_the_forecast_command_lists_the_lora_prep_among_the_loads(capsys, h3_tin
     assert "lora.transformer" in stages and "load.transformer" in stages
 
 
+def test_the_generate_command_merges_each_lora_given_and_refuses_a_bad_one_in_one_line(capsys, h3_tiny: Path, loras,
+                                                                                       tmp_path: Path):
+    from models.cli import main
+
+    out = tmp_path / "clip.mp4"
+    code = main(["generate", str(h3_tiny), "--prompt", "a red fox", "--out", str(out), "--width", "64", "--height", "64",
+                 "--steps", "2", "--no-audio", "--lora", f"{loras['peft']}:0.75", "--lora", str(loras["second"]),
+                 "--json"])
+    body = json.loads(capsys.readouterr().out)
+    assert code == 0 and out.stat().st_size > 0
+    assert [(Path(x["file"]).name, x["scale"], x["partition"]) for x in body["loras"]] == [
+        ("style.safetensors", 0.75, "transformer"), ("second.safetensors", 1.0, "transformer")]
+    assert all(len(x["sha256"]) == 64 for x in body["loras"])
+    assert [m["targets"] for m in body["loads"]["transformer"]["lora"]["loras"]] == [len(dit_linears(h3_tiny)), 3]
+    not_lora = next((h3_tiny / "vae").glob("*.safetensors"))
+    code = main(["generate", str(h3_tiny), "--prompt", "a red fox", "--out", str(tmp_path / "bad.mp4"),
+                 "--lora", str(not_lora), "--json"])
+    body = json.loads(capsys.readouterr().out)
+    assert code == 2 and "\n" not in body["error"] and f"{not_lora.name}: holds no LoRA factors" in body["error"]
+    assert not (tmp_path / "bad.mp4").exists()
+
+
 def test_seed_contract_an_alpha_metadata_lora(h3_tiny: Path, loras, tmp_path: Path):
     result = run_generate(h3_tiny, replace(SHORT, loras=(LoraInput(str(loras["alpha"]), 1.0),)), tmp_path / "a.mp4",
                           device_info=UNIFIED, roots=[h3_tiny.parent])
