@@ -323,3 +323,29 @@ def test_loras_under_the_roots_are_offered_with_a_strength_and_edit_and_requeue_
     assert warning.startswith("'turbo.safetensors' says it was distilled for 8 steps; 50 steps run 49")
     at.number_input(key="run_gen_steps").set_value(8).run()
     assert not [w for w in at.warning if "distilled for" in w.value]  # run at its own steps: nothing to say
+
+
+def test_the_few_step_warning_reads_the_metadata_never_the_name_and_an_unset_steps_runs_at_the_stated_ones(
+        fresh_db, tiny_checkpoint, data_dir):
+    import torch
+    from safetensors.torch import save_file
+
+    from models.params import GenerateParams
+
+    folder = data_dir / "models" / "loras"
+    folder.mkdir()
+    factors = {"transformer.proj_in.lora_A.weight": torch.ones(2, 96), "transformer.proj_in.lora_B.weight": torch.ones(64, 2)}
+    save_file(factors, str(folder / "turbo.safetensors"), metadata={"steps": "8"})
+    save_file(factors, str(folder / "lightx2v-4step-distill.safetensors"))  # says so in its name alone
+    loras = tuple({"file": str(folder / name), "scale": 1.0} for name in ("lightx2v-4step-distill.safetensors",
+                                                                         "turbo.safetensors"))
+    job_id = _add_spec(fresh_db, JobSpec(kind="generate", model=str(tiny_checkpoint), options=GenerateJobOptions(
+        generate=GenerateParams(prompt="a fox", steps=None, loras=loras))))
+    at = run_page()
+    at.query_params["from"] = str(job_id)
+    at.run()
+    assert not at.exception, at.exception
+    assert at.number_input(key="run_gen_steps").value is None
+    assert not [w for w in at.warning if "distilled for" in w.value]  # unset: the job takes turbo's 8 steps
+    at.number_input(key="run_gen_steps").set_value(50).run()
+    assert [w.value.split(" says")[0] for w in at.warning if "distilled for" in w.value] == ["'turbo.safetensors'"]
