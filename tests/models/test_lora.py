@@ -313,6 +313,8 @@ def test_a_lora_is_prepared_in_its_own_sampled_stage_before_the_load_and_the_eta
     assert stages.index("lora.transformer") == stages.index("load.transformer") - 1
     assert "lora.transformer" in sampled and result.stage_seconds["lora.transformer"] > 0
     assert result.loads["transformer"]["lora"]["loras"][0]["targets"] > 0  # merged in the load that followed
+    # the live chart's samples stay one per tensor placed, each merged weight sampled as it is placed
+    assert sampled.count("load.transformer") > result.loads["transformer"]["tensors_placed"] > 0
     plain = run_generate(h3_tiny, SHORT, tmp_path / "b.mp4", device_info=UNIFIED, roots=[h3_tiny.parent])
     assert not any(s.startswith("lora.") for s in plain.stages)
     forecast = forecast_generate(h3_tiny, params, device_info=UNIFIED, settings=OffloadSettings())
