@@ -430,8 +430,8 @@ def lever_fields(device: DeviceInfo, quantize: str | None) -> dict[str, Any]:
                                        "or pinned to cuDNN's, flash's or the memory-efficient one; SageAttention "
                                        "where its package is installed.")
     compile = cols[1].toggle(LABEL["generate.compile"], key=key("gen_compile"),
-                             help="Compile the DiT's repeated blocks (lossless). The first call compiles; it is "
-                                  "timed as its own stage, denoise.compile.")
+                             help="Compile the DiT's repeated blocks (lossless). The first two calls compile; "
+                                  "they are timed as their own stage, denoise.compile.")
     cache = quantize_value(cols[2].selectbox(
         LABEL["generate.step_cache"], STEP_CACHE_CHOICES, key=key("gen_step_cache"),
         format_func=lambda c: "none (every step computed)" if c == QUANTIZE_NONE else named("step_cache")(c),

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
 from .forecast import GenerateForecast
-from .levers import COMPILE_STAGE, LEVER_STAGES
+from .levers import COMPILE_CALLS, COMPILE_STAGE, LEVER_STAGES
 from .lora_inputs import LORA_STAGES
 
 NO_HISTORY = "no history on this machine"
@@ -70,8 +70,8 @@ def stage_work(forecast: GenerateForecast) -> dict[str, float]:
     compiled = bool(forecast.levers.get("compile"))
     units = {
         "text_encoder": forecast.text_tokens,
-        # A compiled DiT's first call is its own stage (one unit: the compile is paid once per run).
-        "denoise.denoise": forecast.tokens * max(forecast.steps - 1 - compiled, 1),
+        # A compiled DiT's calls that compile are their own stage (one unit: the compiles are paid once per run).
+        "denoise.denoise": forecast.tokens * max(forecast.steps - 1 - compiled * COMPILE_CALLS, 1),
         "decode.video": forecast.frames * forecast.height * forecast.width,
         "decode.audio": next((s.driver for s in forecast.stages if s.stage == "decode.audio"), 0.0),
     }

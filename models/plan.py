@@ -13,7 +13,7 @@ Each candidate is checked against the same walls, in the same words, as
 start-up (learned from this machine's jobs; unknown without history, and the
 table says which). Its seconds include each lever's start-up, the stages a
 lever adds once per run whatever the steps (`models.levers.STARTUP_STAGES`:
-compile's first call), timed from history as the forecast's work has them; the
+compile's first calls), timed from history as the forecast's work has them; the
 table says how much of each candidate's seconds that is.
 
 The choice: among candidates that fit, the fewest predicted seconds where every
@@ -43,7 +43,7 @@ PREFERENCE = ("the request's own levers before others (no speedup is assumed wit
               "resident before sequential (no component loaded twice)",
               "bf16 weights before fp8 compute, fp8 and int8")
 """The order candidates are listed and, without history, chosen in."""
-SECONDS_NOTE = "seconds include each lever's start-up (compile's first call, its own stage)"
+SECONDS_NOTE = "seconds include each lever's start-up (compile's first calls, their own stage)"
 """What a plan's seconds count, said above its table."""
 PRECISIONS = (None, FP8_COMPUTE, "fp8", "int8")
 """Weight precisions in the order of preference (None: bf16)."""
@@ -79,7 +79,7 @@ class Candidate:
     """Predicted seconds from this machine's history, each lever's start-up included; None without history for
     every stage."""
     startup_seconds: float | None
-    """Of `seconds`, the levers' start-up (`STARTUP_STAGES`: compile's first call); 0.0 when it has none."""
+    """Of `seconds`, the levers' start-up (`STARTUP_STAGES`: compile's first calls); 0.0 when it has none."""
     not_counted: list[str]
     """Lever memory the forecast cannot know (`GenerateForecast.not_counted`)."""
 

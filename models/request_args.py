@@ -44,7 +44,7 @@ def add_workflow_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attention", choices=ATTENTION_BACKENDS,
                         help="the DiT's attention backend (default: native; lossless but sage)")
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                        help="regional compile of the DiT's blocks (lossless; the first call compiles)")
+                        help="regional compile of the DiT's blocks (lossless; the first calls compile)")
     parser.add_argument("--step-cache", choices=STEP_CACHES,
                         help="reuse DiT work across steps (lossy; first-block and mag are unavailable for H3)")
     parser.add_argument("--parallel", type=int, metavar="N",
