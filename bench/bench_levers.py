@@ -18,8 +18,8 @@ A dry run of the harness on a CPU (the tiny profile, seconds per case; compile t
    device runs, `compile`, `fp8-compute`, `taylorseer@cache` against `exact@cache`; then `best-lossless` (the
    fastest lossless backend with compile) and `best` (that with fp8 compute and TaylorSeer, `@cache`); last,
    `vae-compile` (the VAE decoder's blocks compiled), against `exact`.
-3. Per case: s/step (denoise.denoise over its DiT calls, a compiled DiT's first call left out), the first
-   call's cost (`denoise.compile`), each stage's peak (VmRSS + CUDA allocated, `GenerateResult.stage_peaks`),
+3. Per case: s/step (denoise.denoise over its DiT calls, a compiled DiT's compiling calls left out), those
+   calls' cost (`denoise.compile`), each stage's peak (VmRSS + CUDA allocated, `GenerateResult.stage_peaks`),
    total seconds, the decode's seconds (`decode.video`, a compiled decoder's first call apart: `decode.compile`),
    and PSNR / SSIM of its MP4's frames against its baseline's (Compare's own A/B metrics,
    `dashboard.views.ab`; `exact-repeat` against `exact` is the floor any lossless lever is held to).
@@ -110,7 +110,7 @@ def problem(case: str, levers: dict, device: str) -> str | None:
 
 
 def seconds_per_step(result: dict) -> float | None:
-    """The Job page's s/step of a finished run (`dashboard.views.cards`: a compiled DiT's first call left out)."""
+    """The Job page's s/step of a finished run (`dashboard.views.cards`: a compiled DiT's compiling calls left out)."""
     from dashboard.views.cards import seconds_per_step as per_step
 
     return per_step({"progress_done": result.get("steps"), "metrics": result}, None, 0.0)

@@ -382,8 +382,9 @@ def single_file_fields() -> dict[str, Any]:
 
 def lora_fields(steps: int | None) -> list[dict[str, Any]]:
     """LoRA files found under the model roots, stacked in the order picked, each with its strength (`--lora
-    FILE:SCALE`); a few-step file run at many more steps than its metadata states (unset: the model's 50) is
-    warned about."""
+    FILE:SCALE`); a few-step file run at many more steps than its metadata states is warned about (Steps unset: the
+    job runs at the first picked LoRA's stated steps, as `models.params.stated_schedule` fills them, else the
+    model's 50)."""
     from models.lora_inputs import MAX_LORAS, MAX_SCALE, few_step_warning
     from models.params import DEFAULT_STEPS
 
@@ -396,13 +397,15 @@ def lora_fields(steps: int | None) -> list[dict[str, Any]]:
         placeholder="none" if found else "no LoRA file under the model roots",
         help="safetensors LoRAs under the model roots, merged into the transformer as it loads, in the order "
              "picked. Checked against the checkpoint when the job is queued.")
+    stated = [found[p].stated_steps for p in picked if found[p].stated_steps is not None]
+    runs_at = steps or (stated[0] if stated else DEFAULT_STEPS)  # unset: the first stating LoRA's (stated_schedule)
     loras = []
     for path in picked:
         field = lora_scale_field(path)
         seed(field, 1.0)
         scale = st.number_input(f"Strength of {Path(path).name}", min_value=-MAX_SCALE, max_value=MAX_SCALE,
                                 step=0.05, key=key(field))
-        warning = few_step_warning(Path(path).name, found[path].stated_steps, steps or DEFAULT_STEPS)
+        warning = few_step_warning(Path(path).name, found[path].stated_steps, runs_at)
         if warning:
             st.warning(warning, icon=":material/speed:")
         loras.append({"file": path, "scale": float(scale)})
@@ -427,8 +430,8 @@ def lever_fields(device: DeviceInfo, quantize: str | None) -> dict[str, Any]:
                                        "or pinned to cuDNN's, flash's or the memory-efficient one; SageAttention "
                                        "where its package is installed.")
     compile = cols[1].toggle(LABEL["generate.compile"], key=key("gen_compile"),
-                             help="Compile the DiT's repeated blocks (lossless). The first call compiles; it is "
-                                  "timed as its own stage, denoise.compile.")
+                             help="Compile the DiT's repeated blocks (lossless). The first two calls compile; "
+                                  "they are timed as their own stage, denoise.compile.")
     cache = quantize_value(cols[2].selectbox(
         LABEL["generate.step_cache"], STEP_CACHE_CHOICES, key=key("gen_step_cache"),
         format_func=lambda c: "none (every step computed)" if c == QUANTIZE_NONE else named("step_cache")(c),

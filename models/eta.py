@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
 from .forecast import GenerateForecast
-from .levers import COMPILE_STAGE, STAGE_LEVERS, VAE_COMPILE_STAGE, key_part
+from .levers import COMPILE_CALLS, COMPILE_STAGE, STAGE_LEVERS, VAE_COMPILE_STAGE, key_part
 from .lora_inputs import LORA_STAGES
 
 NO_HISTORY = "no history on this machine"
@@ -70,8 +70,8 @@ def stage_work(forecast: GenerateForecast) -> dict[str, float]:
     compiled = bool(forecast.levers.get("compile"))
     units = {
         "text_encoder": forecast.text_tokens,
-        # A compiled DiT's first call is its own stage (one unit: the compile is paid once per run).
-        "denoise.denoise": forecast.tokens * max(forecast.steps - 1 - compiled, 1),
+        # A compiled DiT's calls that compile are their own stage (one unit: the compiles are paid once per run).
+        "denoise.denoise": forecast.tokens * max(forecast.steps - 1 - compiled * COMPILE_CALLS, 1),
         "decode.video": forecast.frames * forecast.height * forecast.width,
         "decode.audio": next((s.driver for s in forecast.stages if s.stage == "decode.audio"), 0.0),
     }
@@ -96,8 +96,9 @@ def stage_work(forecast: GenerateForecast) -> dict[str, float]:
 def estimate(work: dict[str, float], records: Iterable[StageRecord], device: str, levers: str = "",
              loras: str = "") -> list[StageEta]:
     """Seconds per stage of `work` on `device` from `records` (any device's; only `device`'s count); a stage the
-    levers change counts only runs with the same setting of the levers that change it (of lever set `levers`), and a stage LoRAs change only runs of the same
-    LoRA set `loras`, so neither borrows another's speed (a CPU merge's arithmetic can outlast the load itself)."""
+    levers change counts only runs with the same setting of the levers that change it (of lever set `levers`), and
+    a stage LoRAs change only runs of the same LoRA set `loras`, so neither borrows another's speed (a CPU merge's
+    arithmetic can outlast the load itself)."""
     rates: dict[str, list[float]] = {}
     for r in records:
         fields = STAGE_LEVERS.get(r.stage)

@@ -7,7 +7,7 @@ field of `GenerateParams`:
 - `attention`: the DiT's attention backend, set with diffusers' public
   `set_attention_backend`; `native` is diffusers' default (torch SDPA, any kernel).
 - `compile`: regional compile of the DiT's repeated blocks (`compile_repeated_blocks`);
-  its first call is timed as its own stage, `COMPILE_STAGE`.
+  its first calls, which compile, are timed as their own stage, `COMPILE_STAGE`.
 - `quantize`: `fp8-compute` is torchao's dynamic fp8 activations with fp8 weights
   (`models.quantize`); `int8` / `fp8` are weight-only (memory, not speed).
 - `step_cache`: one of diffusers' cache hooks on the DiT, its calls wrapped in
@@ -50,10 +50,15 @@ UNAVAILABLE_CACHES = {
 """Caches H3 cannot take: their hooks look blocks up in `TransformerBlockRegistry`, a private registry
 (`diffusers.hooks._helpers`) with no H3 entry; registering one would be patching diffusers' internals."""
 COMPILE_STAGE = "denoise.compile"
-"""The stage of a compiled DiT's first call: the compile plus that one step, apart from the other steps."""
+"""The stage of a compiled DiT's first `COMPILE_CALLS` calls: the compiles plus those steps, apart from the others."""
+COMPILE_CALLS = 2
+"""The DiT calls a regional compile compiles in. torch's dynamo specializes the first call's shapes and compiles again,
+with the changed sizes dynamic, on the first call whose shapes differ; H3's `temb` has one row per distinct noise level,
+one at the first step and two after, so its second call compiles too (`TORCH_LOGS=recompiles` shows it), and no later
+one does. `dynamic=True` would not spare it: dynamo specializes a size of 1 whatever it is told."""
 VAE_COMPILE_STAGE = "decode.compile"
 """The stage of a compiled VAE decoder's first call: the compile plus that one tile of one chunk, apart from the rest
-of `decode.video`."""
+of `decode.video` (every later call has the same shapes: the decoder's tiles and chunks are of one size)."""
 STARTUP_STAGES = (COMPILE_STAGE, VAE_COMPILE_STAGE)
 """Stages a lever adds once per run, whatever its steps: their seconds are the lever's start-up cost, which a plan's
 ranking counts (`models.plan`)."""
@@ -187,7 +192,8 @@ def step_cache_problem(cache: str | None) -> str | None:
 def lever_problems(values: dict[str, Any], device: str, capability: tuple[int, int] | None) -> dict[str, str]:
     """Field -> why `device` (CUDA `capability`) cannot run the levers in `values` (GenerateParams fields); the names
     themselves and the caches H3 cannot take are `validate_params`' to refuse. fp8 compute's and the weight-only
-    quantizations' checks are `models.quantize_check`'s; both compiles need torch.compile's backend (`compile_problem`)."""
+    quantizations' checks are `models.quantize_check`'s; both compiles need torch.compile's backend
+    (`compile_problem`)."""
     problems = {}
     attention = attention_problem(values.get("attention") or "native", device, capability)
     if attention is not None:

@@ -129,7 +129,7 @@ class GenerateParams:
     attention: str = "native"
     """The DiT's attention backend, one of `models.levers.ATTENTION_BACKENDS` (a speed lever)."""
     compile: bool = False
-    """Regional compile of the DiT's repeated blocks (a speed lever; its first call is its own stage)."""
+    """Regional compile of the DiT's repeated blocks (a speed lever; the calls that compile are their own stage)."""
     step_cache: str | None = None
     """A diffusers step cache on the DiT, one of `models.levers.STEP_CACHES` (a lossy speed lever); None: every
     step computed."""

@@ -5,16 +5,18 @@ Candidates are residency (resident, sequential) x weight precision x the lever
 sets allowed. Lossless only by default: bf16 weights, the attention backends the
 device runs, the DiT's compile and the VAE decoder's compile each off and on;
 with lossy levers allowed, also the int8 / fp8 weights and fp8 compute the
-device runs, SageAttention where it is installed, and the TaylorSeer step cache. What the request itself names is always a
-candidate. Candidates are listed in the order of preference (`PREFERENCE`).
+device runs, SageAttention where it is installed, and the TaylorSeer step
+cache. What the request itself names is always a candidate. Candidates are
+listed in the order of preference (`PREFERENCE`).
 
 Each candidate is checked against the same walls, in the same words, as
 `jobs submit` (`machine.walls`): its stages on top of the job's process
 start-up (learned from this machine's jobs; unknown without history, and the
 table says which). Its seconds include each lever's start-up, the stages a
 lever adds once per run whatever the steps (`models.levers.STARTUP_STAGES`:
-each compile's first call), timed from history as the forecast's work has them; the
-table says how much of each candidate's seconds that is.
+the DiT compile's first calls, the VAE decoder compile's first call), timed
+from history as the forecast's work has them; the table says how much of each
+candidate's seconds that is.
 
 The choice: among candidates that fit, the fewest predicted seconds where every
 stage has history on this machine for that lever set; when no fitting candidate
@@ -43,7 +45,7 @@ PREFERENCE = ("the request's own levers before others (no speedup is assumed wit
               "resident before sequential (no component loaded twice)",
               "bf16 weights before fp8 compute, fp8 and int8")
 """The order candidates are listed and, without history, chosen in."""
-SECONDS_NOTE = "seconds include each lever's start-up (each compile's first call, its own stage)"
+SECONDS_NOTE = "seconds include each lever's start-up (the compiles' first calls, their own stages)"
 """What a plan's seconds count, said above its table."""
 PRECISIONS = (None, FP8_COMPUTE, "fp8", "int8")
 """Weight precisions in the order of preference (None: bf16)."""
@@ -79,7 +81,7 @@ class Candidate:
     """Predicted seconds from this machine's history, each lever's start-up included; None without history for
     every stage."""
     startup_seconds: float | None
-    """Of `seconds`, the levers' start-up (`STARTUP_STAGES`: each compile's first call); 0.0 when it has none."""
+    """Of `seconds`, the levers' start-up (`STARTUP_STAGES`: the compiles' first calls); 0.0 when it has none."""
     not_counted: list[str]
     """Lever memory the forecast cannot know (`GenerateForecast.not_counted`)."""
 

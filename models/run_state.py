@@ -116,7 +116,7 @@ class RunState:
 
     @contextmanager
     def interlude(self, name: str) -> Iterator[None]:
-        """A stage `name` cut out of the open one (a compiled DiT's first call out of the denoise loop): the open
+        """A stage `name` cut out of the open one (a compiled DiT's compiling call out of the denoise loop): the open
         stage ends, `name` runs, the open stage goes on (its seconds add up)."""
         outer = self.stage
         self.end()

@@ -169,8 +169,8 @@ def test_the_plan_table_marks_the_chosen_candidate_strikes_what_cannot_fit_and_t
     assert len(rows) == 16 and sum(r.startswith("| → |") for r in rows) == 1
     assert "no history on this machine" in table and "(lossy)" not in table and " under the " in table
     assert any(c.value.startswith("Runs resident · bf16 · no lever: no history") for c in at.caption)
-    assert any(c.value == "Seconds include each lever's start-up (each compile's first call, its own stage); walls: the "
-               "process start-up is not counted: no history on this machine." for c in at.caption)
+    assert any(c.value == "Seconds include each lever's start-up (the compiles' first calls, their own stages); walls: "
+               "the process start-up is not counted: no history on this machine." for c in at.caption)
     at.button(key="run_submit").click().run()
     [spec] = _queued(fresh_db)
     assert spec["plan"] == "fastest" and spec["planned"]["chosen"] == 0

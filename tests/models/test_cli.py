@@ -105,9 +105,9 @@ def test_forecast_plan_fastest_prints_the_plan_and_forecasts_its_choice(capsys, 
     chosen = plan["candidates"][plan["chosen"]]
     assert code == 0 and len(plan["candidates"]) == 16 and all(c["lossless"] for c in plan["candidates"])
     assert body["sequential_components"] is chosen["sequential"] and body["levers"] == chosen["levers"]
-    assert captured.err.splitlines()[0] == ("plan: 16 candidates (lossless only); seconds include each lever's start-up"
-                                            " (each compile's first call, its own stage); walls: the process start-up is"
-                                            " not counted: no history on this machine")
+    assert captured.err.splitlines()[0] == (
+        "plan: 16 candidates (lossless only); seconds include each lever's start-up (the compiles' first calls, their"
+        " own stages); walls: the process start-up is not counted: no history on this machine")
 
 
 def test_generate_and_forecast_plan_count_the_learned_process_start_up_and_refuse_in_the_verdict_s_words(

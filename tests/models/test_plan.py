@@ -68,7 +68,8 @@ def test_a_device_that_cannot_compile_has_no_compiled_candidate(monkeypatch: pyt
     assert found and not any(v["compile"] or v["vae_compile"] for _, v in found)
     monkeypatch.setattr(levers, "triton_installed", lambda: True)
     found = candidate_settings(PARAMS, "cuda:0", (9, 0), lossy=False, sequential=True)
-    assert {(v["compile"], v["vae_compile"]) for _, v in found} == {(c, d) for c in (False, True) for d in (False, True)}
+    assert {(v["compile"], v["vae_compile"]) for _, v in found} == {
+        (c, d) for c in (False, True) for d in (False, True)}
 
 
 def test_lossy_levers_are_candidates_only_when_allowed(monkeypatch: pytest.MonkeyPatch):
@@ -172,7 +173,7 @@ def test_a_lever_s_start_up_is_in_its_seconds_and_said_and_ranks_it(h3_tiny: Pat
     compiled = next(c for c in dear.candidates if c.levers["compile"] and not c.sequential)
     assert compiled.seconds > dear.choice.seconds and compiled.startup_seconds == pytest.approx(saved + 5.0)
     lines = plan_lines(dear.to_dict())
-    assert "seconds include each lever's start-up (each compile's first call, its own stage)" in lines[0]
+    assert "seconds include each lever's start-up (the compiles' first calls, their own stages)" in lines[0]
     assert any("regional compile" in line and f" ({saved + 5.0:.1f} s start-up)" in line for line in lines)
 
 
