@@ -49,7 +49,8 @@ def checkpoint_field(choices: list[CheckpointChoice], roots: list) -> Checkpoint
         return None
     by_path = {str(c.path): c for c in choices}
     usable = [c for c in choices if c.ok]
-    default = next((c for c in usable if c.path.name == "demo"), usable[0] if usable else choices[0])
+    models = [c for c in usable if c.layout == "model"]  # before a folder of LoRAs or a lone file under the root
+    default = next((c for c in usable if c.path.name == "demo"), (models or usable or choices)[0])
     wanted = durable().get("checkpoint")
     if wanted and wanted not in by_path:
         st.warning(f"{outside_roots(wanted, roots)} {default.path.name} is chosen instead.")
