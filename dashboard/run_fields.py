@@ -35,7 +35,7 @@ from models.quantize_check import cuda_capability, quantization_problem, torchao
 from models.workflows import WORKFLOWS
 
 DEFAULT_PROMPT = "a red fox trotting through fresh snow at dawn, soft light"
-KNOBS = ("vae_tiling", "vae_dtype", "quantize", "attention", "compile", "step_cache")
+KNOBS = ("vae_tiling", "vae_dtype", "quantize", "attention", "compile", "step_cache", "vae_compile")
 """The generate fields knob_fields draws (and shows the messages of)."""
 
 
@@ -415,8 +415,8 @@ def lora_fields(steps: int | None) -> list[dict[str, Any]]:
 
 
 def lever_fields(device: DeviceInfo, quantize: str | None) -> dict[str, Any]:
-    """The DiT's speed levers (`--attention`, `--compile`, `--step-cache`), each named lossless or lossy, with
-    what the device cannot run said as `jobs submit` would refuse it."""
+    """The speed levers (the DiT's `--attention`, `--compile`, `--step-cache`; the VAE's `--vae-compile`), each named
+    lossless or lossy, with what the device cannot run said as `jobs submit` would refuse it."""
     def named(field: str):
         def label(value) -> str:
             option = lever_option(field, value)
@@ -424,7 +424,7 @@ def lever_fields(device: DeviceInfo, quantize: str | None) -> dict[str, Any]:
         return label
 
     st.markdown("**Speed levers**")
-    cols = st.columns(3)
+    cols = st.columns(4)
     attention = cols[0].selectbox(LABEL["generate.attention"], ATTENTION_BACKENDS, key=key("gen_attention"),
                                   format_func=named("attention"),
                                   help="diffusers' attention backend for the DiT: torch SDPA with any kernel (native), "
@@ -437,8 +437,11 @@ def lever_fields(device: DeviceInfo, quantize: str | None) -> dict[str, Any]:
         LABEL["generate.step_cache"], STEP_CACHE_CHOICES, key=key("gen_step_cache"),
         format_func=lambda c: "none (every step computed)" if c == QUANTIZE_NONE else named("step_cache")(c),
         help="Reuse DiT work across steps (lossy). Only TaylorSeer applies to MiniMax H3."))
-    show_errors(*[f"generate.{name}" for name in ("attention", "compile", "step_cache")])
-    values = {"attention": attention, "compile": bool(compile), "step_cache": cache}
+    vae_compile = cols[3].toggle(LABEL["generate.vae_compile"], key=key("gen_vae_compile"),
+                                 help="Compile the video VAE decoder's repeated blocks (lossless). Its first call "
+                                      "compiles; it is timed as its own stage, decode.compile.")
+    show_errors(*[f"generate.{name}" for name in ("attention", "compile", "step_cache", "vae_compile")])
+    values = {"attention": attention, "compile": bool(compile), "step_cache": cache, "vae_compile": bool(vae_compile)}
     problems = lever_problems(values, device.spec, cuda_capability(device.kind, device.index))
     problems.pop("quantize", None)  # the quantize control says its own
     cache_problem = step_cache_problem(cache)
