@@ -9,7 +9,7 @@ from typing import Any
 
 import streamlit as st
 
-from core.echo import echo
+from core.echo import echo, echo_name
 from dashboard import data
 from dashboard import format as fmt
 from dashboard import words
@@ -49,7 +49,8 @@ def checkpoint_field(choices: list[CheckpointChoice], roots: list) -> Checkpoint
         return None
     by_path = {str(c.path): c for c in choices}
     usable = [c for c in choices if c.ok]
-    default = next((c for c in usable if c.path.name == "demo"), usable[0] if usable else choices[0])
+    models = [c for c in usable if c.layout == "model"]  # before a folder of LoRAs or a lone file under the root
+    default = next((c for c in usable if c.path.name == "demo"), (models or usable or choices)[0])
     wanted = durable().get("checkpoint")
     if wanted and wanted not in by_path:
         st.warning(f"{outside_roots(wanted, roots)} {default.path.name} is chosen instead.")
@@ -393,7 +394,7 @@ def lora_fields(steps: int | None) -> list[dict[str, Any]]:
     st.session_state[key("gen_loras")] = [p for p in st.session_state[key("gen_loras")] if p in found]
     picked = st.multiselect(
         "LoRAs", list(found), key=key("gen_loras"), max_selections=MAX_LORAS,
-        format_func=lambda p: f"{Path(p).name} ({fmt.gib(found[p].size, 2)})",
+        format_func=lambda p: f"{echo_name(Path(p).name)} ({fmt.gib(found[p].size, 2)})",
         placeholder="none" if found else "no LoRA file under the model roots",
         help="safetensors LoRAs under the model roots, merged into the transformer as it loads, in the order "
              "picked. Checked against the checkpoint when the job is queued.")
@@ -403,7 +404,7 @@ def lora_fields(steps: int | None) -> list[dict[str, Any]]:
     for path in picked:
         field = lora_scale_field(path)
         seed(field, 1.0)
-        scale = st.number_input(f"Strength of {Path(path).name}", min_value=-MAX_SCALE, max_value=MAX_SCALE,
+        scale = st.number_input(f"Strength of {echo_name(Path(path).name)}", min_value=-MAX_SCALE, max_value=MAX_SCALE,
                                 step=0.05, key=key(field))
         warning = few_step_warning(Path(path).name, found[path].stated_steps, runs_at)
         if warning:

@@ -322,3 +322,21 @@ def test_a_preset_fills_steps_shift_and_its_lora_and_a_missing_lora_is_said(tiny
     [spec] = _queued(fresh_db)
     assert (spec["generate"]["steps"], spec["generate"]["shift"]) == (4, 5.0)
     assert [(x["file"], x["scale"]) for x in spec["generate"]["loras"]] == [(str(lora), 0.5)]
+
+
+def test_a_picked_lora_the_submit_check_refuses_is_said_in_one_line_and_the_job_cannot_be_queued(
+        tiny_root, fresh_db):
+    import torch
+    from safetensors.torch import save_file
+
+    pruned = tiny_root.parent / "loras" / "pruned-style.safetensors"  # offered (it holds LoRA factors), not for this DiT
+    pruned.parent.mkdir()
+    save_file({"transformer.proj_in.lora_A.weight": torch.ones(2, 80),
+               "transformer.proj_in.lora_B.weight": torch.ones(32, 2)}, str(pruned))
+    at = generate_page()
+    assert at.selectbox(key="run_checkpoint").value == str(tiny_root)  # the model folder, not the folder of LoRAs
+    at.multiselect(key="run_gen_loras").set_value([str(pruned)]).run()
+    assert not at.exception, at.exception
+    [error] = [e.value for e in at.error if "pruned-style.safetensors" in e.value]  # the page runs the submit check
+    assert "has factors A [2, 80] and B [32, 2] but transformer's weight is" in error and "\n" not in error
+    assert at.button(key="run_submit").disabled and _queued(fresh_db) == []

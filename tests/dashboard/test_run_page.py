@@ -343,3 +343,15 @@ def test_the_few_step_warning_reads_the_metadata_never_the_name_and_an_unset_ste
     assert not [w for w in at.warning if "distilled for" in w.value]  # unset: the job takes turbo's 8 steps
     at.number_input(key="run_gen_steps").set_value(50).run()
     assert [w.value.split(" says")[0] for w in at.warning if "distilled for" in w.value] == ["'turbo.safetensors'"]
+
+
+def test_a_lora_files_name_reaches_the_run_page_quoted(fresh_db, tiny_checkpoint, data_dir):
+    folder = data_dir / "models" / "loras"
+    name = "turbo\x1b[2J\nFORGED.safetensors"  # clears a terminal, forges a line
+    loras = ({"file": str(folder / name), "scale": 1.0},)
+    at = _page_from_lora_job(fresh_db, tiny_checkpoint, folder, {name: {"steps": "8"}}, loras, 50)
+    [option] = at.multiselect(key="run_gen_loras").options
+    strength = at.number_input(key=f"run_gen_lora_scale:{folder / name}")
+    [warning] = [w.value for w in at.warning if "distilled for" in w.value]
+    for shown in (option, strength.label, warning):
+        assert "turbo\\x1b[2J\\nFORGED.safetensors" in shown and "\x1b" not in shown and "\n" not in shown

@@ -131,3 +131,26 @@ def test_a_hostile_lora_file_is_refused_at_submit_in_one_line_naming_it_and_noth
     [error] = [e for e in body["errors"] if e.startswith("generate.loras[1]")]
     assert path.name in error and found in error and "\n" not in error
     assert not [e for e in body["errors"] if e.startswith("generate.loras[0]")]  # the good LoRA beside it is not blamed
+
+
+def test_a_lora_jobs_load_eta_is_learned_from_finished_jobs_of_its_lora_set_only(db, config, tiny_model, lora):
+    from jobs.history import stage_records
+    from models.lora_inputs import lora_key
+
+    def queue(**generate):
+        return submit(db, {"kind": "generate", "model": str(tiny_model), "generate": {"prompt": "a fox", **generate}},
+                      config)
+
+    styled, plain = queue(loras=[str(lora)]), queue()
+    for job_id, seconds in ((styled, 9.0), (plain, 1.0)):
+        work = get_job(db, job_id)["spec"]["forecast"]["work"]
+        jobs_table.set_metrics(db, job_id, {"stage_seconds": dict.fromkeys(work, seconds)})
+        jobs_table.finish(db, job_id, "succeeded")
+    key = lora_key(get_job(db, styled)["spec"]["generate"])
+    assert key and {r.loras for r in stage_records(db) if r.stage == "load.transformer"} == {key, ""}
+
+    def load_eta(job_id):
+        return next(e for e in get_job(db, job_id)["spec"]["forecast"]["eta"] if e["stage"] == "load.transformer")
+
+    assert load_eta(queue(loras=[f"{lora}:0.5"]))["seconds"] == 9.0  # the same file at another scale: its set
+    assert load_eta(queue())["seconds"] == 1.0  # a plain load borrows nothing from the merging one

@@ -327,6 +327,9 @@ def test_the_forecast_command_lists_the_lora_prep_among_the_loads(capsys, h3_tin
     assert main(["forecast", str(h3_tiny), "--prompt", "x", "--lora", str(loras["peft"]), "--json"]) == 0
     stages = [entry["stage"] for entry in json.loads(capsys.readouterr().out)["loads"]]
     assert "lora.transformer" in stages and "load.transformer" in stages
+    assert main(["forecast", str(h3_tiny), "--prompt", "x", "--lora", str(loras["ref"]), "--json"]) == 2
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert "ref.safetensors: targets transformer_ref, which only ref2va runs" in error and "\n" not in error
 
 
 def test_the_generate_command_merges_each_lora_given_and_refuses_a_bad_one_in_one_line(capsys, h3_tiny: Path, loras,
