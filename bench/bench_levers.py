@@ -16,10 +16,12 @@ A dry run of the harness on a CPU (the tiny profile, seconds per case; compile t
    `@cache` cases `--cache-steps`, 20, as a step cache needs steps to reuse), seed 0, sequential residency, every
    offload flag off: `exact`, `exact-repeat` (the tolerance: the same run twice), each attention backend the
    device runs, `compile`, `fp8-compute`, `taylorseer@cache` against `exact@cache`; then `best-lossless` (the
-   fastest lossless backend with compile) and `best` (that with fp8 compute and TaylorSeer, `@cache`).
-3. Per case: s/step (denoise.denoise over its DiT calls, a compiled DiT's first call left out), the first
-   call's cost (`denoise.compile`), each stage's peak (VmRSS + CUDA allocated, `GenerateResult.stage_peaks`),
-   total seconds, and PSNR / SSIM of its MP4's frames against its baseline's (Compare's own A/B metrics,
+   fastest lossless backend with compile) and `best` (that with fp8 compute and TaylorSeer, `@cache`); last,
+   `vae-compile` (the VAE decoder's blocks compiled), against `exact`.
+3. Per case: s/step (denoise.denoise over its DiT calls, a compiled DiT's compiling calls left out), those
+   calls' cost (`denoise.compile`), each stage's peak (VmRSS + CUDA allocated, `GenerateResult.stage_peaks`),
+   total seconds, the decode's seconds (`decode.video`, a compiled decoder's first call apart: `decode.compile`),
+   and PSNR / SSIM of its MP4's frames against its baseline's (Compare's own A/B metrics,
    `dashboard.views.ab`; `exact-repeat` against `exact` is the floor any lossless lever is held to).
 Prints the table with each case's s/step over its baseline's and the goals (best lossless <= 0.85x, best
 <= 0.5x; a missed goal says by how much), and writes `levers.json` to `--out`. On zero weights every run's
@@ -45,7 +47,7 @@ LOSSLESS_GOAL, LOSSY_GOAL = 0.85, 0.5
 """s/step over the exact run's: the best lossless set's goal and the best set's."""
 BACKENDS = ("_native_cudnn", "_native_flash", "_native_efficient", "sage")
 CASES = ("exact", "exact-repeat", *BACKENDS, "compile", "fp8-compute", "exact@cache", "taylorseer@cache",
-         "best-lossless", "best@cache")
+         "best-lossless", "best@cache", "vae-compile")
 PROMPT = "a red fox running through fresh snow at dawn"
 
 
@@ -66,6 +68,8 @@ def case_levers(case: str, best_backend: str) -> dict:
         return {"attention": best_backend, "compile": True}
     if name == "best":
         return {"attention": best_backend, "compile": True, "quantize": "fp8-compute", "step_cache": "taylorseer"}
+    if name == "vae-compile":
+        return {"vae_compile": True}
     raise ValueError(f"unknown case {case!r}; known: {', '.join(CASES)}")
 
 
@@ -106,7 +110,7 @@ def problem(case: str, levers: dict, device: str) -> str | None:
 
 
 def seconds_per_step(result: dict) -> float | None:
-    """The Job page's s/step of a finished run (`dashboard.views.cards`: a compiled DiT's first call left out)."""
+    """The Job page's s/step of a finished run (`dashboard.views.cards`: a compiled DiT's compiling calls left out)."""
     from dashboard.views.cards import seconds_per_step as per_step
 
     return per_step({"progress_done": result.get("steps"), "metrics": result}, None, 0.0)
@@ -206,7 +210,7 @@ def table(results: dict[str, dict], work: Path) -> list[dict]:
     """One row per case against its baseline, printed, with the goals."""
     rows = []
     print(f"{'case':<20}{'s/step':>9}{'x base':>8}{'first call s':>14}{'peak GiB':>10}{'total s':>9}"
-          f"{'PSNR min':>10}{'SSIM min':>10}")
+          f"{'PSNR min':>10}{'SSIM min':>10}{'decode s':>10}{'decode 1st s':>14}")
     for case, result in results.items():
         if "error" in result:
             rows.append({"case": case, "error": result["error"]})
@@ -219,12 +223,15 @@ def table(results: dict[str, dict], work: Path) -> list[dict]:
             if case != baseline(case) and (work / f"{baseline(case)}.mp4").is_file() else {}
         row = {"case": case, "s_per_step": per, "ratio": ratio,
                "first_call_seconds": result["stage_seconds"].get("denoise.compile"),
+               "decode_seconds": result["stage_seconds"].get("decode.video"),
+               "decode_first_call_seconds": result["stage_seconds"].get("decode.compile"),
                "stage_peaks": result["stage_peaks"], "peak": max(result["stage_peaks"].values()),
                "total_seconds": result["total_seconds"], **against}
         rows.append(row)
         print(f"{case:<20}{_num(per, 3):>9}{_num(ratio, 3):>8}{_num(row['first_call_seconds'], 1):>14}"
               f"{row['peak'] / 2**30:>10.2f}{row['total_seconds']:>9.1f}{_num(against.get('psnr_min'), 1):>10}"
-              f"{_num(against.get('ssim_min'), 4):>10}")
+              f"{_num(against.get('ssim_min'), 4):>10}{_num(row['decode_seconds'], 2):>10}"
+              f"{_num(row['decode_first_call_seconds'], 1):>14}")
     for case, goal in (("best-lossless", LOSSLESS_GOAL), ("best@cache", LOSSY_GOAL)):
         ratio = next((r.get("ratio") for r in rows if r["case"] == case), None)
         if ratio is None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import streamlit as st
 
-from core.echo import echo
+from core.echo import echo, echo_name
 from dashboard import data
 from dashboard import format as fmt
 from dashboard import words
@@ -35,7 +35,7 @@ from models.quantize_check import cuda_capability, quantization_problem, torchao
 from models.workflows import WORKFLOWS
 
 DEFAULT_PROMPT = "a red fox trotting through fresh snow at dawn, soft light"
-KNOBS = ("vae_tiling", "vae_dtype", "quantize", "attention", "compile", "step_cache")
+KNOBS = ("vae_tiling", "vae_dtype", "quantize", "attention", "compile", "step_cache", "vae_compile")
 """The generate fields knob_fields draws (and shows the messages of)."""
 
 
@@ -49,7 +49,8 @@ def checkpoint_field(choices: list[CheckpointChoice], roots: list) -> Checkpoint
         return None
     by_path = {str(c.path): c for c in choices}
     usable = [c for c in choices if c.ok]
-    default = next((c for c in usable if c.path.name == "demo"), usable[0] if usable else choices[0])
+    models = [c for c in usable if c.layout == "model"]  # before a folder of LoRAs or a lone file under the root
+    default = next((c for c in usable if c.path.name == "demo"), (models or usable or choices)[0])
     wanted = durable().get("checkpoint")
     if wanted and wanted not in by_path:
         st.warning(f"{outside_roots(wanted, roots)} {default.path.name} is chosen instead.")
@@ -382,8 +383,9 @@ def single_file_fields() -> dict[str, Any]:
 
 def lora_fields(steps: int | None) -> list[dict[str, Any]]:
     """LoRA files found under the model roots, stacked in the order picked, each with its strength (`--lora
-    FILE:SCALE`); a few-step file run at many more steps than its metadata states (unset: the model's 50) is
-    warned about."""
+    FILE:SCALE`); a few-step file run at many more steps than its metadata states is warned about (Steps unset: the
+    job runs at the first picked LoRA's stated steps, as `models.params.stated_schedule` fills them, else the
+    model's 50)."""
     from models.lora_inputs import MAX_LORAS, MAX_SCALE, few_step_warning
     from models.params import DEFAULT_STEPS
 
@@ -392,17 +394,19 @@ def lora_fields(steps: int | None) -> list[dict[str, Any]]:
     st.session_state[key("gen_loras")] = [p for p in st.session_state[key("gen_loras")] if p in found]
     picked = st.multiselect(
         "LoRAs", list(found), key=key("gen_loras"), max_selections=MAX_LORAS,
-        format_func=lambda p: f"{Path(p).name} ({fmt.gib(found[p].size, 2)})",
+        format_func=lambda p: f"{echo_name(Path(p).name)} ({fmt.gib(found[p].size, 2)})",
         placeholder="none" if found else "no LoRA file under the model roots",
         help="safetensors LoRAs under the model roots, merged into the transformer as it loads, in the order "
              "picked. Checked against the checkpoint when the job is queued.")
+    stated = [found[p].stated_steps for p in picked if found[p].stated_steps is not None]
+    runs_at = steps or (stated[0] if stated else DEFAULT_STEPS)  # unset: the first stating LoRA's (stated_schedule)
     loras = []
     for path in picked:
         field = lora_scale_field(path)
         seed(field, 1.0)
-        scale = st.number_input(f"Strength of {Path(path).name}", min_value=-MAX_SCALE, max_value=MAX_SCALE,
+        scale = st.number_input(f"Strength of {echo_name(Path(path).name)}", min_value=-MAX_SCALE, max_value=MAX_SCALE,
                                 step=0.05, key=key(field))
-        warning = few_step_warning(Path(path).name, found[path].stated_steps, steps or DEFAULT_STEPS)
+        warning = few_step_warning(Path(path).name, found[path].stated_steps, runs_at)
         if warning:
             st.warning(warning, icon=":material/speed:")
         loras.append({"file": path, "scale": float(scale)})
@@ -411,8 +415,8 @@ def lora_fields(steps: int | None) -> list[dict[str, Any]]:
 
 
 def lever_fields(device: DeviceInfo, quantize: str | None) -> dict[str, Any]:
-    """The DiT's speed levers (`--attention`, `--compile`, `--step-cache`), each named lossless or lossy, with
-    what the device cannot run said as `jobs submit` would refuse it."""
+    """The speed levers (the DiT's `--attention`, `--compile`, `--step-cache`; the VAE's `--vae-compile`), each named
+    lossless or lossy, with what the device cannot run said as `jobs submit` would refuse it."""
     def named(field: str):
         def label(value) -> str:
             option = lever_option(field, value)
@@ -420,21 +424,24 @@ def lever_fields(device: DeviceInfo, quantize: str | None) -> dict[str, Any]:
         return label
 
     st.markdown("**Speed levers**")
-    cols = st.columns(3)
+    cols = st.columns(4)
     attention = cols[0].selectbox(LABEL["generate.attention"], ATTENTION_BACKENDS, key=key("gen_attention"),
                                   format_func=named("attention"),
                                   help="diffusers' attention backend for the DiT: torch SDPA with any kernel (native), "
                                        "or pinned to cuDNN's, flash's or the memory-efficient one; SageAttention "
                                        "where its package is installed.")
     compile = cols[1].toggle(LABEL["generate.compile"], key=key("gen_compile"),
-                             help="Compile the DiT's repeated blocks (lossless). The first call compiles; it is "
-                                  "timed as its own stage, denoise.compile.")
+                             help="Compile the DiT's repeated blocks (lossless). The first two calls compile; "
+                                  "they are timed as their own stage, denoise.compile.")
     cache = quantize_value(cols[2].selectbox(
         LABEL["generate.step_cache"], STEP_CACHE_CHOICES, key=key("gen_step_cache"),
         format_func=lambda c: "none (every step computed)" if c == QUANTIZE_NONE else named("step_cache")(c),
         help="Reuse DiT work across steps (lossy). Only TaylorSeer applies to MiniMax H3."))
-    show_errors(*[f"generate.{name}" for name in ("attention", "compile", "step_cache")])
-    values = {"attention": attention, "compile": bool(compile), "step_cache": cache}
+    vae_compile = cols[3].toggle(LABEL["generate.vae_compile"], key=key("gen_vae_compile"),
+                                 help="Compile the video VAE decoder's repeated blocks (lossless). Its first call "
+                                      "compiles; it is timed as its own stage, decode.compile.")
+    show_errors(*[f"generate.{name}" for name in ("attention", "compile", "step_cache", "vae_compile")])
+    values = {"attention": attention, "compile": bool(compile), "step_cache": cache, "vae_compile": bool(vae_compile)}
     problems = lever_problems(values, device.spec, cuda_capability(device.kind, device.index))
     problems.pop("quantize", None)  # the quantize control says its own
     cache_problem = step_cache_problem(cache)

@@ -22,7 +22,7 @@ def validate_component(component: ComponentMeta) -> list[str]:
     problems = list(component.problems)
     owner: dict[str, str] = {}
     for shard in component.shards:
-        problems.extend(_validate_shard(shard))
+        problems.extend(validate_shard(shard))
         for t in shard.tensors:
             if t.name in owner:
                 problems.append(f"tensor {echo(t.name, NAME_LIMIT)} appears in both {owner[t.name]} and "
@@ -42,7 +42,9 @@ def validate_component(component: ComponentMeta) -> list[str]:
     return problems
 
 
-def _validate_shard(shard: ShardMeta) -> list[str]:
+def validate_shard(shard: ShardMeta) -> list[str]:
+    """One shard's data checks: known dtypes, each tensor's bytes agreeing with its shape, its data inside the file,
+    and the tensors tiling the data area (a lone file, such as a LoRA, is checked with this alone)."""
     problems = []
     file = echo_name(shard.path.name)
     data_size = shard.size - shard.data_start

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
 from .forecast import GenerateForecast
-from .levers import COMPILE_STAGE, LEVER_STAGES
+from .levers import COMPILE_CALLS, COMPILE_STAGE, STAGE_LEVERS, VAE_COMPILE_STAGE, key_part
 from .lora_inputs import LORA_STAGES
 
 NO_HISTORY = "no history on this machine"
@@ -37,8 +37,8 @@ class StageRecord:
     device: str
     """Where it ran (`device_key`)."""
     levers: str = ""
-    """The run's lever set (`models.levers.lever_key`; "" for none): a stage the levers change (`LEVER_STAGES`) is
-    learned per lever set."""
+    """The run's lever set (`models.levers.lever_key`; "" for none): a stage the levers change is learned per setting
+    of the levers that change it (`models.levers.STAGE_LEVERS`)."""
     loras: str = ""
     """The run's LoRA set (`models.lora_inputs.lora_key`; "" for none): a stage LoRAs change (`LORA_STAGES`) is
     learned per LoRA set."""
@@ -70,8 +70,8 @@ def stage_work(forecast: GenerateForecast) -> dict[str, float]:
     compiled = bool(forecast.levers.get("compile"))
     units = {
         "text_encoder": forecast.text_tokens,
-        # A compiled DiT's first call is its own stage (one unit: the compile is paid once per run).
-        "denoise.denoise": forecast.tokens * max(forecast.steps - 1 - compiled, 1),
+        # A compiled DiT's calls that compile are their own stage (one unit: the compiles are paid once per run).
+        "denoise.denoise": forecast.tokens * max(forecast.steps - 1 - compiled * COMPILE_CALLS, 1),
         "decode.video": forecast.frames * forecast.height * forecast.width,
         "decode.audio": next((s.driver for s in forecast.stages if s.stage == "decode.audio"), 0.0),
     }
@@ -87,17 +87,22 @@ def stage_work(forecast: GenerateForecast) -> dict[str, float]:
     work.update({s.stage: float(units.get(s.stage, s.driver)) * sizes[s.component] for s in forecast.stages})
     if compiled:
         work[COMPILE_STAGE] = 1.0
+    if forecast.levers.get("vae_compile"):
+        # The decoder's first call (one tile of one chunk) is its own stage; the decode's work is left whole.
+        work[VAE_COMPILE_STAGE] = 1.0
     return work
 
 
 def estimate(work: dict[str, float], records: Iterable[StageRecord], device: str, levers: str = "",
              loras: str = "") -> list[StageEta]:
     """Seconds per stage of `work` on `device` from `records` (any device's; only `device`'s count); a stage the
-    levers change counts only runs of the same lever set `levers`, and a stage LoRAs change only runs of the same
-    LoRA set `loras`, so neither borrows another's speed (a CPU merge's arithmetic can outlast the load itself)."""
+    levers change counts only runs with the same setting of the levers that change it (of lever set `levers`), and
+    a stage LoRAs change only runs of the same LoRA set `loras`, so neither borrows another's speed (a CPU merge's
+    arithmetic can outlast the load itself)."""
     rates: dict[str, list[float]] = {}
     for r in records:
-        if r.stage in LEVER_STAGES and r.levers != levers:
+        fields = STAGE_LEVERS.get(r.stage)
+        if fields is not None and key_part(r.levers, fields) != key_part(levers, fields):
             continue
         if r.stage in LORA_STAGES and r.loras != loras:
             continue

@@ -7,13 +7,16 @@ field of `GenerateParams`:
 - `attention`: the DiT's attention backend, set with diffusers' public
   `set_attention_backend`; `native` is diffusers' default (torch SDPA, any kernel).
 - `compile`: regional compile of the DiT's repeated blocks (`compile_repeated_blocks`);
-  its first call is timed as its own stage, `COMPILE_STAGE`.
+  its first calls, which compile, are timed as their own stage, `COMPILE_STAGE`.
 - `quantize`: `fp8-compute` is torchao's dynamic fp8 activations with fp8 weights
   (`models.quantize`); `int8` / `fp8` are weight-only (memory, not speed).
 - `step_cache`: one of diffusers' cache hooks on the DiT, its calls wrapped in
   `cache_context` by our own denoise block (`models.stage_blocks`).
+- `vae_compile`: compile of the video VAE decoder's repeated blocks (`compile_repeated_blocks`: H3's VAE
+  declares its ViT decoder's transformer block); its first decoder call is timed as its own stage,
+  `VAE_COMPILE_STAGE`. Tiling and decode precision, the VAE's other knobs, save memory, not time.
 
-Lossless levers compute the same function (attention kernels, compile); lossy ones
+Lossless levers compute the same function (attention kernels, compiles); lossy ones
 approximate it (quantized weights or activations, reused steps). Lossy levers are
 opt-in, and on random weights their quality cost cannot be judged (Compare's A/B
 judges it on real ones).
@@ -47,13 +50,30 @@ UNAVAILABLE_CACHES = {
 """Caches H3 cannot take: their hooks look blocks up in `TransformerBlockRegistry`, a private registry
 (`diffusers.hooks._helpers`) with no H3 entry; registering one would be patching diffusers' internals."""
 COMPILE_STAGE = "denoise.compile"
-"""The stage of a compiled DiT's first call: the compile plus that one step, apart from the other steps."""
-STARTUP_STAGES = (COMPILE_STAGE,)
+"""The stage of a compiled DiT's first `COMPILE_CALLS` calls: the compiles plus those steps, apart from the others."""
+COMPILE_CALLS = 2
+"""The DiT calls a regional compile compiles in. torch's dynamo specializes the first call's shapes and compiles again,
+with the changed sizes dynamic, on the first call whose shapes differ; H3's `temb` has one row per distinct noise level,
+one at the first step and two after, so its second call compiles too (`TORCH_LOGS=recompiles` shows it), and no later
+one does. `dynamic=True` would not spare it: dynamo specializes a size of 1 whatever it is told."""
+VAE_COMPILE_STAGE = "decode.compile"
+"""The stage of a compiled VAE decoder's first call: the compile plus that one tile of one chunk, apart from the rest
+of `decode.video` (every later call has the same shapes: the decoder's tiles and chunks are of one size)."""
+INTERLUDES = {COMPILE_STAGE: "denoise.denoise", VAE_COMPILE_STAGE: "decode.video"}
+"""Each stage a lever cuts out of another (`models.run_state.RunState.interlude`), by the stage it is cut from, which
+goes on after it: a page telling the stages done from those to come reads it."""
+STARTUP_STAGES = (COMPILE_STAGE, VAE_COMPILE_STAGE)
 """Stages a lever adds once per run, whatever its steps: their seconds are the lever's start-up cost, which a plan's
 ranking counts (`models.plan`)."""
-LEVER_STAGES = ("denoise.denoise", COMPILE_STAGE, "load.transformer", "load.transformer_ref")
-"""Stages whose seconds a lever set changes (the DiT's calls; its load, where it quantizes as placed): the ETA
-learns them per lever set (`models.eta`)."""
+DIT_LEVERS = ("attention", "compile", "quantize", "step_cache")
+"""The lever fields that change the DiT (its calls, and its load, where it quantizes as placed)."""
+LEVER_FIELDS = (*DIT_LEVERS, "vae_compile")
+"""GenerateParams fields that are levers, in the order a lever set is named."""
+STAGE_LEVERS = {**dict.fromkeys(("denoise.denoise", COMPILE_STAGE, "load.transformer", "load.transformer_ref"),
+                                DIT_LEVERS),
+                **dict.fromkeys(("decode.video", VAE_COMPILE_STAGE), ("vae_compile",))}
+"""Stages whose seconds a lever set changes, each with the lever fields that change it: the ETA learns such a stage
+per setting of those fields (`key_part`, `models.eta`), so a DiT lever never splits the decode's history."""
 
 
 @dataclass(frozen=True)
@@ -82,10 +102,9 @@ LEVER_OPTIONS = (
     LeverOption("step_cache", "taylorseer", False, "TaylorSeer step cache"),
     LeverOption("step_cache", "first-block", False, "first-block cache"),
     LeverOption("step_cache", "mag", False, "MagCache"),
+    LeverOption("vae_compile", True, True, "VAE decoder compile"),
 )
 """Every lever setting other than the default; whether it is lossless is said here and nowhere else."""
-LEVER_FIELDS = ("attention", "compile", "quantize", "step_cache")
-"""GenerateParams fields that are levers, in the order a lever set is named."""
 LOSSY_NOTE = ("Lossy levers approximate the model: with this checkpoint's random weights their quality cost cannot be "
               "judged; run the same prompt and seed with and without them on real weights and read Compare's A/B.")
 """Said wherever a lossy lever can be picked."""
@@ -107,12 +126,30 @@ def lever_key(values: dict[str, Any]) -> str:
     return "+".join(o.field if o.value is True else f"{o.field}={o.value}" for o in levers_of(values))
 
 
+def key_part(key: str, fields: tuple[str, ...]) -> str:
+    """Of lever key `key` (`lever_key`), the part naming `fields`: `attention=_native_cudnn+vae_compile` for the DiT's
+    levers is `attention=_native_cudnn`."""
+    return "+".join(part for part in key.split("+") if part and part.partition("=")[0] in fields)
+
+
 def is_lossless(values: dict[str, Any]) -> bool:
     return all(o.lossless for o in levers_of(values))
 
 
 def sage_installed() -> bool:
     return find_spec("sageattention") is not None
+
+
+def triton_installed() -> bool:
+    return find_spec("triton") is not None
+
+
+def compile_problem(device: str) -> str | None:
+    """Why `device` cannot run torch.compile's default backend (inductor), or None: on CUDA it generates Triton
+    kernels, so it needs the triton package (torch's CUDA wheels bring it)."""
+    if device.startswith("cuda") and not triton_installed():
+        return f"compile on {device} needs the triton package (torch.compile's inductor), which is not installed here"
+    return None
 
 
 def attention_problem(backend: str, device: str, capability: tuple[int, int] | None) -> str | None:
@@ -158,11 +195,17 @@ def step_cache_problem(cache: str | None) -> str | None:
 def lever_problems(values: dict[str, Any], device: str, capability: tuple[int, int] | None) -> dict[str, str]:
     """Field -> why `device` (CUDA `capability`) cannot run the levers in `values` (GenerateParams fields); the names
     themselves and the caches H3 cannot take are `validate_params`' to refuse. fp8 compute's and the weight-only
-    quantizations' checks are `models.quantize_check`'s."""
+    quantizations' checks are `models.quantize_check`'s; both compiles need torch.compile's backend
+    (`compile_problem`)."""
     problems = {}
     attention = attention_problem(values.get("attention") or "native", device, capability)
     if attention is not None:
         problems["attention"] = attention
+    for field in ("compile", "vae_compile"):
+        if values.get(field) is True:
+            problem = compile_problem(device)
+            if problem is not None:
+                problems[field] = problem
     quantize = quantize_check.quantization_problem(values.get("quantize"), device, capability,
                                                    quantize_check.torchao_installed())
     if quantize is not None:

@@ -314,6 +314,7 @@ def inspect_lora(lora: LoraInput, model_root: str | os.PathLike, workflow: str, 
     from loader.confined import open_checked
     from loader.roots import ModelRoots
     from loader.safetensors_file import read_shard_header
+    from loader.validate import validate_shard
 
     path = Path(lora.file)
     shown = echo_name(path)
@@ -328,7 +329,8 @@ def inspect_lora(lora: LoraInput, model_root: str | os.PathLike, workflow: str, 
         if checked.size > MAX_LORA_BYTES:
             raise LoraError(f"LoRA {shown}: {checked.size:,} bytes, more than the {MAX_LORA_BYTES:,} a LoRA may be")
         shard, problems = read_shard_header(checked.real, ModelRoots([checked.root]))
-        if shard is None or problems:
+        problems = problems or validate_shard(shard)  # a truncated file's data ends before its header says
+        if problems:
             raise LoraError(f"LoRA {shown}: not a readable safetensors file: {'; '.join(problems)[:300]}")
         digest = file_sha256(fd, remember=True) if hash_file else lora.sha256
     finally:

@@ -129,10 +129,13 @@ class GenerateParams:
     attention: str = "native"
     """The DiT's attention backend, one of `models.levers.ATTENTION_BACKENDS` (a speed lever)."""
     compile: bool = False
-    """Regional compile of the DiT's repeated blocks (a speed lever; its first call is its own stage)."""
+    """Regional compile of the DiT's repeated blocks (a speed lever; the calls that compile are their own stage)."""
     step_cache: str | None = None
     """A diffusers step cache on the DiT, one of `models.levers.STEP_CACHES` (a lossy speed lever); None: every
     step computed."""
+    vae_compile: bool = False
+    """Compile of the video VAE decoder's repeated blocks (a lossless speed lever; its first decoder call is its own
+    stage, `decode.compile`)."""
     loras: tuple[LoraInput, ...] = ()
     """LoRAs merged into the workflow's DiT as it loads, stacked in this order (`models.lora_inputs`)."""
     parallel: int = 1
@@ -493,8 +496,9 @@ def _knob_problems(params: GenerateParams) -> dict[str, str]:
         problems["qkv_layout"] = "only applies to a single-file DiT (transformer)"
     if params.attention not in ATTENTION_BACKENDS:
         problems["attention"] = f"{params.attention!r} given; expected one of {', '.join(ATTENTION_BACKENDS)}"
-    if not isinstance(params.compile, bool):
-        problems["compile"] = f"must be true or false, got {params.compile!r}"
+    for name in ("compile", "vae_compile"):
+        if not isinstance(getattr(params, name), bool):
+            problems[name] = f"must be true or false, got {getattr(params, name)!r}"
     cache = step_cache_problem(params.step_cache)
     if cache is not None:
         problems["step_cache"] = cache

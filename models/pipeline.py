@@ -210,7 +210,7 @@ def _prepare(root: Path, params: GenerateParams, device: torch.device, dtype: to
     pipe.run_device = device
     run = RunState(root, pipe, device, dtype, mode, settings, placements, sequential, on_event, on_sample, interval,
                    result, probe)
-    run.vae_tiling, run.quantize = params.vae_tiling, params.quantize
+    run.vae_tiling, run.vae_compile, run.quantize = params.vae_tiling, params.vae_compile, params.quantize
     if params.transformer is not None:
         run.single_files["transformer"] = (params.transformer, params.qkv_layout)
     run.levers = {"attention": params.attention, "step_cache": params.step_cache, "compile": params.compile}

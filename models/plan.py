@@ -3,18 +3,20 @@ from this machine's history, and the fastest that fits chosen.
 
 Candidates are residency (resident, sequential) x weight precision x the lever
 sets allowed. Lossless only by default: bf16 weights, the attention backends the
-device runs, compile off and on; with lossy levers allowed, also the int8 / fp8
-weights and fp8 compute the device runs, SageAttention where it is installed,
-and the TaylorSeer step cache. What the request itself names is always a
-candidate. Candidates are listed in the order of preference (`PREFERENCE`).
+device runs, the DiT's compile and the VAE decoder's compile each off and on;
+with lossy levers allowed, also the int8 / fp8 weights and fp8 compute the
+device runs, SageAttention where it is installed, and the TaylorSeer step
+cache. What the request itself names is always a candidate. Candidates are
+listed in the order of preference (`PREFERENCE`).
 
 Each candidate is checked against the same walls, in the same words, as
 `jobs submit` (`machine.walls`): its stages on top of the job's process
 start-up (learned from this machine's jobs; unknown without history, and the
 table says which). Its seconds include each lever's start-up, the stages a
 lever adds once per run whatever the steps (`models.levers.STARTUP_STAGES`:
-compile's first call), timed from history as the forecast's work has them; the
-table says how much of each candidate's seconds that is.
+the DiT compile's first calls, the VAE decoder compile's first call), timed
+from history as the forecast's work has them; the table says how much of each
+candidate's seconds that is.
 
 The choice: among candidates that fit, the fewest predicted seconds where every
 stage has history on this machine for that lever set; when no fitting candidate
@@ -34,8 +36,8 @@ from machine.walls import StageNeed, WallCheck, Walls, job_needs, tightest, verd
 
 from .eta import NO_HISTORY, StageEta, StageRecord, estimate, stage_work, total_seconds
 from .forecast import GenerateForecast
-from .levers import (ATTENTION_BACKENDS, LEVER_FIELDS, STARTUP_STAGES, attention_problem, is_lossless, lever_option,
-                     levers_of)
+from .levers import (ATTENTION_BACKENDS, LEVER_FIELDS, STARTUP_STAGES, attention_problem, compile_problem, is_lossless,
+                     lever_option, levers_of)
 from .params import GenerateParams
 from .quantize_check import FP8_COMPUTE
 
@@ -43,7 +45,7 @@ PREFERENCE = ("the request's own levers before others (no speedup is assumed wit
               "resident before sequential (no component loaded twice)",
               "bf16 weights before fp8 compute, fp8 and int8")
 """The order candidates are listed and, without history, chosen in."""
-SECONDS_NOTE = "seconds include each lever's start-up (compile's first call, its own stage)"
+SECONDS_NOTE = "seconds include each lever's start-up (the compiles' first calls, their own stages)"
 """What a plan's seconds count, said above its table."""
 PRECISIONS = (None, FP8_COMPUTE, "fp8", "int8")
 """Weight precisions in the order of preference (None: bf16)."""
@@ -59,7 +61,7 @@ class Candidate:
     sequential: bool
     """Per-stage residency (load each component before its first block, release it after its last)."""
     levers: dict[str, Any]
-    """The lever fields of GenerateParams (`attention`, `compile`, `quantize`, `step_cache`)."""
+    """The lever fields of GenerateParams (`models.levers.LEVER_FIELDS`)."""
     lossless: bool
     """Whether every lever of it is lossless (`models.levers`)."""
     peaks: dict[str, int]
@@ -79,7 +81,7 @@ class Candidate:
     """Predicted seconds from this machine's history, each lever's start-up included; None without history for
     every stage."""
     startup_seconds: float | None
-    """Of `seconds`, the levers' start-up (`STARTUP_STAGES`: compile's first call); 0.0 when it has none."""
+    """Of `seconds`, the levers' start-up (`STARTUP_STAGES`: the compiles' first calls); 0.0 when it has none."""
     not_counted: list[str]
     """Lever memory the forecast cannot know (`GenerateForecast.not_counted`)."""
 
@@ -141,12 +143,14 @@ def candidate_settings(params: GenerateParams, device: str, capability: tuple[in
     backends = [b for b in dict.fromkeys((asked["attention"], *ATTENTION_BACKENDS))
                 if allowed("attention", b) and attention_problem(b, device, capability) is None]
     caches = [c for c in dict.fromkeys((asked["step_cache"], None, "taylorseer")) if allowed("step_cache", c)]
-    compiles = (True, False)
+    compiles = (True, False) if compile_problem(device) is None else (False,)
+    vae_compiles = compiles
     if params.parallel > 1:  # a parallel run takes neither yet (models.params)
         caches, compiles = [None], (False,)
     residencies = [False, True] if sequential is None else [sequential]
-    found = [(s, {"attention": a, "compile": c, "quantize": q, "step_cache": k})
-             for s in residencies for q in precisions for a in backends for c in compiles for k in caches]
+    found = [(s, {"attention": a, "compile": c, "quantize": q, "step_cache": k, "vae_compile": v})
+             for s in residencies for q in precisions for a in backends for c in compiles for k in caches
+             for v in vae_compiles]
 
     def preference(item: tuple[bool, dict[str, Any]]) -> tuple:
         seq, values = item
@@ -171,8 +175,8 @@ def plan_fastest(params: GenerateParams, *, device: str, capability: tuple[int, 
     candidates = []
     for seq, values in candidate_settings(params, device, capability, lossy=lossy, sequential=sequential):
         candidate = replace(params, **values)
-        # The bytes depend on residency, precision and the step cache only; the attention backend and compile
-        # change what the forecast says it cannot count, and compile the stages' work.
+        # The bytes depend on residency, precision and the step cache only; the attention backend and the compiles
+        # change what the forecast says it cannot count, and the compiles the stages' work.
         key = (seq, values["quantize"], values["step_cache"])
         if key not in forecasts:
             forecasts[key] = forecast_for(candidate, seq)

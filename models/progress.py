@@ -14,7 +14,8 @@ from typing import TextIO
 class ProgressBar:
     """`update(done)` with done in [0, total]; `close()` ends the line."""
 
-    def __init__(self, total: float, label: str, *, unit: str = "", scale: float = 1.0, stream: TextIO = sys.stderr):
+    def __init__(self, total: float, label: str, *, unit: str = "", scale: float = 1.0, stream: TextIO | None = None):
+        stream = sys.stderr if stream is None else stream  # looked up now: sys.stderr may be replaced after import
         self.total, self.label, self.unit, self.scale, self.stream = total, label, unit, scale, stream
         self.done = 0.0
         self._tty = stream.isatty()

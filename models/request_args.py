@@ -44,7 +44,10 @@ def add_workflow_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attention", choices=ATTENTION_BACKENDS,
                         help="the DiT's attention backend (default: native; lossless but sage)")
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                        help="regional compile of the DiT's blocks (lossless; the first call compiles)")
+                        help="regional compile of the DiT's blocks (lossless; the first calls compile)")
+    parser.add_argument("--vae-compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="compile the video VAE decoder's blocks (lossless; its first call compiles, timed as the"
+                             " stage decode.compile)")
     parser.add_argument("--step-cache", choices=STEP_CACHES,
                         help="reuse DiT work across steps (lossy; first-block and mag are unavailable for H3)")
     parser.add_argument("--parallel", type=int, metavar="N",
@@ -76,7 +79,8 @@ def _lora_type(text: str) -> LoraInput:
 
 
 WORKFLOW_FIELDS = ("workflow", "image", "last_image", "ref_image", "ref_video", "vae_tiling", "vae_dtype", "quantize",
-                   "attention", "compile", "step_cache", "shift", "loras", "transformer", "qkv_layout", "parallel")
+                   "attention", "compile", "step_cache", "vae_compile", "shift", "loras", "transformer", "qkv_layout",
+                   "parallel")
 """GenerateParams fields that `add_workflow_arguments` adds, by their argparse names."""
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -29,7 +29,8 @@ from .context_parallel import enable_context_parallel
 from .quantize import DIT_COMPONENTS
 from .residency import Placement, Residency, observe, pins_host_copy
 from .results import EventSink, GenerateResult, PipelineEvent, SampleSink
-from .speedups import apply_levers
+from .levers import VAE_COMPILE_STAGE
+from .speedups import apply_levers, compile_vae_decoder
 
 PREPARE, ENCODE = "prepare", "encode"
 """Drainboard's own stages around the pipeline's blocks."""
@@ -61,6 +62,8 @@ class RunState:
         self.stage = PREPARE
         self.components = tuple(placements)
         self.vae_tiling = True
+        self.vae_compile = False
+        """Compile the video VAE's decoder blocks as it loads (`models.speedups.compile_vae_decoder`)."""
         self.quantize: str | None = None
         self.single_files: dict[str, tuple[str, str]] = {}
         """Component -> (single file in the reference layout, its qkv layout) that supplies its weights."""
@@ -113,13 +116,29 @@ class RunState:
 
     @contextmanager
     def interlude(self, name: str) -> Iterator[None]:
-        """A stage `name` cut out of the open one (a compiled DiT's first call out of the denoise loop): the open
+        """A stage `name` cut out of the open one (a compiled DiT's compiling call out of the denoise loop): the open
         stage ends, `name` runs, the open stage goes on (its seconds add up)."""
         outer = self.stage
         self.end()
         with self.stage_of(name):
             yield
         self.begin(outer)
+
+    def first_call_apart(self, module: nn.Module, name: str) -> None:
+        """Run `module`'s next call as an `interlude` `name` (a compiled VAE decoder's first call, which compiles, out
+        of `decode.video`), through torch's public forward hooks, removed once that call returns. A call that raises
+        leaves the stage open for the run's `abandon`."""
+        stack = ExitStack()
+
+        def before(_module, _args) -> None:
+            stack.enter_context(self.interlude(name))
+
+        def after(_module, _args, _output) -> None:
+            opened.remove()
+            closed.remove()
+            stack.close()
+        opened = module.register_forward_pre_hook(before)
+        closed = module.register_forward_hook(after)
 
     def abandon(self) -> None:
         """Stop the open stage's sampler without ending it (a block raised): no thread outlives the run."""
@@ -149,6 +168,9 @@ class RunState:
             del adjust  # its closures held the factors; each weight's were dropped as it was merged
             if name == "vae" and not self.vae_tiling:
                 module.disable_tiling()
+            if name == "vae" and self.vae_compile:
+                self.emit("lever", f"{name}: {compile_vae_decoder(module)}", component=name)
+                self.first_call_apart(module.decoder, VAE_COMPILE_STAGE)
             if name in DIT_COMPONENTS:
                 for line in apply_levers(module, **self.levers):
                     self.emit("lever", f"{name}: {line}", component=name)

@@ -1,4 +1,5 @@
-"""The speed levers put on a loaded DiT, each through diffusers' public API (what each lever is: `models.levers`).
+"""The speed levers put on a loaded DiT and VAE, each through diffusers' public API (what each lever is:
+`models.levers`).
 
 Order: the attention backend (`set_attention_backend`), then the step cache
 (`enable_cache`), then regional compile (`compile_repeated_blocks`), so the
@@ -9,16 +10,25 @@ opens around each DiT call (`models.stage_blocks.DenoiserCall`). diffusers' hook
 keep no count of the calls they computed and the calls they predicted (their
 state is private), so that block counts the DiT calls and `step_reused` says
 which of them the cache's schedule predicts.
+
+The VAE's lever is compile of its decoder's repeated blocks (`compile_vae_decoder`): H3's VAE declares its ViT
+decoder's transformer block in `_repeated_blocks`, so diffusers' `compile_repeated_blocks` compiles those and
+nothing of the encoder.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch.nn as nn
 
 from .levers import UNAVAILABLE_CACHES
 
+COMPILE_BACKEND_ENV = "DRAINBOARD_VAE_COMPILE_BACKEND"
+"""Names torch.compile's backend for `--vae-compile` (default `inductor`): `eager` captures the same graphs through
+dynamo without generating code, for a CPU test that a compile's plumbing runs in seconds, or to tell a dynamo
+failure from an inductor one."""
 CACHE_REUSE_COUNTS = ("step cache: the DiT calls computed and reused are counted at Drainboard's denoise block from "
                       "the cache's schedule (diffusers' hooks keep no count)")
 """Said in a cached run's notes: how `steps_computed` and `steps_reused` were found."""
@@ -63,3 +73,11 @@ def apply_levers(module: nn.Module, attention: str, step_cache: str | None, comp
         module.compile_repeated_blocks()
         applied.append("regional compile of the repeated blocks")
     return applied
+
+
+def compile_vae_decoder(vae: nn.Module) -> str:
+    """Compile video VAE `vae`'s decoder blocks with diffusers' `compile_repeated_blocks` (the backend from
+    `COMPILE_BACKEND_ENV`); the line says what was applied. The compile runs at the decoder's first call."""
+    backend = os.environ.get(COMPILE_BACKEND_ENV) or "inductor"
+    vae.compile_repeated_blocks(backend=backend)
+    return f"compile of the decoder's repeated blocks ({backend})"

@@ -12,7 +12,7 @@ When a run has a step cache or compiles its DiT, `DenoiserCall` takes the
 place of the loop's denoiser block and calls it: inside the DiT's
 `cache_context` (the cache hooks count steps only there), counting the calls
 the cache reuses (`GenerateResult.steps_reused`), and, for a compiled DiT, its
-first call in a stage of its own (`models.levers.COMPILE_STAGE`).
+first calls, which compile, in a stage of their own (`models.levers.COMPILE_STAGE`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from contextlib import nullcontext
 
 from diffusers import ModularPipelineBlocks
 
-from .levers import COMPILE_STAGE
+from .levers import COMPILE_CALLS, COMPILE_STAGE
 from .speedups import step_reused
 from .run_state import RunState
 from .workflows import DENOISE_LOOP, PlannedStage
@@ -94,8 +94,8 @@ class ReportStep(ModularPipelineBlocks):
 
 
 class DenoiserCall(ModularPipelineBlocks):
-    """diffusers' denoiser block, called inside the DiT's cache context and, when compiled, with its first call timed
-    as a stage of its own; its inputs, outputs and components are the inner block's."""
+    """diffusers' denoiser block, called inside the DiT's cache context and, when compiled, with the calls that compile
+    timed as a stage of their own; its inputs, outputs and components are the inner block's."""
 
     model_name = "minimax-h3"
 
@@ -124,7 +124,8 @@ class DenoiserCall(ModularPipelineBlocks):
         cache = self.run.levers["step_cache"]
         with transformer.cache_context("cond", step_index=i, num_inference_steps=len(block_state.timesteps),
                                        timestep=t) if cache is not None else nullcontext():
-            with self.run.interlude(COMPILE_STAGE) if i == 0 and self.run.levers["compile"] else nullcontext():
+            compiling = i < COMPILE_CALLS and self.run.levers["compile"]
+            with self.run.interlude(COMPILE_STAGE) if compiling else nullcontext():
                 found = self.inner(components, block_state, i=i, t=t)
         # One DiT call per step, each inside the cache's one context: the hooks count calls as `i` does.
         if cache is not None and step_reused(cache, i):

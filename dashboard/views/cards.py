@@ -9,7 +9,7 @@ import pandas as pd
 from dashboard import format as fmt
 from dashboard import words
 from dashboard.views.jobs import LiveStats, progress
-from models.levers import COMPILE_STAGE
+from models.levers import COMPILE_CALLS, COMPILE_STAGE
 from storage.schema import FINAL_STATUSES
 
 
@@ -148,20 +148,20 @@ DENOISE_STAGE = "denoise.denoise"
 def seconds_per_step(job: dict, events: pd.DataFrame | None, elapsed: float) -> float | None:
     """Seconds per denoising step: the `denoise.denoise` stage's time (finished: from the metrics; running: from
     its stage_start events to their stage_end, the last to `elapsed` while it runs) over the steps it ran. The DiT
-    loads in a stage of its own (`load.transformer`), and a compiled DiT's first call too (`denoise.compile`, cut
-    out of the loop's stage), so this is the steady denoising alone."""
+    loads in a stage of its own (`load.transformer`), and a compiled DiT's calls that compile too (`denoise.compile`,
+    cut out of the loop's stage), so this is the steady denoising alone."""
     done = job.get("progress_done") or 0
     stage_seconds = (job.get("metrics") or {}).get("stage_seconds") or {}
     seconds = stage_seconds.get(DENOISE_STAGE)
-    compiled = COMPILE_STAGE in stage_seconds
+    compiled = COMPILE_CALLS if COMPILE_STAGE in stage_seconds else 0
     if seconds is None and events is not None and len(events):
         ours = events[events["stage"] == DENOISE_STAGE]
         starts = [float(t) for t in ours[ours["kind"] == "stage_start"]["t"]]
         ends = [float(t) for t in ours[ours["kind"] == "stage_end"]["t"]]
         if starts:  # frozen once denoising ends: decoding is not a step
             seconds = sum(end - start for start, end in zip(starts, [*ends, elapsed]))
-        compiled = bool(((events["kind"] == "stage_end") & (events["stage"] == COMPILE_STAGE)).any())
-    calls = done - compiled
+        compiled = int(((events["kind"] == "stage_end") & (events["stage"] == COMPILE_STAGE)).sum())
+    calls = done - min(compiled, done)
     return seconds / calls if seconds and seconds > 0 and calls > 0 else None
 
 

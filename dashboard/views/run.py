@@ -47,6 +47,7 @@ FIELD_LABELS = {
     "generate.vae_tiling": "VAE tiling (256 px tiles)", "generate.vae_dtype": "VAE decode precision",
     "generate.quantize": "Transformer weights", "generate.attention": "Attention backend",
     "generate.compile": "Regional compile", "generate.step_cache": "Step cache",
+    "generate.vae_compile": "VAE decoder compile",
     "generate.parallel": "GPUs for this clip (ranks)",
     "plan": "Plan: fastest that fits", "plan_lossy": "Allow lossy levers",
 }
@@ -66,7 +67,7 @@ DEFAULT_COMPONENT = ""
 """The component field's value for "the loader's default" (a selectbox shows None as no choice)."""
 
 GENERATE_FIELDS = ("prompt", "frames", "height", "width", "steps", "shift", "seed", "audio", "vae_tiling", "vae_dtype", "quantize",
-                   "attention", "compile", "step_cache", "parallel")
+                   "attention", "compile", "step_cache", "vae_compile", "parallel")
 """GenerateParams fields the form edits, in form order (H3 fixes the rest: no negative prompt, no guidance, 24 fps;
 the workflow and its images are the workflow section's)."""
 QUANTIZE_NONE = "none"

@@ -536,7 +536,7 @@ def _generate_params(raw: Mapping[str, Any], problems: Problems) -> GeneratePara
             except (TypeError, ValueError):
                 problems.add(f"generate.{name}", f"must be a number, got {echo(values[name])}")
                 ok = False
-    for name in ("audio", "compile"):
+    for name in ("audio", "compile", "vae_compile"):
         if name in values and not isinstance(values[name], bool):
             problems.add(f"generate.{name}", f"must be true or false, got {echo(values[name])}")
             ok = False

@@ -30,6 +30,9 @@ def lever_memory_unknown(params: GenerateParams) -> list[str]:
     if params.compile:
         unknown.append("compile: the compiled blocks' workspace and the compiler's own memory are not counted; only "
                        "a GPU run can fit them (bench/bench_levers.py)")
+    if params.vae_compile:
+        unknown.append("vae_compile: the compiled decoder blocks' workspace and the compiler's own memory are not "
+                       "counted; only a GPU run can fit them (bench/bench_levers.py, case vae-compile)")
     if params.quantize == FP8_COMPUTE:
         unknown.append("fp8-compute: the fp8 weights are counted; the activations' fp8 copies and scales made as each "
                        "call runs are not; only a GPU run can fit them (bench/bench_levers.py)")

@@ -145,14 +145,16 @@ def test_the_speed_levers_are_named_lossless_or_lossy_refused_as_submit_would_an
     at.selectbox(key="run_gen_attention").set_value("_native_flash").run()
     at.selectbox(key="run_gen_step_cache").set_value("taylorseer").run()
     at.toggle(key="run_gen_compile").set_value(True).run()
+    assert at.toggle(key="run_gen_vae_compile").value is False
+    at.toggle(key="run_gen_vae_compile").set_value(True).run()
     assert not at.error
     labels = at.selectbox(key="run_gen_step_cache")
     assert labels.format_func("taylorseer") == "TaylorSeer step cache · lossy"
     assert at.selectbox(key="run_gen_attention").format_func("_native_flash") == "flash attention (torch) · lossless"
     at.button(key="run_submit").click().run()
     [spec] = _queued(fresh_db)
-    assert {k: spec["generate"][k] for k in ("attention", "compile", "step_cache")} == \
-        {"attention": "_native_flash", "compile": True, "step_cache": "taylorseer"}
+    assert {k: spec["generate"][k] for k in ("attention", "compile", "step_cache", "vae_compile")} == \
+        {"attention": "_native_flash", "compile": True, "step_cache": "taylorseer", "vae_compile": True}
 
 
 def test_the_plan_table_marks_the_chosen_candidate_strikes_what_cannot_fit_and_the_job_records_it(tiny_root,
@@ -163,11 +165,12 @@ def test_the_plan_table_marks_the_chosen_candidate_strikes_what_cannot_fit_and_t
     assert not at.exception, at.exception
     table = next(m.value for m in at.markdown if m.value.startswith("| "))
     rows = [r for r in table.splitlines()[2:]]
-    assert len(rows) == 8 and sum(r.startswith("| → |") for r in rows) == 1  # 2 residencies x 2 backends x compile
+    # 2 residencies x 2 backends x the DiT's compile x the VAE decoder's
+    assert len(rows) == 16 and sum(r.startswith("| → |") for r in rows) == 1
     assert "no history on this machine" in table and "(lossy)" not in table and " under the " in table
     assert any(c.value.startswith("Runs resident · bf16 · no lever: no history") for c in at.caption)
-    assert any(c.value == "Seconds include each lever's start-up (compile's first call, its own stage); walls: the "
-               "process start-up is not counted: no history on this machine." for c in at.caption)
+    assert any(c.value == "Seconds include each lever's start-up (the compiles' first calls, their own stages); walls: "
+               "the process start-up is not counted: no history on this machine." for c in at.caption)
     at.button(key="run_submit").click().run()
     [spec] = _queued(fresh_db)
     assert spec["plan"] == "fastest" and spec["planned"]["chosen"] == 0
@@ -179,7 +182,7 @@ def test_the_plan_table_marks_the_chosen_candidate_strikes_what_cannot_fit_and_t
     table = next(m.value for m in at.markdown if m.value.startswith("| "))
     assert all(r.count("~~") >= 2 and "text_encoder would peak at" in r and "does not fit (text_encoder)" in r
                for r in table.splitlines()[2:])
-    assert any(e.value.startswith("Refused: needs ") and "over the 1.0 MiB budget (none of the 8 candidates" in e.value
+    assert any(e.value.startswith("Refused: needs ") and "over the 1.0 MiB budget (none of the 16 candidates" in e.value
                for e in at.error)
 
 
@@ -319,3 +322,21 @@ def test_a_preset_fills_steps_shift_and_its_lora_and_a_missing_lora_is_said(tiny
     [spec] = _queued(fresh_db)
     assert (spec["generate"]["steps"], spec["generate"]["shift"]) == (4, 5.0)
     assert [(x["file"], x["scale"]) for x in spec["generate"]["loras"]] == [(str(lora), 0.5)]
+
+
+def test_a_picked_lora_the_submit_check_refuses_is_said_in_one_line_and_the_job_cannot_be_queued(
+        tiny_root, fresh_db):
+    import torch
+    from safetensors.torch import save_file
+
+    pruned = tiny_root.parent / "loras" / "pruned-style.safetensors"  # offered (it holds LoRA factors), not for this DiT
+    pruned.parent.mkdir()
+    save_file({"transformer.proj_in.lora_A.weight": torch.ones(2, 80),
+               "transformer.proj_in.lora_B.weight": torch.ones(32, 2)}, str(pruned))
+    at = generate_page()
+    assert at.selectbox(key="run_checkpoint").value == str(tiny_root)  # the model folder, not the folder of LoRAs
+    at.multiselect(key="run_gen_loras").set_value([str(pruned)]).run()
+    assert not at.exception, at.exception
+    [error] = [e.value for e in at.error if "pruned-style.safetensors" in e.value]  # the page runs the submit check
+    assert "has factors A [2, 80] and B [32, 2] but transformer's weight is" in error and "\n" not in error
+    assert at.button(key="run_submit").disabled and _queued(fresh_db) == []

@@ -294,27 +294,34 @@ def test_edit_and_requeue_brings_the_job_s_own_inputs_and_says_which_are_gone(fr
     assert not at.get("image")
 
 
-def test_loras_under_the_roots_are_offered_with_a_strength_and_edit_and_requeue_brings_them_back(
-        fresh_db, tiny_checkpoint, data_dir):
+def _page_from_lora_job(fresh_db, checkpoint, folder, files: dict[str, dict[str, str]], loras: tuple, steps):
+    """The Run page filled from a generate job at `steps` stacking `loras`; `files` (name -> its `__metadata__`) are
+    written to `folder` under the model root first."""
     import torch
     from safetensors.torch import save_file
 
     from models.params import GenerateParams
 
-    folder = data_dir / "models" / "loras"
     folder.mkdir()
     factors = {"transformer.proj_in.lora_A.weight": torch.ones(2, 96), "transformer.proj_in.lora_B.weight": torch.ones(64, 2)}
-    save_file(factors, str(folder / "turbo.safetensors"), metadata={"num_inference_steps": "8"})
-    save_file(factors, str(folder / "style.safetensors"))
-    loras = ({"file": str(folder / "style.safetensors"), "scale": 0.6, "sha256": "ab" * 32, "partition": "transformer"},
-             {"file": str(folder / "turbo.safetensors"), "scale": 1.0, "sha256": "cd" * 32, "partition": "transformer"})
-    job_id = _add_spec(fresh_db, JobSpec(kind="generate", model=str(tiny_checkpoint),
-                                         options=GenerateJobOptions(generate=GenerateParams(prompt="a fox", steps=50,
-                                                                                         loras=loras))))
+    for name, metadata in files.items():
+        save_file(factors, str(folder / name), metadata=metadata or None)
+    job_id = _add_spec(fresh_db, JobSpec(kind="generate", model=str(checkpoint), options=GenerateJobOptions(
+        generate=GenerateParams(prompt="a fox", steps=steps, loras=loras))))
     at = run_page()
     at.query_params["from"] = str(job_id)
     at.run()
     assert not at.exception, at.exception
+    return at
+
+
+def test_loras_under_the_roots_are_offered_with_a_strength_and_edit_and_requeue_brings_them_back(
+        fresh_db, tiny_checkpoint, data_dir):
+    folder = data_dir / "models" / "loras"
+    loras = ({"file": str(folder / "style.safetensors"), "scale": 0.6, "sha256": "ab" * 32, "partition": "transformer"},
+             {"file": str(folder / "turbo.safetensors"), "scale": 1.0, "sha256": "cd" * 32, "partition": "transformer"})
+    at = _page_from_lora_job(fresh_db, tiny_checkpoint, folder, {"turbo.safetensors": {"num_inference_steps": "8"},
+                                                                 "style.safetensors": {}}, loras, 50)
     picker = at.multiselect(key="run_gen_loras")
     assert sorted(o.split(" (")[0] for o in picker.options) == ["style.safetensors", "turbo.safetensors"]
     assert picker.value == [loras[0]["file"], loras[1]["file"]]  # stacked in the job's order
@@ -323,3 +330,28 @@ def test_loras_under_the_roots_are_offered_with_a_strength_and_edit_and_requeue_
     assert warning.startswith("'turbo.safetensors' says it was distilled for 8 steps; 50 steps run 49")
     at.number_input(key="run_gen_steps").set_value(8).run()
     assert not [w for w in at.warning if "distilled for" in w.value]  # run at its own steps: nothing to say
+
+
+def test_the_few_step_warning_reads_the_metadata_never_the_name_and_an_unset_steps_runs_at_the_stated_ones(
+        fresh_db, tiny_checkpoint, data_dir):
+    folder = data_dir / "models" / "loras"
+    named = "lightx2v-4step-distill.safetensors"  # says it is few-step in its name alone
+    loras = tuple({"file": str(folder / name), "scale": 1.0} for name in (named, "turbo.safetensors"))
+    at = _page_from_lora_job(fresh_db, tiny_checkpoint, folder, {"turbo.safetensors": {"steps": "8"}, named: {}},
+                             loras, None)
+    assert at.number_input(key="run_gen_steps").value is None
+    assert not [w for w in at.warning if "distilled for" in w.value]  # unset: the job takes turbo's 8 steps
+    at.number_input(key="run_gen_steps").set_value(50).run()
+    assert [w.value.split(" says")[0] for w in at.warning if "distilled for" in w.value] == ["'turbo.safetensors'"]
+
+
+def test_a_lora_files_name_reaches_the_run_page_quoted(fresh_db, tiny_checkpoint, data_dir):
+    folder = data_dir / "models" / "loras"
+    name = "turbo\x1b[2J\nFORGED.safetensors"  # clears a terminal, forges a line
+    loras = ({"file": str(folder / name), "scale": 1.0},)
+    at = _page_from_lora_job(fresh_db, tiny_checkpoint, folder, {name: {"steps": "8"}}, loras, 50)
+    [option] = at.multiselect(key="run_gen_loras").options
+    strength = at.number_input(key=f"run_gen_lora_scale:{folder / name}")
+    [warning] = [w.value for w in at.warning if "distilled for" in w.value]
+    for shown in (option, strength.label, warning):
+        assert "turbo\\x1b[2J\\nFORGED.safetensors" in shown and "\x1b" not in shown and "\n" not in shown

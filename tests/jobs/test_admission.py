@@ -107,8 +107,8 @@ def test_plan_fastest_at_submit_records_the_plan_runs_its_choice_and_refuses_whe
     plan = spec["planned"]
     chosen = plan["candidates"][plan["chosen"]]
     assert spec["plan"] == "fastest" and not plan["lossy"] and all(c["lossless"] for c in plan["candidates"])
-    assert {k: spec["generate"][k] for k in ("attention", "compile")} == \
-        {k: chosen["levers"][k] for k in ("attention", "compile")}
+    assert {k: spec["generate"][k] for k in ("attention", "compile", "vae_compile")} == \
+        {k: chosen["levers"][k] for k in ("attention", "compile", "vae_compile")}
     assert spec["sequential_components"] is chosen["sequential"] and "no history" in plan["why"]
     code = main(_submit(tiny_model, "--plan", "fastest", "--memory-budget", "10MiB", "--json"))
     out = json.loads(capsys.readouterr().out)
@@ -118,6 +118,6 @@ def test_plan_fastest_at_submit_records_the_plan_runs_its_choice_and_refuses_whe
     verdict = r"refused: needs [\d.]+ MiB, over the 10\.0 MiB budget"
     remedy = r"pass --memory-budget \d+MiB or more, or --force"
     assert re.fullmatch(f"{verdict}: {remedy}", plain)
-    assert code == 2 and re.fullmatch(f"{verdict} \\(none of the 8 candidates of --plan fastest fits; the first in the"
+    assert code == 2 and re.fullmatch(f"{verdict} \\(none of the 16 candidates of --plan fastest fits; the first in the"
                                       f" order of preference: resident · bf16 · no lever\\): {remedy}", out["error"])
     assert len(list_jobs(db)) == 1

@@ -103,11 +103,11 @@ def test_forecast_plan_fastest_prints_the_plan_and_forecasts_its_choice(capsys, 
     body = json.loads(captured.out)
     plan = body["plan"]
     chosen = plan["candidates"][plan["chosen"]]
-    assert code == 0 and len(plan["candidates"]) == 8 and all(c["lossless"] for c in plan["candidates"])
+    assert code == 0 and len(plan["candidates"]) == 16 and all(c["lossless"] for c in plan["candidates"])
     assert body["sequential_components"] is chosen["sequential"] and body["levers"] == chosen["levers"]
-    assert captured.err.splitlines()[0] == ("plan: 8 candidates (lossless only); seconds include each lever's start-up"
-                                            " (compile's first call, its own stage); walls: the process start-up is"
-                                            " not counted: no history on this machine")
+    assert captured.err.splitlines()[0] == (
+        "plan: 16 candidates (lossless only); seconds include each lever's start-up (the compiles' first calls, their"
+        " own stages); walls: the process start-up is not counted: no history on this machine")
 
 
 def test_generate_and_forecast_plan_count_the_learned_process_start_up_and_refuse_in_the_verdict_s_words(
@@ -127,7 +127,7 @@ def test_generate_and_forecast_plan_count_the_learned_process_start_up_and_refus
         captured = capsys.readouterr()
         body = json.loads(captured.out)
         assert code == 2 and body["error"].startswith("refused: needs 104857") and \
-            "MemAvailable (none of the 8 candidates of --plan fastest fits; the first in the order of preference:" \
+            "MemAvailable (none of the 16 candidates of --plan fastest fits; the first in the order of preference:" \
             in body["error"]
         assert captured.err.splitlines()[0].endswith(
             f"walls: each counts the process start-up, {format_size(2**50)} (median of 1 past job)")

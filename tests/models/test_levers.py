@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from diffusers import MiniMaxH3Transformer3DModel
+from diffusers import AutoencoderKLMiniMaxH3, MiniMaxH3Transformer3DModel
 from machine.device import DeviceInfo
 from models.cli import main
-from models.levers import (COMPILE_STAGE, LEVER_OPTIONS, attention_problem, is_lossless, lever_key, lever_option,
-                           lever_problems)
+from models.levers import (COMPILE_CALLS, COMPILE_STAGE, LEVER_OPTIONS, VAE_COMPILE_STAGE, attention_problem,
+                           is_lossless, key_part, lever_key, lever_option, lever_problems)
 from models.params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
 from models.quantize_check import FP8_COMPUTE
 from models.pipeline import run_generate
-from models.speedups import CACHE_REUSE_COUNTS
+from models.speedups import CACHE_REUSE_COUNTS, COMPILE_BACKEND_ENV
 
 UNIFIED = DeviceInfo(spec="cpu", kind="cpu", index=None, name="fake unified GPU", unified_memory=True,
                      total_memory=8 * 2**30, source="test", reason="a unified device for tests")
@@ -120,13 +120,13 @@ def test_taylorseer_changes_the_frames_records_its_lever_set_and_holds_the_buffe
     assert (exact.steps, exact.steps_computed, exact.steps_reused) == (5, 5, 0)
     assert cached.video_sha256 != exact.video_sha256
     assert cached.levers == {"attention": "native", "compile": False, "quantize": None, "step_cache": "taylorseer",
-                             "key": "step_cache=taylorseer", "lossless": False}
+                             "vae_compile": False, "key": "step_cache=taylorseer", "lossless": False}
     assert exact.levers["key"] == "" and exact.levers["lossless"]
     assert CACHE_REUSE_COUNTS in cached.notes
     assert [e.message for e in events if e.kind == "lever"] == ["transformer: step cache taylorseer"]
 
 
-def test_a_compiled_dit_s_first_call_is_its_own_stage_and_the_backend_is_set_through_diffusers(
+def test_a_compiled_dit_s_calls_that_compile_are_their_own_stage_and_the_backend_is_set_through_diffusers(
         h3_tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     compiled, backends = [], []
     # Compiling for real takes minutes on this CPU (bench/bench_levers.py does it on a GPU); the spies record that
@@ -140,12 +140,12 @@ def test_a_compiled_dit_s_first_call_is_its_own_stage_and_the_backend_is_set_thr
     result = run_generate(h3_tiny, params, tmp_path / "c.mp4", device_info=UNIFIED, on_event=events.append)
     assert len(compiled) == 1 and backends == ["_native_flash"]
     assert result.stages.index(COMPILE_STAGE) == result.stages.index("denoise.denoise") + 1
-    assert result.stages.count("denoise.denoise") == 2 and result.stage_seconds[COMPILE_STAGE] > 0
+    assert result.stages.count("denoise.denoise") == 1 + COMPILE_CALLS and result.stage_seconds[COMPILE_STAGE] > 0
     steps = [(e.stage, e.data["step"]) for e in events if e.kind == "step"]
     assert steps == [("denoise.denoise", 1), ("denoise.denoise", 2), ("denoise.denoise", 3)]
     marks = [(e.kind, e.stage) for e in events if e.kind in ("stage_start", "stage_end")
              and e.stage in ("denoise.denoise", COMPILE_STAGE)]
-    assert marks == [(k, s) for s in ("denoise.denoise", COMPILE_STAGE, "denoise.denoise")
+    assert marks == [(k, s) for s in ("denoise.denoise", *[COMPILE_STAGE, "denoise.denoise"] * COMPILE_CALLS)
                      for k in ("stage_start", "stage_end")]
     assert result.levers["key"] == "attention=_native_flash+compile" and result.levers["lossless"]
 
@@ -170,4 +170,95 @@ def test_the_forecast_counts_a_cache_while_the_dit_is_resident_and_names_what_on
                                     "counted; only a GPU run can fit them (bench/bench_levers.py)"]
     work, plain_work = stage_work(compiled), stage_work(forecast(True))
     assert work[COMPILE_STAGE] == 1.0 and COMPILE_STAGE not in plain_work
-    assert work["denoise.denoise"] * 5 == plain_work["denoise.denoise"] * 4  # 6 steps: 5 calls, the first apart
+    assert work["denoise.denoise"] * 5 == plain_work["denoise.denoise"] * 3  # 6 steps: 5 calls, the 2 compiling apart
+
+
+def test_both_compiles_are_lossless_and_refused_on_cuda_without_triton_in_one_line(monkeypatch: pytest.MonkeyPatch):
+    import models.levers as levers
+
+    assert lever_option("vae_compile", True).lossless and lever_option("vae_compile", False) is None
+    assert lever_key({"compile": True, "vae_compile": True}) == "compile+vae_compile"
+    assert key_part("attention=_native_flash+compile+vae_compile", ("vae_compile",)) == "vae_compile"
+    assert key_part("attention=_native_flash+compile+vae_compile", levers.DIT_LEVERS) == (
+        "attention=_native_flash+compile")
+    both = {"compile": True, "vae_compile": True}
+    monkeypatch.setattr(levers, "triton_installed", lambda: False)
+    problems = lever_problems(both, "cuda:0", (9, 0))
+    assert problems == dict.fromkeys(both, "compile on cuda:0 needs the triton package (torch.compile's inductor), "
+                                           "which is not installed here")
+    assert lever_problems(both, "cpu", None) == {}
+    monkeypatch.setattr(levers, "triton_installed", lambda: True)
+    assert lever_problems(both, "cuda:0", (9, 0)) == {}
+
+
+def test_vae_compile_is_a_flag_of_generate_and_a_bool_of_the_spec(h3_tiny: Path):
+    import argparse
+
+    from models.request_args import add_workflow_arguments, workflow_fields
+
+    parser = argparse.ArgumentParser()
+    add_workflow_arguments(parser)
+    assert workflow_fields(parser.parse_args(["--vae-compile"])) == {"vae_compile": True}
+    assert workflow_fields(parser.parse_args([])) == {}
+    with pytest.raises(GenerateParamsError) as caught:
+        validate_params(GenerateParams(prompt="x", vae_compile="yes"), ModelSpec.read(h3_tiny))
+    assert caught.value.problems == {"vae_compile": "must be true or false, got 'yes'"}
+
+
+def _decode_stages(result) -> list[str]:
+    return [s for s in result.stages if s.startswith("decode.")]
+
+
+def test_a_compiled_vae_decoder_s_first_call_is_its_own_stage_and_its_frames_are_the_exact_run_s(
+        h3_tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # torch.compile's `eager` backend (the documented COMPILE_BACKEND_ENV): dynamo captures the decoder blocks' graphs
+    # as inductor would be handed them and runs them without generating code, so this takes seconds. Inductor itself
+    # took 76 s here from a cold cache (over a slow test's budget); its frames against the exact run are measured by
+    # bench/bench_levers.py's vae-compile case (docs/models.md gives the tolerance).
+    monkeypatch.setenv(COMPILE_BACKEND_ENV, "eager")
+    compiled = []
+    original = AutoencoderKLMiniMaxH3.compile_repeated_blocks
+    monkeypatch.setattr(AutoencoderKLMiniMaxH3, "compile_repeated_blocks",
+                        lambda self, **kw: (compiled.append(kw), original(self, **kw))[1])
+    exact = run_generate(h3_tiny, SMALL, tmp_path / "exact.mp4", device_info=UNIFIED)
+    events = []
+    params = GenerateParams(**{**SMALL.to_dict(), "vae_compile": True})
+    result = run_generate(h3_tiny, params, tmp_path / "vae.mp4", device_info=UNIFIED, on_event=events.append)
+    assert compiled == [{"backend": "eager"}]
+    assert [e.message for e in events if e.kind == "lever"] == [
+        "vae: compile of the decoder's repeated blocks (eager)"]
+    assert _decode_stages(exact) == ["decode.video"]
+    assert _decode_stages(result) == ["decode.video", VAE_COMPILE_STAGE, "decode.video"]
+    assert result.stage_seconds[VAE_COMPILE_STAGE] > 0
+    marks = [(e.kind, e.stage) for e in events
+             if e.kind in ("stage_start", "stage_end") and e.stage.startswith("decode")]
+    assert marks == [(k, s) for s in ("decode.video", VAE_COMPILE_STAGE, "decode.video")
+                     for k in ("stage_start", "stage_end")]
+    assert result.levers["vae_compile"] and result.levers["key"] == "vae_compile" and result.levers["lossless"]
+    assert result.video_sha256 == exact.video_sha256  # the eager backend runs the same kernels
+
+
+def test_the_forecast_and_the_eta_know_the_vae_compile_and_only_the_decode_learns_it(h3_tiny: Path):
+    from machine.offload import OffloadSettings
+    from models.eta import StageRecord, estimate, stage_work
+    from models.forecast import forecast_generate
+
+    forecast = forecast_generate(h3_tiny, GenerateParams(**{**SMALL.to_dict(), "vae_compile": True}),
+                                 device_info=UNIFIED, settings=OffloadSettings(), sequential_components=True)
+    assert forecast.not_counted == [
+        "vae_compile: the compiled decoder blocks' workspace and the compiler's own memory are not counted; only a GPU"
+        " run can fit them (bench/bench_levers.py, case vae-compile)"]
+    work = stage_work(forecast)
+    assert work[VAE_COMPILE_STAGE] == 1.0 and COMPILE_STAGE not in work
+    # A past run with both compiles: its decode times only a run with the VAE compile, its steps only one with the
+    # DiT's, whatever the other lever.
+    past = [StageRecord(stage, 2.0, 1.0, "cpu:x", "compile+vae_compile")
+            for stage in ("denoise.denoise", "decode.video", VAE_COMPILE_STAGE, "text_encoder")]
+    units = {"denoise.denoise": 1.0, "decode.video": 1.0, VAE_COMPILE_STAGE: 1.0, "text_encoder": 1.0}
+
+    def timed(key: str) -> set[str]:
+        return {e.stage for e in estimate(units, past, "cpu:x", key) if e.seconds is not None}
+    assert timed("vae_compile") == {"decode.video", VAE_COMPILE_STAGE, "text_encoder"}
+    assert timed("compile") == {"denoise.denoise", "text_encoder"}
+    assert timed("attention=_native_flash+vae_compile") == {"decode.video", VAE_COMPILE_STAGE, "text_encoder"}
+    assert timed("") == {"text_encoder"}

@@ -313,6 +313,8 @@ def test_a_lora_is_prepared_in_its_own_sampled_stage_before_the_load_and_the_eta
     assert stages.index("lora.transformer") == stages.index("load.transformer") - 1
     assert "lora.transformer" in sampled and result.stage_seconds["lora.transformer"] > 0
     assert result.loads["transformer"]["lora"]["loras"][0]["targets"] > 0  # merged in the load that followed
+    # the live chart's samples stay one per tensor placed, each merged weight sampled as it is placed
+    assert sampled.count("load.transformer") > result.loads["transformer"]["tensors_placed"] > 0
     plain = run_generate(h3_tiny, SHORT, tmp_path / "b.mp4", device_info=UNIFIED, roots=[h3_tiny.parent])
     assert not any(s.startswith("lora.") for s in plain.stages)
     forecast = forecast_generate(h3_tiny, params, device_info=UNIFIED, settings=OffloadSettings())
@@ -325,6 +327,31 @@ def test_the_forecast_command_lists_the_lora_prep_among_the_loads(capsys, h3_tin
     assert main(["forecast", str(h3_tiny), "--prompt", "x", "--lora", str(loras["peft"]), "--json"]) == 0
     stages = [entry["stage"] for entry in json.loads(capsys.readouterr().out)["loads"]]
     assert "lora.transformer" in stages and "load.transformer" in stages
+    assert main(["forecast", str(h3_tiny), "--prompt", "x", "--lora", str(loras["ref"]), "--json"]) == 2
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert "ref.safetensors: targets transformer_ref, which only ref2va runs" in error and "\n" not in error
+
+
+def test_the_generate_command_merges_each_lora_given_and_refuses_a_bad_one_in_one_line(capsys, h3_tiny: Path, loras,
+                                                                                       tmp_path: Path):
+    from models.cli import main
+
+    out = tmp_path / "clip.mp4"
+    code = main(["generate", str(h3_tiny), "--prompt", "a red fox", "--out", str(out), "--width", "64", "--height", "64",
+                 "--steps", "2", "--no-audio", "--lora", f"{loras['peft']}:0.75", "--lora", str(loras["second"]),
+                 "--json"])
+    body = json.loads(capsys.readouterr().out)
+    assert code == 0 and out.stat().st_size > 0
+    assert [(Path(x["file"]).name, x["scale"], x["partition"]) for x in body["loras"]] == [
+        ("style.safetensors", 0.75, "transformer"), ("second.safetensors", 1.0, "transformer")]
+    assert all(len(x["sha256"]) == 64 for x in body["loras"])
+    assert [m["targets"] for m in body["loads"]["transformer"]["lora"]["loras"]] == [len(dit_linears(h3_tiny)), 3]
+    not_lora = next((h3_tiny / "vae").glob("*.safetensors"))
+    code = main(["generate", str(h3_tiny), "--prompt", "a red fox", "--out", str(tmp_path / "bad.mp4"),
+                 "--lora", str(not_lora), "--json"])
+    body = json.loads(capsys.readouterr().out)
+    assert code == 2 and "\n" not in body["error"] and f"{not_lora.name}: holds no LoRA factors" in body["error"]
+    assert not (tmp_path / "bad.mp4").exists()
 
 
 def test_seed_contract_an_alpha_metadata_lora(h3_tiny: Path, loras, tmp_path: Path):

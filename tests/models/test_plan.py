@@ -13,7 +13,7 @@ from models.eta import NO_HISTORY, StageRecord, stage_work
 from models.forecast import forecast_generate
 from models.levers import lever_key
 from models.params import GenerateParams
-from models.levers import COMPILE_STAGE
+from models.levers import COMPILE_STAGE, VAE_COMPILE_STAGE
 from models.plan import (PRECISIONS, candidate_settings, machine_check, plan_fastest, plan_lines, planned,
                          startup_words)
 from machine.walls import verdict
@@ -49,14 +49,27 @@ def _plan(root: Path, records, available: int = 2**40, startup: int | None = Non
                         startup=startup_words(startup, "median of 1 past job" if startup else NO_HISTORY), **kwargs)
 
 
-def test_lossless_candidates_on_a_cpu_are_the_backends_it_runs_compile_off_and_on_and_both_residencies():
+def test_lossless_candidates_on_a_cpu_are_the_backends_it_runs_both_compiles_off_and_on_and_both_residencies():
     found = candidate_settings(PARAMS, "cpu", None, lossy=False, sequential=None)
-    assert {(s, v["attention"], v["compile"]) for s, v in found} == {
-        (s, a, c) for s in (False, True) for a in ("native", "_native_flash") for c in (False, True)}
+    assert {(s, v["attention"], v["compile"], v["vae_compile"]) for s, v in found} == {
+        (s, a, c, d) for s in (False, True) for a in ("native", "_native_flash") for c in (False, True)
+        for d in (False, True)}
     assert all(v["quantize"] is None and v["step_cache"] is None for _, v in found)
-    asked = {"attention": "native", "compile": False, "quantize": None, "step_cache": None}
+    asked = {"attention": "native", "compile": False, "quantize": None, "step_cache": None, "vae_compile": False}
     assert found[:2] == [(False, asked), (True, asked)]  # the request first, resident before sequential
-    assert [sum(v[k] != asked[k] for k in asked) for _, v in found] == [0, 0, 1, 1, 1, 1, 2, 2]
+    assert [sum(v[k] != asked[k] for k in asked) for _, v in found] == [0, 0, *[1] * 6, *[2] * 6, 3, 3]
+
+
+def test_a_device_that_cannot_compile_has_no_compiled_candidate(monkeypatch: pytest.MonkeyPatch):
+    import models.levers as levers
+
+    monkeypatch.setattr(levers, "triton_installed", lambda: False)
+    found = candidate_settings(PARAMS, "cuda:0", (9, 0), lossy=False, sequential=True)
+    assert found and not any(v["compile"] or v["vae_compile"] for _, v in found)
+    monkeypatch.setattr(levers, "triton_installed", lambda: True)
+    found = candidate_settings(PARAMS, "cuda:0", (9, 0), lossy=False, sequential=True)
+    assert {(v["compile"], v["vae_compile"]) for _, v in found} == {
+        (c, d) for c in (False, True) for d in (False, True)}
 
 
 def test_lossy_levers_are_candidates_only_when_allowed(monkeypatch: pytest.MonkeyPatch):
@@ -88,8 +101,9 @@ def test_the_plan_picks_the_fastest_that_fits_by_history(h3_tiny: Path):
     assert (chosen.sequential, chosen.levers["attention"], chosen.levers["compile"]) == (False, "_native_flash", False)
     assert chosen.seconds == min(c.seconds for c in timed) < min(c.seconds for c in timed
                                                                  if c.levers["attention"] == "native")
+    # Neither compile has history: their 12 candidates are not compared.
     assert plan.why.startswith("the fastest of 4 that fit with history on this machine") \
-        and "4 that fit have no history" in plan.why
+        and "12 that fit have no history" in plan.why
     params, sequential = planned(PARAMS, plan)
     assert (params.attention, params.compile, sequential) == ("_native_flash", False, False)
 
@@ -115,7 +129,8 @@ def test_a_candidate_over_the_wall_is_marked_with_its_stage_and_the_fastest_that
 def test_without_history_the_order_of_preference_decides_keeping_to_the_request_and_says_so(h3_tiny: Path):
     plan = _plan(h3_tiny, [])
     assert plan.chosen == 0 and "no history on this machine for any candidate that fits" in plan.why
-    assert plan.choice.levers == {"attention": "native", "compile": False, "quantize": None, "step_cache": None}
+    assert plan.choice.levers == {"attention": "native", "compile": False, "quantize": None, "step_cache": None,
+                                  "vae_compile": False}
     assert "no speedup is assumed without history" in plan.why
 
 
@@ -127,7 +142,7 @@ def test_when_nothing_fits_nothing_is_chosen_and_the_refusal_is_the_submit_verdi
     # The one wording of a refusal (`machine.walls.verdict`, what `jobs submit` says), for the first candidate.
     assert first.refusal == verdict(over, max(c.peak for c in checks if c.wall == over.wall))
     assert plan.choice is None and plan.why == (
-        f"{first.refusal} (none of the 8 candidates of --plan fastest fits; the first in the order of preference:"
+        f"{first.refusal} (none of the 16 candidates of --plan fastest fits; the first in the order of preference:"
         " resident · bf16 · no lever)")
     assert plan.why.startswith("refused: needs ") and ", over the 1.0 MiB MemAvailable (" in plan.why
     with pytest.raises(ValueError, match="^refused: needs "):
@@ -158,8 +173,24 @@ def test_a_lever_s_start_up_is_in_its_seconds_and_said_and_ranks_it(h3_tiny: Pat
     compiled = next(c for c in dear.candidates if c.levers["compile"] and not c.sequential)
     assert compiled.seconds > dear.choice.seconds and compiled.startup_seconds == pytest.approx(saved + 5.0)
     lines = plan_lines(dear.to_dict())
-    assert "seconds include each lever's start-up (compile's first call, its own stage)" in lines[0]
+    assert "seconds include each lever's start-up (the compiles' first calls, their own stages)" in lines[0]
     assert any("regional compile" in line and f" ({saved + 5.0:.1f} s start-up)" in line for line in lines)
+
+
+def test_the_vae_decoder_compile_is_chosen_only_where_its_faster_decode_pays_for_its_first_call(h3_tiny: Path):
+    # A VAE compile that halves the decode's rate; the DiT's stages of those runs time every candidate's steps (no DiT
+    # lever differs), so only the decode and its first call tell the candidates apart.
+    records = [r for r in _history(h3_tiny, {"": 1e-6, "vae_compile": 5e-7}) if r.stage != VAE_COMPILE_STAGE]
+    cheap = _plan(h3_tiny, records + [StageRecord(VAE_COMPILE_STAGE, 1.0, 1.0, KEY, "vae_compile")])
+    assert cheap.choice.levers["vae_compile"] and not cheap.choice.levers["compile"]
+    assert cheap.choice.startup_seconds == 1.0
+    plain = next(c for c in cheap.candidates if c.levers == cheap.candidates[0].levers and not c.sequential)
+    saved = plain.seconds - (cheap.choice.seconds - 1.0)
+    assert saved > 0
+    dear = _plan(h3_tiny, records + [StageRecord(VAE_COMPILE_STAGE, saved + 5.0, 1.0, KEY, "vae_compile")])
+    assert not dear.choice.levers["vae_compile"]
+    assert any("VAE decoder compile" in line and f" ({saved + 5.0:.1f} s start-up)" in line
+               for line in plan_lines(dear.to_dict()))
 
 
 def test_the_walls_count_the_learned_process_start_up_and_the_table_says_so(h3_tiny: Path):
