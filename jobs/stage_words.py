@@ -24,6 +24,8 @@ STAGE_WORDS = {
     "vae_encoder": "encoding the images",
     "load": "loading",
     "denoise.denoise": "denoising",
+    "denoise.compile": "compiling the transformer (its first denoising steps)",
+    "decode.compile": "compiling the video decoder (its first tile)",
     "decode.video": "decoding the video",
     "decode.audio": "decoding the audio",
     "encode": "writing the video",

@@ -59,6 +59,9 @@ one does. `dynamic=True` would not spare it: dynamo specializes a size of 1 what
 VAE_COMPILE_STAGE = "decode.compile"
 """The stage of a compiled VAE decoder's first call: the compile plus that one tile of one chunk, apart from the rest
 of `decode.video` (every later call has the same shapes: the decoder's tiles and chunks are of one size)."""
+INTERLUDES = {COMPILE_STAGE: "denoise.denoise", VAE_COMPILE_STAGE: "decode.video"}
+"""Each stage a lever cuts out of another (`models.run_state.RunState.interlude`), by the stage it is cut from, which
+goes on after it: a page telling the stages done from those to come reads it."""
 STARTUP_STAGES = (COMPILE_STAGE, VAE_COMPILE_STAGE)
 """Stages a lever adds once per run, whatever its steps: their seconds are the lever's start-up cost, which a plan's
 ranking counts (`models.plan`)."""

@@ -29,6 +29,32 @@ def test_time_left_counts_the_stages_to_come_and_what_remains_of_the_running_one
     assert ev.time_left_text(None, [], None, 0.0) == "Time left unknown: the job recorded no forecast."
 
 
+def test_time_left_of_a_compiled_run_counts_the_stage_a_compile_was_cut_from_until_it_ends():
+    forecast = {"eta": [{"stage": "denoise.denoise", "seconds": 100.0, "basis": "median of 2 past runs"},
+                        {"stage": "denoise.compile", "seconds": 40.0, "basis": "median of 2 past runs"},
+                        {"stage": "decode.video", "seconds": 30.0, "basis": "median of 2 past runs"},
+                        {"stage": "decode.compile", "seconds": 20.0, "basis": "median of 2 past runs"}]}
+    # The loop's stage opens, its first call is cut out as the compile's stage, then the loop goes on.
+    events = [{"kind": "stage_start", "stage": "denoise.denoise", "created_at": 0.0},
+              {"kind": "stage_end", "stage": "denoise.denoise", "created_at": 0.5},
+              {"kind": "stage_start", "stage": "denoise.compile", "created_at": 0.5}]
+    done, current, elapsed = ev.stage_progress(events, now=10.5)
+    assert (done, current, elapsed) == ([], "denoise.compile", 10.0)
+    assert ev.time_left_text(forecast, done, current, elapsed) == "About 3 min 0 s left."  # 30 + 100 + 30 + 20
+    events += [{"kind": "stage_end", "stage": "denoise.compile", "created_at": 40.5},
+               {"kind": "stage_start", "stage": "denoise.denoise", "created_at": 40.5}]
+    done, current, elapsed = ev.stage_progress(events, now=50.5)
+    assert (done, current) == (["denoise.compile"], "denoise.denoise")
+    assert ev.time_left_text(forecast, done, current, elapsed, step_share=0.5) == "About 1 min 40 s left."
+    events += [{"kind": "stage_end", "stage": "denoise.denoise", "created_at": 140.5},
+               {"kind": "stage_start", "stage": "decode.video", "created_at": 140.5},
+               {"kind": "stage_end", "stage": "decode.video", "created_at": 141.0},
+               {"kind": "stage_start", "stage": "decode.compile", "created_at": 141.0}]
+    done, current, elapsed = ev.stage_progress(events, now=146.0)
+    assert (sorted(done), current) == (["denoise.compile", "denoise.denoise"], "decode.compile")
+    assert ev.time_left_text(forecast, done, current, elapsed) == "About 45 s left."  # 15 of the compile + 30
+
+
 def test_predicted_against_measured_seconds_per_stage():
     rows = ev.predicted_vs_measured(FORECAST, {"denoise.denoise": 120.0, "decode.video": 30.0})
     assert rows[1] == {"stage": "denoising", "predicted": "1 min 40 s", "measured": "2 min 0 s",

@@ -333,6 +333,9 @@ def test_the_pass_counter_stays_with_denoising_and_encode_is_writing_the_video()
     assert jv.queue_chip([later]) == "▶ 1 running: job 5 (loading the audio decoder)"
     assert jv.progress(later).fraction is None
     assert progress_text("encode", 2, 2) == "writing the video"
+    # A compile's first calls, cut out of the loop or the decode, are named as what they are, not as that stage.
+    assert progress_text("denoise.compile", 1, 4) == "compiling the transformer (its first denoising steps)"
+    assert progress_text("decode.compile", 4, 4) == "compiling the video decoder (its first tile)"
     assert progress_text("load", 13, 41) == "loading 13/41"
 
 
