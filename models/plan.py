@@ -38,7 +38,7 @@ from .eta import NO_HISTORY, StageEta, StageRecord, estimate, stage_work, total_
 from .forecast import GenerateForecast
 from .levers import (ATTENTION_BACKENDS, LEVER_FIELDS, STARTUP_STAGES, attention_problem, compile_problem, is_lossless,
                      lever_option, levers_of)
-from .params import GenerateParams
+from .params import GenerateParams, GenerateParamsError
 from .quantize_check import FP8_COMPUTE
 
 PREFERENCE = ("the request's own levers before others (no speedup is assumed without history)",
@@ -164,10 +164,16 @@ def plan_fastest(params: GenerateParams, *, device: str, capability: tuple[int, 
                  records: Iterable[StageRecord], startup: str, lossy: bool = False,
                  sequential: bool | None = None) -> Plan:
     """Forecast and time every candidate (`forecast_for(params, sequential)`, `check` against the walls, `records`
-    of `device_key`) and choose the fastest that fits; `startup` says how `check` counts the process start-up."""
+    of `device_key`) and choose the fastest that fits; `startup` says how `check` counts the process start-up.
+    GenerateParamsError when the device cannot run a lever the request itself names, as `jobs submit` refuses it:
+    the plan never puts another lever in its place unsaid."""
     from .forecast import lever_memory_unknown
-    from .levers import lever_key
+    from .levers import lever_key, lever_problems
     from .lora_inputs import lora_key
+
+    refused = lever_problems(params.to_dict(), device, capability)
+    if refused:
+        raise GenerateParamsError(refused)
 
     records = list(records)
     loras = lora_key(params.to_dict())  # the same for every candidate

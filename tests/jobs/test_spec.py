@@ -279,9 +279,10 @@ def test_a_lever_the_device_cannot_run_is_refused_at_submit_and_a_runnable_set_i
         build_spec(raw, config)
     assert caught.value.errors == ["generate.attention: _native_cudnn: cuDNN attention runs on CUDA only, not on cpu;"
                                    " on cpu use native or _native_flash"]
-    levers = {"attention": "_native_flash", "compile": True, "step_cache": "taylorseer"}
+    levers = {"attention": "_native_flash", "compile": True, "step_cache": "taylorseer", "vae_compile": True}
     spec = build_spec({**raw, "generate": {"prompt": "a fox", **levers}}, config)
     stored = JobSpec.from_dict(json.loads(json.dumps(spec.to_dict()))).options.generate
     assert {name: getattr(stored, name) for name in levers} == levers
-    with pytest.raises(JobSpecError, match="generate.compile: must be true or false, got 'yes'"):
-        build_spec({**raw, "generate": {"prompt": "a fox", "compile": "yes"}}, config)
+    for name in ("compile", "vae_compile"):
+        with pytest.raises(JobSpecError, match=f"generate.{name}: must be true or false, got 'yes'"):
+            build_spec({**raw, "generate": {"prompt": "a fox", name: "yes"}}, config)

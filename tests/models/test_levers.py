@@ -82,6 +82,18 @@ def test_a_cpu_generate_refuses_a_cuda_only_backend_in_one_line_before_reading_a
     assert not (tmp_path / "c.mp4").exists()
 
 
+@pytest.mark.parametrize("command", ["generate", "forecast"])
+def test_plan_fastest_refuses_a_backend_the_device_cannot_run_instead_of_planning_another(
+        command: str, capsys, h3_tiny: Path, tmp_path: Path):
+    out = ["--out", str(tmp_path / "c.mp4")] if command == "generate" else []
+    code = main([command, str(h3_tiny), *out, "--prompt", "fox", "--height", "64", "--width", "64", "--attention",
+                 "_native_cudnn", "--plan", "fastest", "--json"])
+    captured = capsys.readouterr()
+    assert code == 2 and json.loads(captured.out)["errors"] == [
+        "attention: _native_cudnn: cuDNN attention runs on CUDA only, not on cpu; on cpu use native or _native_flash"]
+    assert "plan:" not in captured.err and not (tmp_path / "c.mp4").exists()
+
+
 def test_taylorseer_changes_the_frames_records_its_lever_set_and_holds_the_buffers_the_forecast_counts(
         h3_tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from diffusers.hooks import HookRegistry
