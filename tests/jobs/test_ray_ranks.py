@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -152,3 +153,20 @@ def test_a_job_the_cluster_spreads_is_forecast_and_checked_one_rank_per_host(
     alone = {n.stage: n.host for n in spread.job_kind.forecast(spread, info, None).stages}
     assert alone.keys() == together.keys() and all(alone[s] <= together[s] for s in alone)
     assert alone["denoise.denoise"] < together["denoise.denoise"]
+
+
+@pytest.mark.ray
+def test_a_rank_whose_ray_worker_dies_fails_the_job_saying_so_and_takes_its_rank_with_it(
+        one_accelerator, db, queue_job, tick_until, run_to_end, tiny_model, two_nodes):
+    """As a node lost: the actor holding rank 1's bundle is SIGKILLed while the rank starts; the rank dies with it
+    (PR_SET_PDEATHSIG) and the parent's next poll of that actor names it."""
+    job_id = queue_job("generate", model=str(tiny_model), generate=TWO_RANKS)
+    tick_until(lambda: 1 in _ranks(two_nodes), timeout=300)
+    rank = _ranks(two_nodes)[1]
+    actor = int(Path(f"/proc/{rank}/stat").read_text().rsplit(")", 1)[1].split()[1])  # the rank's parent
+    os.kill(actor, signal.SIGKILL)
+    job = run_to_end(job_id, timeout=120)
+    assert job["status"] == "failed", job["error"]
+    assert re.match(r"ParallelRunError: rank 1 of 2 failed: its Ray worker on \S+ died: .*; the other ranks were "
+                    r"stopped$", job["error"]), job["error"]
+    assert _ranks(two_nodes) == {}
