@@ -391,6 +391,7 @@ def lora_fields(steps: int | None) -> list[dict[str, Any]]:
 
     found = {f.path: f for f in data.lora_files(tuple(str(r) for r in data.config().model_roots))}
     seed("gen_loras", [])
+    gone = [p for p in st.session_state[key("gen_loras")] if p not in found]
     st.session_state[key("gen_loras")] = [p for p in st.session_state[key("gen_loras")] if p in found]
     picked = st.multiselect(
         "LoRAs", list(found), key=key("gen_loras"), max_selections=MAX_LORAS,
@@ -398,6 +399,9 @@ def lora_fields(steps: int | None) -> list[dict[str, Any]]:
         placeholder="none" if found else "no LoRA file under the model roots",
         help="safetensors LoRAs under the model roots, merged into the transformer as it loads, in the order "
              "picked. Checked against the checkpoint when the job is queued.")
+    for path in gone:  # an edited job's LoRA moved or deleted since: said, never dropped in silence
+        st.warning(f"LoRA {echo_name(path)} is not among the LoRA files under the model roots (moved, deleted or"
+                   " no longer a LoRA): it is left out; pick it again once it is back.")
     stated = [found[p].stated_steps for p in picked if found[p].stated_steps is not None]
     runs_at = steps or (stated[0] if stated else DEFAULT_STEPS)  # unset: the first stating LoRA's (stated_schedule)
     loras = []

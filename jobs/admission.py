@@ -202,10 +202,11 @@ def admit(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = None
 
 
 def processes(spec: JobSpec) -> int:
-    """The processes a job runs: its child, and its ranks too when it runs several (`JobKind.ranks`: a parallel
-    generate's)."""
-    ranks = spec.job_kind.ranks(spec)
-    return 1 + ranks if ranks > 1 else 1
+    """The processes a job runs on its fullest host: its child, and its ranks too when it runs several
+    (`JobKind.ranks`: a parallel generate's; `JobKind.ranks_per_host` of them when they are spread, one per node)."""
+    if spec.job_kind.ranks(spec) < 2:
+        return 1
+    return 1 + spec.job_kind.ranks_per_host(spec)
 
 
 def wall_checks(spec: JobSpec, config: Config, info: DeviceInfo, needs: list[StageNeed], startup: int,

@@ -13,6 +13,12 @@ processes: the first rank to die ends the run, the others are stopped
 (SIGTERM, then SIGKILL), and the error names the rank, how it ended, its
 stage and step, and its last sample. Each rank dies with the parent
 (PR_SET_PDEATHSIG), so a killed job leaves none running.
+
+Where the ranks run is a `RankLauncher`'s: `LocalRanks` (the default) starts
+them here; another (the Ray backend's, `jobs.backends.ray_ranks`) starts the
+same command with the same environment on other machines and copies each
+rank's files back into the folder as they grow, so the following, the
+failure line and the result above are the same wherever the ranks ran.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import torch
 
@@ -76,6 +82,64 @@ def parallel_problem(device: str, ranks: int) -> str | None:
     return f"--parallel runs on cuda (one GPU per rank), not {device}"
 
 
+class RankProcess(Protocol):
+    """One running rank as the parent watches it: `subprocess.Popen`'s calls (a remote rank answers them too)."""
+
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+class RankLauncher(Protocol):
+    """Starts a run's ranks: each runs `rank_command` with `rank_environment`; its files end up in `folder`."""
+
+    def start(self, folder: Path, request: dict, world: int) -> Sequence[RankProcess]:
+        """Start `world` ranks of `request` (already in `folder/request.json`)."""
+
+    def close(self) -> None:
+        """Release what the ranks held, once every one has ended (or was stopped)."""
+
+
+def rank_command(folder: str | os.PathLike, rank: int) -> list[str]:
+    """The command of one rank: this module, its folder and its rank."""
+    return [sys.executable, "-m", "models.parallel", str(folder), str(rank)]
+
+
+def rank_environment(base: Mapping[str, str], *, rank: int, world: int, local_rank: int, local_world: int,
+                     master: tuple[str, int], device: str, parent: int) -> dict[str, str]:
+    """One rank's environment, torchrun's names: `base` with NVLink multicast off unless it says otherwise, rank 0's
+    address and port, RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE (the local rank is the rank's GPU among the
+    node's visible ones), the parent's pid, and this checkout importable."""
+    env = {**NCCL_ENV, **base, "MASTER_ADDR": master[0], "MASTER_PORT": str(master[1]), "RANK": str(rank),
+           "WORLD_SIZE": str(world), "LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": str(local_world),
+           PARENT_ENV: str(parent)}
+    if device == "cpu":
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // local_world)))
+    package_root = str(Path(__file__).resolve().parents[1])  # the folder holding `models/`
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, *env.get("PYTHONPATH", "").split(os.pathsep)) if p)
+    return env
+
+
+class LocalRanks:
+    """Every rank a process of this machine, one GPU each (or the CPU), rendezvousing on a free local port."""
+
+    def start(self, folder: Path, request: dict, world: int) -> list[subprocess.Popen]:
+        master = ("127.0.0.1", _free_port())
+        return [subprocess.Popen(rank_command(folder, rank), stdout=2, env=rank_environment(
+                    os.environ, rank=rank, world=world, local_rank=rank, local_world=world, master=master,
+                    device=request["device"], parent=os.getpid()))
+                for rank in range(world)]
+
+    def close(self) -> None:
+        pass
+
+
 @dataclass
 class _RankWatch:
     """What the parent last heard from one rank."""
@@ -103,17 +167,20 @@ def run_parallel_generate(
     roots: list[str | os.PathLike] | None = None,
     video_extra: Mapping[str, Any] | None = None,
     poll_seconds: float = 0.1,
+    launcher: RankLauncher | None = None,
 ) -> GenerateResult:
     """Run `params` (its `parallel` ranks) as `models.run_generate` would, over local ranks; rank 0 writes `out_path`.
 
     Raises DeviceError before starting anything when the ranks cannot run here, GenerateParamsError for parameters
     the model cannot take (a packed sequence the ranks cannot split evenly among them), and ParallelRunError naming
-    the first rank that failed or died.
+    the first rank that failed or died. `launcher` starts the ranks (`LocalRanks` here, the default: it then checks
+    this machine's devices first).
     """
     world = params.parallel
-    problem = parallel_problem(device, world)
+    problem = parallel_problem(device, world) if launcher is None else None
     if problem is not None:
         raise DeviceError(problem)
+    launcher = launcher or LocalRanks()
     validate_params(params, ModelSpec.read(model_dir))
     rows = split_problem(packed_rows(model_dir, params), world)
     if rows is not None:
@@ -131,11 +198,14 @@ def run_parallel_generate(
         watches = [_RankWatch() for _ in range(world)]
         follower = RankLineFollower([folder / f"rank-{r}.jsonl" for r in range(world)],
                                     _replay(watches, on_event, on_sample))
-        procs = _start_ranks(folder, world, request["device"])
         try:
-            failed = _watch(procs, follower, poll_seconds)
+            procs = launcher.start(folder, request, world)
+            try:
+                failed = _watch(procs, follower, poll_seconds)
+            finally:
+                _stop_all(procs)
         finally:
-            _stop_all(procs)
+            launcher.close()
         follower.poll()
         if failed is not None:
             raise ParallelRunError(_failure(folder, failed, procs[failed].returncode, watches[failed], world))
@@ -167,19 +237,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start_ranks(folder: Path, world: int, device: str) -> list[subprocess.Popen]:
-    env = {**NCCL_ENV, **os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
-           "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world), PARENT_ENV: str(os.getpid())}
-    if device == "cpu":
-        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world)))
-    package_root = str(Path(__file__).resolve().parents[1])  # the folder holding `models/`
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    return [subprocess.Popen([sys.executable, "-m", "models.parallel", str(folder), str(rank)], stdout=2,
-                             env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)})
-            for rank in range(world)]
-
-
-def _watch(procs: list[subprocess.Popen], follower: RankLineFollower, poll_seconds: float) -> int | None:
+def _watch(procs: Sequence[RankProcess], follower: RankLineFollower, poll_seconds: float) -> int | None:
     """Follow the ranks until all end well (None) or one ends badly: that rank (one killed by a signal first, as the
     others then fail on its broken connections; else the lowest)."""
     while True:
@@ -193,7 +251,7 @@ def _watch(procs: list[subprocess.Popen], follower: RankLineFollower, poll_secon
         time.sleep(poll_seconds)
 
 
-def _stop_all(procs: list[subprocess.Popen]) -> None:
+def _stop_all(procs: Sequence[RankProcess]) -> None:
     """SIGTERM every rank still running, then SIGKILL what is left after the grace: none outlives the run."""
     running = [p for p in procs if p.poll() is None]
     for p in running:
@@ -262,7 +320,8 @@ def rank_main(folder: Path, rank: int) -> int:
 
     request = json.loads((folder / "request.json").read_text())
     world = int(os.environ["WORLD_SIZE"])
-    device = torch.device("cuda", rank) if request["device"] == "cuda" else torch.device("cpu")
+    local = int(os.environ["LOCAL_RANK"])  # its GPU among this node's visible ones
+    device = torch.device("cuda", local) if request["device"] == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     configure_process(str(device))  # a rank is a process's start: its settings before anything runs
@@ -273,7 +332,7 @@ def rank_main(folder: Path, rank: int) -> int:
                                 device_id=device if device.type == "cuda" else None)
         result = run_generate(
             request["model_dir"], GenerateParams(**request["params"]),
-            request["out_path"] if rank == 0 else folder / f"rank-{rank}.unused.mp4",
+            folder / request["out_path"] if rank == 0 else folder / f"rank-{rank}.unused.mp4",
             device=str(device), dtype=getattr(torch, request["dtype"]), mode=request["mode"],
             offload=OffloadSettings.from_dict(request["offload"]),
             decided=None if request["decided"] is None else [OffloadDecision(**d) for d in request["decided"]],

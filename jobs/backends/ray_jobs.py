@@ -7,10 +7,10 @@ job to `JobSubmissionClient.submit_job`:
 - the entrypoint is `python -m jobs.backends.node ID`, which runs the same job child, told to report
   over `jobs.wire` (records on a pipe of its own, written into the log as tagged lines carrying a
   secret nonce made here for the job) with its spec in the environment;
-- `entrypoint_num_gpus` is the spec's GPUs on a CUDA device (a parallel generate's ranks: its
-  `--parallel N` runs N local ranks, so Ray places it on one node with N GPUs free) and
-  `entrypoint_memory` the memory it asks for (`memory_limit`, else `memory_budget`), so Ray places
-  it on a node that has both;
+- `entrypoint_num_gpus` is the spec's GPUs on a CUDA device and `entrypoint_memory` the memory it
+  asks for (`memory_limit`, else `memory_budget`), so Ray places it on a node that has both; a
+  parallel generate's driver asks no GPU: its child places the `--parallel N` ranks in a placement
+  group, on one node or one per node (`jobs.backends.ray_ranks`, told by `ENV_RANKS`);
 - the `runtime_env` only sets environment variables: every node has the checkout and
   the environment at the same paths, nothing is installed per job.
 
@@ -41,6 +41,7 @@ from pathlib import Path
 import sqlite_utils
 
 from jobs.backends.follow import Follower
+from jobs.backends.ray_ranks import ENV_RANKS
 from jobs.outcome import describe_sample, kill_reason, where
 from jobs.spec import JobSpec
 from jobs.wire import ENV_NONCE, ENV_REPORT, ENV_SPEC
@@ -76,13 +77,14 @@ def memory_needed(spec: JobSpec) -> int | None:
 
 
 def job_environment(job: dict, config: Config, nonce: str, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment variables of the job's runtime_env: the repository importable, `config` as this
+    """The environment variables of the job's runtime_env: the repository importable (before the node's own
+    PYTHONPATH, which Ray expands in), `config` as this
     supervisor resolved it (its model roots and floor; the child reads no config file on the node), the
     report channel, the job's nonce and spec, and this process's other DRAINBOARD_ settings."""
     environ = os.environ if environ is None else environ
     env = {k: v for k, v in environ.items() if k.startswith("DRAINBOARD_") and k not in _NOT_FORWARDED}
     env.update({
-        "PYTHONPATH": str(_REPO_ROOT),
+        "PYTHONPATH": f"{_REPO_ROOT}{os.pathsep}${{PYTHONPATH}}",  # Ray puts the node's own after it
         ENV_RESOLVED: config.to_json(),
         ENV_REPORT: "wire",
         ENV_NONCE: nonce,
@@ -97,17 +99,19 @@ def submission(job: dict, config: Config, supervisor_id: str, nonce: str, python
     spec = JobSpec.from_dict(job["spec"])
     ranks = spec.job_kind.ranks(spec)
     cuda = spec.device.startswith("cuda")
-    resources = {"entrypoint_num_gpus": max(spec.gpus, ranks) if cuda else 0}
-    if ranks > 1 and not cuda:
-        resources["entrypoint_num_cpus"] = ranks  # a CPU's ranks: a CPU each
+    # Several ranks: their placement group holds a GPU (or CPU) each (`ray_ranks`); the driver asks none.
+    resources = {"entrypoint_num_gpus": spec.gpus if cuda and ranks == 1 else 0}
     if memory_needed(spec):
         resources["entrypoint_memory"] = memory_needed(spec)
+    env = job_environment(job, config, nonce)
+    if ranks > 1:
+        env[ENV_RANKS] = "1"
     return {
         "entrypoint": f"{shlex.quote(python)} -m jobs.backends.node {job['id']}",
         "submission_id": submission_id(job["id"], supervisor_id),
         "metadata": {"drainboard_job": str(job["id"]), "drainboard_supervisor": supervisor_id, "kind": spec.kind,
                      "model": spec.model, "spec": json.dumps(job["spec"])},
-        "runtime_env": {"env_vars": job_environment(job, config, nonce)},
+        "runtime_env": {"env_vars": env},
         **resources,
     }
 

@@ -23,6 +23,8 @@ class RayNode:
     """GPUs Ray counts on the node."""
     job: str | None
     """The Drainboard job running there (its id), or another Ray job's submission id, or None."""
+    cpus: float = 0.0
+    """CPUs Ray counts on the node."""
 
 
 def cluster_nodes(address: str, *, timeout: int = 5) -> list[RayNode]:
@@ -35,5 +37,5 @@ def cluster_nodes(address: str, *, timeout: int = 5) -> list[RayNode]:
             running[job.driver_node_id] = (job.metadata or {}).get("drainboard_job") or job.submission_id
     return [RayNode(node.node_id, node.node_ip, node.is_head_node, str(node.state),
                     int(node.resources_total.get("memory", 0)), float(node.resources_total.get("GPU", 0)),
-                    running.get(node.node_id))
+                    running.get(node.node_id), float(node.resources_total.get("CPU", 0)))
             for node in list_nodes(address=address, timeout=timeout, detail=True, raise_on_missing_output=False)]

@@ -144,6 +144,11 @@ class JobKind:
         return 1
 
     @classmethod
+    def ranks_per_host(cls, spec: JobSpec) -> int:
+        """Of `ranks`, those one host holds (all of them unless they are spread over machines)."""
+        return cls.ranks(spec)
+
+    @classmethod
     def input_files(cls, spec: JobSpec) -> dict[str, str]:
         """Files the job reads that are copied into its folder when it is queued (field -> path)."""
         return {}

@@ -111,7 +111,8 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
 
             result = run_parallel_generate(
                 spec.model, params, out_path, device=spec.device, on_event=on_rank_event,
-                on_sample=lambda rank, stage, sample: ctx.record(sample, stage=stage, rank=rank), **common)
+                on_sample=lambda rank, stage, sample: ctx.record(sample, stage=stage, rank=rank),
+                launcher=_rank_launcher(ctx, options.ray_placement), **common)
         else:
             result = run_generate(
                 spec.model, params, out_path, device=spec.device, device_info=device, on_event=on_event,
@@ -125,6 +126,22 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     metrics["out_path"] = out_path.name
     metrics["peak_footprint"] = max(result.stage_peaks.values(), default=0)
     return metrics
+
+
+def _rank_launcher(ctx: JobContext, prefer: str | None):
+    """Where a parallel generate's ranks run: placed by Ray when the job runs on a Ray cluster that said so
+    (`jobs.backends.ray_ranks`; where each rank went, and any wait for the GPUs, become `ray` events), else None (this machine's,
+    `models.parallel.LocalRanks`). `prefer`: the placement the job was forecast with."""
+    import os
+
+    from jobs.backends.ray_ranks import ENV_RANKS
+
+    if os.environ.get(ENV_RANKS) != "1":
+        return None
+    from jobs.backends.ray_ranks import RayRanks
+
+    return RayRanks(on_note=lambda line, data: ctx.event("ray", line, data=data),
+                    prefer=prefer)
 
 
 @dataclass(frozen=True)
@@ -146,6 +163,10 @@ class GenerateJobOptions:
     schedule: dict[str, str] | None = None
     """Where the clip's steps and shift came from: `given`, `LoRA <file name>` (its metadata states them) or
     `checkpoint` (the scheduler config's), set at submit (`models.params.stated_schedule`)."""
+    ray_placement: str | None = None
+    """Under Ray, how the cluster would place the `--parallel` ranks, asked of it at submit
+    (`jobs.backends.ray_ranks.placement`): `STRICT_SPREAD` (one per node: the forecast and the walls count one rank
+    per host) or `STRICT_PACK`; None for local ranks, or a cluster that did not answer (counted as one host)."""
 
 
 @job_kind("generate")
@@ -180,8 +201,9 @@ class GenerateKind(JobKind):
                 problems.add(name, f"must be true, false or unset (the policy default), got {echo(value)}")
         options = GenerateJobOptions(generate=params, sequential_components=sequential if isinstance(sequential, bool)
                                   else None, plan=_plan(raw.get("plan"), problems), plan_lossy=lossy is True,
-                                  preset=preset if isinstance(preset, str) else None, schedule=schedule)
-        _check_levers(params, spec["device"], spec["model"], problems)
+                                  preset=preset if isinstance(preset, str) else None, schedule=schedule,
+                                  ray_placement=_ray_placement(params, spec["device"], config.ray_address, problems))
+        _check_levers(params, spec["device"], spec["model"], problems, config.ray_address)
         _check_generate_checkpoint(spec["model"], config, problems)
         return options
 
@@ -271,6 +293,11 @@ class GenerateKind(JobKind):
         return spec.options.generate.parallel if spec.options.generate is not None else 1
 
     @classmethod
+    def ranks_per_host(cls, spec: JobSpec) -> int:
+        """One when Ray spreads the ranks one per node, else all of them."""
+        return 1 if spec.options.ray_placement == "STRICT_SPREAD" else cls.ranks(spec)
+
+    @classmethod
     def input_files(cls, spec: JobSpec) -> dict[str, str]:
         return spec.options.generate.input_files() if spec.options.generate is not None else {}
 
@@ -287,7 +314,7 @@ def generate_forecast(spec: JobSpec, info: DeviceInfo):
                                        dtype_bytes=dtype_bytes, sequential_components=options.sequential_components)
     return forecast_generate(spec.model, options.generate, device_info=info, settings=settings,
                              dtype_bytes=dtype_bytes, sequential_components=options.sequential_components,
-                             resolved=True)
+                             resolved=True, ranks_per_host=GenerateKind.ranks_per_host(spec))
 
 
 def plan_job(spec: JobSpec, config: Config, db=None, *, probe=None, available: int | None = None,
@@ -342,10 +369,11 @@ def _plan(value: Any, problems: Problems) -> str | None:
     return value
 
 
-def _check_levers(params: GenerateParams | None, device: str | None, model: str | None, problems: Problems) -> None:
+def _check_levers(params: GenerateParams | None, device: str | None, model: str | None, problems: Problems,
+                  ray_address: str | None = None) -> None:
     """A lever the job's device cannot run (a CUDA-only attention backend on a CPU, fp8 compute or an fp8 / int8
-    DiT without torchao or below its compute capability, more ranks than GPUs) is refused here, as the Run page
-    warns, not when the child loads the transformer."""
+    DiT without torchao or below its compute capability, more ranks than GPUs: this machine's, or under Ray the
+    cluster's nodes') is refused here, as the Run page warns, not when the child loads the transformer."""
     if params is None or device is None or problems.has("device", "gpus"):
         return  # the device itself is refused already (its probe failed): that is the line to show
     from machine.device import parse_device_spec
@@ -358,9 +386,27 @@ def _check_levers(params: GenerateParams | None, device: str | None, model: str 
     if isinstance(params.parallel, int) and params.parallel > 1:
         from models.parallel import parallel_problem
 
-        problem = parallel_problem(device, params.parallel) or _split_problem(model, params)
+        # Under Ray the cluster's GPUs count (`_ray_placement`), not this machine's.
+        local = None if ray_address is not None and device.startswith("cuda") else parallel_problem(device,
+                                                                                                   params.parallel)
+        problem = local or _split_problem(model, params)
         if problem is not None:
             problems.add("generate.parallel", problem)
+
+
+def _ray_placement(params: GenerateParams | None, device: str | None, ray_address: str | None,
+                   problems: Problems) -> str | None:
+    """Under Ray, how the cluster would place a parallel generate's ranks (`GenerateJobOptions.ray_placement`); a
+    cluster that cannot place them is refused in one line naming what its nodes hold."""
+    if ray_address is None or params is None or device is None or not isinstance(params.parallel, int) \
+            or params.parallel < 2 or problems.has("device", "gpus"):
+        return None
+    from jobs.backends.ray_ranks import cluster_placement
+
+    strategy, problem = cluster_placement(ray_address, device.split(":")[0], params.parallel)
+    if problem is not None:
+        problems.add("generate.parallel", problem)
+    return strategy
 
 
 def _split_problem(model: str | None, params: GenerateParams) -> str | None:

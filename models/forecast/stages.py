@@ -166,8 +166,12 @@ def forecast_generate(
     sequential_components: bool | None = None,
     workflow: str | None = None,
     resolved: bool = False,
+    ranks_per_host: int | None = None,
 ) -> GenerateForecast:
     """Forecast a run of `params` on the model at `root` under `settings` for `device_info`.
+
+    `ranks_per_host`: how many of a parallel run's ranks one host holds; all of them unless said (1: one on each
+    node, as Ray spreads them).
 
     `workflow` defaults to the one `params` selects (`GenerateParams.resolved_workflow`); its stage plan
     (`models.workflows.stage_plan`) says which components each stage holds. `resolved`: the settings are
@@ -256,8 +260,9 @@ def forecast_generate(
     if params.parallel > 1:
         dit = 0 if sequential else sum(sizes[c] for c in components if c in DIT_COMPONENTS)
         ranks = rank_forecasts(stages, params.parallel, cpu, dit)
-        stages = joint_stages(ranks, params.parallel)
-        process_host *= params.parallel  # each rank is a process of its own
+        per_host = ranks_per_host or params.parallel
+        stages = joint_stages(ranks, params.parallel, per_host)
+        process_host *= per_host  # each rank is a process of its own
     return GenerateForecast(
         height, width, params.frames, model.steps(params), text_tokens, tokens, sequential, sizes,
         {c: p.mechanism for c, p in placements.items()}, process_host + (clip.decoded_bytes if clip else 0),
@@ -321,13 +326,16 @@ def _less(s: StageForecast, cut: int, cpu: bool) -> StageForecast:
                    device_bytes=s.device_bytes - (0 if cpu else cut))
 
 
-def joint_stages(ranks: list[RankForecast], count: int) -> list[StageForecast]:
-    """What the walls check per stage: the host holds every rank (rank 0 and N - 1 others), each GPU one rank (the
-    larger of the two)."""
+def joint_stages(ranks: list[RankForecast], count: int, per_host: int | None = None) -> list[StageForecast]:
+    """What the walls check per stage: the fullest host, which holds `per_host` ranks (every one by default: rank 0
+    and N - 1 others; rank 0's host then holds it and per_host - 1 others, another host per_host others), each GPU
+    one rank (the larger of the two)."""
     from dataclasses import replace
 
+    per_host = per_host or count
     first, other = ranks
-    return [replace(a, host_bytes=a.host_bytes + (count - 1) * b.host_bytes,
+    return [replace(a, host_bytes=max(a.host_bytes + (per_host - 1) * b.host_bytes,
+                                      per_host * b.host_bytes if per_host < count else 0),
                     device_bytes=max(a.device_bytes, b.device_bytes))
             for a, b in zip(first.stages, other.stages)]
 

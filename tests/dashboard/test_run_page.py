@@ -355,3 +355,13 @@ def test_a_lora_files_name_reaches_the_run_page_quoted(fresh_db, tiny_checkpoint
     [warning] = [w.value for w in at.warning if "distilled for" in w.value]
     for shown in (option, strength.label, warning):
         assert "turbo\\x1b[2J\\nFORGED.safetensors" in shown and "\x1b" not in shown and "\n" not in shown
+
+
+def test_an_edited_jobs_lora_that_is_gone_is_said_not_dropped_in_silence(fresh_db, tiny_checkpoint, data_dir):
+    folder = data_dir / "models" / "loras"
+    loras = ({"file": str(folder / "deleted.safetensors"), "scale": 0.5},
+             {"file": str(folder / "style.safetensors"), "scale": 1.0})
+    at = _page_from_lora_job(fresh_db, tiny_checkpoint, folder, {"style.safetensors": {}}, loras, 8)
+    assert at.multiselect(key="run_gen_loras").value == [loras[1]["file"]]
+    [warning] = [w.value for w in at.warning if "deleted.safetensors" in w.value]
+    assert warning.startswith(f"LoRA {folder / 'deleted.safetensors'} is not among the LoRA files under the model roots")

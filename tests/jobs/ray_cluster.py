@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -60,11 +61,13 @@ def _free_port() -> int:
 
 
 class LocalCluster:
-    """One head node with `cpus` CPUs; `address` is its dashboard's (the Jobs API)."""
+    """One head node with `cpus` CPUs, and a second raylet with `worker_cpus` CPUs when set (two "nodes" of one
+    machine); `address` is its dashboard's (the Jobs API). `env` is added to the environment of its processes."""
 
-    def __init__(self, cpus: int = 2):
+    def __init__(self, cpus: int = 2, *, worker_cpus: int | None = None, env: dict[str, str] | None = None):
         self.folder = Path(tempfile.mkdtemp(prefix="dbray-"))  # short: Ray's socket paths must fit 107 bytes
-        self.cpus = cpus
+        self.cpus, self.worker_cpus, self.env = cpus, worker_cpus, env or {}
+        self.worker: subprocess.Popen | None = None
         self.ports = {name: _free_port() for name in ("port", "dashboard-port", "ray-client-server-port",
                                                        "node-manager-port", "object-manager-port",
                                                        "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
@@ -79,32 +82,62 @@ class LocalCluster:
                    "--include-dashboard=true", "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1",
                    "--disable-usage-stats", *(f"--{name}={port}" for name, port in self.ports.items())]
         env = {**os.environ, "RAY_memory_monitor_refresh_ms": "0", "RAY_USAGE_STATS_ENABLED": "0",
-               _MARK: str(self.folder)}
+               _MARK: str(self.folder), **self.env}
         self.log = open(self.folder / "ray-start.log", "ab")
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
                                         env=env, start_new_session=True)
-        from ray.job_submission import JobSubmissionClient
+        self._wait(self._answers, timeout)
+        if self.worker_cpus is not None:  # once the head is up: a raylet started before its GCS answers gives up
+            worker_ports = {name: _free_port() for name in ("node-manager-port", "object-manager-port",
+                                                            "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                                                            "runtime-env-agent-port", "metrics-export-port")}
+            self.worker = subprocess.Popen(
+                [ray, "start", "--block", f"--address=127.0.0.1:{self.ports['port']}", f"--num-cpus={self.worker_cpus}",
+                 "--num-gpus=0", f"--object-store-memory={OBJECT_STORE_BYTES}", "--node-ip-address=127.0.0.1",
+                 "--disable-usage-stats", *(f"--{name}={port}" for name, port in worker_ports.items())],
+                stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            self._wait(self._two_nodes, timeout)
 
+    def _wait(self, ready, timeout: float) -> None:
         deadline = time.time() + timeout
         while True:
             try:
-                JobSubmissionClient(self.address).list_jobs()
-                return
+                if ready():
+                    return
             except Exception:  # noqa: BLE001 - not up yet
-                if self.process.poll() is not None or time.time() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"the Ray head did not come up: {(self.folder / 'ray-start.log').read_text()[-2000:]}")
-                time.sleep(0.5)
+                pass
+            if any(p is not None and p.poll() is not None for p in (self.process, self.worker)) \
+                    or time.time() > deadline:
+                self.stop()
+                raise RuntimeError(f"the Ray cluster did not come up: {(self.folder / 'ray-start.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+
+    def _answers(self) -> bool:
+        from ray.job_submission import JobSubmissionClient
+
+        JobSubmissionClient(self.address).list_jobs()
+        return True
+
+    def _two_nodes(self) -> bool:
+        """Whether the second raylet has joined."""
+        from ray.util.state import list_nodes
+
+        alive = [n for n in list_nodes(address=self.address, timeout=5) if str(n.state) == "ALIVE"]
+        return len(alive) == 2
 
     def stop(self) -> None:
         """SIGKILL the cluster's process group and every process carrying its mark (a host that is gone)."""
         if self.process is None:
             return
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.wait()
+        for process in (self.process, self.worker):
+            if process is None:
+                continue
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait()
+        self.worker = None
         for pid in _started_by(self.folder):
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -113,6 +146,36 @@ class LocalCluster:
         self.process = None
         self.log.close()
 
+    def processes(self) -> list[int]:
+        """Pids of the live processes this cluster started (its raylets, workers and what they started)."""
+        return _started_by(self.folder)
+
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@contextmanager
+def running(cluster: LocalCluster):
+    """`cluster` started (Ray required), closed after."""
+    require_ray()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@contextmanager
+def supervising(config, cluster: LocalCluster):
+    """A started supervisor (so the conftest's tick_until and run_to_end) whose jobs run on `cluster`."""
+    import dataclasses
+
+    from jobs.supervisor import Supervisor
+
+    sup = Supervisor(dataclasses.replace(config, ray_address=cluster.address), grace=1.0)
+    sup.start()
+    try:
+        yield sup
+    finally:
+        sup.stop()

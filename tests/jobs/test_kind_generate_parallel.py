@@ -91,19 +91,23 @@ def test_a_sequence_the_ranks_cannot_split_evenly_is_refused_at_submit_with_its_
     assert processes(build_spec({**spec, "generate": {"prompt": "a red fox"}}, config)) == 1
 
 
-def test_under_ray_a_parallel_generate_asks_for_a_gpu_per_rank_on_one_node():
+def test_under_ray_a_parallel_generate_s_driver_asks_no_gpu_and_its_child_places_the_ranks():
+    """The ranks' placement group holds a GPU each (tests/jobs/test_ray_ranks.py); the driver holding them too would
+    keep two Sparks of one GPU each from running `--parallel 2`."""
     from jobs.backends.ray_jobs import submission
+    from jobs.backends.ray_ranks import ENV_RANKS
     from jobs.spec import JobSpec
 
-    def asked(device: str, parallel: int) -> dict:
+    def asked(device: str, parallel: int) -> tuple[dict, str | None]:
         spec = JobSpec.from_dict({"kind": "generate", "model": "/models/h3", "device": device,
                                   "generate": {"prompt": "a fox", "parallel": parallel}}).to_dict()
         found = submission({"id": 7, "spec": spec}, _config(), "host:1:abc", "nonce")
-        return {k: v for k, v in found.items() if k.startswith("entrypoint_") and k != "entrypoint"}
+        return ({k: v for k, v in found.items() if k.startswith("entrypoint_") and k != "entrypoint"},
+                found["runtime_env"]["env_vars"].get(ENV_RANKS))
 
-    assert asked("cuda", 2) == {"entrypoint_num_gpus": 2}
-    assert asked("cuda", 1) == {"entrypoint_num_gpus": 1}
-    assert asked("cpu", 2) == {"entrypoint_num_gpus": 0, "entrypoint_num_cpus": 2}
+    assert asked("cuda", 2) == ({"entrypoint_num_gpus": 0}, "1")
+    assert asked("cuda", 1) == ({"entrypoint_num_gpus": 1}, None)
+    assert asked("cpu", 2) == ({"entrypoint_num_gpus": 0}, "1")
 
 
 def _config():
@@ -129,19 +133,24 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _ranks_below(pid: int) -> dict[int, int]:
-    """Rank -> pid of the parallel generate ranks running below `pid`."""
+def ranks_among(pids: list[int]) -> dict[int, int]:
+    """Rank -> pid of the parallel generate ranks among `pids`."""
     from pathlib import Path
 
     ranks = {}
-    for child in _descendants(pid):
+    for pid in pids:
         try:
-            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
         if b"models.parallel" in argv:
-            ranks[int(argv[-2])] = child
+            ranks[int(argv[-2])] = pid
     return ranks
+
+
+def _ranks_below(pid: int) -> dict[int, int]:
+    """Rank -> pid of the parallel generate ranks running below `pid`."""
+    return ranks_among(_descendants(pid))
 
 
 @pytest.mark.slow

@@ -21,11 +21,10 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from jobs.queue import cancel
-from jobs.supervisor import Supervisor
 from storage.artifacts import job_dir
 from storage.queries import artifacts, events, get_job, last_sample, sample_count
 from storage.schema import FINAL_STATUSES
-from tests.jobs.ray_cluster import LocalCluster, require_ray
+from tests.jobs.ray_cluster import LocalCluster, require_ray, running, supervising
 
 pytestmark = pytest.mark.ray
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,22 +40,15 @@ def _restore_main_module():
 
 @pytest.fixture(scope="module")
 def cluster():
-    require_ray()
-    cluster = LocalCluster(cpus=2)
-    try:
-        cluster.start()
+    with running(LocalCluster(cpus=2)) as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 @pytest.fixture
 def supervisor(config, cluster):
     """The conftest's supervisor (and so its tick_until and run_to_end), on the cluster."""
-    sup = Supervisor(dataclasses.replace(config, ray_address=cluster.address), grace=1.0)
-    sup.start()
-    yield sup
-    sup.stop()
+    with supervising(config, cluster) as sup:
+        yield sup
 
 
 def _final(db, job_id: int):

@@ -166,3 +166,28 @@ def test_ranks_die_with_a_launcher_killed_while_they_start(h3_tiny: Path, tmp_pa
     while _marked(mark) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert _marked(mark) == []
+
+
+@pytest.mark.parametrize("kind", ["cpu", "cuda"])
+def test_ranks_spread_one_per_host_are_checked_per_host_not_summed(h3_tiny: Path, kind):
+    """Ray's STRICT_SPREAD (jobs.backends.ray_ranks): each node holds one rank, so the walls see the fuller of rank 0
+    and the others on the host, and one rank's process start-up, where one host holding both sums them."""
+    from machine.device import DeviceInfo
+    from machine.offload import OffloadSettings
+    from models.forecast import forecast_generate
+
+    info = DeviceInfo(kind, kind, 0 if kind == "cuda" else None, kind, kind == "cpu", 150 * 2**30, "test", "")
+
+    def forecast(per_host: int | None):
+        return forecast_generate(h3_tiny, PARALLEL, device_info=info, settings=OffloadSettings(),
+                                 sequential_components=True, ranks_per_host=per_host)
+
+    together, spread = forecast(None), forecast(1)
+    assert spread.ranks == together.ranks
+    first, other = spread.ranks
+    for joint, alone, a, b in zip(together.stages, spread.stages, first.stages, other.stages):
+        assert joint.host_bytes == a.host_bytes + b.host_bytes
+        assert alone.host_bytes == max(a.host_bytes, b.host_bytes)
+        assert alone.device_bytes == joint.device_bytes == max(a.device_bytes, b.device_bytes)
+    assert spread.stage("denoise.denoise").host_bytes < together.stage("denoise.denoise").host_bytes
+    assert spread.process_host_bytes * 2 == together.process_host_bytes
