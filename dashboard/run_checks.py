@@ -62,6 +62,8 @@ def fit_panel(choice: CheckpointChoice | None, kind: str, component: str | None,
                      f"{fmt.gib(found['startup'])} before its first weight ({process.get('basis')} on this machine).")
     if kind == "generate" and found.get("job_peak"):
         notes.append(f"The whole job, its process included, should peak at {fmt.gib(found['job_peak'])}.")
+    if found.get("not_counted"):
+        notes.append("Not counted: " + "; ".join(found["not_counted"]) + ".")
     st.caption(" ".join(notes))
 
 

@@ -68,6 +68,9 @@ class KindForecast:
     """Seconds per stage (`models.eta.StageEta` dicts), from this machine's history."""
     work: dict[str, float] = field(default_factory=dict)
     """Work per stage (what history records)."""
+    not_counted: list[str] = field(default_factory=list)
+    """What the forecast cannot know and leaves out, each in one line (a compile's workspace:
+    `models.forecast.lever_memory_unknown`)."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,8 @@ class Admission:
     not (what a retry's limit is told): its largest stage there."""
     job_peak: int | None = None
     """The whole job's peak as its VmRSS (plus device memory) would show it; None without history."""
+    not_counted: list[str] = field(default_factory=list)
+    """The forecast's `KindForecast.not_counted`: said beside the verdict, which does not include them."""
 
     @property
     def need(self) -> int | None:
@@ -149,7 +154,7 @@ def assess(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = Non
     peak = max((n.host + n.device for n in needs), default=0)
     whole = None if process.ready_bytes is None else process.ready_bytes + extra_host + process_device + peak
     return Admission(needs, startup, process.to_dict(), process_device, refusal, forecast.eta, forecast.work, device,
-                     nearest, wall_needs, whole)
+                     nearest, wall_needs, whole, list(forecast.not_counted))
 
 
 def learned_process(kind: str, device: str, db: sqlite_utils.Database | None):

@@ -272,7 +272,7 @@ class GenerateKind(JobKind):
         eta = [e.to_dict() for e in estimate(work, records, device_key(device.kind, device.name), lever_key(values),
                                              lora_key(values))]
         return KindForecast(stage_needs(forecast), forecast.process_host_bytes, forecast.process_device_bytes,
-                            eta, work)
+                            eta, work, list(forecast.not_counted))
 
     @classmethod
     def resolve_offload(cls, spec: JobSpec, device: DeviceInfo):

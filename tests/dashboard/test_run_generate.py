@@ -148,6 +148,9 @@ def test_the_speed_levers_are_named_lossless_or_lossy_refused_as_submit_would_an
     assert at.toggle(key="run_gen_vae_compile").value is False
     at.toggle(key="run_gen_vae_compile").set_value(True).run()
     assert not at.error
+    # The forecast cannot know a compile's workspace, and the verdict beside it says so.
+    assert any("Not counted: compile: the compiled blocks' workspace" in c.value and "vae_compile: the compiled decoder"
+               in c.value for c in at.caption)
     labels = at.selectbox(key="run_gen_step_cache")
     assert labels.format_func("taylorseer") == "TaylorSeer step cache · lossy"
     assert at.selectbox(key="run_gen_attention").format_func("_native_flash") == "flash attention (torch) · lossless"
