@@ -130,6 +130,10 @@ class LocalRanks:
     """Every rank a process of this machine, one GPU each (or the CPU), rendezvousing on a free local port."""
 
     def start(self, folder: Path, request: dict, world: int) -> list[subprocess.Popen]:
+        """Raises DeviceError, starting none, when this machine cannot run them (`parallel_problem`)."""
+        problem = parallel_problem(request["device"], world)
+        if problem is not None:
+            raise DeviceError(problem)
         master = ("127.0.0.1", _free_port())
         return [subprocess.Popen(rank_command(folder, rank), stdout=2, env=rank_environment(
                     os.environ, rank=rank, world=world, local_rank=rank, local_world=world, master=master,
@@ -169,17 +173,14 @@ def run_parallel_generate(
     poll_seconds: float = 0.1,
     launcher: RankLauncher | None = None,
 ) -> GenerateResult:
-    """Run `params` (its `parallel` ranks) as `models.run_generate` would, over local ranks; rank 0 writes `out_path`.
+    """Run `params` (its `parallel` ranks) as `models.run_generate` would, over ranks that `launcher` starts (this
+    machine's, `LocalRanks`, by default); rank 0 writes `out_path`.
 
-    Raises DeviceError before starting anything when the ranks cannot run here, GenerateParamsError for parameters
-    the model cannot take (a packed sequence the ranks cannot split evenly among them), and ParallelRunError naming
-    the first rank that failed or died. `launcher` starts the ranks (`LocalRanks` here, the default: it then checks
-    this machine's devices first).
+    Raises GenerateParamsError for parameters the model cannot take (a packed sequence the ranks cannot split evenly
+    among them), the launcher's DeviceError before starting any rank when they cannot run where it puts them, and
+    ParallelRunError naming the first rank that failed or died.
     """
     world = params.parallel
-    problem = parallel_problem(device, world) if launcher is None else None
-    if problem is not None:
-        raise DeviceError(problem)
     launcher = launcher or LocalRanks()
     validate_params(params, ModelSpec.read(model_dir))
     rows = split_problem(packed_rows(model_dir, params), world)

@@ -62,11 +62,13 @@ def _free_port() -> int:
 
 class LocalCluster:
     """One head node with `cpus` CPUs, and a second raylet with `worker_cpus` CPUs when set (two "nodes" of one
-    machine); `address` is its dashboard's (the Jobs API). `env` is added to the environment of its processes."""
+    machine); `address` is its dashboard's (the Jobs API). `env` is added to the environment of its processes.
+    `gpus`: one CUDA device per raylet (head first), each raylet seeing only its own; none by default."""
 
-    def __init__(self, cpus: int = 2, *, worker_cpus: int | None = None, env: dict[str, str] | None = None):
+    def __init__(self, cpus: int = 2, *, worker_cpus: int | None = None, env: dict[str, str] | None = None,
+                 gpus: tuple[str, ...] = ()):
         self.folder = Path(tempfile.mkdtemp(prefix="dbray-"))  # short: Ray's socket paths must fit 107 bytes
-        self.cpus, self.worker_cpus, self.env = cpus, worker_cpus, env or {}
+        self.cpus, self.worker_cpus, self.env, self.gpus = cpus, worker_cpus, env or {}, gpus
         self.worker: subprocess.Popen | None = None
         self.ports = {name: _free_port() for name in ("port", "dashboard-port", "ray-client-server-port",
                                                        "node-manager-port", "object-manager-port",
@@ -77,7 +79,7 @@ class LocalCluster:
 
     def start(self, timeout: float = 120.0) -> None:
         ray = str(Path(sys.executable).with_name("ray"))
-        command = [ray, "start", "--head", "--block", f"--num-cpus={self.cpus}", "--num-gpus=0",
+        command = [ray, "start", "--head", "--block", f"--num-cpus={self.cpus}", f"--num-gpus={len(self.gpus[:1])}",
                    f"--temp-dir={self.folder / 't'}", f"--object-store-memory={OBJECT_STORE_BYTES}",
                    "--include-dashboard=true", "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1",
                    "--disable-usage-stats", *(f"--{name}={port}" for name, port in self.ports.items())]
@@ -85,7 +87,7 @@ class LocalCluster:
                _MARK: str(self.folder), **self.env}
         self.log = open(self.folder / "ray-start.log", "ab")
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
-                                        env=env, start_new_session=True)
+                                        env=self._sees(env, 0), start_new_session=True)
         self._wait(self._answers, timeout)
         if self.worker_cpus is not None:  # once the head is up: a raylet started before its GCS answers gives up
             worker_ports = {name: _free_port() for name in ("node-manager-port", "object-manager-port",
@@ -93,10 +95,16 @@ class LocalCluster:
                                                             "runtime-env-agent-port", "metrics-export-port")}
             self.worker = subprocess.Popen(
                 [ray, "start", "--block", f"--address=127.0.0.1:{self.ports['port']}", f"--num-cpus={self.worker_cpus}",
-                 "--num-gpus=0", f"--object-store-memory={OBJECT_STORE_BYTES}", "--node-ip-address=127.0.0.1",
-                 "--disable-usage-stats", *(f"--{name}={port}" for name, port in worker_ports.items())],
-                stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                 f"--num-gpus={len(self.gpus[1:2])}", f"--object-store-memory={OBJECT_STORE_BYTES}",
+                 "--node-ip-address=127.0.0.1", "--disable-usage-stats",
+                 *(f"--{name}={port}" for name, port in worker_ports.items())],
+                stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, env=self._sees(env, 1),
+                start_new_session=True)
             self._wait(self._two_nodes, timeout)
+
+    def _sees(self, env: dict[str, str], node: int) -> dict[str, str]:
+        """`env` for raylet `node`: only its own GPU visible, when the cluster has GPUs."""
+        return {**env, "CUDA_VISIBLE_DEVICES": self.gpus[node]} if self.gpus else env
 
     def _wait(self, ready, timeout: float) -> None:
         deadline = time.time() + timeout

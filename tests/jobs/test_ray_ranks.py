@@ -23,6 +23,10 @@ from tests.jobs.ray_cluster import LocalCluster, running, supervising
 from tests.jobs.test_kind_generate_parallel import TWO_RANKS, ranks_among
 
 FAKE_ACCELERATOR = str(Path(__file__).resolve().parents[1] / "fake_accelerator")
+DEVICE = os.environ.get("DRAINBOARD_TEST_RAY_DEVICE", "cpu")
+"""The ranks' device in the runs: `cpu` (gloo, the fake accelerator), or `cuda` on a machine of two GPUs, one per
+raylet, so the ranks talk NCCL between the two "nodes" (`-k "spreads or killed or dies"`: the other tests are the
+CPU cluster's)."""
 
 
 def test_one_node_holding_every_rank_gets_them_all_else_one_node_each_else_none():
@@ -44,8 +48,18 @@ def test_each_rank_s_local_rank_counts_the_ranks_before_it_on_its_node():
 
 @pytest.fixture(scope="module")
 def two_nodes():
-    with running(LocalCluster(cpus=1, worker_cpus=1, env={"PYTHONPATH": FAKE_ACCELERATOR})) as cluster:
+    cuda = DEVICE == "cuda"
+    with running(LocalCluster(cpus=1, worker_cpus=1, env={} if cuda else {"PYTHONPATH": FAKE_ACCELERATOR},
+                              gpus=("0", "1") if cuda else ())) as cluster:
         yield cluster
+
+
+@pytest.fixture
+def device(request) -> str:
+    """`DEVICE`; on the CPU with one fake accelerator here and on the nodes (tests/fake_accelerator)."""
+    if DEVICE == "cpu":
+        request.getfixturevalue("one_accelerator")
+    return DEVICE
 
 
 @pytest.fixture
@@ -68,9 +82,9 @@ def _ranks(cluster: LocalCluster) -> dict[int, int]:
 
 @pytest.mark.ray
 def test_a_parallel_generate_spreads_its_ranks_one_per_node_and_reports_every_rank(
-        one_accelerator, db, config, queue_job, run_to_end, tiny_model, two_nodes):
+        device, db, config, queue_job, run_to_end, tiny_model, two_nodes):
     before = {g.placement_group_id for g in _placement_groups(two_nodes.address)}
-    job = run_to_end(queue_job("generate", model=str(tiny_model), generate=TWO_RANKS), timeout=300)
+    job = run_to_end(queue_job("generate", model=str(tiny_model), device=device, generate=TWO_RANKS), timeout=300)
     job_id = job["id"]
     assert job["status"] == "succeeded", job["error"]
 
@@ -101,9 +115,9 @@ def test_a_parallel_generate_spreads_its_ranks_one_per_node_and_reports_every_ra
 
 @pytest.mark.ray
 def test_a_rank_killed_on_its_node_fails_the_job_naming_it_and_releases_the_placement_group(
-        one_accelerator, db, queue_job, tick_until, run_to_end, tiny_model, two_nodes):
+        device, db, queue_job, tick_until, run_to_end, tiny_model, two_nodes):
     before = {g.placement_group_id for g in _placement_groups(two_nodes.address)}
-    job_id = queue_job("generate", model=str(tiny_model), generate={**TWO_RANKS, "steps": 40})
+    job_id = queue_job("generate", model=str(tiny_model), device=device, generate={**TWO_RANKS, "steps": 40})
     tick_until(lambda: any(s["stage"] == "denoise.denoise" for s in samples_since(db, job_id, rank=1)), timeout=300)
     os.kill(_ranks(two_nodes)[1], signal.SIGKILL)  # the nodes are this machine: the rank is a local pid
     job = run_to_end(job_id, timeout=120)
@@ -157,10 +171,10 @@ def test_a_job_the_cluster_spreads_is_forecast_and_checked_one_rank_per_host(
 
 @pytest.mark.ray
 def test_a_rank_whose_ray_worker_dies_fails_the_job_saying_so_and_takes_its_rank_with_it(
-        one_accelerator, db, queue_job, tick_until, run_to_end, tiny_model, two_nodes):
+        device, db, queue_job, tick_until, run_to_end, tiny_model, two_nodes):
     """As a node lost: the actor holding rank 1's bundle is SIGKILLed while the rank starts; the rank dies with it
     (PR_SET_PDEATHSIG) and the parent's next poll of that actor names it."""
-    job_id = queue_job("generate", model=str(tiny_model), generate=TWO_RANKS)
+    job_id = queue_job("generate", model=str(tiny_model), device=device, generate=TWO_RANKS)
     tick_until(lambda: 1 in _ranks(two_nodes), timeout=300)
     rank = _ranks(two_nodes)[1]
     actor = int(Path(f"/proc/{rank}/stat").read_text().rsplit(")", 1)[1].split()[1])  # the rank's parent
