@@ -108,7 +108,7 @@ class RankLauncher(Protocol):
 
 def rank_command(folder: str | os.PathLike, rank: int) -> list[str]:
     """The command of one rank: this module, its folder and its rank."""
-    return [sys.executable, "-m", "models.parallel", str(folder), str(rank)]
+    return [sys.executable, "-m", __name__, str(folder), str(rank)]
 
 
 def rank_environment(base: Mapping[str, str], *, rank: int, world: int, local_rank: int, local_world: int,

@@ -85,13 +85,20 @@ def job_environment(job: dict, config: Config, nonce: str, environ: dict[str, st
     env = {k: v for k, v in environ.items() if k.startswith("DRAINBOARD_") and k not in _NOT_FORWARDED}
     env.update({
         "PYTHONPATH": f"{_REPO_ROOT}{os.pathsep}${{PYTHONPATH}}",  # Ray puts the node's own after it
-        ENV_RESOLVED: config.to_json(),
+        ENV_RESOLVED: _unexpanded(config.to_json()),
         ENV_REPORT: "wire",
         ENV_NONCE: nonce,
-        ENV_SPEC: json.dumps(job["spec"]),
+        ENV_SPEC: _unexpanded(json.dumps(job["spec"])),
         "PYTHONUNBUFFERED": "1",
     })
     return env
+
+
+def _unexpanded(text: str) -> str:
+    """JSON that reaches the node as written: Ray expands `$NAME` and `${NAME}` in every runtime_env value (a prompt
+    "at $HOME" arrived as "at /root"), and a `$` can only stand inside a JSON string, where `\\u0024` reads back as
+    one."""
+    return text.replace("$", "\\u0024")
 
 
 def submission(job: dict, config: Config, supervisor_id: str, nonce: str, python: str = sys.executable) -> dict:

@@ -302,3 +302,21 @@ def test_a_ray_address_without_ray_installed_is_one_clear_line(config, monkeypat
     with pytest.raises(ConfigError, match=r"ray_address is set \(http://head:8265\) but ray is not installed here: "
                                           r"pip install -r requirements-ray.txt"):
         backend_for(dataclasses.replace(config, ray_address="http://head:8265"), None, "host:1:abcd")
+
+
+def test_the_spec_and_the_config_reach_the_node_as_written_though_ray_expands_dollar_names(db, config, queue_job):
+    """Ray 2.60 runs every runtime_env value through `os.path.expandvars` and drops an unknown `${NAME}` (a job of
+    ours, by hand: "a $HOME b ${NOPE} c" arrived as "a /root b  c"); the JSON the node reads carries no `$`."""
+    import dataclasses
+    import re
+
+    from jobs.wire import ENV_SPEC
+    from storage.config import ENV_RESOLVED
+
+    job = get_job(db, queue_job("steps"))
+    job["spec"] = {**job["spec"], "prompt": "a fox at $HOME, ${NOPE} and $$"}
+    roots = [config.model_roots[0] / "$HOME"]
+    env = job_environment(job, dataclasses.replace(config, model_roots=roots), "nonce")
+    as_ray = {k: re.sub(r"\$\{[A-Z0-9_]+\}", "", os.path.expandvars(v)) for k, v in env.items()}
+    assert json.loads(as_ray[ENV_SPEC]) == job["spec"]
+    assert json.loads(as_ray[ENV_RESOLVED])["model_roots"] == [str(r) for r in roots]
