@@ -118,6 +118,7 @@ def test_a_parallel_generates_rank_makes_its_device_settings(calls, tmp_path, mo
     monkeypatch.setattr(machine.lifetime, "die_with_parent", lambda: None)
     monkeypatch.setattr(models.context_parallel, "RankGroup", lambda *a: (_ for _ in ()).throw(_Configured()))
     monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")  # as every launcher sets it, local or Ray
     monkeypatch.setenv(models.parallel.PARENT_ENV, str(os.getppid()))  # as the parent that started the ranks sets it
     (tmp_path / "request.json").write_text(json.dumps({"device": "cpu"}))
     with pytest.raises(_Configured):
