@@ -51,8 +51,8 @@ def main() -> int:
     from machine.memory import MemoryProbe
     from machine.offload import OffloadSettings
     from models.forecast import forecast_generate
-    from models.params import GenerateParams
-    from models.pipeline import run_generate
+    from models.request.params import GenerateParams
+    from models.run.pipeline import run_generate
 
     params = GenerateParams(prompt="a red fox running through fresh snow at dawn", frames=args.frames,
                             height=args.height, width=args.width, steps=args.steps, workflow=args.workflow,

@@ -1,8 +1,8 @@
 """A real-size synthetic MiniMax H3 DiT loaded with `stream` into diffusers' class (not a test).
 
 Writes the `h3` profile's transformer (the release's 5376-wide blocks; as many of the 50 blocks as
-the target filesystem holds, all of them when it has room) with `models.h3synth`, then loads it
-with `models.components.load_component(..., mode="stream")` in a fresh child process and prints
+the target filesystem holds, all of them when it has room) with `models.synth.writer`, then loads it
+with `models.checkpoint.components.load_component(..., mode="stream")` in a fresh child process and prints
 the loader's report (GB/s, footprint_ratio) as one JSON object.
 
     python bench/bench_h3_dit.py /tmp/h3 --device cuda --json     # on the GPU host
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 _LOAD = """
 import json, sys, torch
-from models.components import load_component
+from models.checkpoint.components import load_component
 module, report = load_component(sys.argv[1], "transformer", mode="stream", device=sys.argv[2], dtype="bf16")
 out = report.to_dict()
 for key in ("loaded", "missing", "unexpected", "skipped", "excluded"):
@@ -45,7 +45,7 @@ def with_blocks(profile, blocks: int):
 
 def block_bytes(profile) -> tuple[int, int]:
     """(bytes of one transformer block, bytes of everything else) of `profile`'s DiT as stored."""
-    from models.h3synth import synth_h3
+    from models.synth.writer import synth_h3
 
     b1, b2 = (synth_h3("unused", with_blocks(profile, n), dry_run=True).components[0].bytes for n in (1, 2))
     return b2 - b1, 2 * b1 - b2
@@ -68,8 +68,8 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    from models.h3synth import synth_h3
-    from models.profiles import get_profile
+    from models.synth.writer import synth_h3
+    from models.synth.profiles import get_profile
 
     profile = get_profile(args.profile)
     full_blocks = profile.transformer.get("num_layers", 50)

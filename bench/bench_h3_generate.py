@@ -21,7 +21,7 @@ and the checkpoint gains `transformer_ref`), for the forecast's conditioning ter
    as fit are moved to disk and linked back. A complete checkpoint found there is reused (nothing written).
 2. Runs, each in a fresh process, in this order (`--runs` picks and orders them; `@g2` is `--geometry2`):
    ours-resident, diffusers-resident, ours-sequential, ours-offload, diffusers-offload, then the same at g2.
-   ours: `models.pipeline.run_generate` with what `python -m models generate ROOT --device D` passes for
+   ours: `models.run.pipeline.run_generate` with what `python -m models generate ROOT --device D` passes for
    `--no-offload` (resident), `--no-offload --sequential-components` (sequential) and the default flags
    (offload). diffusers: `ModularPipeline.from_pretrained(ROOT, workflow="t2va")`, `load_components` one
    component at a time (`dtype=torch.bfloat16`; resident with `device_map=D`, straight onto the device),
@@ -201,10 +201,10 @@ def _frames_record(frames, work: Path, run: str) -> dict:
 def child_ours(args, tracker: Tracker) -> dict:
     import torch
 
-    import models.pipeline as pipeline
+    import models.run.pipeline as pipeline
     from loader.io import host_blocks
     from machine.offload import OffloadSettings
-    from models.params import GenerateParams
+    from models.request.params import GenerateParams
 
     offload = args.placement in ("offload", "offloadseq")
     settings = OffloadSettings(dit_layerwise_offload=offload, dit_cpu_offload=offload, text_encoder_cpu_offload=offload,
@@ -270,7 +270,7 @@ def write_inputs(folder: Path, workflow: str, width: int, height: int) -> dict[s
         Image.fromarray(pixels).save(folder / f"{name}.png")
         files[name] = str(folder / f"{name}.png")
     if workflow == "ref2va":
-        from models.encode import write_mp4
+        from models.video.encode import write_mp4
 
         rng = np.random.default_rng(7)
         clip = folder / "ref_video.mp4"
@@ -293,10 +293,10 @@ def child_diffusers(args, tracker: Tracker) -> dict:
     pipe.load_components(names=list(AUX))
     notes = []
     if pipe.processor is None:  # Qwen3VLProcessor's video half needs torchvision (the GPU host has it)
-        from models.components import load_aux
+        from models.checkpoint.components import load_aux
 
         pipe.update_components(processor=load_aux(Path(args.root), "processor"))
-        notes.append("processor built by models.components.load_aux: transformers could not (no torchvision)")
+        notes.append("processor built by models.checkpoint.components.load_aux: transformers could not (no torchvision)")
     for name in WEIGHTS:
         tracker.enter(f"load.{name}")
         pipe.load_components(names=[name], dtype=torch.bfloat16,
@@ -322,8 +322,8 @@ def child_synth(args) -> int:
     """Write the components `args.roots` of `args.profile` into `args.root`, logging every 16 GB."""
     import torch
 
-    from models.h3synth import synth_h3
-    from models.profiles import get_profile
+    from models.synth.writer import synth_h3
+    from models.synth.profiles import get_profile
 
     torch.set_num_threads(1)  # 8 generator threads per writer, two writers: no intra-op teams on top
     step = [16 * 10**9]
@@ -401,8 +401,8 @@ def ensure_checkpoint(profile_name: str, work: Path, shm: Path, margin: int, dit
     `dit`: `auto` (to disk when it fits there, else spilled), `spill` (the fallback, forced). `sparse`:
     components written as holes (they cost no RAM in tmpfs and read as zeros). `reference_dit`: ref2va's
     `transformer_ref` too (to tmpfs, with the rest)."""
-    from models.h3synth import synth_h3
-    from models.profiles import get_profile
+    from models.synth.writer import synth_h3
+    from models.synth.profiles import get_profile
 
     profile = with_reference_dit(get_profile(profile_name))
     names = [n for n in profile.components if n != "transformer_ref"] + (["transformer_ref"] if reference_dit else [])
@@ -496,7 +496,7 @@ def te_read_bytes(root: Path) -> int:
     """Bytes of the text encoder that ours reads for t2va (layers 0..50 of the language model, no head or visual)."""
     from safetensors import safe_open
 
-    from models.profiles import HIDDEN_STATE_LAYER
+    from models.synth.profiles import HIDDEN_STATE_LAYER
 
     total = 0
     for shard in sorted((root / "text_encoder").glob("*.safetensors")):
@@ -693,7 +693,7 @@ def main() -> int:
     root, roots, info = ensure_checkpoint(args.profile, args.work.resolve(), args.shm.resolve(), margin, args.dit,
                                           tuple(args.sparse or ()), reference_dit=args.workflow == "ref2va")
     args.root = root
-    from models.params import GenerateParams, ModelSpec
+    from models.request.params import GenerateParams, ModelSpec
 
     default = ModelSpec.read(root).geometry(GenerateParams(prompt=PROMPT, frames=args.frames))
     h2, _, w2 = args.geometry2.partition("x")

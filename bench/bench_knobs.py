@@ -60,8 +60,8 @@ def vae_cases(root: str, device: str, height: int | None, width: int | None, fra
     """One row per VAE case (see the module docstring)."""
     import torch
 
-    from models.components import load_component
-    from models.params import GenerateParams, ModelSpec
+    from models.checkpoint.components import load_component
+    from models.request.params import GenerateParams, ModelSpec
 
     spec = ModelSpec.read(root)
     h, w = spec.geometry(GenerateParams(prompt="x", height=height, width=width))
@@ -103,8 +103,8 @@ def quant_cases(root: str, device: str, kinds: list[str], height: int | None, wi
     import av
     import numpy as np
 
-    from models.params import GenerateParams
-    from models.pipeline import run_generate
+    from models.request.params import GenerateParams
+    from models.run.pipeline import run_generate
 
     params = GenerateParams(prompt="a red fox running through fresh snow", height=height, width=width, steps=steps,
                             seed=0, audio=False)

@@ -85,8 +85,8 @@ def run_child(spec: dict) -> dict:
     import torch
 
     from machine.offload import OffloadSettings
-    from models.params import GenerateParams
-    from models.pipeline import run_generate
+    from models.request.params import GenerateParams
+    from models.run.pipeline import run_generate
 
     params = GenerateParams(prompt=PROMPT, frames=spec["frames"], height=spec.get("height"), width=spec.get("width"),
                             steps=spec["steps"], seed=0, **spec["levers"])
@@ -102,8 +102,8 @@ def run_child(spec: dict) -> dict:
 
 def problem(case: str, levers: dict, device: str) -> str | None:
     """Why the device cannot run `case` (the product's own check), or None."""
-    from models.levers import lever_problems
-    from models.quantize_check import cuda_capability
+    from models.speed.levers import lever_problems
+    from models.quantization.check import cuda_capability
     from machine.device import parse_device_spec
 
     return next(iter(lever_problems(levers, device, cuda_capability(*parse_device_spec(device))).values()), None)

@@ -16,7 +16,7 @@ DiT's first call pages it in any job).
     python bench/bench_lora.py /tmp/h3-sparse --sparse h3 --device cuda --quantize fp8 --repeat 1   # one H200
 
 `plain`: `load_component` of the transformer in bf16. `merged`: the same load, the LoRA's factors read a module at
-a time and converted through diffusers (`models.lora_merge`), merged by the loader's `adjust` as each weight is
+a time and converted through diffusers (`models.lora.merge`), merged by the loader's `adjust` as each weight is
 placed. `floor`: the same merges alone (`merge_delta` on zeroed weights and factors already in memory, on the same
 device): no merged load can beat plain + floor. `diffusers`: `from_pretrained` in bf16 (onto the device, by
 `device_map`, on CUDA), the same file through `lora_state_dict` + `load_lora_adapter`, then `fuse_lora`.
@@ -51,9 +51,9 @@ t0 = time.perf_counter()
 import peft, peft.tuners.lora  # what a LoRA job imports beyond a plain one: before the clock in every case, timed
 import diffusers.loaders.peft
 import_seconds = time.perf_counter() - t0
-from models.components import load_component
-from models.lora_inputs import LoraInput
-from models.lora_merge import merge_adjustments
+from models.checkpoint.components import load_component
+from models.lora.inputs import LoraInput
+from models.lora.merge import merge_adjustments
 from diffusers import MiniMaxH3Transformer3DModel
 from diffusers.loaders.lora_pipeline import MiniMaxH3LoraLoaderMixin
 
@@ -77,8 +77,8 @@ base = status("VmRSS")
 extra = {}
 t = time.perf_counter()
 if case == "floor":  # the merge's arithmetic alone: the same merges on weights and factors already in memory
-    from models.lora_merge import merge_delta
-    from models.classes import build_empty
+    from models.lora.merge import merge_delta
+    from models.checkpoint.classes import build_empty
     from safetensors.torch import load_file
     factors = load_file(lora)
     pairs = []
@@ -136,7 +136,7 @@ def write_lora(root: Path, out: Path, rank: int) -> Path:
     import torch
     from safetensors.torch import save_file
 
-    from models.classes import build_empty
+    from models.checkpoint.classes import build_empty
 
     module = build_empty(json.loads((root / "transformer" / "config.json").read_text()))
     g = torch.Generator().manual_seed(rank)
@@ -168,7 +168,7 @@ def run_case(case: str, root: Path, lora: Path, args) -> dict:
 
 
 def main() -> int:
-    from models.lora_inputs import LoraInput, inspect_lora
+    from models.lora.inputs import LoraInput, inspect_lora
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", type=Path, help="an H3 model folder (python -m models synth DIR --profile demo)")

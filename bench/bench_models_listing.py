@@ -51,8 +51,8 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=50)
     parser.add_argument("--profile", default="tiny")
     args = parser.parse_args()
-    from models.h3synth import synth_h3
-    from models.profiles import get_profile
+    from models.synth.writer import synth_h3
+    from models.synth.profiles import get_profile
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -47,8 +47,8 @@ def ensure_checkpoint(profile: str, work: Path) -> Path:
         write_sparse_h3(root, profile, components=["text_encoder", "tokenizer", "processor", "transformer", "vae",
                                                    "audio_vae", "scheduler", "audio_scheduler"])
     else:
-        from models.h3synth import synth_h3
-        from models.profiles import get_profile
+        from models.synth.writer import synth_h3
+        from models.synth.profiles import get_profile
 
         synth_h3(root, get_profile(profile), seed=0)
     return root
@@ -59,7 +59,7 @@ def dividing_prompt(root: Path, prompt: str, ranks: int, frames: int, height: in
     from machine.device import DeviceInfo
     from machine.offload import OffloadSettings
     from models.forecast import forecast_generate
-    from models.params import GenerateParams
+    from models.request.params import GenerateParams
 
     cpu = DeviceInfo("cpu", "cpu", None, "cpu", True, None, "bench", "")
     for extra in range(4 * ranks):

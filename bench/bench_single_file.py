@@ -5,7 +5,7 @@ for each, side by side (not a test).
 
 Writes the profile's checkpoint, then its DiT as one file in the reference layout (fused qkv, `[gate; value]`,
 the data area at 5 mod 8 so no tensor is aligned), and loads the DiT both ways at bfloat16 in fresh
-processes, interleaved: `models.components.load_component` from the folder, and with `single_file=` (the
+processes, interleaved: `models.checkpoint.components.load_component` from the folder, and with `single_file=` (the
 split rules). Prints one JSON line per load (the LoadReport's footprint_ratio, host_peak_ratio, bytes read and
 placed, seconds) and the medians.
 """
@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 def child(root: str, single: str | None, mode: str) -> dict:
     import torch
 
-    from models.components import load_component
+    from models.checkpoint.components import load_component
 
     _, report = load_component(root, "transformer", dtype=torch.bfloat16, mode=mode, single_file=single)
     r = report.to_dict()
@@ -45,8 +45,8 @@ def main() -> None:
         root, single = args.child
         print(json.dumps(child(root, single or None, args.mode)))
         return
-    from models.h3synth import synth_h3
-    from models.profiles import get_profile
+    from models.synth.writer import synth_h3
+    from models.synth.profiles import get_profile
     from tests.models.reference_layout import reference_tensors, write_single_file
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -32,7 +32,7 @@ def child(root: str, device: str, case: str) -> dict:
     import torch
     from diffusers.modular_pipelines.minimax_h3.encoders import encode_vae_condition
 
-    from models.components import load_component
+    from models.checkpoint.components import load_component
 
     frames, height, width = (int(x) for x in case.split("x"))
     cuda = device.startswith("cuda")

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 GiB = 2**30
 H200_STARTUP = 960 * 2**20
 """The process at the end of `prepare` on the H200 the measured runs came from (docs/benchmarks.md): a job
-learns it from its machine's history (`models.process_size`); this check has one machine's runs only."""
+learns it from its machine's history (`models.forecast.process_size`); this check has one machine's runs only."""
 H200_BYTES = 150_012_739_584
 """torch.cuda.get_device_properties(0).total_memory on the H200 host."""
 
@@ -35,8 +35,8 @@ H200_BYTES = 150_012_739_584
 def write_sparse_h3(root: Path, profile: str = "h3", components: list[str] | None = None) -> None:
     """The profile's folders and ref2va's `transformer_ref` (or only `components`) with each safetensors file's
     header written and its data a hole."""
-    import models.h3synth as synth
-    from models.profiles import get_profile
+    import models.synth.writer as synth
+    from models.synth.profiles import get_profile
     from loader.safetensors_file import header_bytes
 
     def headers_only(path, shard, chunks, on_bytes=None) -> None:
@@ -81,7 +81,7 @@ def compare(measured: dict, root: Path) -> list[dict]:
     from machine.device import DeviceInfo
     from machine.offload import OffloadSettings
     from models.forecast import forecast_generate
-    from models.params import GenerateParams
+    from models.request.params import GenerateParams
 
     h200 = DeviceInfo(spec="cuda", kind="cuda", index=0, name="NVIDIA H200", unified_memory=False,
                       total_memory=H200_BYTES, source="bench", reason="")

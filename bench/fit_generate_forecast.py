@@ -32,7 +32,7 @@ configure_process()  # an entry point: the hub offline, the mmap threshold fixed
 def _merged(items: list[str]) -> list[tuple[str, str, Any, dict[str, int]]]:
     """(label, root, params, stage -> measured bytes above `prepare`) per model and geometry, the lower
     peak of repeated runs kept."""
-    from models.params import GenerateParams
+    from models.request.params import GenerateParams
 
     merged: dict[tuple, tuple[str, str, Any, dict[str, int]]] = {}
     for item in items:

@@ -72,8 +72,8 @@ def prepare(config: Config, on_progress: Progress = lambda fraction, text: None,
 
 def write_demo(path: Path, on_progress: Progress) -> None:
     """Write the `demo` profile's random-weight MiniMax H3 checkpoint to `path` (models' writer)."""
-    from models.h3synth import synth_h3
-    from models.profiles import get_profile
+    from models.synth.writer import synth_h3
+    from models.synth.profiles import get_profile
 
     path.parent.mkdir(parents=True, exist_ok=True)
     synth_h3(

@@ -247,7 +247,7 @@ def _models(roots: tuple[str, ...], stamp: tuple[tuple[str, int], ...]) -> tuple
 @st.cache_data(ttl=10, show_spinner=False)
 def lora_files(roots: tuple[str, ...]) -> list:
     """LoRA files under the model roots (headers only): what the Run page offers."""
-    from models.lora_inputs import find_lora_files
+    from models.lora.inputs import find_lora_files
 
     return find_lora_files(roots)
 

@@ -14,7 +14,7 @@ import streamlit as st
 from dashboard import data
 from dashboard.views import query
 from dashboard.views.run import form_values
-from models.params import INPUT_FILE_FIELDS as INPUT_FILES
+from models.request.params import INPUT_FILE_FIELDS as INPUT_FILES
 
 # Session keys (a page script must not hold bare strings: Streamlit would draw them).
 FORM_KEY = "run_form"  # field -> value of the form, kept while the user is on other pages
@@ -112,7 +112,7 @@ def open_transformer(path: str) -> None:
 
 def fill_from_video(file_id: str, settings: dict[str, Any], checkpoints: dict[str, str]) -> str:
     """Fill the generate fields (and the checkpoint, when one of that name is found: `checkpoints` maps a folder
-    name to its path) from a dropped Drainboard video's settings (models.video_settings), once per file, and draw
+    name to its path) from a dropped Drainboard video's settings (models.video.settings), once per file, and draw
     the page again with them; the other fields keep their values. Returns what was filled, in one line."""
     generate = {k: v for k, v in settings["generate"].items() if k not in INPUT_FILES}
     model = (settings.get("model") or {}).get("name")
@@ -138,7 +138,7 @@ def carry_inputs(job_id: int, spec: dict[str, Any]) -> None:
     """Keep job `job_id`'s own copies of its input files for the form (an uploader cannot be pre-filled), and say
     which are gone."""
     from jobs.input_copies import input_copies
-    from models.params import INPUT_FILE_FIELDS
+    from models.request.params import INPUT_FILE_FIELDS
     from storage.artifacts import ArtifactError
 
     given = [f for f in INPUT_FILE_FIELDS if (spec.get("generate") or {}).get(f)]

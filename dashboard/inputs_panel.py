@@ -26,11 +26,11 @@ from core.errors import DrainboardError
 from dashboard import format as fmt
 from dashboard import words
 from dashboard.views.run import FIELD_LABELS
-from models.clips import CLIP_FORMATS, MAX_CLIP_BYTES, MAX_CLIP_SECONDS
-from models.input_images import MAX_IMAGE_BYTES, InputImageError, check_image
-from models.params import INPUT_FILE_FIELDS
-from models.quantize import DIT_COMPONENTS
-from models.workflows import WORKFLOW_CLIPS, WORKFLOW_INPUTS, WORKFLOWS, stage_plan
+from models.inputs.clips import CLIP_FORMATS, MAX_CLIP_BYTES, MAX_CLIP_SECONDS
+from models.inputs.images import MAX_IMAGE_BYTES, InputImageError, check_image
+from models.request.params import INPUT_FILE_FIELDS
+from models.quantization.quantize import DIT_COMPONENTS
+from models.run.workflows import WORKFLOW_CLIPS, WORKFLOW_INPUTS, WORKFLOWS, stage_plan
 
 INPUT_LABELS = {field: role.capitalize() for field, role in words.INPUT_WORDS.items()}
 """Uploader label per GenerateParams image field."""

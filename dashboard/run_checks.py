@@ -24,7 +24,7 @@ from dashboard.views.run import CHECKPOINT_DTYPE, field_label
 from dashboard.views.spec import field_errors
 from core.errors import DrainboardError
 from dashboard.views.plan import plan_markdown
-from models.plan import plan_note
+from models.speed.plan import plan_note
 from jobs.admission import JobRefused, admit, assess
 from jobs.queue import queue_spec
 from jobs.spec import JobSpec, JobSpecError, build_spec

@@ -27,12 +27,12 @@ from jobs.kinds import FormField, get_kind, kind_names
 from loader.placement import placement_class, placement_classes
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings
-from models.params import MAX_PARALLEL, MAX_SHIFT
-from models.request_args import QKV_LAYOUTS
-from models.levers import (ATTENTION_BACKENDS, LOSSY_NOTE, LeverOption, is_lossless, lever_option, lever_problems,
+from models.request.params import MAX_PARALLEL, MAX_SHIFT
+from models.request.cli_args import QKV_LAYOUTS
+from models.speed.levers import (ATTENTION_BACKENDS, LOSSY_NOTE, LeverOption, is_lossless, lever_option, lever_problems,
                            step_cache_problem)
-from models.quantize_check import cuda_capability, quantization_problem, torchao_installed
-from models.workflows import WORKFLOWS
+from models.quantization.check import cuda_capability, quantization_problem, torchao_installed
+from models.run.workflows import WORKFLOWS
 
 DEFAULT_PROMPT = "a red fox trotting through fresh snow at dawn, soft light"
 KNOBS = ("vae_tiling", "vae_dtype", "quantize", "attention", "compile", "step_cache", "vae_compile")
@@ -284,9 +284,9 @@ PRESET_NONE = "none"
 
 
 def preset_field() -> None:
-    """The Preset select (`models/presets.json`): choosing one fills Steps, Shift and its LoRA (found by file name
+    """The Preset select (`models/request/presets.json`): choosing one fills Steps, Shift and its LoRA (found by file name
     under the model roots, at its scale) where the preset states them; the fields stay editable."""
-    from models.presets import PresetError, read_presets
+    from models.request.presets import PresetError, read_presets
 
     try:
         presets = read_presets()
@@ -305,7 +305,7 @@ def preset_field() -> None:
 
 
 def _apply_preset(presets: dict) -> None:
-    from models.presets import PresetError, find_preset_lora
+    from models.request.presets import PresetError, find_preset_lora
 
     name = st.session_state[key("gen_preset")]
     if name == PRESET_NONE:
@@ -330,7 +330,7 @@ def _apply_preset(presets: dict) -> None:
 def knob_fields(device: DeviceInfo) -> dict[str, Any]:
     """VAE tiling, VAE decode precision and DiT quantization (`--vae-tiling`, `--vae-dtype`, `--quantize`), each
     with what it costs said beside it."""
-    from models.pipeline import VAE_TILING_WARNING
+    from models.run.pipeline import VAE_TILING_WARNING
 
     cols = st.columns(3)
     tiling = cols[0].toggle(LABEL["generate.vae_tiling"], key=key("gen_vae_tiling"),
@@ -384,10 +384,10 @@ def single_file_fields() -> dict[str, Any]:
 def lora_fields(steps: int | None) -> list[dict[str, Any]]:
     """LoRA files found under the model roots, stacked in the order picked, each with its strength (`--lora
     FILE:SCALE`); a few-step file run at many more steps than its metadata states is warned about (Steps unset: the
-    job runs at the first picked LoRA's stated steps, as `models.params.stated_schedule` fills them, else the
+    job runs at the first picked LoRA's stated steps, as `models.request.params.stated_schedule` fills them, else the
     model's 50)."""
-    from models.lora_inputs import MAX_LORAS, MAX_SCALE, few_step_warning
-    from models.params import DEFAULT_STEPS
+    from models.lora.inputs import MAX_LORAS, MAX_SCALE, few_step_warning
+    from models.request.params import DEFAULT_STEPS
 
     found = {f.path: f for f in data.lora_files(tuple(str(r) for r in data.config().model_roots))}
     seed("gen_loras", [])

@@ -3,7 +3,7 @@
 What a job needs of each wall is defined once, in docs/metrics.md ("A job's
 memory"): its process's start-up (what system in use grows by from the job's
 start to its first weight, learned from this machine's past jobs:
-`models.process_size`) plus what the stage holds. The memory guard's budget
+`models.forecast.process_size`) plus what the stage holds. The memory guard's budget
 counts exactly that growth, so "fits" here is "not stopped by the guard" there.
 The forecast, the job kind's own (`JobKind.forecast`: a generate's per stage,
 `models.forecast_generate`; a load's, `loader.forecast_load`), is checked
@@ -65,7 +65,7 @@ class KindForecast:
     process_device: int = 0
     """Device bytes the process holds (the CUDA context)."""
     eta: list[dict[str, Any]] = field(default_factory=list)
-    """Seconds per stage (`models.eta.StageEta` dicts), from this machine's history."""
+    """Seconds per stage (`models.forecast.eta.StageEta` dicts), from this machine's history."""
     work: dict[str, float] = field(default_factory=dict)
     """Work per stage (what history records)."""
     not_counted: list[str] = field(default_factory=list)
@@ -83,17 +83,17 @@ class Admission:
     """What the budget counts of the job's process: its start-up (learned) plus what the forecast adds to the
     process (CUDA's libraries, a clip); None without history (then the walls count only what the forecast adds)."""
     process: dict[str, Any]
-    """The learned process (`models.process_size.ProcessEstimate` dict: ready_bytes, startup_bytes, basis)."""
+    """The learned process (`models.forecast.process_size.ProcessEstimate` dict: ready_bytes, startup_bytes, basis)."""
     process_device: int
     """The CUDA context."""
     refusal: str | None
     """The one line, or None when every stage fits."""
     eta: list[dict[str, Any]]
-    """A generate's seconds per stage (`models.eta.StageEta` dicts); empty for a load."""
+    """A generate's seconds per stage (`models.forecast.eta.StageEta` dicts); empty for a load."""
     work: dict[str, float]
     """A generate's work per stage (what history records), empty for a load."""
     device: str
-    """`models.eta.device_key` of the device the forecast is for."""
+    """`models.forecast.eta.device_key` of the device the forecast is for."""
     tightest: WallCheck | None = None
     """The stage and wall nearest each other (the refused one when refused): what the Run page's fit bar draws."""
     needs: dict[str, int] | None = None
@@ -124,7 +124,7 @@ def assess(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = Non
     cannot read (build_spec lets those through for the job to name the file). `available` and
     `total` (MemAvailable, MemTotal) default to a reading now."""
     from jobs.guard import read_meminfo
-    from models.eta import device_key
+    from models.forecast.eta import device_key
 
     info = probe(spec.device)
     try:
@@ -158,9 +158,9 @@ def assess(spec: JobSpec, config: Config, db: sqlite_utils.Database | None = Non
 
 
 def learned_process(kind: str, device: str, db: sqlite_utils.Database | None):
-    """The process of a `kind` job on `device`, from this machine's past jobs (`models.process_size`)."""
+    """The process of a `kind` job on `device`, from this machine's past jobs (`models.forecast.process_size`)."""
     from jobs.history import process_records
-    from models.process_size import estimate_process
+    from models.forecast.process_size import estimate_process
 
     return estimate_process(process_records(db, kind) if db is not None else [], kind, device)
 

@@ -101,7 +101,7 @@ def _submit(args: argparse.Namespace, config: Config, db: sqlite_utils.Database)
     warn_about_mode(args.mode, args.device)
     planned = (get_job(db, job_id).get("spec") or {}).get("planned")
     if planned and not args.json:
-        from models.plan import plan_lines
+        from models.speed.plan import plan_lines
 
         for line in plan_lines(planned):
             print(line, file=sys.stderr)

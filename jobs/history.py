@@ -1,11 +1,11 @@
-"""This machine's past jobs as the forecasts learn from them: stage timings for `models.eta`, the job's own
-process for `models.process_size`.
+"""This machine's past jobs as the forecasts learn from them: stage timings for `models.forecast.eta`, the job's own
+process for `models.forecast.process_size`.
 
 A finished generate job contributes a record per stage it timed when its spec
 carries the forecast made at submit (`spec.forecast`: each stage's work and the
 device it ran on) and its metrics carry `stage_seconds`; each record carries the
-job's lever set (`models.levers.lever_key`), which the ETA of a lever stage matches, and its LoRA set
-(`models.lora_inputs.lora_key`), which the ETA of a load its LoRAs change matches. Any job that reached
+job's lever set (`models.speed.levers.lever_key`), which the ETA of a lever stage matches, and its LoRA set
+(`models.lora.inputs.lora_key`), which the ETA of a load its LoRAs change matches. Any job that reached
 its first weight (a generate's first `load.*` stage, a load's `load` stage) with a forecast on its spec
 contributes its process: its first sample and that stage's first sample.
 """
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import sqlite_utils
 
-from models.eta import StageRecord
-from models.levers import lever_key
-from models.lora_inputs import lora_key
-from models.process_size import ProcessRecord
+from models.forecast.eta import StageRecord
+from models.speed.levers import lever_key
+from models.lora.inputs import lora_key
+from models.forecast.process_size import ProcessRecord
 from storage.queries import first_stage_sample, list_jobs, samples_since
 
 HISTORY_JOBS = 200

@@ -15,9 +15,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from models.clips import CLIP_SUFFIX, check_clip
-from models.input_images import IMAGE_FORMATS, check_image
-from models.params import INPUT_FILE_FIELDS as INPUT_FIELDS
+from models.inputs.clips import CLIP_SUFFIX, check_clip
+from models.inputs.images import IMAGE_FORMATS, check_image
+from models.request.params import INPUT_FILE_FIELDS as INPUT_FIELDS
 from storage.artifacts import job_dir, new_artifact_path, record_artifact, resolve_artifact
 
 CLIP_FIELDS = ("ref_video",)

@@ -30,7 +30,7 @@ STAGE_WORDS = {
     "decode.audio": "decoding the audio",
     "encode": "writing the video",
 }
-"""Stages a job reports, in words (`encode` is models.run_state's MP4 write); `load.<component>` and other
+"""Stages a job reports, in words (`encode` is models.run.state's MP4 write); `load.<component>` and other
 `denoise.*` blocks are derived."""
 
 COUNTED_STAGES = frozenset({"load", "denoise.denoise"})

@@ -2,15 +2,15 @@
 
 The computation is diffusers' (`MiniMaxH3ModularPipeline`) and transformers'
 (Qwen3-VL); this package adapts it. diffusers and transformers are imported
-where they are used (`models.components`, `models.h3synth`, inside a run).
+where they are used (`models.checkpoint.components`, `models.synth.writer`, inside a run).
 Importing it changes no process-wide setting: the entry points make those
 (`loader.process.configure_process`, which keeps the hub offline).
 """
 
-_EXPORTS = {"GenerateForecast": "forecast", "forecast_generate": "forecast", "GenerateParams": "params",
-            "GenerateParamsError": "params", "ModelSpec": "params", "validate_params": "params",
-            "GenerateResult": "results", "PipelineEvent": "results", "run_generate": "pipeline"}
-"""Exported name -> its module, imported on first use so that `import models.request_args` loads no torch."""
+_EXPORTS = {"GenerateForecast": "forecast", "forecast_generate": "forecast", "GenerateParams": "request.params",
+            "GenerateParamsError": "request.params", "ModelSpec": "request.params", "validate_params": "request.params",
+            "GenerateResult": "run.results", "PipelineEvent": "run.results", "run_generate": "run.pipeline"}
+"""Exported name -> its module, imported on first use so that `import models.request.cli_args` loads no torch."""
 
 
 def __getattr__(name: str):

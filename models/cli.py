@@ -25,12 +25,12 @@ from machine.offload import OffloadSettings
 from loader.placement import known_placements, modes_help
 from loader.process import configure_process
 
-from .params import GenerateParams
-from .request_args import add_plan_arguments, add_workflow_arguments, lora_roots, workflow_fields
-from .pipeline import run_generate
-from .profiles import PROFILES, get_profile
+from .request.params import GenerateParams
+from .request.cli_args import add_plan_arguments, add_workflow_arguments, lora_roots, workflow_fields
+from .run.pipeline import run_generate
+from .synth.profiles import PROFILES, get_profile
 from .progress import ProgressBar
-from .results import PipelineEvent
+from .run.results import PipelineEvent
 
 EXAMPLES = """examples:
   python -m models synth data/models/h3-demo --profile demo
@@ -45,7 +45,7 @@ def _synth(args: argparse.Namespace) -> int:
         bar.total = total
         bar.update(done)
 
-    from .h3synth import synth_h3
+    from .synth.writer import synth_h3
 
     report = synth_h3(
         args.out, get_profile(args.profile), dtype=getattr(torch, args.dtype), shard_bytes=args.shard_size,
@@ -68,13 +68,13 @@ def _with_stated_schedule(model_dir: str, params: GenerateParams, preset: str | 
     the model), then unset steps and shift taken from a LoRA whose metadata states them (`stated_schedule`, said on
     stderr); the LoRAs' headers are read, not hashed (the run hashes them)."""
     if preset is not None:
-        from .presets import with_preset
+        from .request.presets import with_preset
 
         params = with_preset(params, preset, [os.path.dirname(os.path.abspath(model_dir))])
     if not params.loras or (params.steps is not None and params.shift is not None):
         return params
-    from .lora_inputs import inspect_lora
-    from .params import stated_schedule
+    from .lora.inputs import inspect_lora
+    from .request.params import stated_schedule
 
     roots = lora_roots(model_dir, {"loras": params.loras, "transformer": params.transformer})
     facts = [inspect_lora(lora, model_dir, params.resolved_workflow, roots, hash_file=False) for lora in params.loras]
@@ -107,7 +107,7 @@ def _generate(args: argparse.Namespace) -> int:
     if args.plan:
         from machine.device import probe_device
 
-        from .params import ModelSpec, validate_params
+        from .request.params import ModelSpec, validate_params
 
         validate_params(params, ModelSpec.read(args.model_dir))
         records, processes = _read_history(args.history)
@@ -119,7 +119,7 @@ def _generate(args: argparse.Namespace) -> int:
     common = dict(dtype=dtype, mode=args.mode, offload=offload, sequential_components=sequential,
                   roots=lora_roots(args.model_dir, {"loras": params.loras, "transformer": params.transformer}))
     if params.parallel > 1:
-        from .parallel import run_parallel_generate
+        from .parallel.launch import run_parallel_generate
 
         def on_rank_event(rank: int, event: PipelineEvent) -> None:
             if rank == 0:
@@ -146,8 +146,8 @@ class PlanInputError(DrainboardError):
 
 def _read_history(path: str | None) -> tuple[list, list]:
     """(stage records, process records) of `--history` FILE; ([], []) without one."""
-    from .eta import StageRecord
-    from .process_size import ProcessRecord
+    from .forecast.eta import StageRecord
+    from .forecast.process_size import ProcessRecord
 
     records, processes = [], []
     if path:
@@ -171,11 +171,11 @@ def _planned(args: argparse.Namespace, params: GenerateParams, info, offload: Of
     `processes`, as a job's plan counts it."""
     from machine.memory import sample_memory
 
-    from .eta import device_key
+    from .forecast.eta import device_key
     from .forecast import forecast_generate, resolve_for_generate
-    from .plan import machine_check, plan_fastest, plan_lines, planned, startup_words
-    from .process_size import estimate_process
-    from .quantize_check import cuda_capability
+    from .speed.plan import machine_check, plan_fastest, plan_lines, planned, startup_words
+    from .forecast.process_size import estimate_process
+    from .quantization.check import cuda_capability
 
     def forecast_for(candidate: GenerateParams, sequential: bool):
         settings, _ = resolve_for_generate(args.model_dir, candidate, offload, info, user_set=tuple(args.offload),
@@ -202,12 +202,12 @@ def _planned(args: argparse.Namespace, params: GenerateParams, info, offload: Of
 def _forecast(args: argparse.Namespace) -> int:
     from machine.device import probe_device
 
-    from .eta import NO_HISTORY, device_key, estimate, stage_work, total_seconds
-    from .levers import lever_key
-    from .lora_inputs import lora_key
+    from .forecast.eta import NO_HISTORY, device_key, estimate, stage_work, total_seconds
+    from .speed.levers import lever_key
+    from .lora.inputs import lora_key
     from .forecast import forecast_generate, resolve_for_generate
-    from .params import ModelSpec, validate_params
-    from .process_size import estimate_process, job_peak
+    from .request.params import ModelSpec, validate_params
+    from .forecast.process_size import estimate_process, job_peak
 
     params = _with_stated_schedule(args.model_dir, GenerateParams(
         prompt=args.prompt, frames=args.frames, height=args.height, width=args.width, steps=args.steps,

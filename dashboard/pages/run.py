@@ -25,8 +25,8 @@ from dashboard.views.run import CHECKPOINT_DTYPE
 from dashboard.views.spec import job_label
 from jobs.queue import JobStateError, cancel, clear_queue, move_to_front
 from loader.placement.advice import mode_warning
-from models.clips import MAX_CLIP_BYTES
-from models.video_settings import VideoSettingsError, read_video_settings
+from models.inputs.clips import MAX_CLIP_BYTES
+from models.video.settings import VideoSettingsError, read_video_settings
 from storage.connections import connect
 
 
@@ -94,7 +94,7 @@ def clear_queue_button(db: str, queued: list[int]) -> None:
 
 
 def video_drop(config) -> None:
-    """A Drainboard MP4 dropped here fills the form with the settings it carries (models.video_settings)."""
+    """A Drainboard MP4 dropped here fills the form with the settings it carries (models.video.settings)."""
     with st.expander("Fill the form from a Drainboard video", icon=":material/movie:"):
         video = st.file_uploader("A Drainboard MP4", type=["mp4"], key="run_video_settings",
                                  max_upload_size=MAX_CLIP_BYTES // 2**20,

@@ -9,7 +9,7 @@ import pandas as pd
 from dashboard import format as fmt
 from dashboard import words
 from dashboard.views.jobs import LiveStats, progress
-from models.levers import COMPILE_CALLS, COMPILE_STAGE
+from models.speed.levers import COMPILE_CALLS, COMPILE_STAGE
 from storage.schema import FINAL_STATUSES
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from dashboard import words
-from models.eta import NO_HISTORY, StageEta, time_left, total_seconds
-from models.levers import INTERLUDES
+from models.forecast.eta import NO_HISTORY, StageEta, time_left, total_seconds
+from models.speed.levers import INTERLUDES
 
 
 def stage_etas(forecast: Mapping[str, Any] | None) -> list[StageEta]:
@@ -78,7 +78,7 @@ def predicted_vs_measured(forecast: Mapping[str, Any] | None, measured: Mapping[
 def stage_progress(events: Iterable[Mapping[str, Any]], now: float) -> tuple[list[str], str | None, float]:
     """From a job's events (kind, stage, created_at): the stages ended, the one running, and its elapsed seconds. A
     stage that starts again is not done, nor is the one a running interlude was cut from (a compile's first calls
-    out of `denoise.denoise` or `decode.video`, `models.levers.INTERLUDES`): both go on, and their time is to come."""
+    out of `denoise.denoise` or `decode.video`, `models.speed.levers.INTERLUDES`): both go on, and their time is to come."""
     done, current, started = [], None, now
     for e in events:
         if e["kind"] == "stage_start":

@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from dashboard import format as fmt
-from models.plan import seconds_words
+from models.speed.plan import seconds_words
 
 
 def plan_markdown(planned: dict[str, Any]) -> str:
-    """A recorded plan (`models.plan.Plan.to_dict`) as a Markdown table: a row per candidate, in the order of
+    """A recorded plan (`models.speed.plan.Plan.to_dict`) as a Markdown table: a row per candidate, in the order of
     preference, with its peak per stage, seconds and the stage nearest its wall against it; the chosen row in
     bold, a row that cannot fit struck through with the stage over its wall."""
     candidates = planned["candidates"]

@@ -17,9 +17,9 @@ from core.dtype_names import dtype_names
 from dashboard import words
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings, resolve_offload
-from models.params import GenerateParams
-from models.levers import STEP_CACHES
-from models.request_args import QUANTIZATIONS, VAE_DTYPES
+from models.request.params import GenerateParams
+from models.speed.levers import STEP_CACHES
+from models.request.cli_args import QUANTIZATIONS, VAE_DTYPES
 
 OFFERED_FLAGS = ("dit_layerwise_offload", "dit_cpu_offload", "text_encoder_cpu_offload", "vae_cpu_offload")
 """The offload flags some code reads; the form offers only these (every control must change
@@ -188,7 +188,7 @@ def lora_scale_field(path: str) -> str:
 
 def workflow_of(generate: Mapping[str, Any]) -> str:
     """The workflow a stored spec's `generate` mapping ran: the one it names, else the one its inputs select."""
-    from models.params import INPUT_FILE_FIELDS, GenerateParams
+    from models.request.params import INPUT_FILE_FIELDS, GenerateParams
 
     given = {name: generate.get(name) for name in ("workflow", *INPUT_FILE_FIELDS)}
     return GenerateParams(prompt="", **given).resolved_workflow
@@ -215,7 +215,7 @@ def generate_defaults(prompt: str, canvas: tuple[int, int]) -> dict[str, Any]:
 def generate_geometry(path: str | None) -> tuple[tuple[int, int], int]:
     """A checkpoint's default (height, width) canvas and the multiple sizes must be; H3's release where the
     folder is no H3 root."""
-    from models.params import GenerateParamsError, ModelSpec
+    from models.request.params import GenerateParamsError, ModelSpec
 
     try:
         spec = ModelSpec.read(path)

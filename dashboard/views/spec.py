@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.echo import echo
-from models.levers import lever_option, levers_of
+from models.speed.levers import lever_option, levers_of
 
 from dashboard import format as fmt
 from dashboard import words
@@ -179,7 +179,7 @@ def lever_words(params: dict) -> str:
 
 def workflow_of(params: dict) -> str:
     """The workflow a generate spec ran: the one it names, else the one its images select (GenerateParams' rule)."""
-    from models.params import GenerateParams
+    from models.request.params import GenerateParams
 
     try:
         return GenerateParams(**params).resolved_workflow

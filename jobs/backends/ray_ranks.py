@@ -1,7 +1,7 @@
 """A parallel generate's ranks under Ray: a placement group holds a GPU (or a CPU) per rank, on one node or spread.
 
 A Ray job whose generate runs `--parallel N` (`ray_jobs.submission` sets `ENV_RANKS`) asks no GPUs for its driver:
-its child starts the ranks through `RayRanks`, the `models.parallel.RankLauncher` for a cluster.
+its child starts the ranks through `RayRanks`, the `models.parallel.launch.RankLauncher` for a cluster.
 
 - Placement, decided from what the cluster's alive nodes hold in all (not what is free now, so a busy node is waited
   for rather than a spread chosen by chance): one node that holds N bundles gets them all (`STRICT_PACK`: the GPUs'
@@ -9,13 +9,13 @@ its child starts the ranks through `RayRanks`, the `models.parallel.RankLauncher
   (`STRICT_SPREAD`: two DGX Sparks over their ConnectX-7 link); a cluster with neither is refused in one line before
   anything is reserved. A bundle is one GPU and one CPU (one CPU on a CPU run).
 - Each bundle holds a `_RankHost` actor, which starts the rank on its node as the local launcher does
-  (`models.parallel.rank_command` with `rank_environment`: rank 0's node address, the one it joined the cluster
+  (`models.parallel.launch.rank_command` with `rank_environment`: rank 0's node address, the one it joined the cluster
   with (`ray start --node-ip-address`), and a free port there as
   MASTER_ADDR/MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK among the ranks on that node, whose GPUs are its
   CUDA_VISIBLE_DEVICES), in a folder of its own on that node; the rank dies with the actor (PR_SET_PDEATHSIG).
 - The parent polls each actor (`_RayRank`, which answers as a `subprocess.Popen` does): the new bytes of the rank's
   JSON lines, and once it ended its exit code, its error or result, and rank 0's MP4, all copied into the parent's
-  folder, where `models.parallel` follows them, names the first rank to die and stops the others as it does for
+  folder, where `models.parallel.launch` follows them, names the first rank to die and stops the others as it does for
   local ranks. An actor that dies (its node lost) counts as its rank killed, saying so.
 - `close` ends the actors and removes the placement group: nothing is left holding the GPUs. Ray would do both
   when the job's driver exits anyway (neither is detached).
@@ -113,7 +113,7 @@ class _RankHost:
 
     def start(self, request: dict, rank: int, env: dict[str, str]) -> int:
         """Write the request into its folder and start the rank there; its pid."""
-        from models.parallel import rank_command
+        from models.parallel.launch import rank_command
 
         (self.folder / "request.json").write_text(json.dumps(request))
         self.proc = subprocess.Popen(rank_command(self.folder, rank), stdout=2, env=env)
@@ -210,7 +210,7 @@ class _RayRank:
 
 
 class RayRanks:
-    """`models.parallel.RankLauncher` on the Ray cluster this process's job runs on (`ray.init()` finds it)."""
+    """`models.parallel.launch.RankLauncher` on the Ray cluster this process's job runs on (`ray.init()` finds it)."""
 
     def __init__(self, on_note: Callable[[str, dict], None] | None = None, prefer: str | None = None,
                  wait_seconds: float = 1.0):
@@ -227,7 +227,7 @@ class RayRanks:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         from jobs.wire import ENV_NONCE
-        from models.parallel import rank_environment
+        from models.parallel.launch import rank_environment
 
         if not ray.is_initialized():
             ray.init(logging_level="WARNING")

@@ -17,7 +17,7 @@ from jobs.context import JobContext
 from jobs.errors import Problems
 from jobs.kinds import JobKind, job_kind
 from jobs.probe import decide_offload
-from models.params import INDEX_FILE, GenerateParams, GenerateParamsError, ModelSpec, validate_params
+from models.request.params import INDEX_FILE, GenerateParams, GenerateParamsError, ModelSpec, validate_params
 from storage.config import Config, ModelPathError, resolve_model_path
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     mechanism each component got (`placements`), and each component's load report (`loads`)."""
     from jobs.input_copies import input_copies
     from loader.dtypes import parse_dtype
-    from models.pipeline import PipelineEvent, run_generate
+    from models.run.pipeline import PipelineEvent, run_generate
 
     options: GenerateJobOptions = spec.options
     if options.generate is None:
@@ -107,7 +107,7 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     try:
         # The settings are already resolved for `device`: the pipeline takes them and their decisions as they are.
         if params.parallel > 1:
-            from models.parallel import run_parallel_generate
+            from models.parallel.launch import run_parallel_generate
 
             result = run_parallel_generate(
                 spec.model, params, out_path, device=spec.device, on_event=on_rank_event,
@@ -131,7 +131,7 @@ def run_generate_job(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
 def _rank_launcher(ctx: JobContext, prefer: str | None):
     """Where a parallel generate's ranks run: placed by Ray when the job runs on a Ray cluster that said so
     (`jobs.backends.ray_ranks`; where each rank went, and any wait for the GPUs, become `ray` events), else None (this machine's,
-    `models.parallel.LocalRanks`). `prefer`: the placement the job was forecast with."""
+    `models.parallel.launch.LocalRanks`). `prefer`: the placement the job was forecast with."""
     import os
 
     from jobs.backends.ray_ranks import ENV_RANKS
@@ -153,16 +153,16 @@ class GenerateJobOptions:
     sequential_components: bool | None = None
     """Load, run and free one component at a time; None leaves it to the policy's default."""
     plan: str | None = None
-    """`fastest` picks residency, weight precision and speed levers at submit (`models.plan`)."""
+    """`fastest` picks residency, weight precision and speed levers at submit (`models.speed.plan`)."""
     plan_lossy: bool = False
     """With `plan`: lossy levers (quantized weights, fp8 compute, SageAttention, a step cache) may be picked."""
     planned: dict[str, Any] | None = None
-    """What the plan considered, chose and why (`models.plan.Plan.to_dict`), set at submit."""
+    """What the plan considered, chose and why (`models.speed.plan.Plan.to_dict`), set at submit."""
     preset: str | None = None
-    """A few-step preset (`models.presets`) whose steps, shift and LoRA filled what the request left unset."""
+    """A few-step preset (`models.request.presets`) whose steps, shift and LoRA filled what the request left unset."""
     schedule: dict[str, str] | None = None
     """Where the clip's steps and shift came from: `given`, `LoRA <file name>` (its metadata states them) or
-    `checkpoint` (the scheduler config's), set at submit (`models.params.stated_schedule`)."""
+    `checkpoint` (the scheduler config's), set at submit (`models.request.params.stated_schedule`)."""
     ray_placement: str | None = None
     """Under Ray, how the cluster would place the `--parallel` ranks, asked of it at submit
     (`jobs.backends.ray_ranks.placement`): `STRICT_SPREAD` (one per node: the forecast and the walls count one rank
@@ -209,7 +209,7 @@ class GenerateKind(JobKind):
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        from models.request_args import add_plan_arguments, add_workflow_arguments
+        from models.request.cli_args import add_plan_arguments, add_workflow_arguments
 
         parser.add_argument("--prompt", required=True, help="what the clip shows")
         for name, default in (("frames", "124, 5 s at 24 fps"), ("height", "the checkpoint's canvas"),
@@ -224,7 +224,7 @@ class GenerateKind(JobKind):
 
     @classmethod
     def arguments(cls, args: argparse.Namespace) -> dict[str, Any]:
-        from models.request_args import workflow_fields
+        from models.request.cli_args import workflow_fields
 
         params: dict[str, Any] = {"prompt": args.prompt, "audio": not args.no_audio}
         for name in ("frames", "height", "width", "steps", "seed"):
@@ -260,10 +260,10 @@ class GenerateKind(JobKind):
         seconds this machine's history says each takes."""
         from jobs.admission import KindForecast
         from jobs.history import stage_records
-        from models.eta import device_key, estimate, stage_work
-        from models.levers import lever_key
-        from models.lora_inputs import lora_key
-        from models.plan import stage_needs
+        from models.forecast.eta import device_key, estimate, stage_work
+        from models.speed.levers import lever_key
+        from models.lora.inputs import lora_key
+        from models.speed.plan import stage_needs
 
         forecast = generate_forecast(spec, device)
         work = stage_work(forecast)
@@ -319,16 +319,16 @@ def generate_forecast(spec: JobSpec, info: DeviceInfo):
 
 def plan_job(spec: JobSpec, config: Config, db=None, *, probe=None, available: int | None = None,
              total: int | None = None):
-    """`spec`'s `--plan fastest`: every candidate (`models.plan`) forecast against the job's own walls and timed
+    """`spec`'s `--plan fastest`: every candidate (`models.speed.plan`) forecast against the job's own walls and timed
     from this machine's history. Returns (the spec as the chosen candidate runs it, with the plan recorded in
     `planned`; the Plan). With no candidate that fits, the spec is the request as given."""
     from jobs.admission import learned_process, processes, wall_checks
     from jobs.guard import read_meminfo
     from jobs.history import stage_records
     from machine.device import probe_device
-    from models.eta import device_key
-    from models.plan import plan_fastest, planned, stage_needs, startup_words
-    from models.quantize_check import cuda_capability
+    from models.forecast.eta import device_key
+    from models.speed.plan import plan_fastest, planned, stage_needs, startup_words
+    from models.quantization.check import cuda_capability
 
     info = (probe or probe_device)(spec.device)
     options: GenerateJobOptions = spec.options
@@ -361,8 +361,8 @@ def plan_job(spec: JobSpec, config: Config, db=None, *, probe=None, available: i
 
 
 def _plan(value: Any, problems: Problems) -> str | None:
-    """`plan`: unset, or one of `models.request_args.PLANS`."""
-    from models.request_args import PLANS
+    """`plan`: unset, or one of `models.request.cli_args.PLANS`."""
+    from models.request.cli_args import PLANS
 
     if value is not None and value not in PLANS:
         problems.add("plan", f"unknown plan {echo(value)}; known: {', '.join(PLANS)}")
@@ -377,14 +377,14 @@ def _check_levers(params: GenerateParams | None, device: str | None, model: str 
     if params is None or device is None or problems.has("device", "gpus"):
         return  # the device itself is refused already (its probe failed): that is the line to show
     from machine.device import parse_device_spec
-    from models.levers import lever_problems
-    from models.quantize_check import cuda_capability
+    from models.speed.levers import lever_problems
+    from models.quantization.check import cuda_capability
 
     capability = cuda_capability(*parse_device_spec(device))
     for name, problem in lever_problems(params.to_dict(), device, capability).items():
         problems.add(f"generate.{name}", problem)
     if isinstance(params.parallel, int) and params.parallel > 1:
-        from models.parallel import parallel_problem
+        from models.parallel.launch import parallel_problem
 
         # Under Ray the cluster's GPUs count (`_ray_placement`), not this machine's.
         local = None if ray_address is not None and device.startswith("cuda") else parallel_problem(device,
@@ -414,7 +414,7 @@ def _split_problem(model: str | None, params: GenerateParams) -> str | None:
     the forecast cannot read is left to the checkpoint's own checks to name."""
     from core.errors import DrainboardError
     from models.forecast import packed_rows
-    from models.params import split_problem
+    from models.request.params import split_problem
 
     try:
         return None if model is None else split_problem(packed_rows(model, params), params.parallel)
@@ -423,12 +423,12 @@ def _split_problem(model: str | None, params: GenerateParams) -> str | None:
 
 
 def _check_generate_checkpoint(model: str | None, config: Config, problems: Problems) -> None:
-    """A generate's checkpoint must be an H3 model folder whose DiT is not packed (`models.formats`), never a
+    """A generate's checkpoint must be an H3 model folder whose DiT is not packed (`models.checkpoint.formats`), never a
     skeleton; one the loader refuses is named once already, under `model`."""
     if model is None or problems.has("model"):
         return
     from loader.checkpoint import checkpoint_problems
-    from models.single_file import generate_checkpoint_problem
+    from models.checkpoint.single_file import generate_checkpoint_problem
 
     index, found = checkpoint_problems(model, config.model_roots)
     if index is not None and not found:
@@ -441,11 +441,11 @@ def _generate(raw: Any, model: str | None, config: Config, problems: Problems,
               preset: Any = None) -> tuple[GenerateParams | None, dict[str, str] | None]:
     """Generate parameters and where their steps and shift came from: types here, ranges by the model's own
     rules; a single-file DiT (`transformer`) resolved under the model roots, as the model is; a preset's steps,
-    shift and LoRA (found under the model roots) where unset (`models.presets`); unset steps and shift taken from
-    a LoRA whose metadata states them (`models.params.stated_schedule`)."""
+    shift and LoRA (found under the model roots) where unset (`models.request.presets`); unset steps and shift taken from
+    a LoRA whose metadata states them (`models.request.params.stated_schedule`)."""
     params = _generate_params(raw or {}, problems)
     if params is not None and preset is not None:
-        from models.presets import PresetError, with_preset
+        from models.request.presets import PresetError, with_preset
 
         try:
             if not isinstance(preset, str):
@@ -462,7 +462,7 @@ def _generate(raw: Any, model: str | None, config: Config, problems: Problems,
             return None, None
     if params is None or model is None:
         return params, None
-    from models.params import GIVEN, stated_schedule
+    from models.request.params import GIVEN, stated_schedule
 
     _check_against_model(params, model, problems)
     params, facts = _checked_loras(params, model, config, problems)
@@ -473,12 +473,12 @@ def _generate(raw: Any, model: str | None, config: Config, problems: Problems,
 
 
 def _checked_loras(params: GenerateParams, model: str, config: Config, problems: Problems) -> tuple[GenerateParams, list]:
-    """Each LoRA resolved under a model root and checked against the model (`models.lora_inputs.inspect_lora`),
+    """Each LoRA resolved under a model root and checked against the model (`models.lora.inputs.inspect_lora`),
     recorded with its content hash and partition, with what its header says (`LoraFacts`); a bad one is refused
     naming the file."""
     if not params.loras:
         return params, []
-    from models.lora_inputs import LoraError, inspect_lora
+    from models.lora.inputs import LoraError, inspect_lora
 
     facts = []
     for i, lora in enumerate(params.loras):

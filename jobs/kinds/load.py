@@ -37,7 +37,7 @@ def run_load(spec: JobSpec, ctx: JobContext) -> dict[str, Any]:
     name for name and shape for shape, as a generate's load must; `skeleton` loads it generically."""
     from loader.api import load_checkpoint
     from loader.options import LoadOptions
-    from models.components import register_builders
+    from models.checkpoint.components import register_builders
 
     device, _, _ = decide_offload(spec, ctx)
     options: LoadJobOptions = spec.options

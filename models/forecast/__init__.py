@@ -2,11 +2,11 @@
 
 Reads configs, safetensors headers, the local tokenizer, the input images'
 headers and a reference clip's header (one frame decoded, for its rotation)
-only. Per computing stage of the workflow's plan (`models.workflows.
+only. Per computing stage of the workflow's plan (`models.run.workflows.
 stage_plan`: every block that reads weights, with what is resident around it),
 the forecast adds, above the process's own footprint once the pipeline is built
 (what `bench/bench_generate.py` measures against; the process itself is learned from the machine's own
-jobs, `models.process_size`):
+jobs, `models.forecast.process_size`):
 
 - weights resident under the resolved policy (header sizes at the run's dtype,
   H3's fp32 modules kept fp32, the text encoder's vision tower only where the
@@ -27,7 +27,8 @@ machine pays. Offloaded weights count on the host.
 
 The modules, by what they forecast: `weights` (each component's bytes), `drivers` (each stage's size from the
 request and its inputs), `lever_memory` (what the speed levers add), `stages` (the run, stage by stage, and a
-parallel run's ranks), `policy` (the fit-aware offload policy's input); `fitted` holds the fitted constants.
+parallel run's ranks), `policy` (the fit-aware offload policy's input); `fitted` holds the fitted constants. Learned
+from this machine's history: `eta` (seconds per stage), `process_size` (a job's own process).
 """
 
 from .drivers import clip_text_rows, count_prompt_tokens, reference_clip

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from ..params import TEXT_ENCODER_LAYER, GenerateParams, ModelSpec
-from ..video_length import FPS
+from ..request.params import TEXT_ENCODER_LAYER, GenerateParams, ModelSpec
+from ..request.video_length import FPS
 from . import fitted
 
 AUDIO_CHANNELS, AUDIO_LATENTS_PER_SECOND = 2, 40
@@ -57,7 +57,7 @@ def image_sizes(params: GenerateParams) -> dict[str, tuple[int, int]]:
 
 @dataclass(frozen=True)
 class ReferenceClip:
-    """A ref2va reference clip as diffusers' setup normalizes it, from the file's header (`models.clips.
+    """A ref2va reference clip as diffusers' setup normalizes it, from the file's header (`models.inputs.clips.
     read_clip_header`): resampled onto 24 fps, cut to the generated frames, put on the canvas of its own aspect."""
 
     frames: int
@@ -96,7 +96,7 @@ def reference_clip(root: Path, model: ModelSpec, params: GenerateParams) -> Refe
     """`params.ref_video` as the run will hold it, from its streams as they are declared; None without a clip, or
     where its header cannot be read (the job's submit check refuses such a clip, naming the file). A soundtrack
     whose length is not declared is counted at the longest accepted."""
-    from ..clips import MAX_SOUNDTRACK_SECONDS, frames_at_24, read_clip_header
+    from ..inputs.clips import MAX_SOUNDTRACK_SECONDS, frames_at_24, read_clip_header
 
     info = read_clip_header(params.ref_video) if params.ref_video else None
     if info is None:
@@ -139,7 +139,7 @@ def vision_tokens(root: Path, images: list[tuple[int, int, int]]) -> int:
     block's start and end, and one row per merged patch of the image as Qwen3-VL's image processor resizes it
     (`smart_resize` within the processor's pixel bounds: ref2va's reference image, put on a 2048 short edge for
     the VAE, reaches the text encoder at about a megapixel)."""
-    from ..text_aux import image_processor, read_processor_config, resized_image
+    from ..checkpoint.text_aux import image_processor, read_processor_config, resized_image
 
     processor = image_processor(read_processor_config(root / "processor").get("image_processor"))
     side = processor.patch_size * processor.merge_size
@@ -159,8 +159,8 @@ def clip_text_rows(root: Path, clip: ReferenceClip) -> int:
     """Rows the text encoder adds for a reference clip, as diffusers' ref2va text step lays them out: `<Audio 1>: `
     for a soundtrack, `<Video 1>: `, then per merged pair of frames sampled at 2 fps a timestamp label, the vision
     block's start and end and the block's merged patches at the size Qwen3-VL's video processor resizes to."""
-    from ..qwen_video import resized_frame, video_processor
-    from ..text_aux import read_processor_config
+    from ..inputs.qwen_video import resized_frame, video_processor
+    from ..checkpoint.text_aux import read_processor_config
 
     processor = video_processor(read_processor_config(root / "processor").get("video_processor"))
     sampled = len(range(0, clip.frames, CLIP_SAMPLE_STRIDE))

@@ -3,8 +3,8 @@ run could fit, said rather than guessed."""
 
 from __future__ import annotations
 
-from ..params import GenerateParams, ModelSpec
-from ..quantize_check import FP8_COMPUTE
+from ..request.params import GenerateParams, ModelSpec
+from ..quantization.check import FP8_COMPUTE
 
 
 def step_cache_bytes(model: ModelSpec, cache: str | None, tokens: int, dtype_bytes: int) -> int:
@@ -15,7 +15,7 @@ def step_cache_bytes(model: ModelSpec, cache: str | None, tokens: int, dtype_byt
         return 0
     import torch
 
-    from ..speedups import cache_config
+    from ..speed.speedups import cache_config
 
     config = cache_config(cache)
     dit = model.configs["transformer"]

@@ -8,7 +8,7 @@ from pathlib import Path
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings, resolve_offload
 
-from ..params import GenerateParams
+from ..request.params import GenerateParams
 from .stages import forecast_generate
 
 

@@ -10,10 +10,10 @@ from typing import Any, Mapping
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings, resolve_offload
 
-from ..levers import LEVER_FIELDS
-from ..params import GenerateParams, ModelSpec
-from ..residency import MODEL_OFFLOAD, ON_DEVICE, plan_placements
-from ..workflows import check_workflow, stage_plan, workflow_components
+from ..speed.levers import LEVER_FIELDS
+from ..request.params import GenerateParams, ModelSpec
+from ..run.residency import MODEL_OFFLOAD, ON_DEVICE, plan_placements
+from ..run.workflows import check_workflow, stage_plan, workflow_components
 from . import fitted
 from .drivers import count_prompt_tokens, encoded_inputs, image_sizes, reference_clip, stage_drivers, vision_tokens
 from .lever_memory import lever_memory_unknown, step_cache_bytes
@@ -98,7 +98,7 @@ class GenerateForecast:
     placements: dict[str, str]
     """Component -> diffusers mechanism under the resolved policy."""
     process_host_bytes: int
-    """What the process adds beyond its start-up (`models.process_size`, learned from this machine's jobs): on
+    """What the process adds beyond its start-up (`models.forecast.process_size`, learned from this machine's jobs): on
     CUDA cuBLAS and cuDNN and an image path's processor; a reference clip's decoded frames; else 0."""
     process_device_bytes: int
     """The CUDA context (0 elsewhere)."""
@@ -108,9 +108,9 @@ class GenerateForecast:
     """The workflow whose stage plan was forecast."""
     clip_decode_bytes: int = 0
     """Host bytes above the process (which counts the decoded clip) while a reference clip decodes, in its own
-    stage (`models.clips.READ_CLIP`) before any weight: what the decode holds twice for a moment."""
+    stage (`models.inputs.clips.READ_CLIP`) before any weight: what the decode holds twice for a moment."""
     lora_bytes: dict[str, int] = field(default_factory=dict)
-    """Partition -> what its LoRAs hold while it loads (`models.lora_inputs.lora_load_bytes`); a merged LoRA holds
+    """Partition -> what its LoRAs hold while it loads (`models.lora.inputs.lora_load_bytes`); a merged LoRA holds
     nothing once loaded."""
     lora_work: dict[str, int] = field(default_factory=dict)
     """Partition -> bytes of LoRA factors its load reads, converts and merges (what the ETA scales by)."""
@@ -131,7 +131,7 @@ class GenerateForecast:
 
     @property
     def peak_stage(self) -> str:
-        from ..clips import READ_CLIP
+        from ..inputs.clips import READ_CLIP
 
         peak = max(self.stages, key=lambda s: s.total_bytes, default=None)
         if peak is None or self.clip_decode_bytes > peak.total_bytes:
@@ -174,11 +174,11 @@ def forecast_generate(
     node, as Ray spreads them).
 
     `workflow` defaults to the one `params` selects (`GenerateParams.resolved_workflow`); its stage plan
-    (`models.workflows.stage_plan`) says which components each stage holds. `resolved`: the settings are
+    (`models.run.workflows.stage_plan`) says which components each stage holds. `resolved`: the settings are
     the policy's answer already (a job's probe stage resolved them); else they are resolved here.
     `sequential_components` defaults as `run_generate` does (on for unified memory).
     """
-    from ..quantize import DIT_COMPONENTS
+    from ..quantization.quantize import DIT_COMPONENTS
 
     root = Path(root)
     model = ModelSpec.read(root)
@@ -198,7 +198,7 @@ def forecast_generate(
     tokens, drivers, outputs = stage_drivers(model, params, height, width, text_tokens, dtype_bytes, conditions,
                                         vision_tokens(root, [c for c in conditions if c[0] == 1]), clip)
     pixels = drivers["decode.video"]  # the clip's pixels, as _drivers counts them
-    from ..lora_inputs import lora_load_bytes
+    from ..lora.inputs import lora_load_bytes
 
     lora_bytes, lora_work = lora_load_bytes(root, params) if params.loras else ({}, {})
     loaded: set[str] = set()
@@ -298,7 +298,7 @@ def rank_forecasts(stages: list[StageForecast], ranks: int, cpu: bool, idle_dit:
     rank 0 also runs every other stage as one process would; the other ranks hold, outside the DiT's stages,
     only what the stages left behind (the text embeddings rank 0 broadcasts, the latents), and `idle_dit`, the DiT
     when it stays loaded through the run (not sequential)."""
-    from ..quantize import DIT_COMPONENTS
+    from ..quantization.quantize import DIT_COMPONENTS
 
     first, others = [], []
     for s in stages:

@@ -12,18 +12,18 @@ from loader.roots import ModelRoots
 from loader.safetensors_file import read_shard_header
 from machine.offload import OffloadSettings
 
-from ..params import TEXT_ENCODER_LAYER
-from ..residency import pins_host_copy
-from ..workflows import workflow_components
+from ..request.params import TEXT_ENCODER_LAYER
+from ..run.residency import pins_host_copy
+from ..run.workflows import workflow_components
 
 
 def weight_bytes(root: str | Path, dtype_bytes: int = 2, *, workflow: str = "t2va", quantize: str | None = None,
                  vae_dtype: str = "bf16", audio: bool = True, transformer: str | None = None) -> dict[str, int]:
     """Each weight component `workflow` reads, its bytes as the run holds them, from the headers: the text
-    encoder without what the workflow never reads, the DiT quantized (`models.quantize.quantized_bytes`,
+    encoder without what the workflow never reads, the DiT quantized (`models.quantization.quantize.quantized_bytes`,
     from its config) when `quantize` is set, the video VAE at fp32 when `vae_dtype` says so; `transformer`,
     a single-file DiT, is counted from its own header."""
-    from ..quantize import DIT_COMPONENTS, quantized_bytes
+    from ..quantization.quantize import DIT_COMPONENTS, quantized_bytes
 
     root = Path(root)
     sizes = {}
@@ -46,7 +46,7 @@ def keep_fp32_of(root: Path, name: str) -> tuple[str, ...]:
     """The component class's float32 modules (diffusers' dtype rule), from the index's class name."""
     import importlib
 
-    from ..classes import keep_fp32_modules
+    from ..checkpoint.classes import keep_fp32_modules
 
     library, class_name = json.loads((root / "modular_model_index.json").read_text())[name][:2]
     return keep_fp32_modules(getattr(importlib.import_module(library), class_name))
@@ -55,7 +55,7 @@ def keep_fp32_of(root: Path, name: str) -> tuple[str, ...]:
 def unread_by(name: str, workflow: str) -> bool:
     """Text-encoder tensors `workflow` never reads: the LM head and the decoder layers after layer 50 (layers
     0..50 stay, so `hidden_states[50]` remains the pre-norm state), and for t2va the vision tower (the
-    loader's rule, `models.components.text_encoder_pruning`)."""
+    loader's rule, `models.checkpoint.components.text_encoder_pruning`)."""
     if name.startswith("lm_head.") or (workflow == "t2va" and name.startswith("model.visual.")):
         return True
     prefix = "model.language_model.layers."
@@ -81,13 +81,13 @@ def tensor_bytes(folder: Path, keep_fp32: tuple[str, ...], dtype_bytes: int, wor
     where diffusers keeps fp32 (a dotted part of the name in `_keep_in_fp32_modules`), else `dtype_bytes`;
     tensors `workflow` never reads are left out. `roots`: where the shards may lie (default: the folder).
     `folder` may be a single-file DiT in the reference layout, its names read as diffusers names them, or a
-    GGUF one, its quantized tensors counted packed (`models.gguf.held_bytes`)."""
+    GGUF one, its quantized tensors counted packed (`models.checkpoint.gguf.held_bytes`)."""
     from loader.gguf_header import is_gguf
 
-    from ..single_file import diffusers_name
+    from ..checkpoint.single_file import diffusers_name
 
     if is_gguf(folder):
-        from ..gguf import held_bytes
+        from ..checkpoint.gguf import held_bytes
 
         yield from held_bytes(folder, keep_fp32, dtype_bytes)
         return
@@ -111,9 +111,9 @@ def tensor_bytes(folder: Path, keep_fp32: tuple[str, ...], dtype_bytes: int, wor
 def host_bytes(root: Path, sizes: Mapping[str, int], placements, settings: OffloadSettings, cuda: bool,
                 bf16_dit: bool, dtype_bytes: int, transformer: str | None = None) -> dict[str, int]:
     """Each component's bytes as the host holds them: one the loader places page-locked
-    (`models.residency.pins_host_copy`) takes its power-of-two blocks (`pinned_component_bytes`). A quantized
+    (`models.run.residency.pins_host_copy`) takes its power-of-two blocks (`pinned_component_bytes`). A quantized
     DiT is not pinned by the loader; group offload then pins torchao's tensors, whose size is not modelled."""
-    from ..quantize import DIT_COMPONENTS
+    from ..quantization.quantize import DIT_COMPONENTS
 
     host = dict(sizes)
     for name in DIT_COMPONENTS:

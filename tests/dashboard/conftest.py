@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import models.params  # noqa: F401  (before a page runs: AppTest puts dashboard/pages, and its models.py, on sys.path)
+import models.request.params  # noqa: F401  (before a page runs: AppTest puts dashboard/pages, and its models.py, on sys.path)
 
 GIB = 2**30
 
@@ -121,7 +121,7 @@ def add_job(db, *, status: str, mode: str = "stream", model: str = "/models/tiny
     import time
 
     from jobs.spec import JobSpec
-    from models.params import GenerateParams
+    from models.request.params import GenerateParams
     from storage import jobs_table
     from storage.schema import FINAL_STATUSES
 

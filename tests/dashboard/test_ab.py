@@ -10,7 +10,7 @@ import pytest
 
 from dashboard.views.ab import cost_deltas, frame_diff, read_frames, request_mismatch
 from dashboard.views.cards import seconds_per_step
-from models.encode import write_mp4
+from models.video.encode import write_mp4
 from tests.dashboard.test_pages import page
 
 
@@ -51,7 +51,7 @@ def test_two_mp4s_written_by_the_project_s_writer_are_read_back_and_the_edited_f
 
 
 def test_jobs_of_another_request_are_named_and_costs_are_compared_compile_left_out_of_s_per_step():
-    from models.levers import COMPILE_CALLS
+    from models.speed.levers import COMPILE_CALLS
 
     # B's 7 DiT calls: the compiling ones timed as denoise.compile, the rest 1 s each.
     a = {"spec": {"generate": {"prompt": "fox", "seed": 1, "steps": 8}}, "started_at": 100.0, "finished_at": 160.0,

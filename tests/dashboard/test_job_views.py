@@ -14,7 +14,7 @@ from dashboard.views import job_tables as tv
 from dashboard.views import jobs as jv
 from dashboard.views import outcome as oc
 from machine.device import DeviceInfo
-from models.levers import COMPILE_CALLS
+from models.speed.levers import COMPILE_CALLS
 
 GIB = 2**30
 

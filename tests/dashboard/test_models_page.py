@@ -7,7 +7,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-import models.params  # noqa: F401  (AppTest puts the page's folder, which holds a models.py, first on sys.path)
+import models.request.params  # noqa: F401  (AppTest puts the page's folder, which holds a models.py, first on sys.path)
 from dashboard import nav
 from tests.hub_layout import hub_snapshot
 

@@ -84,7 +84,7 @@ def test_fp8_on_the_cpu_says_why_the_job_would_fail(tiny_root):
 
 
 def test_a_missing_torchao_is_named_with_the_command_that_installs_it():
-    from models.quantize_check import quantization_problem
+    from models.quantization.check import quantization_problem
 
     assert "pip install -r requirements-quant.txt" in quantization_problem("int8", "cpu", None, torchao=False)
     assert quantization_problem("int8", "cpu", None, torchao=True) is None
@@ -214,9 +214,9 @@ def test_a_load_offers_the_component_a_generate_does_not(tiny_root, fresh_db):
 def test_a_drainboard_video_dropped_on_the_run_page_fills_the_form(tiny_root, fresh_db, tmp_path):
     import numpy as np
 
-    from models.encode import write_mp4
-    from models.params import GenerateParams
-    from models.video_settings import video_settings
+    from models.video.encode import write_mp4
+    from models.request.params import GenerateParams
+    from models.video.settings import video_settings
 
     params = GenerateParams(prompt="a heron over a misty lake", seed=42, steps=5, frames=141, width=128, height=96)
     clip = tmp_path / "made.mp4"
@@ -237,7 +237,7 @@ def test_a_drainboard_video_dropped_on_the_run_page_fills_the_form(tiny_root, fr
 def test_a_video_without_settings_is_said_and_changes_nothing(tiny_root, fresh_db, tmp_path):
     import numpy as np
 
-    from models.encode import write_mp4
+    from models.video.encode import write_mp4
 
     clip = tmp_path / "plain.mp4"
     write_mp4(clip, np.zeros((3, 32, 48, 3), np.uint8), 24)
@@ -253,7 +253,7 @@ def test_the_offload_preview_shows_what_a_discrete_gpu_generate_will_do_not_the_
     from machine.device import DeviceInfo
     from machine.offload import OffloadSettings
     from jobs.kinds.generate import GenerateJobOptions
-    from models.params import GenerateParams
+    from models.request.params import GenerateParams
     from dashboard.views.run import offload_preview, offload_summary
 
     gpu = DeviceInfo(spec="cuda:0", kind="cuda", index=0, name="a discrete 80 GiB GPU", unified_memory=False,
@@ -304,7 +304,7 @@ def test_the_shift_is_unset_by_default_queued_when_given_and_shown_on_the_job(ti
 
 
 def test_a_preset_fills_steps_shift_and_its_lora_and_a_missing_lora_is_said(tiny_root, fresh_db, monkeypatch, tmp_path):
-    from models import presets
+    from models.request import presets
     from tests.models.lora_files import write_peft_lora
 
     presets_file = tmp_path / "presets.json"

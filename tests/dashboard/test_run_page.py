@@ -125,7 +125,7 @@ def test_edit_and_requeue_fills_the_form_from_the_job_and_queues_the_same_spec(f
 
 
 def test_edit_and_requeue_of_a_generate_job_fills_prompt_and_seed(fresh_db, tiny_checkpoint):
-    from models.params import GenerateParams
+    from models.request.params import GenerateParams
 
     params = GenerateParams(prompt="a whale at dusk", seed=3, steps=4)
     job_id = _add_spec(fresh_db, JobSpec(kind="generate", model=str(tiny_checkpoint),
@@ -151,7 +151,7 @@ def test_a_crafted_from_names_no_job_and_crashes_nothing(fresh_db, tiny_checkpoi
 def test_the_forecast_honours_the_typed_memory_limit_and_counts_the_process_learned_from_past_loads(
         fresh_db, tiny_checkpoint):
     from machine.device import probe_device
-    from models.eta import device_key
+    from models.forecast.eta import device_key
     from tests.jobs.test_verdict import past_job
 
     cpu = probe_device("cpu")
@@ -273,7 +273,7 @@ def test_edit_and_requeue_brings_the_job_s_own_inputs_and_says_which_are_gone(fr
                                                                               tmp_path):
     from PIL import Image
 
-    from models.params import GenerateParams
+    from models.request.params import GenerateParams
     from storage.artifacts import job_dir
 
     gone = tmp_path / "upload.png"  # the user's file, long deleted: the job's copy is what is carried
@@ -300,7 +300,7 @@ def _page_from_lora_job(fresh_db, checkpoint, folder, files: dict[str, dict[str,
     import torch
     from safetensors.torch import save_file
 
-    from models.params import GenerateParams
+    from models.request.params import GenerateParams
 
     folder.mkdir()
     factors = {"transformer.proj_in.lora_A.weight": torch.ones(2, 96), "transformer.proj_in.lora_B.weight": torch.ones(64, 2)}

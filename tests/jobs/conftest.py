@@ -86,8 +86,8 @@ def run_to_end(db, tick_until):
 @pytest.fixture
 def tiny_model(config):
     """The `tiny` random-weight MiniMax H3 checkpoint (the release's layout) at data/models/tiny."""
-    from models.h3synth import synth_h3
-    from models.profiles import get_profile
+    from models.synth.writer import synth_h3
+    from models.synth.profiles import get_profile
 
     path = config.model_roots[0] / "tiny"
     synth_h3(path, get_profile("tiny"), seed=0)

@@ -74,7 +74,7 @@ def test_submit_generate_with_a_truncated_clip_exits_2_in_one_line_and_queues_no
         db, config, capsys, tmp_path, tiny_model):
     import numpy as np
 
-    from models.encode import write_mp4
+    from models.video.encode import write_mp4
     from storage.queries import list_jobs
 
     clip = tmp_path / "motion.mp4"

@@ -86,8 +86,8 @@ def test_a_generate_job_on_a_checkpoint_that_is_no_generate_model_is_refused(con
 
 def test_a_few_step_checkpoint_s_job_runs_the_steps_its_scheduler_config_names(db, config, queue_job, run_to_end):
     """A distilled checkpoint (same classes, its own scheduler config): steps unset take its 4, not H3's 50."""
-    from models.h3synth import synth_h3
-    from models.profiles import get_profile
+    from models.synth.writer import synth_h3
+    from models.synth.profiles import get_profile
 
     root = config.model_roots[0] / "distilled"
     synth_h3(root, get_profile("tiny"), seed=0, schedulers={"scheduler": {"shift": 5.0, "num_inference_steps": 4}})

@@ -52,7 +52,7 @@ def test_a_truncated_image_is_refused_at_submit_and_nothing_is_queued(db, config
 
 
 def test_a_ref2va_job_runs_from_its_own_copy_of_the_clip(db, config, run_to_end, tiny_model, tmp_path):
-    from models.encode import write_mp4
+    from models.video.encode import write_mp4
 
     clip = tmp_path / "user" / "motion.mov"
     clip.parent.mkdir(exist_ok=True)

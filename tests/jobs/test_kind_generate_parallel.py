@@ -39,8 +39,8 @@ def test_a_parallel_generate_job_makes_the_single_process_frames_and_records_eve
     encode of near-equal frames). Measured: 0.0004 and 0.006%."""
     import torch
 
-    from models.params import GenerateParams
-    from models.pipeline import run_generate
+    from models.request.params import GenerateParams
+    from models.run.pipeline import run_generate
 
     job_id = queue_job("generate", model=str(tiny_model), dtype="fp32", generate=TWO_RANKS)
     job = run_to_end(job_id, timeout=300)
@@ -143,7 +143,7 @@ def ranks_among(pids: list[int]) -> dict[int, int]:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"models.parallel" in argv:
+        if b"models.parallel.launch" in argv:
             ranks[int(argv[-2])] = pid
     return ranks
 

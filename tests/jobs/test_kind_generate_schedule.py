@@ -75,7 +75,7 @@ def test_steps_and_shift_given_win_over_the_loras_and_unstated_ones_are_the_chec
 
 def test_submit_preset_fills_steps_shift_and_its_lora_from_the_model_roots_and_the_job_records_it(
         db, config, capsys, tiny_model, tmp_path, monkeypatch):
-    from models import presets
+    from models.request import presets
 
     presets_file = tmp_path / "presets.json"
     presets_file.write_text(json.dumps([{"name": "turbo", "steps": 4, "shift": 5.0, "lora": "turbo4.safetensors",

@@ -135,7 +135,7 @@ def test_a_hostile_lora_file_is_refused_at_submit_in_one_line_naming_it_and_noth
 
 def test_a_lora_jobs_load_eta_is_learned_from_finished_jobs_of_its_lora_set_only(db, config, tiny_model, lora):
     from jobs.history import stage_records
-    from models.lora_inputs import lora_key
+    from models.lora.inputs import lora_key
 
     def queue(**generate):
         return submit(db, {"kind": "generate", "model": str(tiny_model), "generate": {"prompt": "a fox", **generate}},

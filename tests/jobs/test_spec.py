@@ -134,7 +134,7 @@ def test_cuda_devices_the_driver_does_not_have_are_refused_at_submit(config, mon
 
 
 def test_a_quantized_dit_that_cannot_run_on_the_device_is_refused_at_submit(config, tiny_model, monkeypatch):
-    import models.quantize_check as check
+    import models.quantization.check as check
 
     raw = {"kind": "generate", "model": str(tiny_model), "generate": {"prompt": "a fox", "quantize": "fp8"}}
     monkeypatch.setattr(check, "torchao_installed", lambda: True)

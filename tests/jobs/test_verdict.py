@@ -15,8 +15,8 @@ from jobs.kinds.generate import GenerateJobOptions
 from jobs.spec import JobSpec
 from machine.device import DeviceInfo
 from models import GenerateParams
-from models.eta import NO_HISTORY
-from models.process_size import ProcessRecord, estimate_process
+from models.forecast.eta import NO_HISTORY
+from models.forecast.process_size import ProcessRecord, estimate_process
 from storage import jobs_table
 from storage.queries import get_job, list_jobs
 from storage.sample_writer import append_samples, sample_row
@@ -129,7 +129,7 @@ def test_at_50_mib_forced_the_recorded_refusal_says_the_start_up_alone_is_over_i
 
 def test_the_cli_says_the_need_once_with_its_own_remedy_and_the_page_with_its_own(db, config, tiny_model, capsys):
     from machine.device import probe_device
-    from models.eta import device_key
+    from models.forecast.eta import device_key
 
     this_cpu = probe_device("cpu")
     past_job(db, config, tiny_model, device=device_key(this_cpu.kind, this_cpu.name))

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 _LIBRARY_USER = """
 import json, os, sys
 import torch
-import models, models.pipeline, models.components, models.h3synth
+import models, models.run.pipeline, models.checkpoint.components, models.synth.writer
 import loader, loader.api, loader.io.host_blocks as host_blocks
 import jobs.kinds.load, jobs.kinds.generate
 from machine.host_heap import return_large_frees_to_os
@@ -49,8 +49,8 @@ def test_importing_and_calling_the_library_changes_no_process_setting_and_config
 def test_made_first_the_hub_client_reads_offline_when_the_pipeline_imports_it():
     """huggingface_hub reads HF_HUB_OFFLINE once, when it is imported: an entry point sets it before that."""
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
-    script = ("from loader.process import configure_process; configure_process(); import models.pipeline, "
-              "models.h3synth; import huggingface_hub.constants as c; print(c.HF_HUB_OFFLINE)")
+    script = ("from loader.process import configure_process; configure_process(); import models.run.pipeline, "
+              "models.synth.writer; import huggingface_hub.constants as c; print(c.HF_HUB_OFFLINE)")
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.split()[-1] == "True", out.stderr
 
@@ -66,7 +66,7 @@ def calls(monkeypatch) -> list[tuple]:
     def record(*args):
         seen.append(args)
 
-    for module in ("loader.cli", "models.cli", "jobs.cli", "jobs.child", "loader.sharded.worker", "models.parallel"):
+    for module in ("loader.cli", "models.cli", "jobs.cli", "jobs.child", "loader.sharded.worker", "models.parallel.launch"):
         monkeypatch.setattr(f"{module}.configure_process", record)
     monkeypatch.setattr(loader.process, "configure_process", record)
     return seen
@@ -112,17 +112,17 @@ def test_a_parallel_generates_rank_makes_its_device_settings(calls, tmp_path, mo
     import json
 
     import machine.lifetime
-    import models.context_parallel
-    import models.parallel
+    import models.parallel.rank
+    import models.parallel.launch
 
     monkeypatch.setattr(machine.lifetime, "die_with_parent", lambda: None)
-    monkeypatch.setattr(models.context_parallel, "RankGroup", lambda *a: (_ for _ in ()).throw(_Configured()))
+    monkeypatch.setattr(models.parallel.rank, "RankGroup", lambda *a: (_ for _ in ()).throw(_Configured()))
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", "1")  # as every launcher sets it, local or Ray
-    monkeypatch.setenv(models.parallel.PARENT_ENV, str(os.getppid()))  # as the parent that started the ranks sets it
+    monkeypatch.setenv(models.parallel.launch.PARENT_ENV, str(os.getppid()))  # as the parent that started the ranks sets it
     (tmp_path / "request.json").write_text(json.dumps({"device": "cpu"}))
     with pytest.raises(_Configured):
-        models.parallel.rank_main(tmp_path, 1)
+        models.parallel.launch.rank_main(tmp_path, 1)
     assert calls == [("cpu",)]
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from models.classes import build_empty
+from models.checkpoint.classes import build_empty
 
 
 def dit_linears(root: Path, partition: str = "transformer") -> dict[str, tuple[int, int]]:

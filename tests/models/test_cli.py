@@ -114,7 +114,7 @@ def test_generate_and_forecast_plan_count_the_learned_process_start_up_and_refus
         capsys, h3_tiny: Path, tmp_path: Path):
     from core.sizes import format_size
     from machine.device import probe_device
-    from models.eta import device_key
+    from models.forecast.eta import device_key
 
     cpu = probe_device("cpu")
     history = tmp_path / "history.json"  # one past job whose process grew by 1 PiB before its first weight
@@ -139,9 +139,9 @@ def test_generate_plan_fastest_runs_the_candidate_its_history_times_fastest(caps
 
     from machine.device import probe_device
     from machine.offload import OffloadSettings
-    from models.eta import StageRecord, device_key, stage_work
+    from models.forecast.eta import StageRecord, device_key, stage_work
     from models.forecast import forecast_generate
-    from models.params import GenerateParams
+    from models.request.params import GenerateParams
 
     cpu = probe_device("cpu")
     size = {"height": 64, "width": 64, "steps": 2, "audio": False}

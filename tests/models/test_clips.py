@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from models import clips
-from models.clips import ClipInfo, InputClipError, check_clip
-from models.encode import write_mp4
+from models.inputs import clips
+from models.inputs.clips import ClipInfo, InputClipError, check_clip
+from models.video.encode import write_mp4
 
 
 def _clip(path: Path, frames: int = 20, fps: int = 25, rate: int | None = 32000) -> Path:
@@ -64,7 +64,7 @@ def test_bad_clips_get_one_line_naming_the_file(tmp_path: Path, monkeypatch):
 
 
 def test_the_forecast_s_header_read_agrees_with_the_full_check_and_reads_nothing_bad(tmp_path: Path):
-    from models.clips import read_clip_header
+    from models.inputs.clips import read_clip_header
 
     clip = _clip(tmp_path / "a.mp4")
     assert read_clip_header(clip) == check_clip(clip, 32000)

@@ -12,9 +12,9 @@ import torch
 
 from loader import LoadOptions, known_placements, load_checkpoint
 from core.errors import CheckpointError
-from models.classes import build_empty, fp32_patterns
-from models.components import load_aux, load_component, text_encoder_pruning
-from models.profiles import HIDDEN_STATE_LAYER, get_profile
+from models.checkpoint.classes import build_empty, fp32_patterns
+from models.checkpoint.components import load_aux, load_component, text_encoder_pruning
+from models.synth.profiles import HIDDEN_STATE_LAYER, get_profile
 
 MODES = known_placements()
 DIFFUSERS = {"transformer": "MiniMaxH3Transformer3DModel", "vae": "AutoencoderKLMiniMaxH3",
@@ -154,8 +154,8 @@ def test_transformer_forward_matches_diffusers_bit_for_bit(h3_tiny: Path):
 
 def test_real_size_text_encoder_skip_is_62_1_to_47_8_gib():
     profile = get_profile("h3")
-    from models.h3synth import _class_config
-    from models.text_aux import build_tokenizer
+    from models.synth.writer import _class_config
+    from models.checkpoint.text_aux import build_tokenizer
 
     config = _class_config(profile, "text_encoder", torch.bfloat16, build_tokenizer(8))
     module = build_empty(config)
@@ -168,7 +168,7 @@ def test_real_size_text_encoder_skip_is_62_1_to_47_8_gib():
 
 def test_the_loaders_registry_builds_diffusers_classes(h3_tiny: Path, monkeypatch):
     from loader import model_registry
-    from models.components import register_builders
+    from models.checkpoint.components import register_builders
 
     monkeypatch.setattr(model_registry, "_BUILDERS", dict(model_registry._BUILDERS))
     register_builders()

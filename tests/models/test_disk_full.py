@@ -12,9 +12,9 @@ import pytest
 
 from core.errors import DiskFullError
 from models.cli import main
-from models.encode import write_mp4
-from models.h3synth import synth_h3
-from models.profiles import get_profile
+from models.video.encode import write_mp4
+from models.synth.writer import synth_h3
+from models.synth.profiles import get_profile
 
 def fill(folder: Path) -> None:
     """Take every free byte of `folder`'s filesystem, the way another writer would."""

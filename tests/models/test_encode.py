@@ -10,7 +10,7 @@ import av
 import numpy as np
 import pytest
 
-from models.encode import silence_non_finite, write_mp4
+from models.video.encode import silence_non_finite, write_mp4
 
 FRAMES = np.zeros((4, 16, 16, 3), np.uint8)
 

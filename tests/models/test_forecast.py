@@ -13,9 +13,9 @@ import pytest
 
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings
-from models.eta import NO_HISTORY, StageRecord, estimate, stage_work, time_left, total_seconds
+from models.forecast.eta import NO_HISTORY, StageRecord, estimate, stage_work, time_left, total_seconds
 from models.forecast import count_prompt_tokens, fitted, forecast_generate
-from models.params import GenerateParams
+from models.request.params import GenerateParams
 
 CPU = DeviceInfo("cpu", "cpu", None, "test CPU", True, 64 * 2**30, "cpu", "a CPU")
 H200 = DeviceInfo("cuda", "cuda", 0, "NVIDIA H200", False, int(139.8 * 2**30), "cuda-driver", "made up for a test")
@@ -31,9 +31,9 @@ _MEASURE = """
 import json, sys
 from loader.process import configure_process
 configure_process()  # as every entry point does: glibc's fixed mmap threshold keeps stage peaks from drifting
-from models.lora_inputs import lora_from_value
-from models.pipeline import run_generate
-from models.params import GenerateParams
+from models.lora.inputs import lora_from_value
+from models.run.pipeline import run_generate
+from models.request.params import GenerateParams
 fields = json.loads(sys.argv[2])
 fields["loras"] = tuple(lora_from_value(v) for v in fields.get("loras", ()))
 p = GenerateParams(**fields)
@@ -49,7 +49,7 @@ def test_the_forecast_is_within_10_percent_per_stage_of_a_measured_run_on_an_uns
         profile: str, params: GenerateParams, lora_rank: int, request: pytest.FixtureRequest, tmp_path: Path):
     from dataclasses import replace
 
-    from models.lora_inputs import LoraInput
+    from models.lora.inputs import LoraInput
 
     from .lora_files import write_peft_lora
 
@@ -105,7 +105,7 @@ def test_a_pinned_group_offloaded_dit_costs_the_host_exactly_the_blocks_the_load
     """On CUDA with `pin_cpu_memory`, the loader places a group-offloaded DiT in pinned power-of-two blocks; the
     forecast's host bytes for it are those blocks, as a load through a faked pinned allocator takes them."""
     import loader.io.host_blocks as host_blocks
-    from models.components import load_component
+    from models.checkpoint.components import load_component
 
     blocks: list[int] = []
 
@@ -180,7 +180,7 @@ def test_each_workflow_s_forecast_holds_exactly_the_components_and_bytes_its_run
     the int8 DiT at its quantized size and the fp32 VAE: what the run reports it placed and holds."""
     from dataclasses import replace
 
-    from models.pipeline import run_generate
+    from models.run.pipeline import run_generate
 
     params = replace(GenerateParams(prompt="a red fox", frames=124, height=64, width=64, steps=2, audio=False),
                      **{k: str(keyframe) if v is True else v for k, v in knobs.items()})
@@ -278,7 +278,7 @@ def reference_clip_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     generated frames and put on the checkpoint's canvas of its 16:9 aspect, as diffusers' ref2va setup does."""
     import numpy as np
 
-    from models.encode import write_mp4
+    from models.video.encode import write_mp4
 
     path = tmp_path_factory.mktemp("clips") / "motion.mp4"
     rng = np.random.RandomState(4)
@@ -294,9 +294,9 @@ def test_a_reference_clip_s_text_rows_are_the_ones_diffusers_lays_out(h3_tiny: P
     from diffusers.modular_pipelines.minimax_h3.before_encoder import MiniMaxH3Ref2VASetupStep
     from diffusers.modular_pipelines.minimax_h3.encoders import MiniMaxH3Ref2VATextEncoderStep
 
-    from models.components import load_aux
+    from models.checkpoint.components import load_aux
     from models.forecast import clip_text_rows, reference_clip
-    from models.params import ModelSpec
+    from models.request.params import ModelSpec
 
     model = ModelSpec.read(h3_tiny)
     params = GenerateParams(prompt="a fox", frames=124, workflow="ref2va", ref_video=str(reference_clip_file))
@@ -325,7 +325,7 @@ def test_an_image_s_text_rows_are_the_ones_diffusers_lays_out_within_the_process
     from diffusers.modular_pipelines.minimax_h3.encoders import MiniMaxH3Ref2VATextEncoderStep
     from PIL import Image
 
-    from models.components import load_aux
+    from models.checkpoint.components import load_aux
     from models.forecast.drivers import vision_tokens
 
     processor = load_aux(h3_tiny, "processor")
@@ -349,7 +349,7 @@ def test_a_reference_clip_adds_its_encode_its_rows_and_its_decoded_frames(h3_tin
     from dataclasses import replace
 
     from models.forecast import clip_text_rows, reference_clip
-    from models.params import ModelSpec
+    from models.request.params import ModelSpec
 
     image = GenerateParams(prompt="a fox", frames=124, height=64, width=128, steps=2, workflow="ref2va",
                            ref_image=str(keyframe))
@@ -382,9 +382,9 @@ def test_a_reference_clip_s_soundtrack_is_forecast_from_its_streams_as_declared(
 
     from jobs.kinds.generate import GenerateKind, GenerateJobOptions
     from jobs.spec import JobSpec
-    from models.clips import READ_CLIP
+    from models.inputs.clips import READ_CLIP
     from models.forecast import reference_clip
-    from models.params import ModelSpec
+    from models.request.params import ModelSpec
     from tests.models.test_clips import float_soundtrack_clip
 
     path = float_soundtrack_clip(tmp_path / "long.mov", 50.0, rate=48000, channels=2)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from models.params import GenerateParamsError, ModelSpec, validate_params
+from models.request.params import GenerateParamsError, ModelSpec, validate_params
 from tests.loader.gguf_files import gguf_bytes, require_gguf, write
 from tests.models.reference_layout import reference_tensors, write_gguf
 from tests.models.test_pipeline import SMALL, UNIFIED
@@ -41,7 +41,7 @@ def test_the_dit_stays_quantized_holds_diffusers_own_weights_and_the_forecast_co
                                                                                            monkeypatch):
     import socket
 
-    from models.components import load_component
+    from models.checkpoint.components import load_component
     from models.forecast import weight_bytes
 
     def no_network(*args):
@@ -89,8 +89,8 @@ def test_seed_contract_a_gguf_dit_generates_diffusers_own_gguf_frames(h3_tiny, q
     `from_single_file` casts every plain tensor to one dtype, so float32 is where both hold the same values."""
     from diffusers import ModularPipeline
 
-    from models.components import load_aux
-    from models.pipeline import run_generate
+    from models.checkpoint.components import load_aux
+    from models.run.pipeline import run_generate
 
     result = run_generate(h3_tiny, replace(FAST, transformer=str(q8_file)), tmp_path / "c.mp4",
                           dtype=torch.float32, device_info=UNIFIED)
@@ -122,11 +122,11 @@ def _tiny_shapes(h3_tiny: Path, quant: str = "Q8_0") -> list[tuple[str, tuple[in
 
 
 def test_corrupt_or_unrunnable_gguf_files_are_refused_at_submit_in_one_line(h3_tiny, tmp_path, monkeypatch):
-    import models.gguf
+    import models.checkpoint.gguf
 
-    monkeypatch.setattr(models.gguf, "gguf_installed", lambda: True)  # the header checks need no package
+    monkeypatch.setattr(models.checkpoint.gguf, "gguf_installed", lambda: True)  # the header checks need no package
     good = gguf_bytes(_tiny_shapes(h3_tiny))
-    assert models.gguf.gguf_problem(write(tmp_path / "good.gguf", good), ModelSpec.read(h3_tiny).configs["transformer"]) is None
+    assert models.checkpoint.gguf.gguf_problem(write(tmp_path / "good.gguf", good), ModelSpec.read(h3_tiny).configs["transformer"]) is None
     assert _problem(h3_tiny, write(tmp_path / "cut.gguf", good[:300])).startswith("truncated GGUF header: the file ends")
     assert _problem(h3_tiny, write(tmp_path / "st.gguf", struct.pack("<Q", 2) + b"{}")).startswith(
         "not a GGUF file (it starts with")
@@ -148,9 +148,9 @@ def test_corrupt_or_unrunnable_gguf_files_are_refused_at_submit_in_one_line(h3_t
 
 
 def test_without_the_gguf_package_a_gguf_dit_is_refused_naming_the_extra(h3_tiny, tmp_path, monkeypatch):
-    import models.gguf
+    import models.checkpoint.gguf
 
-    monkeypatch.setattr(models.gguf, "gguf_installed", lambda: False)
+    monkeypatch.setattr(models.checkpoint.gguf, "gguf_installed", lambda: False)
     file = write(tmp_path / "good.gguf", gguf_bytes(_tiny_shapes(h3_tiny)))
     assert _problem(h3_tiny, file) == ("a GGUF DiT needs the optional gguf package, which is not installed: "
                                        "pip install -r requirements-gguf.txt")
@@ -160,7 +160,7 @@ def test_the_runnable_quant_types_are_diffusers_own():
     gguf = require_gguf()
     from diffusers.quantizers.gguf.utils import SUPPORTED_GGUF_QUANT_TYPES
 
-    from models.gguf import RUNNABLE
+    from models.checkpoint.gguf import RUNNABLE
 
     plain = [gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16]  # loaded as plain tensors
     assert sorted(RUNNABLE) == sorted(t.name for t in [*plain, *SUPPORTED_GGUF_QUANT_TYPES])
@@ -173,11 +173,11 @@ def test_a_folder_without_the_dit_s_config_hands_diffusers_the_default_config(h3
     import json
     import shutil
 
-    import models.classes
-    from models.components import load_component
+    import models.checkpoint.classes
+    from models.checkpoint.components import load_component
 
     tiny = json.loads((h3_tiny / "transformer" / "config.json").read_text())
-    monkeypatch.setattr(models.classes, "default_dit_config", lambda: tiny)
+    monkeypatch.setattr(models.checkpoint.classes, "default_dit_config", lambda: tiny)
     folder = tmp_path / "no-dit"
     shutil.copytree(h3_tiny, folder, ignore=shutil.ignore_patterns("transformer"))
     validate_params(replace(FAST, transformer=str(q8_file)), ModelSpec.read(folder))

@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from models.h3synth import synth_h3
-from models.profiles import HIDDEN_STATE_LAYER, PROFILES, get_profile
+from models.synth.writer import synth_h3
+from models.synth.profiles import HIDDEN_STATE_LAYER, PROFILES, get_profile
 
 DIFFUSERS_FOLDERS = ("transformer", "transformer_ref", "vae", "audio_vae")
 
@@ -79,7 +79,7 @@ def test_the_modular_pipeline_takes_its_components_from_the_folder(h3_tiny: Path
 
 
 def test_tokenizer_carries_qwens_special_tokens_where_the_encoder_config_expects_them(h3_tiny: Path):
-    from models.components import load_aux
+    from models.checkpoint.components import load_aux
 
     tokenizer = load_aux(h3_tiny, "tokenizer")
     config = json.loads((h3_tiny / "text_encoder" / "config.json").read_text())
@@ -128,7 +128,7 @@ def test_pruned_r16_dry_run_is_the_seeds_layout(tmp_path: Path):
 
 
 def test_pruned_r16_writes_fastvideos_names_and_no_class(tmp_path: Path):
-    from models.profiles import Profile
+    from models.synth.profiles import Profile
 
     small = Profile("pruned-small", "test", PROFILES["tiny"].transformer, components=("transformer",), adaln_rank=4)
     synth_h3(tmp_path / "p", small)

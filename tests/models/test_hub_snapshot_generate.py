@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from models.pipeline import run_generate
+from models.run.pipeline import run_generate
 from tests.hub_layout import hub_snapshot
 from tests.models.test_pipeline import SMALL, UNIFIED
 
@@ -20,7 +20,7 @@ def test_a_hub_snapshot_generates_the_frames_of_the_same_folder(h3_tiny: Path, t
     from_snapshot = run_generate(snapshot, params, tmp_path / "b.mp4", device_info=UNIFIED)  # roots: the snapshot
     assert from_snapshot.frames_sha256 == from_folder.frames_sha256
     assert from_snapshot.loads["transformer"]["tensors_placed"] == from_folder.loads["transformer"]["tensors_placed"]
-    from models.video_settings import read_video_settings
+    from models.video.settings import read_video_settings
 
     carried = read_video_settings(tmp_path / "b.mp4")  # the settings travel with the video
     assert carried["generate"]["prompt"] == params.prompt and carried["generate"]["seed"] == params.seed

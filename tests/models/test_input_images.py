@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from models import input_images as inputs
-from models.input_images import InputImageError, check_image, open_image
+from models.inputs import images as inputs
+from models.inputs.images import InputImageError, check_image, open_image
 
 
 def _save(path: Path, fmt: str, size=(40, 24)) -> Path:

@@ -11,12 +11,12 @@ import pytest
 from diffusers import AutoencoderKLMiniMaxH3, MiniMaxH3Transformer3DModel
 from machine.device import DeviceInfo
 from models.cli import main
-from models.levers import (COMPILE_CALLS, COMPILE_STAGE, LEVER_OPTIONS, VAE_COMPILE_STAGE, attention_problem,
+from models.speed.levers import (COMPILE_CALLS, COMPILE_STAGE, LEVER_OPTIONS, VAE_COMPILE_STAGE, attention_problem,
                            is_lossless, key_part, lever_key, lever_option, lever_problems)
-from models.params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
-from models.quantize_check import FP8_COMPUTE
-from models.pipeline import run_generate
-from models.speedups import CACHE_REUSE_COUNTS, COMPILE_BACKEND_ENV
+from models.request.params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
+from models.quantization.check import FP8_COMPUTE
+from models.run.pipeline import run_generate
+from models.speed.speedups import CACHE_REUSE_COUNTS, COMPILE_BACKEND_ENV
 
 UNIFIED = DeviceInfo(spec="cpu", kind="cpu", index=None, name="fake unified GPU", unified_memory=True,
                      total_memory=8 * 2**30, source="test", reason="a unified device for tests")
@@ -41,7 +41,7 @@ def test_on_cuda_a_backend_needs_its_compute_capability_and_diffusers_requiremen
 
 
 def test_fp8_compute_is_refused_off_cuda_8_9_and_accepted_on_an_h200(monkeypatch: pytest.MonkeyPatch):
-    import models.quantize_check as check
+    import models.quantization.check as check
 
     monkeypatch.setattr(check, "torchao_installed", lambda: True)
     assert lever_problems({"quantize": FP8_COMPUTE}, "cpu", None) == {
@@ -99,7 +99,7 @@ def test_taylorseer_changes_the_frames_records_its_lever_set_and_holds_the_buffe
     from diffusers.hooks import HookRegistry
 
     from machine.offload import OffloadSettings
-    from models import run_state
+    from models.run import state as run_state
     from models.forecast import forecast_generate
 
     exact = run_generate(h3_tiny, SMALL, tmp_path / "exact.mp4", device_info=UNIFIED)
@@ -164,7 +164,7 @@ def test_a_compiled_dit_s_calls_that_compile_are_their_own_stage_and_the_backend
 
 def test_the_forecast_counts_a_cache_while_the_dit_is_resident_and_names_what_only_a_gpu_can_fit(h3_tiny: Path):
     from machine.offload import OffloadSettings
-    from models.eta import stage_work
+    from models.forecast.eta import stage_work
     from models.forecast import forecast_generate
 
     def forecast(sequential: bool, **levers):
@@ -186,7 +186,7 @@ def test_the_forecast_counts_a_cache_while_the_dit_is_resident_and_names_what_on
 
 
 def test_both_compiles_are_lossless_and_refused_on_cuda_without_triton_in_one_line(monkeypatch: pytest.MonkeyPatch):
-    import models.levers as levers
+    import models.speed.levers as levers
 
     assert lever_option("vae_compile", True).lossless and lever_option("vae_compile", False) is None
     assert lever_key({"compile": True, "vae_compile": True}) == "compile+vae_compile"
@@ -206,7 +206,7 @@ def test_both_compiles_are_lossless_and_refused_on_cuda_without_triton_in_one_li
 def test_vae_compile_is_a_flag_of_generate_and_a_bool_of_the_spec(h3_tiny: Path):
     import argparse
 
-    from models.request_args import add_workflow_arguments, workflow_fields
+    from models.request.cli_args import add_workflow_arguments, workflow_fields
 
     parser = argparse.ArgumentParser()
     add_workflow_arguments(parser)
@@ -252,7 +252,7 @@ def test_a_compiled_vae_decoder_s_first_call_is_its_own_stage_and_its_frames_are
 
 def test_the_forecast_and_the_eta_know_the_vae_compile_and_only_the_decode_learns_it(h3_tiny: Path):
     from machine.offload import OffloadSettings
-    from models.eta import StageRecord, estimate, stage_work
+    from models.forecast.eta import StageRecord, estimate, stage_work
     from models.forecast import forecast_generate
 
     forecast = forecast_generate(h3_tiny, GenerateParams(**{**SMALL.to_dict(), "vae_compile": True}),

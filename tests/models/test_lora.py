@@ -12,11 +12,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from models.components import load_component
-from models.lora_inputs import LoraError, LoraInput, inspect_lora, parse_lora_arg
-from models.lora_merge import merge_adjustments
-from models.params import GenerateParams, GenerateParamsError
-from models.pipeline import run_generate
+from models.checkpoint.components import load_component
+from models.lora.inputs import LoraError, LoraInput, inspect_lora, parse_lora_arg
+from models.lora.merge import merge_adjustments
+from models.request.params import GenerateParams, GenerateParamsError
+from models.run.pipeline import run_generate
 
 from .lora_files import dit_linears, write_diffsynth_lora, write_musubi_lora, write_peft_lora
 from .test_workflows import BASE, UNIFIED, _rgb, diffusers_digest, keyframe  # noqa: F401  (keyframe: a fixture)
@@ -127,7 +127,7 @@ def test_the_factors_are_read_from_the_file_as_their_targets_come_up(h3_tiny: Pa
     import os
 
     from loader.safetensors_file import read_shard_header
-    from models.lora_inputs import converted_on_meta, factor_groups
+    from models.lora.inputs import converted_on_meta, factor_groups
 
     sent = []
     real_sendfile = os.sendfile
@@ -189,8 +189,8 @@ class _LiveBytes:
 
 
 def test_the_merge_holds_one_block_of_temporaries_not_the_whole_weight_and_keeps_its_bits():
-    from models.lora_inputs import MERGE_SLICES, merge_held_bytes
-    from models.lora_merge import merge_delta
+    from models.lora.inputs import MERGE_SLICES, merge_held_bytes
+    from models.lora.merge import merge_delta
 
     g = torch.Generator().manual_seed(0)
     rows, cols, rank = 4 * MERGE_SLICES + 3, 512, 8  # ragged last block
@@ -302,7 +302,7 @@ def test_seed_contract_one_lora_and_two_stacked(h3_tiny: Path, loras, tmp_path: 
 def test_a_lora_is_prepared_in_its_own_sampled_stage_before_the_load_and_the_eta_has_its_work(
         h3_tiny: Path, loras, tmp_path: Path):
     from machine.offload import OffloadSettings
-    from models.eta import stage_work
+    from models.forecast.eta import stage_work
     from models.forecast import forecast_generate
 
     params = replace(SHORT, loras=(LoraInput(str(loras["peft"]), 1.0),))
@@ -375,8 +375,8 @@ def test_seed_contract_a_transformer_ref_lora_under_ref2va(h3_tiny: Path, loras,
 @pytest.fixture(scope="module")
 def h3_wide_heads(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny profile with one 128-wide attention head: DiffSynth's per-head QKV de-interleave needs it."""
-    from models.h3synth import synth_h3
-    from models.profiles import get_profile
+    from models.synth.writer import synth_h3
+    from models.synth.profiles import get_profile
 
     tiny = get_profile("tiny")
     profile = dataclasses.replace(tiny, transformer={**tiny.transformer, "num_attention_heads": 1,
@@ -404,7 +404,7 @@ def test_seed_contract_a_diffsynth_layout_lora(h3_wide_heads: Path, tmp_path: Pa
 
 def test_the_forecast_counts_the_factors_held_while_the_dit_loads_and_nothing_after(h3_tiny: Path, loras):
     from machine.offload import OffloadSettings
-    from models.eta import stage_work
+    from models.forecast.eta import stage_work
     from models.forecast import forecast_generate
     from .test_forecast import CPU
 
@@ -425,8 +425,8 @@ def test_the_forecast_counts_the_factors_held_while_the_dit_loads_and_nothing_af
 
 
 def test_the_eta_learns_a_lora_load_per_lora_set_and_the_denoise_from_every_run():
-    from models.eta import NO_HISTORY, StageRecord, estimate
-    from models.lora_inputs import lora_key
+    from models.forecast.eta import NO_HISTORY, StageRecord, estimate
+    from models.lora.inputs import lora_key
 
     style = lora_key({"loras": [{"file": "/m/b.safetensors", "scale": 0.5, "sha256": "b" * 64},
                                 {"file": "/m/a.safetensors", "sha256": "a" * 64}]})

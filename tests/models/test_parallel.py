@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from core.errors import DeviceError
-from models.params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
+from models.request.params import GenerateParams, GenerateParamsError, ModelSpec, validate_params
 
 PARALLEL = GenerateParams(prompt="a red fox in the snow", frames=124, height=64, width=64, steps=3, seed=7,
                           audio=False, parallel=2)
@@ -35,7 +35,7 @@ def _state(pid: int) -> str:
 
 
 def test_ranks_without_a_device_each_are_refused_in_one_line_before_anything_starts(h3_tiny: Path, tmp_path: Path):
-    from models.parallel import parallel_problem, run_parallel_generate
+    from models.parallel.launch import parallel_problem, run_parallel_generate
 
     assert parallel_problem("cuda", 2) == "--parallel 2 needs 2 CUDA devices; this machine has 0"
     assert "needs an accelerator" in parallel_problem("cpu", 2)
@@ -57,7 +57,7 @@ def test_ranks_must_split_the_heads_evenly_and_come_without_untried_levers(h3_ti
 
 
 def test_a_sequence_the_ranks_cannot_split_evenly_is_named_with_its_rows():
-    from models.context_parallel import sequence_problem
+    from models.parallel.rank import sequence_problem
 
     tags = torch.tensor([1] * 5 + [0] * 16 + [2] * 4)  # 5 text, 16 video, 4 audio rows
     assert sequence_problem(tags, 5) is None
@@ -67,9 +67,9 @@ def test_a_sequence_the_ranks_cannot_split_evenly_is_named_with_its_rows():
 
 
 def test_rank_0_runs_the_encoders_and_decoders_and_broadcasts_the_others_receive_and_skip_the_decode():
-    from models.context_parallel import (RankGroup, ReceiveOutputs, SendOutputs, SequenceCheck, rank_reads,
+    from models.parallel.rank import (RankGroup, ReceiveOutputs, SendOutputs, SequenceCheck, rank_reads,
                                          split_workflow)
-    from models.workflows import block_reads, workflow_blocks
+    from models.run.workflows import block_reads, workflow_blocks
 
     for rank in (0, 1):
         blocks = workflow_blocks("fl2va")
@@ -151,7 +151,7 @@ def test_ranks_die_with_a_launcher_killed_while_they_start(h3_tiny: Path, tmp_pa
 
     mark = f"DRAINBOARD_TEST_MARK={uuid.uuid4().hex}"
     code = ("import sys, torch; torch.accelerator.device_count = lambda: 1\n"
-            "from models.params import GenerateParams\nfrom models.parallel import run_parallel_generate\n"
+            "from models.request.params import GenerateParams\nfrom models.parallel.launch import run_parallel_generate\n"
             f"run_parallel_generate(sys.argv[1], GenerateParams(**{replace(PARALLEL, steps=400).to_dict()!r}), sys.argv[2], device='cpu')")
     launcher = subprocess.Popen([sys.executable, "-c", code, str(h3_tiny), str(tmp_path / "clip.mp4")],
                                 env={**os.environ, mark.split("=")[0]: mark.split("=")[1]},

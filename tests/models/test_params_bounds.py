@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from models.params import (MAX_CANVAS_EDGE, MAX_PROMPT_BYTES, MAX_PROMPT_TOKENS, GenerateParams, GenerateParamsError,
+from models.request.params import (MAX_CANVAS_EDGE, MAX_PROMPT_BYTES, MAX_PROMPT_TOKENS, GenerateParams, GenerateParamsError,
                            ModelSpec, validate_params)
-from models.text_aux import load_tokenizer
+from models.checkpoint.text_aux import load_tokenizer
 
 
 def _problems(h3_tiny, **params) -> dict[str, str]:

@@ -13,11 +13,11 @@ import torch
 
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings
-from models.params import GenerateParams, GenerateParamsError
-from models.pipeline import run_generate
-from models.results import PipelineEvent
-from models.run_state import ENCODE, PREPARE, load_stage
-from models.residency import GROUP_OFFLOAD, MODEL_OFFLOAD, ON_DEVICE, RELEASED
+from models.request.params import GenerateParams, GenerateParamsError
+from models.run.pipeline import run_generate
+from models.run.results import PipelineEvent
+from models.run.state import ENCODE, PREPARE, load_stage
+from models.run.residency import GROUP_OFFLOAD, MODEL_OFFLOAD, ON_DEVICE, RELEASED
 
 SMALL = GenerateParams(prompt="a red fox in the snow", frames=124, height=64, width=64, steps=3, seed=7)
 """The shortest clip H3 takes (124 frames, 5.2 s) on a 64x64 canvas in two DiT calls."""
@@ -42,7 +42,7 @@ def diffusers_reference(h3_tiny: Path) -> str:
     """The digest of the frames diffusers' own loading and pipeline give for SMALL in bfloat16."""
     from diffusers import ModularPipeline
 
-    from models.components import load_aux
+    from models.checkpoint.components import load_aux
 
     pipe = ModularPipeline.from_pretrained(str(h3_tiny), workflow="t2va")
     pipe.load_components(dtype=torch.bfloat16)
@@ -129,7 +129,7 @@ def test_each_release_trims_the_heap_so_the_component_s_small_tensors_leave_the_
         h3_tiny: Path, tmp_path: Path, monkeypatch):
     """Sequential residency hands the heap's free pages back after every release (a trim the run used to skip:
     the demo's released text encoder then stayed resident, or not, by the order of frees)."""
-    import models.run_state as run_state
+    import models.run.state as run_state
 
     trims = []
     trim = run_state.give_back_free_heap
@@ -184,7 +184,7 @@ def test_a_model_offloaded_component_goes_back_to_the_host_only_when_it_stays_lo
         h3_tiny: Path, tmp_path: Path, monkeypatch, sequential: bool):
     """Sequential residency drops the text encoder where it ran: moving it back to the host first would
     allocate its full size on the host again only to free it."""
-    from models.residency import Residency
+    from models.run.residency import Residency
 
     offloaded = []
     original = Residency.offload
@@ -263,7 +263,7 @@ def test_unset_geometry_takes_the_checkpoint_s_own_16_by_9_canvas(h3_tiny: Path,
     import json
     import shutil
 
-    from models.params import ModelSpec
+    from models.request.params import ModelSpec
 
     root = tmp_path / "tiny"
     shutil.copytree(h3_tiny, root)
@@ -282,7 +282,7 @@ def test_unset_geometry_takes_the_checkpoint_s_own_16_by_9_canvas(h3_tiny: Path,
 def test_the_pipeline_constants_are_diffusers_own(h3_tiny: Path):
     from diffusers.modular_pipelines.minimax_h3.modular_pipeline import MiniMaxH3ModularPipeline
 
-    from models import params, video_length
+    from models.request import params, video_length
 
     pipe = MiniMaxH3ModularPipeline()
     assert (pipe.fps, pipe.min_duration, pipe.max_duration, pipe.text_encoder_layer) == (
@@ -325,11 +325,11 @@ def test_a_reference_clip_decodes_in_a_stage_of_its_own_with_its_samples(h3_tiny
     """diffusers' decode of the clip (frames and whole soundtrack) runs in `read_clip`, sampled like any stage, so
     a kill while it runs names it (it once ran stage-less, read as "in stage probe")."""
     from machine.memory import MemoryProbe
-    from models.clips import READ_CLIP
-    from models.params import ModelSpec
-    from models.pipeline import _read_clip
-    from models.results import GenerateResult
-    from models.run_state import RunState
+    from models.inputs.clips import READ_CLIP
+    from models.request.params import ModelSpec
+    from models.run.pipeline import _read_clip
+    from models.run.results import GenerateResult
+    from models.run.state import RunState
     from tests.models.test_clips import float_soundtrack_clip
 
     path = float_soundtrack_clip(tmp_path / "motion.mov", 1.0)
@@ -360,10 +360,10 @@ from diffusers.modular_pipelines.minimax_h3 import MiniMaxH3VideoReference  # im
 from loader.process import configure_process
 from machine.memory import MemoryProbe
 from machine.offload import OffloadSettings
-from models.params import GenerateParams, ModelSpec
-from models.pipeline import _read_clip
-from models.results import GenerateResult
-from models.run_state import RunState
+from models.request.params import GenerateParams, ModelSpec
+from models.run.pipeline import _read_clip
+from models.run.results import GenerateResult
+from models.run.state import RunState
 configure_process()  # as every entry point does
 root, clip = sys.argv[1], sys.argv[2]
 params = GenerateParams(prompt="p", frames=124, height=64, width=64, steps=3, workflow="ref2va", ref_video=clip)
@@ -386,7 +386,7 @@ def test_the_clip_s_frame_list_is_given_back_once_diffusers_has_stacked_it(h3_ti
     import subprocess
     import sys
 
-    from models.encode import write_mp4
+    from models.video.encode import write_mp4
 
     path = tmp_path / "wide.mp4"
     write_mp4(path, (np.random.RandomState(1).rand(100, 400, 640, 3) * 255).astype(np.uint8), 24, None, 32000)
@@ -404,8 +404,8 @@ def test_a_released_component_goes_through_update_components_as_a_stand_in_that_
 
     import torch.nn as nn
 
-    from models.components import NotLoaded
-    from models.run_state import RunState
+    from models.checkpoint.components import NotLoaded
+    from models.run.state import RunState
 
     handed: dict[str, nn.Module] = {}
     pipe = types.SimpleNamespace(update_components=lambda **components: handed.update(components))

@@ -9,12 +9,12 @@ import pytest
 
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings
-from models.eta import NO_HISTORY, StageRecord, stage_work
+from models.forecast.eta import NO_HISTORY, StageRecord, stage_work
 from models.forecast import forecast_generate
-from models.levers import lever_key
-from models.params import GenerateParams
-from models.levers import COMPILE_STAGE, VAE_COMPILE_STAGE
-from models.plan import (PRECISIONS, candidate_settings, machine_check, plan_fastest, plan_lines, planned,
+from models.speed.levers import lever_key
+from models.request.params import GenerateParams
+from models.speed.levers import COMPILE_STAGE, VAE_COMPILE_STAGE
+from models.speed.plan import (PRECISIONS, candidate_settings, machine_check, plan_fastest, plan_lines, planned,
                          startup_words)
 from machine.walls import verdict
 
@@ -61,7 +61,7 @@ def test_lossless_candidates_on_a_cpu_are_the_backends_it_runs_both_compiles_off
 
 
 def test_a_device_that_cannot_compile_has_no_compiled_candidate(monkeypatch: pytest.MonkeyPatch):
-    import models.levers as levers
+    import models.speed.levers as levers
 
     monkeypatch.setattr(levers, "triton_installed", lambda: False)
     found = candidate_settings(PARAMS, "cuda:0", (9, 0), lossy=False, sequential=True)
@@ -73,7 +73,7 @@ def test_a_device_that_cannot_compile_has_no_compiled_candidate(monkeypatch: pyt
 
 
 def test_lossy_levers_are_candidates_only_when_allowed(monkeypatch: pytest.MonkeyPatch):
-    import models.quantize_check as check
+    import models.quantization.check as check
 
     monkeypatch.setattr(check, "torchao_installed", lambda: True)
     found = candidate_settings(PARAMS, "cpu", None, lossy=True, sequential=True)
@@ -150,7 +150,7 @@ def test_when_nothing_fits_nothing_is_chosen_and_the_refusal_is_the_submit_verdi
 
 
 def test_history_of_one_lever_set_never_times_another(h3_tiny: Path):
-    from models.eta import estimate
+    from models.forecast.eta import estimate
 
     records = _history(h3_tiny, {"compile": 1e-6})
     work = stage_work(_forecaster(h3_tiny)(PARAMS, False))

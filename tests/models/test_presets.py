@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from models.params import GenerateParams
-from models.presets import PresetError, get_preset, read_presets, with_preset
+from models.request.params import GenerateParams
+from models.request.presets import PresetError, get_preset, read_presets, with_preset
 
 from .lora_files import write_peft_lora
 

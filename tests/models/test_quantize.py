@@ -21,10 +21,10 @@ except ImportError:
 
 from machine.device import DeviceInfo  # noqa: E402
 from core.errors import PlacementError  # noqa: E402
-from models.components import load_component  # noqa: E402
-from models.params import GenerateParams  # noqa: E402
-from models.pipeline import run_generate  # noqa: E402
-from models.quantize import held_bytes, quant_config, quantized_bytes  # noqa: E402
+from models.checkpoint.components import load_component  # noqa: E402
+from models.request.params import GenerateParams  # noqa: E402
+from models.run.pipeline import run_generate  # noqa: E402
+from models.quantization.quantize import held_bytes, quant_config, quantized_bytes  # noqa: E402
 
 UNIFIED = DeviceInfo(spec="cpu", kind="cpu", index=None, name="fake unified GPU", unified_memory=True,
                      total_memory=8 * 2**30, source="test", reason="a unified device for tests")
@@ -32,7 +32,7 @@ UNIFIED = DeviceInfo(spec="cpu", kind="cpu", index=None, name="fake unified GPU"
 
 def test_each_linear_is_quantized_right_after_its_last_tensor_is_placed(h3_tiny: Path):
     order: list[tuple[str, str]] = []
-    from models import quantize
+    from models.quantization import quantize
 
     original = quantize.LinearQuantizer._quantize
 
@@ -89,8 +89,8 @@ def test_a_quantized_dit_on_cuda_gives_its_memory_back_once_released(tmp_path: P
     and half freed by quantization is pinned by whatever is allocated in it next, and the run never gets it back."""
     import gc
 
-    from models.h3synth import synth_h3
-    from models.profiles import get_profile
+    from models.synth.writer import synth_h3
+    from models.synth.profiles import get_profile
 
     tiny = get_profile("tiny")
     wide = replace(tiny, transformer={**tiny.transformer, "num_attention_heads": 8, "attention_head_dim": 128,
@@ -115,8 +115,8 @@ def test_a_lora_is_merged_into_each_linear_before_it_is_quantized(h3_tiny: Path,
 
     from torchao.quantization import quantize_
 
-    from models.lora_inputs import LoraInput
-    from models.lora_merge import merge_adjustments
+    from models.lora.inputs import LoraInput
+    from models.lora.merge import merge_adjustments
 
     from .lora_files import write_peft_lora
 

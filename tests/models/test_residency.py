@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from machine.offload import OffloadSettings
-from models.residency import GROUP_OFFLOAD, MODEL_OFFLOAD, ON_DEVICE, Placement, pins_host_copy
+from models.run.residency import GROUP_OFFLOAD, MODEL_OFFLOAD, ON_DEVICE, Placement, pins_host_copy
 
 
 def _placement(mechanism: str) -> Placement:

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from models.cli import build_parser
-from models.components import load_aux
-from models.params import MAX_SHIFT, GenerateParams, GenerateParamsError, ModelSpec, validate_params
-from models.pipeline import run_generate
-from models.request_args import workflow_fields
+from models.checkpoint.components import load_aux
+from models.request.params import MAX_SHIFT, GenerateParams, GenerateParamsError, ModelSpec, validate_params
+from models.run.pipeline import run_generate
+from models.request.cli_args import workflow_fields
 
 from .test_pipeline import UNIFIED
 
@@ -58,7 +58,7 @@ def test_generate_and_forecast_take_shift(h3_tiny: Path):
 
 def test_models_generate_takes_a_loras_stated_steps_and_shift_unless_given(h3_tiny: Path, tmp_path: Path, capsys):
     from models.cli import _with_stated_schedule
-    from models.lora_inputs import LoraInput
+    from models.lora.inputs import LoraInput
 
     from .lora_files import write_peft_lora
 

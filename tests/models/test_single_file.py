@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from models.components import load_component
-from models.params import GenerateParamsError, ModelSpec, validate_params
-from models.pipeline import run_generate
-from models.single_file import transformer_problem
+from models.checkpoint.components import load_component
+from models.request.params import GenerateParamsError, ModelSpec, validate_params
+from models.run.pipeline import run_generate
+from models.checkpoint.single_file import transformer_problem
 from tests.models.reference_layout import reference_tensors, write_single_file
 from tests.models.test_pipeline import SMALL, UNIFIED
 
@@ -69,7 +69,7 @@ def _diffusers_frames(h3_tiny: Path, file: Path, layout: str) -> str:
     float32, which `from_pretrained` and Drainboard keep), so float32 is where both sides hold the same values."""
     from diffusers import MiniMaxH3Transformer3DModel, ModularPipeline
 
-    from models.components import load_aux
+    from models.checkpoint.components import load_aux
 
     pipe = ModularPipeline.from_pretrained(str(h3_tiny), workflow="t2va")
     pipe.load_components(dtype=torch.float32)
@@ -174,7 +174,7 @@ def test_without_the_dit_s_config_a_real_size_file_fits_diffusers_default_config
         h3_tiny, tmp_path):
     """diffusers' default config is the released H3's DiT: a single file of that size (a sparse file: headers
     only, the data a hole) passes the submit check against it, every tensor's shape compared."""
-    from models.classes import build_empty, default_dit_config
+    from models.checkpoint.classes import build_empty, default_dit_config
     from models.forecast import weight_bytes
     from tests.models.reference_layout import write_header_only
 
@@ -200,10 +200,10 @@ def test_without_the_dit_s_config_a_fitting_file_generates_with_the_default_conf
     the folder's own DiT."""
     import json
 
-    import models.classes
+    import models.checkpoint.classes
 
     tiny = json.loads((h3_tiny / "transformer" / "config.json").read_text())
-    monkeypatch.setattr(models.classes, "default_dit_config", lambda: tiny)
+    monkeypatch.setattr(models.checkpoint.classes, "default_dit_config", lambda: tiny)
     folder = _without_dit(h3_tiny, tmp_path / "no-dit")
     single = run_generate(folder, replace(FAST, transformer=str(reference_files["misaligned"])), tmp_path / "s.mp4",
                           device_info=UNIFIED, roots=[folder, reference_files["misaligned"].parent])
@@ -225,7 +225,7 @@ def test_the_gpu_ring_s_o_direct_reads_of_a_misaligned_file_land_every_byte_of_t
     from loader.placement import LoadPlan, PlannedTarget
     from loader.placement.chunks import Piece
     from loader.placement.files import OpenFiles
-    from models.single_file import reference_layout
+    from models.checkpoint.single_file import reference_layout
     from tests.loader.ring_runs import run_ring
 
     file = reference_files["misaligned"]

@@ -12,13 +12,13 @@ import torch
 
 from machine.device import DeviceInfo
 from machine.offload import OffloadSettings
-from models import run_state
-from models.params import GenerateParams
-from models.pipeline import run_generate
-from models.results import GenerateResult
-from models.run_state import RunState
-from models.stage_blocks import DENOISE_LOOP, REPORT_STEP, ReportStep, StageEnd, StageStart, staged_workflow
-from models.workflows import WORKFLOWS, block_reads, plan_from_reads, workflow_blocks
+from models.run import state as run_state
+from models.request.params import GenerateParams
+from models.run.pipeline import run_generate
+from models.run.results import GenerateResult
+from models.run.state import RunState
+from models.run.stage_blocks import DENOISE_LOOP, REPORT_STEP, ReportStep, StageEnd, StageStart, staged_workflow
+from models.run.workflows import WORKFLOWS, block_reads, plan_from_reads, workflow_blocks
 
 UNIFIED = DeviceInfo(spec="cpu", kind="cpu", index=None, name="fake unified GPU", unified_memory=True,
                      total_memory=8 * 2**30, source="test", reason="a unified device for tests")

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.encode import write_mp4
-from models.params import GenerateParams
-from models.video_settings import VideoSettingsError, read_video_settings, video_settings
+from models.video.encode import write_mp4
+from models.request.params import GenerateParams
+from models.video.settings import VideoSettingsError, read_video_settings, video_settings
 
 
 def _clip(path: Path, comment: str | None) -> Path:

@@ -13,11 +13,11 @@ import torch
 from PIL import Image
 
 from machine.device import DeviceInfo
-from models.params import GenerateParams, GenerateParamsError
-from models.pipeline import VAE_TILING_WARNING, run_generate
-from models.results import PipelineEvent
-from models.run_state import load_stage
-from models.workflows import stage_plan, workflow_components
+from models.request.params import GenerateParams, GenerateParamsError
+from models.run.pipeline import VAE_TILING_WARNING, run_generate
+from models.run.results import PipelineEvent
+from models.run.state import load_stage
+from models.run.workflows import stage_plan, workflow_components
 
 UNIFIED = DeviceInfo(spec="cpu", kind="cpu", index=None, name="fake unified GPU", unified_memory=True,
                      total_memory=8 * 2**30, source="test", reason="a unified device for tests")
@@ -36,7 +36,7 @@ def keyframe(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 20-frame 80x48 MP4 at 25 fps with a 32 kHz stereo soundtrack: diffusers resamples it onto 24 fps and
     resizes it onto its own canvas, and the soundtrack (at the audio VAE's rate) is conditioned on as it is."""
-    from models.encode import write_mp4
+    from models.video.encode import write_mp4
 
     path = tmp_path_factory.mktemp("clips") / "motion.mp4"
     rng = np.random.RandomState(2)
@@ -50,7 +50,7 @@ def diffusers_digest(root: Path, workflow: str, steps: int = 3, prepare=None, **
     `prepare(pipe)` runs on the loaded pipeline first (a LoRA loaded and fused, say)."""
     from diffusers import ModularPipeline
 
-    from models.components import load_aux
+    from models.checkpoint.components import load_aux
 
     pipe = ModularPipeline.from_pretrained(str(root), workflow=workflow)
     pipe.load_components(dtype=torch.bfloat16)
@@ -132,7 +132,7 @@ def test_ref2va_with_a_clip_and_an_image_equals_diffusers_own_pipeline_on_its_ow
 
 @pytest.mark.parametrize("workflow", ["t2va", "fl2va", "ref2va"])
 def test_the_text_encoder_reads_only_what_its_workflow_runs_and_reports_the_rest(h3_tiny: Path, workflow: str):
-    from models.components import load_component
+    from models.checkpoint.components import load_component
 
     module, report = load_component(h3_tiny, "text_encoder", workflow=workflow, dtype=torch.bfloat16)
     skipped = set(report.excluded)
@@ -164,7 +164,7 @@ def test_sequential_plan_releases_the_vae_around_the_dit_and_never_holds_two_lar
 
 
 def test_the_two_dits_meet_only_in_a_block_that_reads_both():
-    from models.workflows import plan_from_reads
+    from models.run.workflows import plan_from_reads
 
     dits = {"transformer", "transformer_ref"}
     apart = {"encode": ("text_encoder",), "base": ("transformer",), "idle": (), "ref": ("transformer_ref",),
@@ -218,9 +218,9 @@ FEW_STEP = {"scheduler": {"shift": 5.0, "num_inference_steps": 4}, "audio_schedu
 
 @pytest.mark.slow
 def test_a_few_step_checkpoint_runs_its_own_steps_and_shift(h3_tiny: Path, tmp_path: Path):
-    from models.h3synth import synth_h3
-    from models.params import ModelSpec
-    from models.profiles import get_profile
+    from models.synth.writer import synth_h3
+    from models.request.params import ModelSpec
+    from models.synth.profiles import get_profile
 
     root = tmp_path / "distilled"
     synth_h3(root, get_profile("tiny"), seed=0, schedulers=FEW_STEP)
@@ -255,7 +255,7 @@ def test_workflow_mismatches_are_refused_naming_the_field(h3_tiny: Path, tmp_pat
 
 @pytest.mark.parametrize("field", ["image", "last_image", "ref_image"])
 def test_every_input_image_beyond_4_to_1_is_refused_at_submit(h3_tiny: Path, tmp_path: Path, field):
-    from models.params import ModelSpec, validate_params
+    from models.request.params import ModelSpec, validate_params
 
     wide = tmp_path / "wide.png"
     Image.new("RGB", (260, 64)).save(wide)
