@@ -159,7 +159,7 @@ def test_a_rank_killed_mid_denoise_fails_the_job_naming_it_and_leaves_no_rank_ru
     import os
     import signal
 
-    job_id = queue_job("generate", model=str(tiny_model), generate={**TWO_RANKS, "steps": 40})
+    job_id = queue_job("generate", model=str(tiny_model), generate={**TWO_RANKS, "steps": 1000})
     tick_until(lambda: any(s["stage"] == "denoise.denoise" for s in samples_since(db, job_id, rank=1)), timeout=300)
     os.kill(_ranks_below(os.getpid())[1], signal.SIGKILL)
     job = run_to_end(job_id, timeout=120)

@@ -117,7 +117,7 @@ def test_a_parallel_generate_spreads_its_ranks_one_per_node_and_reports_every_ra
 def test_a_rank_killed_on_its_node_fails_the_job_naming_it_and_releases_the_placement_group(
         device, db, queue_job, tick_until, run_to_end, tiny_model, two_nodes):
     before = {g.placement_group_id for g in _placement_groups(two_nodes.address)}
-    job_id = queue_job("generate", model=str(tiny_model), device=device, generate={**TWO_RANKS, "steps": 40})
+    job_id = queue_job("generate", model=str(tiny_model), device=device, generate={**TWO_RANKS, "steps": 1000})
     tick_until(lambda: any(s["stage"] == "denoise.denoise" for s in samples_since(db, job_id, rank=1)), timeout=300)
     os.kill(_ranks(two_nodes)[1], signal.SIGKILL)  # the nodes are this machine: the rank is a local pid
     job = run_to_end(job_id, timeout=120)
