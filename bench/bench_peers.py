@@ -61,7 +61,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SPECS = Path(__file__).resolve().parent / "specs" / "h3_pruned_r16_transformer.json"
-"""Names and shapes of the h3-pruned-r16 DiT (639 tensors, 37.56 GiB in bf16), written from models.config's
+"""Names and shapes of the h3-pruned-r16 DiT (639 tensors, 37.56 GiB in bf16), written from the synthetic
 profile by `--dump-specs`, so the device host needs no model code to write the checkpoint."""
 PEERS = ("instanttensor", "instanttensor_buffered", "instanttensor_mmap", "st_prefetch", "fastsafetensors", "runai",
          "load_file", "kvikio")
@@ -75,14 +75,23 @@ _ALIGN = 4096
 
 
 def dump_specs(path: Path = SPECS) -> None:
-    import torch
+    """Write the pruned-r16 DiT's headers over holes (`check_forecast_cuda.write_sparse_h3`), read them back in
+    data order, and keep the names and shapes."""
+    import tempfile
 
-    from models.config import get_profile
-    from models.synth import component_specs
+    from check_forecast_cuda import write_sparse_h3
+    from loader.safetensors_file import read_shard_header
 
-    specs = component_specs(get_profile("h3-pruned-r16").transformer, torch.bfloat16)
-    data = {"profile": "h3-pruned-r16", "component": "transformer", "dtype": "bf16",
-            "tensors": [[s.name, list(s.shape)] for s in specs]}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "h3-pruned-r16"
+        write_sparse_h3(root, "h3-pruned-r16", components=["transformer"])
+        tensors = []
+        for shard_path in sorted((root / "transformer").glob("*.safetensors")):
+            shard, problems = read_shard_header(shard_path)
+            if shard is None or problems:
+                raise SystemExit(f"{shard_path}: {'; '.join(problems)}")
+            tensors += [[t.name, list(t.shape)] for t in sorted(shard.tensors, key=lambda t: t.data_offsets)]
+    data = {"profile": "h3-pruned-r16", "component": "transformer", "dtype": "bf16", "tensors": tensors}
     path.write_text(json.dumps(data, separators=(",", ":")))
 
 
@@ -531,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("path", nargs="?", type=Path)
     parser.add_argument("--make-checkpoint", type=Path, metavar="OUT", help="write the pruned-r16 DiT shapes to OUT and exit")
-    parser.add_argument("--dump-specs", action="store_true", help=f"rewrite {SPECS.name} from models.config and exit")
+    parser.add_argument("--dump-specs", action="store_true", help=f"rewrite {SPECS.name} from the synthetic profile and exit")
     parser.add_argument("--specs", type=Path, default=SPECS, help="names and shapes for --make-checkpoint (a small one for a dry run)")
     parser.add_argument("--max-dim", type=int, help="--make-checkpoint clips every dimension to this (a small checkpoint, the same tensors)")
     parser.add_argument("--device", default="cuda", help="cuda; cpu only for a dry run of the harness (stream, drain, load_file, ceil_read)")
