@@ -12,11 +12,7 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/drainboard-out}"
 mkdir -p "$OUT"
 exec > >(tee "$OUT/generate.txt") 2>&1
-if [ -n "${WHL:-}" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHL"/*.whl || exit 1
-  export PYTHONPATH=/tmp/site
-fi
-export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+. bench/device_site.sh
 unset DRAINBOARD_UNIFIED_MEMORY
 nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv 2>&1 || true
 df -h . /dev/shm 2>&1 | sed 's/^/  /'

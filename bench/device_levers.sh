@@ -10,12 +10,7 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/drainboard-out}"
 mkdir -p "$OUT" /dev/shm/levers
 exec > >(tee "$OUT/levers.txt") 2>&1
-if [ -n "${WHL:-}" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHL"/*.whl || exit 1
-  export PYTHONPATH=/tmp/site
-fi
-export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 || true
+. bench/device_site.sh
 python3 -c "import torch, diffusers, torchao; print('torch', torch.__version__, 'diffusers', diffusers.__version__, 'torchao', torchao.__version__)" || exit 1
 RESUME=()
 if [ -n "${CARRY:-}" ] && [ -f "$CARRY/levers_work.tgz" ]; then

@@ -15,12 +15,7 @@ PY="${PY:-python3}"; DEVICE="${DEVICE:-cuda}"; PROFILE="${PROFILE:-h3}"
 ROOT="${ROOT:-/dev/shm/$PROFILE-sparse}"; LORA="$ROOT-lora-r64.safetensors"
 mkdir -p "$OUT" "$ROOT"
 exec > >(tee "$OUT/lora.txt") 2>&1
-if [ -n "${WHL:-}" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHL"/*.whl || exit 1
-  export PYTHONPATH=/tmp/site
-fi
-export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 || true
+. bench/device_site.sh
 "$PY" -c "import torch, diffusers, peft; print('torch', torch.__version__, 'diffusers', diffusers.__version__, 'peft', peft.__version__)" || exit 1
 if [ -z "${SKIP_LOAD:-}" ]; then
   "$PY" bench/bench_lora.py "$ROOT" --sparse "$PROFILE" --device "$DEVICE" --quantize "${QUANT:-fp8}" --repeat 1 --timeout 240 \
