@@ -30,7 +30,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -106,10 +105,10 @@ class _RankHost:
         parent)."""
         import ray
 
-        with socket.socket() as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        return {"node": ray.get_runtime_context().get_node_id(), "gpus": [str(g) for g in ray.get_gpu_ids()], "port": port, "pid": os.getpid()}
+        from models.parallel.launch import free_port
+
+        return {"node": ray.get_runtime_context().get_node_id(), "gpus": [str(g) for g in ray.get_gpu_ids()],
+                "port": free_port(""), "pid": os.getpid()}
 
     def start(self, request: dict, rank: int, env: dict[str, str]) -> int:
         """Write the request into its folder and start the rank there; its pid."""

@@ -134,14 +134,11 @@ def _rank_launcher(ctx: JobContext, prefer: str | None):
     `models.parallel.launch.LocalRanks`). `prefer`: the placement the job was forecast with."""
     import os
 
-    from jobs.backends.ray_ranks import ENV_RANKS
+    from jobs.backends.ray_ranks import ENV_RANKS, RayRanks
 
     if os.environ.get(ENV_RANKS) != "1":
         return None
-    from jobs.backends.ray_ranks import RayRanks
-
-    return RayRanks(on_note=lambda line, data: ctx.event("ray", line, data=data),
-                    prefer=prefer)
+    return RayRanks(on_note=lambda line, data: ctx.event("ray", line, data=data), prefer=prefer)
 
 
 @dataclass(frozen=True)

@@ -134,7 +134,7 @@ class LocalRanks:
         problem = parallel_problem(request["device"], world)
         if problem is not None:
             raise DeviceError(problem)
-        master = ("127.0.0.1", _free_port())
+        master = ("127.0.0.1", free_port("127.0.0.1"))
         return [subprocess.Popen(rank_command(folder, rank), stdout=2, env=rank_environment(
                     os.environ, rank=rank, world=world, local_rank=rank, local_world=world, master=master,
                     device=request["device"], parent=os.getpid()))
@@ -232,9 +232,10 @@ def _replay(watches: list[_RankWatch], on_event: RankEventSink | None, on_sample
     return replay
 
 
-def _free_port() -> int:
+def free_port(host: str) -> int:
+    """A port free on `host` now: a rendezvous for the ranks (rank 0's; "" binds every interface of its node)."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
