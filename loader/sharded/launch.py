@@ -125,6 +125,9 @@ def launch_sharded(
         errors = [json.loads(p.read_text()) for p in sorted(out.glob("rank-*.error.json"))]
         if errors:
             raise DrainboardError("; ".join(sorted({e["error"] for e in errors})))
+        if report.exists():
+            raise DrainboardError(f"sharded load of {path} on {nproc} ranks finished, but a rank died as it ended "
+                                  f"(torchrun exit {proc.returncode}); see stderr")
         raise DrainboardError(f"sharded load of {path} on {nproc} ranks failed (torchrun exit {proc.returncode}); see stderr")
 
 

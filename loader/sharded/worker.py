@@ -158,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         aggregate = gather_report(mine, mesh, placement.checkpoint_bytes, len(placement.units))
         if aggregate is not None:
             (args.out / "report.json").write_text(json.dumps(aggregate.to_dict()))
+        dist.barrier()  # every rank leaves the group together, after rank 0 has written the report
         return 0
     finally:
         if log is not None:
@@ -166,4 +167,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from machine.lifetime import exit_rank
+
+    exit_rank(main)

@@ -357,4 +357,6 @@ def rank_main(folder: Path, rank: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(rank_main(Path(sys.argv[1]), int(sys.argv[2])))
+    from machine.lifetime import exit_rank
+
+    exit_rank(lambda: rank_main(Path(sys.argv[1]), int(sys.argv[2])))
