@@ -8,20 +8,18 @@ loop, which calls it after each step as it calls its own blocks, with the
 step index `i` and the timestep `t`. The blocks read no input and write no
 state, so the workflow's inputs and outputs stay diffusers'.
 
-When a run has a step cache or compiles its DiT, `DenoiserCall` takes the
-place of the loop's denoiser block and calls it: inside the DiT's
-`cache_context` (the cache hooks count steps only there), counting the calls
-the cache reuses (`GenerateResult.steps_reused`), and, for a compiled DiT, its
-first calls, which compile, in a stage of their own (`models.speed.levers.COMPILE_STAGE`).
+When a run has a step cache, `DenoiserCall` takes the place of the loop's
+denoiser block and calls it inside the DiT's `cache_context` (the cache hooks
+count steps only there), counting the calls the cache reuses
+(`GenerateResult.steps_reused`). (A compiled DiT's calls that compile are cut
+into a stage of their own by the run's hooks on the DiT, as a compiled VAE
+decoder's are: `RunState.first_calls_apart`.)
 """
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-
 from diffusers import ModularPipelineBlocks
 
-from ..speed.levers import COMPILE_CALLS, COMPILE_STAGE
 from ..speed.speedups import step_reused
 from .state import RunState
 from .workflows import DENOISE_LOOP, PlannedStage
@@ -94,8 +92,8 @@ class ReportStep(ModularPipelineBlocks):
 
 
 class DenoiserCall(ModularPipelineBlocks):
-    """diffusers' denoiser block, called inside the DiT's cache context and, when compiled, with the calls that compile
-    timed as a stage of their own; its inputs, outputs and components are the inner block's."""
+    """diffusers' denoiser block, called inside the DiT's cache context; its inputs, outputs and components are the
+    inner block's."""
 
     model_name = "minimax-h3"
 
@@ -123,24 +121,22 @@ class DenoiserCall(ModularPipelineBlocks):
         transformer = getattr(components, self.inner.transformer_name)
         cache = self.run.levers["step_cache"]
         with transformer.cache_context("cond", step_index=i, num_inference_steps=len(block_state.timesteps),
-                                       timestep=t) if cache is not None else nullcontext():
-            compiling = i < COMPILE_CALLS and self.run.levers["compile"]
-            with self.run.interlude(COMPILE_STAGE) if compiling else nullcontext():
-                found = self.inner(components, block_state, i=i, t=t)
+                                       timestep=t):
+            found = self.inner(components, block_state, i=i, t=t)
         # One DiT call per step, each inside the cache's one context: the hooks count calls as `i` does.
-        if cache is not None and step_reused(cache, i):
+        if step_reused(cache, i):
             self.run.result.steps_reused += 1
         return found
 
 
 def staged_workflow(blocks, plan: list[PlannedStage], run: RunState) -> None:
     """Edit the workflow's `sub_blocks` in place: each block between its StageStart and StageEnd, in plan order,
-    and ReportStep at the end of the denoising loop (its denoiser in a DenoiserCall when the run's levers need one)."""
+    and ReportStep at the end of the denoising loop (its denoiser in a DenoiserCall when the run has a step cache)."""
     original = dict(blocks.sub_blocks)
     if [stage.block for stage in plan] != list(original):
         raise ValueError(f"the stage plan ({[s.block for s in plan]}) is not the workflow's blocks ({list(original)})")
     loop = original[DENOISE_LOOP].sub_blocks
-    if (run.levers["step_cache"] is not None or run.levers["compile"]):
+    if run.levers["step_cache"] is not None:
         loop[DENOISER] = DenoiserCall(loop[DENOISER], run)
     loop[REPORT_STEP] = ReportStep(run)
     blocks.sub_blocks.clear()

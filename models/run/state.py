@@ -29,7 +29,7 @@ from ..parallel.rank import enable_context_parallel
 from ..quantization.quantize import DIT_COMPONENTS
 from .residency import Placement, Residency, observe, pins_host_copy
 from .results import EventSink, GenerateResult, PipelineEvent, SampleSink
-from ..speed.levers import VAE_COMPILE_STAGE
+from ..speed.levers import COMPILE_CALLS, COMPILE_STAGE, VAE_COMPILE_STAGE
 from ..speed.speedups import apply_levers, compile_vae_decoder
 
 PREPARE, ENCODE = "prepare", "encode"
@@ -124,19 +124,21 @@ class RunState:
             yield
         self.begin(outer)
 
-    def first_call_apart(self, module: nn.Module, name: str) -> None:
-        """Run `module`'s next call as an `interlude` `name` (a compiled VAE decoder's first call, which compiles, out
-        of `decode.video`), through torch's public forward hooks, removed once that call returns. A call that raises
-        leaves the stage open for the run's `abandon`."""
-        stack = ExitStack()
+    def first_calls_apart(self, module: nn.Module, name: str, calls: int) -> None:
+        """Run each of `module`'s next `calls` calls as an `interlude` `name` (the calls that compile: a compiled
+        DiT's first `COMPILE_CALLS`, a compiled VAE decoder's first), through torch's public forward hooks, removed
+        after the last. A call that raises leaves the stage open for the run's `abandon`."""
+        stack, left = ExitStack(), [calls]
 
         def before(_module, _args) -> None:
             stack.enter_context(self.interlude(name))
 
         def after(_module, _args, _output) -> None:
-            opened.remove()
-            closed.remove()
             stack.close()
+            left[0] -= 1
+            if not left[0]:
+                opened.remove()
+                closed.remove()
         opened = module.register_forward_pre_hook(before)
         closed = module.register_forward_hook(after)
 
@@ -170,10 +172,12 @@ class RunState:
                 module.disable_tiling()
             if name == "vae" and self.vae_compile:
                 self.emit("lever", f"{name}: {compile_vae_decoder(module)}", component=name)
-                self.first_call_apart(module.decoder, VAE_COMPILE_STAGE)
+                self.first_calls_apart(module.decoder, VAE_COMPILE_STAGE, 1)
             if name in DIT_COMPONENTS:
                 for line in apply_levers(module, **self.levers):
                     self.emit("lever", f"{name}: {line}", component=name)
+                if self.levers["compile"]:
+                    self.first_calls_apart(module, COMPILE_STAGE, COMPILE_CALLS)
                 if self.group is not None:
                     self.emit("note", f"{name}: {enable_context_parallel(module, self.group)}", component=name)
             self.resident[name] = Residency(placement, module, self.device, self.settings)
