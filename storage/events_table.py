@@ -3,7 +3,7 @@
 A child's reporter (its stages, steps, decisions and warnings), the supervisor
 (a lock it waited out), a child's ending (the memory guard's stop, a warning)
 and the Ray backend all add through `add_event`, so what an event row holds is
-said once. Reads stay with their readers (`storage.queries.events_since`).
+said once. Reads stay with their readers (`storage.queries.events`, `since_id=`).
 `tests/storage/test_table_owners.py` fails when code elsewhere writes the table.
 """
 
