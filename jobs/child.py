@@ -2,7 +2,7 @@
 
 A fresh process per job gives every job the same memory baseline and keeps an
 OOM kill away from the supervisor and the dashboard. Exit codes: 0 done,
-1 the job raised (its message is stored in `jobs.error`), 2 invalid spec,
+1 the job raised (its message is stored in the `error` column of `jobs`), 2 invalid spec,
 3 the disk was full (the message is stored if the database still takes it).
 SIGTERM (a cancel, a memory guard's stop, or a signal from outside) raises
 `JobCancelled` so samples still get flushed; the child then dies of that SIGTERM,
