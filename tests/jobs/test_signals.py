@@ -25,9 +25,18 @@ def _started(db, supervisor, tick_until, queue_job) -> int:
     return job_id
 
 
+@pytest.fixture
+def sigint_heard():
+    """SIGINT as a terminal delivers it: a shell starting these tests in the background (without job control) has
+    them ignore it, and the fork server, like any process, would inherit that."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_stopped_fork_server_is_named_and_the_next_job_gets_another(
-        db, supervisor, queue_job, tick_until, run_to_end, slow_steps, monkeypatch, sig):
+        sigint_heard, db, supervisor, queue_job, tick_until, run_to_end, slow_steps, monkeypatch, sig):
     job_id = _started(db, supervisor, tick_until, queue_job)
     os.kill(supervisor._fork_server.process.pid, sig)
     job = run_to_end(job_id)
