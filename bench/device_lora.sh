@@ -5,9 +5,10 @@
 # 1. bench/bench_lora.py: the DiT loaded with a rank-64 all-Linear LoRA merged against without, the same into fp8,
 #    and diffusers' own load_lora_adapter + fuse_lora on the same file.
 # 2. A whole t2va job with that LoRA merged, at 8 steps and at 50 (`python -m models generate --json`), the same
-#    canvas (CANVAS, default 320x576, 124 frames): wall seconds and each stage's peak.
+#    canvas (CANVAS, default 320x576, 124 frames): wall seconds and each stage's peak, then the forecast of the same
+#    request against those peaks, stage by stage (bench/compare_forecast.py).
 # WHL: wheels (diffusers 0.42.1, av, torchao, peft) installed to /tmp/site first. Log: $OUT/lora.txt; the jobs'
-# results: $OUT/lora_job_<steps>.json.
+# results: $OUT/lora_job_<steps>.json, their forecasts $OUT/lora_forecast_<steps>.json.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/drainboard-out}"
@@ -36,11 +37,13 @@ print("LoRA", lora, lora.stat().st_size, "bytes")
 EOF
 HW="${CANVAS:-320x576}"
 for steps in ${STEPS_LIST:-8 50}; do
+  request=("$ROOT" --prompt "a red fox running through fresh snow at dawn" --steps "$steps" --height "${HW%x*}"
+           --width "${HW#*x}" --frames 124 --lora "$LORA" --device "$DEVICE" --json)
   started=$(date +%s.%N)
-  "$PY" -m models generate "$ROOT" --prompt "a red fox running through fresh snow at dawn" \
-    --out "$ROOT-job-$steps.mp4" --steps "$steps" --height "${HW%x*}" --width "${HW#*x}" --frames 124 \
-    --lora "$LORA" --device "$DEVICE" --json > "$OUT/lora_job_$steps.json" 2> "$OUT/lora_job_$steps.err"
+  "$PY" -m models generate "${request[@]}" --out "$ROOT-job-$steps.mp4" > "$OUT/lora_job_$steps.json" 2> "$OUT/lora_job_$steps.err"
   rc=$?
   echo "job at $steps steps: rc $rc, wall $(awk "BEGIN { print $(date +%s.%N) - $started }") s"; tail -3 "$OUT/lora_job_$steps.err"
   "$PY" -c "import json, sys; r = json.load(open(sys.argv[1])); print(json.dumps({k: r.get(k) for k in ('steps', 'stage_seconds', 'stage_peaks')}))" "$OUT/lora_job_$steps.json" || true
+  "$PY" -m models forecast "${request[@]}" > "$OUT/lora_forecast_$steps.json" && \
+    "$PY" bench/compare_forecast.py "$OUT/lora_forecast_$steps.json" "$OUT/lora_job_$steps.json" || echo "forecast check failed: $?"
 done
