@@ -22,7 +22,9 @@ A dry run of the harness on a CPU (the tiny profile, seconds per case; compile t
    calls' cost (`denoise.compile`), each stage's peak (VmRSS + CUDA allocated, `GenerateResult.stage_peaks`),
    total seconds, the decode's seconds (`decode.video`, a compiled decoder's first call apart: `decode.compile`),
    and PSNR / SSIM of its MP4's frames against its baseline's (Compare's own A/B metrics,
-   `dashboard.views.ab`; `exact-repeat` against `exact` is the floor any lossless lever is held to).
+   `dashboard.views.ab`; `exact-repeat` against `exact` is the floor any lossless lever is held to), and the stage
+   whose forecast (of the same request, under the settings the run resolved) is furthest from its measured peak
+   (`bench/compare_forecast.py`).
 Prints the table with each case's s/step over its baseline's and the goals (best lossless <= 0.85x, best
 <= 0.5x; a missed goal says by how much), and writes `levers.json` to `--out`. On zero weights every run's
 frames may agree exactly, so PSNR there says only whether a lever changed the arithmetic.
@@ -84,7 +86,9 @@ def run_child(spec: dict) -> dict:
     """One case in this process: `run_generate` as `python -m models generate` runs it, its result as a dict."""
     import torch
 
+    from machine.device import probe_device
     from machine.offload import OffloadSettings
+    from models.forecast import forecast_generate
     from models.request.params import GenerateParams
     from models.run.pipeline import run_generate
 
@@ -97,7 +101,13 @@ def run_child(spec: dict) -> dict:
                           sequential_components=True)
     if spec["device"].startswith("cuda"):
         torch.cuda.synchronize()
-    return {**result.to_dict(), "total_seconds": time.monotonic() - started}
+    total = time.monotonic() - started
+    # after the run, so that its reads stay out of the run's peaks; under the settings the run resolved
+    forecast = forecast_generate(spec["root"], params, device_info=probe_device(spec["device"]),
+                                 settings=OffloadSettings(**result.offload), sequential_components=True, resolved=True)
+    stages = [{"stage": s.stage, "sum_bytes": s.total_bytes} for s in forecast.stages]
+    return {**result.to_dict(), "total_seconds": total,
+            "forecast": {"process_host_bytes": forecast.process_host_bytes, "stages": stages}}
 
 
 def problem(case: str, levers: dict, device: str) -> str | None:
@@ -208,9 +218,11 @@ def main() -> int:
 
 def table(results: dict[str, dict], work: Path) -> list[dict]:
     """One row per case against its baseline, printed, with the goals."""
+    from compare_forecast import compare  # bench/, this script's folder
+
     rows = []
     print(f"{'case':<20}{'s/step':>9}{'x base':>8}{'first call s':>14}{'peak GiB':>10}{'total s':>9}"
-          f"{'PSNR min':>10}{'SSIM min':>10}{'decode s':>10}{'decode 1st s':>14}")
+          f"{'PSNR min':>10}{'SSIM min':>10}{'decode s':>10}{'decode 1st s':>14}{'forecast worst':>24}")
     for case, result in results.items():
         if "error" in result:
             rows.append({"case": case, "error": result["error"]})
@@ -227,11 +239,16 @@ def table(results: dict[str, dict], work: Path) -> list[dict]:
                "decode_first_call_seconds": result["stage_seconds"].get("decode.compile"),
                "stage_peaks": result["stage_peaks"], "peak": max(result["stage_peaks"].values()),
                "total_seconds": result["total_seconds"], **against}
+        checked = compare(result["forecast"], result) if "forecast" in result else []
+        worst = max(checked, key=lambda r: abs(r["ratio"] - 1), default=None)
+        row["forecast_worst"] = worst and {"stage": worst["stage"], "ratio": worst["ratio"]}
+        worst_stage, worst_ratio = (worst["stage"], _num(worst["ratio"], 3)) if worst else ("", "")
         rows.append(row)
         print(f"{case:<20}{_num(per, 3):>9}{_num(ratio, 3):>8}{_num(row['first_call_seconds'], 1):>14}"
               f"{row['peak'] / 2**30:>10.2f}{row['total_seconds']:>9.1f}{_num(against.get('psnr_min'), 1):>10}"
               f"{_num(against.get('ssim_min'), 4):>10}{_num(row['decode_seconds'], 2):>10}"
-              f"{_num(row['decode_first_call_seconds'], 1):>14}")
+              f"{_num(row['decode_first_call_seconds'], 1):>14}"
+              f"{f'{worst_stage} {worst_ratio}' if worst else '-':>24}")
     for case, goal in (("best-lossless", LOSSLESS_GOAL), ("best@cache", LOSSY_GOAL)):
         ratio = next((r.get("ratio") for r in rows if r["case"] == case), None)
         if ratio is None:
