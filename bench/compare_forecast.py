@@ -33,6 +33,13 @@ def compare(forecast: dict, result: dict) -> list[dict]:
     return rows
 
 
+def worst_line(rows: list[dict], label=lambda row: row["stage"]) -> str:
+    """The row furthest from its measurement, and how many are within 10 %."""
+    worst = max(rows, key=lambda r: abs(r["ratio"] - 1))
+    return (f"worst: {label(worst)} {worst['ratio']:.3f}; within 10 %: "
+            f"{sum(abs(r['ratio'] - 1) <= 0.10 for r in rows)} of {len(rows)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("forecast", type=Path, help="`python -m models forecast ... --json`")
@@ -45,9 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'stage':<28}{'predicted MiB':>15}{'measured MiB':>14}{'ratio':>8}")
     for r in rows:
         print(f"{r['stage']:<28}{r['predicted'] / MiB:15.1f}{r['measured'] / MiB:14.1f}{r['ratio']:8.3f}")
-    worst = max(rows, key=lambda r: abs(r["ratio"] - 1))
-    print(f"worst: {worst['stage']} {worst['ratio']:.3f}; within 10 %: "
-          f"{sum(abs(r['ratio'] - 1) <= 0.10 for r in rows)} of {len(rows)}")
+    print(worst_line(rows))
     return 0
 
 
