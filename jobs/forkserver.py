@@ -221,12 +221,9 @@ class ForkedChild:
         self.send_signal(signal.SIGKILL)
 
     def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired("job child", timeout)
-            time.sleep(0.01)
-        return self.returncode
+        from machine.lifetime import wait_polling
+
+        return wait_polling(self.poll, timeout, "job child", 0.01)
 
 
 def main() -> None:

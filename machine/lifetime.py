@@ -6,7 +6,9 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import subprocess
 import sys
+import time
 import traceback
 from typing import Callable, NoReturn
 
@@ -42,3 +44,14 @@ def exit_rank(main: Callable[[], int]) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def wait_polling(poll: Callable[[], int | None], timeout: float | None, what: str, interval: float) -> int:
+    """`subprocess.Popen.wait` for a process the caller can only `poll` (a forked child, a rank on another node):
+    its exit code, or TimeoutExpired naming `what` after `timeout` seconds."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while (code := poll()) is None:
+        if deadline is not None and time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(what, timeout)
+        time.sleep(interval)
+    return code

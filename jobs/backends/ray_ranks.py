@@ -32,11 +32,11 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Callable
 
 from core.errors import DeviceError
+from machine.lifetime import wait_polling
 
 ENV_RANKS = "DRAINBOARD_RAY_RANKS"
 """Set ("1") in a Ray job whose generate runs several ranks: its child places them through Ray (`RayRanks`)."""
@@ -191,12 +191,7 @@ class _RayRank:
         (self._folder / f"rank-{self._rank}.{name}").write_text(text)
 
     def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(f"rank {self._rank}", timeout)
-            time.sleep(0.1)
-        return self.returncode
+        return wait_polling(self.poll, timeout, f"rank {self._rank}", 0.1)
 
     def terminate(self) -> None:
         self._actor.signal.remote(signal.SIGTERM)

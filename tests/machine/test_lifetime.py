@@ -54,3 +54,12 @@ def test_a_usage_error_keeps_its_exit_code():
         exit_rank(main)
     """)
     assert done.returncode == 2 and "unrecognized arguments: --bogus" in done.stderr
+
+
+def test_wait_polling_returns_the_code_or_times_out_naming_the_process():
+    from machine.lifetime import wait_polling
+
+    answers = iter([None, None, -9])
+    assert wait_polling(lambda: next(answers), None, "rank 1", 0.001) == -9
+    with pytest.raises(subprocess.TimeoutExpired, match="rank 1"):
+        wait_polling(lambda: None, 0.05, "rank 1", 0.01)
