@@ -128,15 +128,16 @@ class RunState:
         """Run each of `module`'s next `calls` calls as an `interlude` `name` (the calls that compile: a compiled
         DiT's first `COMPILE_CALLS`, a compiled VAE decoder's first), through torch's public forward hooks, removed
         after the last. A call that raises leaves the stage open for the run's `abandon`."""
-        stack, left = ExitStack(), [calls]
+        stack = ExitStack()
 
         def before(_module, _args) -> None:
             stack.enter_context(self.interlude(name))
 
         def after(_module, _args, _output) -> None:
+            nonlocal calls
             stack.close()
-            left[0] -= 1
-            if not left[0]:
+            calls -= 1
+            if not calls:
                 opened.remove()
                 closed.remove()
         opened = module.register_forward_pre_hook(before)

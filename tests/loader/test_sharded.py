@@ -23,6 +23,7 @@ from safetensors.torch import load_file
 from torch.distributed.fsdp._fully_shard._fsdp_common import _chunk_with_empty
 
 from core import CheckpointError, PlacementError
+from core.errors import DrainboardError
 from loader import load_checkpoint
 from loader.checkpoint import discover_checkpoint
 from loader.naming import MergeRule, Target
@@ -261,6 +262,24 @@ def test_cli_load_with_nproc_goes_to_the_sharded_launcher(capsys):
     assert cli_main(["load", "/nonexistent", "--nproc", "2", "--device", "mps", "--json"]) == 2
     error = json.loads(capsys.readouterr().out)
     assert error["ok"] is False and "sharded loads run on device 'cpu' or 'cuda'" in error["error"]
+
+
+def test_a_rank_that_dies_after_the_report_is_written_is_said_as_such(uneven_checkpoint, monkeypatch):
+    import subprocess
+    import sys
+
+    import loader.sharded.launch as launch
+
+    popen = subprocess.Popen
+
+    def torchrun_whose_rank_dies_ending(cmd, **kwargs):  # rank 0 wrote the report, then a rank aborted
+        out = Path(cmd[cmd.index("--out") + 1])
+        (out / "report.json").write_text("{}")
+        return popen([sys.executable, "-c", "raise SystemExit(1)"])
+
+    monkeypatch.setattr(launch.subprocess, "Popen", torchrun_whose_rank_dies_ending)
+    with pytest.raises(DrainboardError, match=r"on 2 ranks finished, but a rank died as it ended \(torchrun exit 1\)"):
+        launch_sharded(uneven_checkpoint, 2)
 
 
 def test_launcher_rejects_a_malformed_checkpoint_before_starting_ranks(tmp_path):
